@@ -1,0 +1,21 @@
+# jetrelay: multi-stage build, small non-root runtime image.
+#   docker build -t jetrelay .
+#   docker run --rm -v $PWD/config/durable.toml:/etc/jetrelay/jetrelay.toml jetrelay
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+# Dependencies first, so that source edits do not rebuild them.
+COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+ && cargo build --release --locked \
+ && rm -rf src target/release/deps/jetrelay* target/release/jetrelay*
+COPY src ./src
+RUN cargo build --release --locked
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/jetrelay /usr/local/bin/jetrelay
+COPY config/ /etc/jetrelay/examples/
+ENV JETRELAY_CONFIG=/etc/jetrelay/jetrelay.toml
+USER nonroot:nonroot
+EXPOSE 9090
+ENTRYPOINT ["/usr/local/bin/jetrelay"]
+CMD ["run"]

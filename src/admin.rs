@@ -1,0 +1,63 @@
+//! The admin endpoints on `admin.listen`: `/healthz`, `/ready`, `/metrics`. The only
+//! module that names `axum` types. Served until the very end of shutdown so that
+//! probes and scrapes see the drain.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::Health;
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+struct AdminState {
+    health: Health,
+    metrics: Metrics,
+}
+
+fn router(health: Health, metrics: Metrics) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics_text))
+        .with_state(AdminState { health, metrics })
+}
+
+async fn ready(State(s): State<AdminState>) -> impl IntoResponse {
+    let status = s.health.status();
+    let code = if status.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, axum::Json(status))
+}
+
+async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+}
+
+/// Serves until `stop` is cancelled.
+///
+/// # Errors
+/// The server's I/O error.
+pub async fn serve(
+    listener: TcpListener,
+    health: Health,
+    metrics: Metrics,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(health, metrics))
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+}

@@ -1,0 +1,378 @@
+//! The supervisor: builds everything from a [`Config`], then runs the phases
+//! connect → topology (with a stop-aware retry) → consume, and the ordered shutdown
+//! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::capacity::{Limits, PullTiming};
+use crate::config::{Config, OnMissing, SourceKind};
+use crate::dispatch::{Dispatch, DispatchError, Ended};
+use crate::forward::{ForwardError, Forwarder};
+use crate::health::{Health, State};
+use crate::metrics::Metrics;
+use crate::nats::{Nats, NatsError, PullerConfig, TopologyError, TopologyRequest};
+use crate::policy::{Policy, backoff};
+use crate::topology::{ConsumerSpec, StreamSpec};
+
+/// A failure that ends the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The admin listener could not be bound.
+    #[error("cannot listen on admin.listen {addr}")]
+    AdminBind {
+        /// The address.
+        addr: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Metrics registration failed.
+    #[error("cannot register metrics")]
+    Metrics(#[from] prometheus::Error),
+    /// The HTTP client could not be built.
+    #[error(transparent)]
+    Forward(#[from] ForwardError),
+    /// NATS failed.
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+    /// The topology cannot be used.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// The message source failed.
+    #[error(transparent)]
+    Dispatch(#[from] DispatchError),
+    /// A source kind this build does not serve yet.
+    #[error("source.kind = {0:?} is not supported by this build")]
+    Unsupported(&'static str),
+}
+
+impl AppError {
+    /// Whether the error is the user's configuration (exit 64) rather than a runtime
+    /// failure (exit 1).
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            AppError::Forward(ForwardError::BearerToken { .. } | ForwardError::Header(_))
+                | AppError::Nats(NatsError::Secret { .. } | NatsError::ServerAddress(_))
+                | AppError::Unsupported(_)
+        )
+    }
+}
+
+/// The built daemon, not yet running.
+#[derive(Debug)]
+pub struct App {
+    config: Config,
+    metrics: Metrics,
+    health: Health,
+    admin: TcpListener,
+    forwarder: Forwarder,
+}
+
+/// The consumer this daemon requires, from the config.
+pub fn topology_request(config: &Config) -> TopologyRequest {
+    let managed = config.topology.managed_stream.as_ref().map(|m| StreamSpec {
+        name: config.source.stream.clone(),
+        subjects: m.subjects.clone(),
+        storage: m.storage,
+        replicas: m.replicas,
+        retention: m.retention,
+        discard: m.discard,
+        max_age_ms: m.max_age_ms,
+        max_msgs: m.max_msgs,
+        max_bytes: m.max_bytes,
+        duplicate_window_ms: m.duplicate_window_ms,
+    });
+    let deliver_policy = serde_json::to_value(config.consumer.deliver_policy)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "all".into());
+    TopologyRequest {
+        stream: config.source.stream.clone(),
+        stream_mode: config.topology.stream,
+        managed,
+        consumer: ConsumerSpec {
+            name: config.source.durable.clone(),
+            filter_subjects: config.source.filter_subjects.clone(),
+            deliver_policy,
+            ack_explicit: true,
+            ack_wait_ms: config.consumer.ack_wait_ms,
+            max_deliver: config.consumer.max_deliver,
+            max_ack_pending: i64::from(config.delivery.max_buffered),
+            backoff_ms: config.consumer.backoff_ms.clone(),
+            priority: None,
+            pull: true,
+        },
+        consumer_mode: config.topology.consumer,
+    }
+}
+
+impl App {
+    /// Builds the daemon: metrics, readiness, the admin listener and the HTTP client.
+    /// Nothing touches NATS yet.
+    ///
+    /// # Errors
+    /// [`AppError`].
+    pub async fn build(config: Config) -> Result<App, AppError> {
+        if config.kind() != SourceKind::Durable {
+            return Err(AppError::Unsupported(match config.kind() {
+                SourceKind::Static => "static",
+                _ => "elastic",
+            }));
+        }
+        let metrics = Metrics::new()?;
+        let member = config
+            .kind()
+            .is_group()
+            .then(|| config.source.member.clone());
+        let health = Health::new(member, metrics.clone());
+        let admin = TcpListener::bind(&config.admin.listen)
+            .await
+            .map_err(|source| AppError::AdminBind {
+                addr: config.admin.listen.clone(),
+                source,
+            })?;
+        let forwarder = Forwarder::new(&config.http, config.delivery.max_in_flight as usize)?;
+        Ok(App {
+            config,
+            metrics,
+            health,
+            admin,
+            forwarder,
+        })
+    }
+
+    /// The bound admin address (useful with port 0).
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.local_addr().ok()
+    }
+
+    /// The readiness handle.
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
+    /// Runs until `shutdown` is cancelled (then drains and returns `Ok`) or a fatal
+    /// error.
+    ///
+    /// # Errors
+    /// [`AppError`].
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), AppError> {
+        let admin_stop = CancellationToken::new();
+        let admin = tokio::spawn(crate::admin::serve(
+            self.admin,
+            self.health.clone(),
+            self.metrics.clone(),
+            admin_stop.clone(),
+        ));
+        let result = Supervisor {
+            config: self.config,
+            metrics: self.metrics,
+            health: self.health.clone(),
+            forwarder: self.forwarder,
+        }
+        .run(&shutdown)
+        .await;
+        self.health.set(State::Draining, "stopped");
+        // The admin endpoints stay up until everything else is done.
+        admin_stop.cancel();
+        match admin.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "admin server failed"),
+            Err(e) => tracing::warn!(error = %e, "admin server task failed"),
+            Ok(Ok(())) => {}
+        }
+        result
+    }
+}
+
+struct Supervisor {
+    config: Config,
+    metrics: Metrics,
+    health: Health,
+    forwarder: Forwarder,
+}
+
+impl Supervisor {
+    async fn run(self, shutdown: &CancellationToken) -> Result<(), AppError> {
+        let cfg = &self.config;
+        self.health.set(State::NotReady, "connecting to NATS");
+        let nats = Nats::connect(&cfg.nats, true).await?;
+        let mirror = self.mirror_connection(&nats);
+        let result = self.consume(&nats, shutdown).await;
+        mirror.abort();
+        if let Err(e) = nats.flush().await {
+            tracing::warn!(error = %e, "cannot flush NATS at shutdown");
+        }
+        result
+    }
+
+    /// Mirrors the connection state into readiness and metrics.
+    fn mirror_connection(&self, nats: &Nats) -> JoinHandle<()> {
+        let mut state = nats.state();
+        let health = self.health.clone();
+        tokio::spawn(async move {
+            loop {
+                let connected = state.borrow_and_update().connected;
+                health.set_connected(connected);
+                if state.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    async fn consume(&self, nats: &Nats, shutdown: &CancellationToken) -> Result<(), AppError> {
+        let cfg = &self.config;
+        if !wait_connected(nats, shutdown).await {
+            return Ok(());
+        }
+        nats.check_server_version()?;
+        let request = topology_request(cfg);
+        let dispatch = Arc::new(Dispatch {
+            forwarder: self.forwarder.clone(),
+            policy: policy(cfg),
+            metrics: self.metrics.clone(),
+            health: self.health.clone(),
+            max_in_flight: cfg.delivery.max_in_flight as usize,
+            shutdown_grace: Duration::from_millis(cfg.delivery.shutdown_grace_ms),
+            pinned_mode: false,
+        });
+        loop {
+            if !self.bind_topology(nats, &request, shutdown).await? {
+                return Ok(());
+            }
+            let puller = nats
+                .puller(PullerConfig {
+                    stream: request.stream.clone(),
+                    consumer: request.consumer.name.clone(),
+                    group: None,
+                    limits: Limits {
+                        max_batch: cfg.delivery.max_batch,
+                        max_buffered: cfg.delivery.max_buffered,
+                    },
+                    timing: PullTiming::for_ack_wait(Duration::from_millis(
+                        cfg.consumer.ack_wait_ms,
+                    )),
+                    confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed,
+                    partitioned: cfg.kind().is_group(),
+                })
+                .await?;
+            let gauges = self.consumer_gauges(nats, &request);
+            let ended = dispatch.run(puller, shutdown.clone()).await;
+            gauges.abort();
+            match ended? {
+                Ended::Shutdown => return Ok(()),
+                Ended::SourceLost(reason) => {
+                    tracing::warn!(reason = %reason, "the consumer went away; checking the topology again");
+                    self.health
+                        .set(State::NotReady, format!("consumer lost: {reason}"));
+                }
+            }
+        }
+    }
+
+    /// Checks and binds the topology, retrying while it is missing (when allowed) or
+    /// NATS is unavailable. `Ok(false)` when shutdown came first.
+    async fn bind_topology(
+        &self,
+        nats: &Nats,
+        request: &TopologyRequest,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, AppError> {
+        let t = &self.config.topology;
+        let mut attempt = 0u32;
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(false);
+            }
+            match nats.ensure(request).await {
+                Ok(bound) => {
+                    tracing::info!(
+                        stream = %request.stream, consumer = %request.consumer.name,
+                        created = bound.consumer_created, stream_action = ?bound.stream_action,
+                        "topology ready"
+                    );
+                    return Ok(true);
+                }
+                Err(e)
+                    if e.is_unavailable()
+                        || (e.is_missing() && t.on_missing == OnMissing::Retry) =>
+                {
+                    attempt = attempt.saturating_add(1);
+                    // Logged once per change by Health::set, not once per attempt.
+                    self.health.set(State::NotReady, format!("topology: {e}"));
+                    let delay = backoff(
+                        Duration::from_millis(t.retry_initial_ms),
+                        Duration::from_millis(t.retry_max_ms),
+                        attempt,
+                    );
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(false),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Refreshes the consumer pending gauges every few seconds.
+    fn consumer_gauges(&self, nats: &Nats, request: &TopologyRequest) -> JoinHandle<()> {
+        let (nats, metrics) = (nats.clone(), self.metrics.clone());
+        let (stream, consumer) = (request.stream.clone(), request.consumer.name.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                if let Some((pending, ack_pending)) = nats.consumer_counts(&stream, &consumer).await
+                {
+                    metrics
+                        .consumer_pending
+                        .set(i64::try_from(pending).unwrap_or(i64::MAX));
+                    metrics
+                        .consumer_ack_pending
+                        .set(i64::try_from(ack_pending).unwrap_or(i64::MAX));
+                }
+            }
+        })
+    }
+}
+
+/// Waits until NATS is connected; `false` when shutdown came first.
+async fn wait_connected(nats: &Nats, shutdown: &CancellationToken) -> bool {
+    let mut state = nats.state();
+    loop {
+        if state.borrow_and_update().connected {
+            return true;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return false,
+            changed = state.changed() => if changed.is_err() { return false },
+        }
+    }
+}
+
+/// The retry policy from the config.
+pub fn policy(cfg: &Config) -> Policy {
+    Policy {
+        retry: cfg.retry_statuses(),
+        term: cfg.term_statuses(),
+        retry_initial: Duration::from_millis(cfg.delivery.retry_initial_ms),
+        retry_max: Duration::from_millis(cfg.delivery.retry_max_ms),
+        retry_after_max: Duration::from_millis(cfg.delivery.retry_after_max_ms),
+        max_attempts: u32::try_from(cfg.consumer.max_deliver)
+            .ok()
+            .filter(|n| *n > 0),
+    }
+}

@@ -1,0 +1,146 @@
+//! What the daemon knows about one delivered message, in our own types: the JetStream
+//! metadata, the message headers as strings, the payload, and the partition.
+//!
+//! Built by the NATS boundary, read by the dispatcher, the header mapping and the log.
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+
+/// JetStream metadata of one delivery (from its ack subject).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    /// The stream the message was delivered from.
+    pub stream: String,
+    /// The consumer that delivered it.
+    pub consumer: String,
+    /// Stream sequence.
+    pub stream_seq: u64,
+    /// Consumer sequence.
+    pub consumer_seq: u64,
+    /// Delivery count, 1 on the first delivery.
+    pub delivered: u32,
+    /// Messages still pending for the consumer.
+    pub pending: u64,
+    /// Publish time.
+    pub published: OffsetDateTime,
+}
+
+/// One message as the dispatcher sees it.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The message subject as stored.
+    pub subject: String,
+    /// Metadata, or why it could not be read (the message is then terminated).
+    pub meta: Result<Meta, String>,
+    /// Message headers (name, value), in order; names as sent.
+    pub headers: Vec<(String, String)>,
+    /// The payload, unchanged.
+    pub payload: Bytes,
+    /// The partition number, in group sources.
+    pub partition: Option<u32>,
+    /// The subject with the partition token stripped (= `subject` outside groups).
+    pub app_subject: String,
+    /// Why the message breaks what the transport promises (no partition token in a
+    /// group source, unreadable metadata); it is then terminated, never sent.
+    pub invalid: Option<String>,
+}
+
+impl Delivery {
+    /// Delivery count, 1 when the metadata is unreadable.
+    pub fn delivered(&self) -> u32 {
+        self.meta.as_ref().map_or(1, |m| m.delivered)
+    }
+
+    /// Stream sequence, 0 when the metadata is unreadable.
+    pub fn stream_seq(&self) -> u64 {
+        self.meta.as_ref().map_or(0, |m| m.stream_seq)
+    }
+
+    /// The last value of a message header, case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Meta {
+    /// Parses the JetStream ack subject that carries the metadata:
+    /// `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<nanos>.<pending>` (v1), or
+    /// `$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<nanos>.<pending>[.<token>]` (v2).
+    ///
+    /// # Errors
+    /// A sentence saying what is wrong; the message is then terminated, never a crash.
+    pub fn from_ack_subject(reply: &str) -> Result<Meta, String> {
+        let t: Vec<&str> = reply.split('.').collect();
+        if t.len() < 2 || t[0] != "$JS" || t[1] != "ACK" {
+            return Err(format!(
+                "reply subject {reply:?} is not a JetStream ack subject"
+            ));
+        }
+        let fields = match t.len() {
+            9 => &t[2..9],
+            11 | 12 => &t[4..11],
+            n => return Err(format!("ack subject has {n} tokens, expected 9, 11 or 12")),
+        };
+        let num = |i: usize, what: &str| -> Result<u64, String> {
+            fields[i]
+                .parse::<u64>()
+                .map_err(|_| format!("ack subject {what} {:?} is not a number", fields[i]))
+        };
+        let nanos = num(5, "timestamp")?;
+        Ok(Meta {
+            stream: fields[0].to_string(),
+            consumer: fields[1].to_string(),
+            delivered: u32::try_from(num(2, "delivery count")?).unwrap_or(u32::MAX),
+            stream_seq: num(3, "stream sequence")?,
+            consumer_seq: num(4, "consumer sequence")?,
+            published: OffsetDateTime::from_unix_timestamp_nanos(i128::from(nanos))
+                .map_err(|_| "ack subject timestamp is out of range".to_string())?,
+            pending: num(6, "pending count")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_subject_table() {
+        let v1 =
+            Meta::from_ack_subject("$JS.ACK.ORDERS.worker.2.42.7.1700000000000000000.5").unwrap();
+        assert_eq!(
+            (
+                v1.stream.as_str(),
+                v1.consumer.as_str(),
+                v1.delivered,
+                v1.stream_seq,
+                v1.consumer_seq,
+                v1.pending
+            ),
+            ("ORDERS", "worker", 2, 42, 7, 5)
+        );
+        assert_eq!(v1.published.unix_timestamp(), 1_700_000_000);
+        let v2 =
+            Meta::from_ack_subject("$JS.ACK.hub.ACC.ORDERS.worker.1.3.4.1700000000000000000.0.tok")
+                .unwrap();
+        assert_eq!(
+            (v2.stream.as_str(), v2.delivered, v2.stream_seq),
+            ("ORDERS", 1, 3)
+        );
+        assert!(Meta::from_ack_subject("$JS.ACK.hub.ACC.S.c.1.3.4.1700000000000000000.0").is_ok());
+        for bad in [
+            "",
+            "_INBOX.x",
+            "$JS.ACK.S.c.1.2",
+            "$JS.ACK.S.c.x.42.7.1700000000000000000.5",
+            "$JS.ACK.S.c.1.42.7.notatime.5",
+            "$JS.ACK.S.c.1.42.7.99999999999999999999.5",
+        ] {
+            assert!(Meta::from_ack_subject(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The HTTP boundary: the only module that names `reqwest` types.
+//!
+//! Builds exactly one POST per attempt from a [`Delivery`] (body = payload unchanged,
+//! headers from `crate::headers`), sends it through a keep-alive pool with
+//! `http.timeout_ms`, and turns the answer into a policy [`Outcome`]. The response
+//! body is read (bounded) and discarded, so the connection goes back to the pool; it
+//! is never logged.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use tokio::time::Instant;
+
+use crate::config::HttpConfig;
+use crate::delivery::Delivery;
+use crate::metrics::HttpClass;
+use crate::policy::{AppAction, Outcome, parse_retry_after};
+
+/// The response header by which the app overrides the status mapping.
+pub const ACTION_HEADER: &str = "jetrelay-action";
+
+/// At most this much of a response body is read before the connection is dropped.
+const MAX_BODY_DRAIN: usize = 64 * 1024;
+
+/// Why the HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// The bearer token file could not be read.
+    #[error("cannot read http.bearer_token_file ({path})")]
+    BearerToken {
+        /// The path.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configured header or the token is not valid HTTP.
+    #[error("http.headers.{0}: not a valid header")]
+    Header(String),
+    /// The URL does not parse.
+    #[error("http.url: {0}")]
+    Url(String),
+    /// The client could not be built.
+    #[error("cannot build the HTTP client")]
+    Client(#[source] reqwest::Error),
+}
+
+/// The result of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forwarded {
+    /// What happened, for the policy.
+    pub outcome: Outcome,
+    /// The metric class.
+    pub class: HttpClass,
+    /// Message headers not sent because they are not valid HTTP.
+    pub skipped_headers: usize,
+    /// Time from sending to the answer (or failure).
+    pub elapsed: Duration,
+    /// A `Jetrelay-Action` value that was not understood (it is ignored).
+    pub bad_action: bool,
+}
+
+/// Sends deliveries to the app.
+#[derive(Debug, Clone)]
+pub struct Forwarder {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    health_url: Option<reqwest::Url>,
+    extra: HeaderMap,
+    timeout: Duration,
+}
+
+impl Forwarder {
+    /// Builds the pooled client from `[http]`; `pool` is the number of idle
+    /// connections kept (= `delivery.max_in_flight`).
+    ///
+    /// # Errors
+    /// [`ForwardError`].
+    pub fn new(cfg: &HttpConfig, pool: usize) -> Result<Forwarder, ForwardError> {
+        let mut extra = HeaderMap::new();
+        for (name, value) in &cfg.headers {
+            let n = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| ForwardError::Header(name.clone()))?;
+            let v = HeaderValue::from_str(value).map_err(|_| ForwardError::Header(name.clone()))?;
+            extra.insert(n, v);
+        }
+        if !cfg.bearer_token_file.is_empty() {
+            let token = std::fs::read_to_string(&cfg.bearer_token_file).map_err(|source| {
+                ForwardError::BearerToken {
+                    path: cfg.bearer_token_file.clone(),
+                    source,
+                }
+            })?;
+            let mut v = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+                .map_err(|_| ForwardError::Header("Authorization".into()))?;
+            v.set_sensitive(true);
+            extra.insert(AUTHORIZATION, v);
+        }
+        let parse = |u: &str| reqwest::Url::parse(u).map_err(|e| ForwardError::Url(e.to_string()));
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(pool)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(ForwardError::Client)?;
+        Ok(Forwarder {
+            client,
+            url: parse(&cfg.url)?,
+            health_url: if cfg.health_url.is_empty() {
+                None
+            } else {
+                Some(parse(&cfg.health_url)?)
+            },
+            extra,
+            timeout: Duration::from_millis(cfg.timeout_ms),
+        })
+    }
+
+    /// Offers one delivery to the app, once.
+    pub async fn forward(&self, d: &Delivery) -> Forwarded {
+        let mapped = crate::headers::map(d, None);
+        let mut headers = HeaderMap::with_capacity(mapped.headers.len() + self.extra.len());
+        let mut skipped = mapped.skipped_invalid;
+        for (name, value) in &mapped.headers {
+            // headers::map only returns valid names and values; a mismatch between
+            // its rules and the http crate's is counted, never a crash.
+            match (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(value.as_bytes()),
+            ) {
+                (Ok(n), Ok(v)) => {
+                    headers.append(n, v);
+                }
+                _ => skipped += 1,
+            }
+        }
+        for (n, v) in &self.extra {
+            headers.insert(n.clone(), v.clone());
+        }
+        let start = Instant::now();
+        let result = self
+            .client
+            .post(self.url.clone())
+            .headers(headers)
+            .body(d.payload.clone())
+            .timeout(self.timeout)
+            .send()
+            .await;
+        let (outcome, class, bad_action) = match result {
+            Ok(mut resp) => {
+                let status = resp.status().as_u16();
+                let retry_after = resp
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| parse_retry_after(v, SystemTime::now()));
+                let raw_action = resp
+                    .headers()
+                    .get(ACTION_HEADER)
+                    .map(|v| v.to_str().unwrap_or(""));
+                let action = raw_action.and_then(AppAction::parse);
+                let bad_action = raw_action.is_some() && action.is_none();
+                // Drain a bounded amount so the connection can be reused.
+                let mut drained = 0;
+                while drained < MAX_BODY_DRAIN {
+                    match tokio::time::timeout_at(start + self.timeout, resp.chunk()).await {
+                        Ok(Ok(Some(chunk))) => drained += chunk.len(),
+                        _ => break,
+                    }
+                }
+                (
+                    Outcome::Answered {
+                        status,
+                        retry_after,
+                        action,
+                    },
+                    HttpClass::Status(status),
+                    bad_action,
+                )
+            }
+            Err(e) if e.is_timeout() => (Outcome::Timeout, HttpClass::Timeout, false),
+            Err(_) => (Outcome::TransportError, HttpClass::Error, false),
+        };
+        Forwarded {
+            outcome,
+            class,
+            skipped_headers: skipped,
+            elapsed: start.elapsed(),
+            bad_action,
+        }
+    }
+
+    /// Whether the app's health URL answers 2xx within `timeout` (true when none is
+    /// configured).
+    pub async fn healthy(&self, timeout: Duration) -> bool {
+        let Some(url) = &self.health_url else {
+            return true;
+        };
+        match self.client.get(url.clone()).timeout(timeout).send().await {
+            Ok(r) => r.status().is_success(),
+            Err(_) => false,
+        }
+    }
+}

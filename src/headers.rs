@@ -1,0 +1,223 @@
+//! The header contract of the request to the app, as a pure function: which message
+//! headers pass through, which are dropped, and the metadata headers we add.
+//!
+//! Works on strings only; `forward.rs` turns the result into HTTP types.
+
+use time::format_description::well_known::Rfc3339;
+
+use crate::delivery::Delivery;
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the
+/// ones the HTTP client computes itself.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+];
+
+/// The request headers for one delivery.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Mapped {
+    /// (name, value) pairs to send; names are valid tokens, values valid field values.
+    pub headers: Vec<(String, String)>,
+    /// Message headers that could not be sent because they are not valid HTTP.
+    pub skipped_invalid: usize,
+}
+
+/// Maps one delivery's message headers and metadata to request headers.
+///
+/// `Nats-*` message headers are never passed through: the server's own
+/// (`Nats-Pin-Id`, `Nats-Stream-Source`, ...) mean nothing to the app, and the
+/// publisher must not be able to forge the metadata headers set here.
+pub fn map(d: &Delivery, stream_source: Option<(&str, u64)>) -> Mapped {
+    let mut out = Mapped::default();
+    for (name, value) in &d.headers {
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("nats-") || HOP_BY_HOP.contains(&lower.as_str()) {
+            continue;
+        }
+        if is_valid_name(name) && is_valid_value(value) {
+            out.headers.push((name.clone(), value.clone()));
+        } else {
+            out.skipped_invalid += 1;
+        }
+    }
+    let content_type = d
+        .header("Content-Type")
+        .filter(|v| is_valid_value(v) && !v.is_empty())
+        .unwrap_or("application/octet-stream");
+    let mut add = |n: &str, v: String| out.headers.push((n.to_string(), v));
+    add("Content-Type", content_type.to_string());
+    add("Nats-Subject", d.app_subject.clone());
+    if let Ok(m) = &d.meta {
+        add("Nats-Stream", m.stream.clone());
+        add("Nats-Sequence", m.stream_seq.to_string());
+        add("Nats-Delivered", m.delivered.to_string());
+        if let Ok(t) = m.published.to_offset(time::UtcOffset::UTC).format(&Rfc3339) {
+            add("Nats-Published", t);
+        }
+    }
+    if let Some((stream, seq)) = stream_source {
+        add("Nats-Origin-Stream", stream.to_string());
+        add("Nats-Origin-Sequence", seq.to_string());
+    }
+    if let Some(p) = d.partition {
+        add("Nats-Partition", p.to_string());
+    }
+    if let Some(id) = d.header("Nats-Msg-Id").filter(|v| is_valid_value(v)) {
+        add("Nats-Msg-Id", id.to_string());
+    }
+    out
+}
+
+/// An HTTP field name: a non-empty RFC 9110 token.
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// An HTTP field value: visible characters, spaces and tabs (and obs-text), no
+/// CR, LF, NUL or other controls, no leading or trailing white space.
+pub fn is_valid_value(value: &str) -> bool {
+    let b = value.as_bytes();
+    let edge_ok = |c: Option<&u8>| c.is_none_or(|c| *c != b' ' && *c != b'\t');
+    edge_ok(b.first())
+        && edge_ok(b.last())
+        && b.iter()
+            .all(|&c| c == b'\t' || (0x20..0x7f).contains(&c) || c >= 0x80)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::Meta;
+    use bytes::Bytes;
+    use time::OffsetDateTime;
+
+    fn delivery(headers: &[(&str, &str)], partition: Option<u32>) -> Delivery {
+        Delivery {
+            subject: "3.orders.eu".into(),
+            meta: Ok(Meta {
+                stream: "ORDERS".into(),
+                consumer: "c".into(),
+                stream_seq: 42,
+                consumer_seq: 7,
+                delivered: 2,
+                pending: 0,
+                published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
+            }),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            payload: Bytes::from_static(b"x"),
+            partition,
+            app_subject: "orders.eu".into(),
+            invalid: None,
+        }
+    }
+
+    fn get<'a>(m: &'a Mapped, name: &str) -> Vec<&'a str> {
+        m.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn metadata_headers() {
+        let m = map(&delivery(&[("Nats-Msg-Id", "abc")], Some(3)), None);
+        assert_eq!(get(&m, "Nats-Subject"), ["orders.eu"]);
+        assert_eq!(get(&m, "Nats-Stream"), ["ORDERS"]);
+        assert_eq!(get(&m, "Nats-Sequence"), ["42"]);
+        assert_eq!(get(&m, "Nats-Delivered"), ["2"]);
+        assert_eq!(get(&m, "Nats-Partition"), ["3"]);
+        assert_eq!(get(&m, "Nats-Published"), ["2023-11-14T22:13:20Z"]);
+        assert_eq!(get(&m, "Nats-Msg-Id"), ["abc"]);
+        assert_eq!(get(&m, "Content-Type"), ["application/octet-stream"]);
+        assert!(get(&m, "Nats-Origin-Stream").is_empty());
+        let m = map(&delivery(&[], None), Some(("ORIG", 9)));
+        assert_eq!(get(&m, "Nats-Origin-Stream"), ["ORIG"]);
+        assert_eq!(get(&m, "Nats-Origin-Sequence"), ["9"]);
+        assert!(get(&m, "Nats-Partition").is_empty());
+        assert!(get(&m, "Nats-Msg-Id").is_empty());
+    }
+
+    #[test]
+    fn pass_through_drop_and_skip_table() {
+        let m = map(
+            &delivery(
+                &[
+                    ("X-Trace", "t1"),
+                    ("X-Multi", "a"),
+                    ("X-Multi", "b"),
+                    ("Content-Type", "application/json"),
+                    ("Nats-Pin-Id", "pin"),
+                    ("Nats-Stream-Source", "ORIG 2 > x"),
+                    ("Nats-Sequence", "999"),
+                    ("Connection", "close"),
+                    ("Transfer-Encoding", "chunked"),
+                    ("Bad Name", "v"),
+                    ("X-Bad-Value", "a\r\nInjected: 1"),
+                    ("X-Utf8", "café"),
+                ],
+                None,
+            ),
+            None,
+        );
+        assert_eq!(get(&m, "X-Trace"), ["t1"]);
+        assert_eq!(get(&m, "X-Multi"), ["a", "b"]);
+        assert_eq!(get(&m, "Content-Type"), ["application/json"]);
+        assert_eq!(get(&m, "X-Utf8"), ["café"]);
+        assert_eq!(
+            get(&m, "Nats-Sequence"),
+            ["42"],
+            "the publisher cannot forge metadata"
+        );
+        for dropped in [
+            "Nats-Pin-Id",
+            "Nats-Stream-Source",
+            "Connection",
+            "Transfer-Encoding",
+            "Injected",
+        ] {
+            assert!(get(&m, dropped).is_empty(), "{dropped}");
+        }
+        assert_eq!(m.skipped_invalid, 2);
+    }
+
+    #[test]
+    fn names_and_values() {
+        assert!(is_valid_name("X-Good_1"));
+        for bad in ["", "a b", "a:b", "é", "a\n"] {
+            assert!(!is_valid_name(bad), "{bad:?}");
+        }
+        assert!(is_valid_value(""));
+        assert!(is_valid_value("a b\tc"));
+        for bad in ["a\rb", "a\nb", "a\0", " lead", "trail "] {
+            assert!(!is_valid_value(bad), "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_mapped_header_is_valid(name in "\\PC{0,12}", value in "\\PC{0,20}") {
+            let m = map(&delivery(&[(&name, &value)], None), None);
+            for (n, v) in &m.headers {
+                proptest::prop_assert!(is_valid_name(n) && is_valid_value(v));
+            }
+        }
+    }
+}

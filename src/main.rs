@@ -1,0 +1,132 @@
+//! The process edge: command line, config loading, logging, the runtime, signals and
+//! exit codes (0 clean stop, 64 bad config or usage, 1 runtime failure). The only
+//! place that reads argv or exits.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use jetrelay::app::{self, App};
+use jetrelay::config::{Config, ConfigError};
+use tokio_util::sync::CancellationToken;
+
+/// Consume NATS JetStream and deliver each message to a local app over HTTP.
+#[derive(Debug, Parser)]
+#[command(name = "jetrelay", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon.
+    Run {
+        /// The TOML config file (environment variables JETRELAY_* override it).
+        #[arg(long, env = "JETRELAY_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Validate the config and print the topology plan; changes nothing.
+    Check {
+        /// The TOML config file (environment variables JETRELAY_* override it).
+        #[arg(long, env = "JETRELAY_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+const EX_USAGE: u8 = 64;
+
+#[allow(clippy::print_stderr, clippy::print_stdout)] // The process edge talks to the terminal.
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let usage = e.use_stderr();
+            // Nothing more can be done when stderr itself is gone.
+            e.print().ok();
+            return if usage {
+                ExitCode::from(EX_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let (Command::Run { config } | Command::Check { config }) = &cli.command;
+    let config = match Config::load(config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jetrelay: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    jetrelay::telemetry::init(&config.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("jetrelay: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Run { .. } => runtime.block_on(run(config)),
+        Command::Check { .. } => runtime.block_on(check(config)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let chain = format!("{e:#}");
+            tracing::error!(error = %chain, "jetrelay stopped");
+            eprintln!("jetrelay: {chain}");
+            let config_error = e
+                .downcast_ref::<app::AppError>()
+                .is_some_and(app::AppError::is_config)
+                || e.downcast_ref::<ConfigError>().is_some();
+            if config_error {
+                ExitCode::from(EX_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<ExitCode> {
+    let app = App::build(config).await?;
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), admin = ?app.admin_addr(), "jetrelay starting");
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        match jetrelay::shutdown::signal().await {
+            Ok(name) => tracing::info!(signal = name, "shutdown requested"),
+            Err(e) => tracing::error!(error = %e, "cannot listen for signals"),
+        }
+        trigger.cancel();
+    });
+    app.run(shutdown).await?;
+    tracing::info!("jetrelay stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}
+
+#[allow(clippy::print_stdout)] // `check` reports to the terminal.
+async fn check(config: Config) -> anyhow::Result<ExitCode> {
+    let request = app::topology_request(&config);
+    println!(
+        "config: ok (source.kind = {:?}, stream {})",
+        config.kind(),
+        request.stream
+    );
+    let nats = jetrelay::nats::Nats::connect(&config.nats, false).await?;
+    nats.check_server_version()?;
+    let report = jetrelay::check::report(&nats, &request).await;
+    for line in &report.lines {
+        println!("{line}");
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,185 @@
+//! Connecting: options from `[nats]`, secrets read from their files, and the
+//! connection state published on a `watch`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{ConnectOptions, Event, ServerAddr};
+use tokio::sync::watch;
+
+use super::NatsError;
+use crate::config::NatsConfig;
+
+/// The connection as the rest of the daemon sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnState {
+    /// Whether the client is connected now.
+    pub connected: bool,
+    /// Bumped on every (re)connect: pulls issued before it are gone with the old
+    /// connection and must be sent again.
+    pub generation: u64,
+}
+
+/// A connected client, its JetStream context and the connection state.
+#[derive(Debug, Clone)]
+pub struct Nats {
+    pub(super) client: async_nats::Client,
+    pub(super) js: async_nats::jetstream::Context,
+    state: watch::Receiver<ConnState>,
+}
+
+impl Nats {
+    /// Connects; with `retry_initial`, returns at once and keeps trying in the
+    /// background (the daemon stays up and not ready while NATS is down).
+    ///
+    /// # Errors
+    /// [`NatsError`] for unreadable secrets, bad addresses, or (without
+    /// `retry_initial`) a failed first connection.
+    pub async fn connect(cfg: &NatsConfig, retry_initial: bool) -> Result<Nats, NatsError> {
+        let (tx, rx) = watch::channel(ConnState::default());
+        let tx = Arc::new(tx);
+        let mut opts = auth(ConnectOptions::new(), cfg).await?;
+        let (first, max) = (
+            Duration::from_millis(cfg.reconnect_delay_ms),
+            Duration::from_millis(cfg.reconnect_delay_max_ms),
+        );
+        let events = Arc::clone(&tx);
+        opts = opts
+            .name(&cfg.name)
+            .connection_timeout(Duration::from_millis(cfg.connect_timeout_ms))
+            .request_timeout(Some(Duration::from_millis(cfg.request_timeout_ms)))
+            .max_reconnects((cfg.max_reconnects > 0).then_some(cfg.max_reconnects as usize))
+            .reconnect_delay_callback(move |attempts| {
+                crate::policy::backoff(first, max, u32::try_from(attempts).unwrap_or(u32::MAX))
+            })
+            .event_callback(move |event| {
+                let tx = Arc::clone(&events);
+                async move {
+                    match event {
+                        Event::Connected => tx.send_modify(|s| {
+                            s.connected = true;
+                            s.generation += 1;
+                        }),
+                        Event::Disconnected | Event::Closed => {
+                            tx.send_modify(|s| s.connected = false);
+                        }
+                        Event::SlowConsumer(sid) => {
+                            tracing::warn!(sid, "nats client reports a slow consumer");
+                        }
+                        other => tracing::debug!(event = %other, "nats event"),
+                    }
+                }
+            });
+        if cfg.tls_required {
+            opts = opts.require_tls(true);
+        }
+        if !cfg.tls_ca_file.is_empty() {
+            opts = opts.add_root_certificates(PathBuf::from(&cfg.tls_ca_file));
+        }
+        if !cfg.tls_cert_file.is_empty() {
+            opts = opts.add_client_certificate(
+                PathBuf::from(&cfg.tls_cert_file),
+                PathBuf::from(&cfg.tls_key_file),
+            );
+        }
+        if retry_initial {
+            opts = opts.retry_on_initial_connect();
+        }
+        let addrs = cfg
+            .servers
+            .iter()
+            .map(|s| {
+                s.parse::<ServerAddr>()
+                    .map_err(|_| NatsError::ServerAddress(s.clone()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = opts.connect(addrs).await.map_err(NatsError::Connect)?;
+        // Events can be dropped (the client sends them with try_send), so the state is
+        // also reconciled with the client's own view once a second.
+        tokio::spawn(reconcile(client.clone(), tx));
+        let js = async_nats::jetstream::new(client.clone());
+        Ok(Nats {
+            client,
+            js,
+            state: rx,
+        })
+    }
+
+    /// The connection state, kept current.
+    pub fn state(&self) -> watch::Receiver<ConnState> {
+        self.state.clone()
+    }
+
+    /// Checks the server version once connected (priority groups need 2.11).
+    ///
+    /// # Errors
+    /// [`NatsError::ServerTooOld`].
+    pub fn check_server_version(&self) -> Result<(), NatsError> {
+        if self.client.is_server_compatible(2, 11, 0) {
+            Ok(())
+        } else {
+            Err(NatsError::ServerTooOld(self.client.server_info().version))
+        }
+    }
+
+    /// Flushes what is buffered (acks are fire-and-forget publishes).
+    ///
+    /// # Errors
+    /// [`NatsError::Flush`].
+    pub async fn flush(&self) -> Result<(), NatsError> {
+        self.client.flush().await.map_err(NatsError::Flush)
+    }
+}
+
+async fn reconcile(client: async_nats::Client, tx: Arc<watch::Sender<ConnState>>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if tx.is_closed() {
+            return;
+        }
+        let connected = client.connection_state() == async_nats::connection::State::Connected;
+        tx.send_if_modified(|s| {
+            if s.connected == connected {
+                return false;
+            }
+            if connected {
+                // A Connected event was dropped: count the reconnect here.
+                s.generation += 1;
+            }
+            s.connected = connected;
+            true
+        });
+    }
+}
+
+async fn auth(opts: ConnectOptions, cfg: &NatsConfig) -> Result<ConnectOptions, NatsError> {
+    let read = |key: &'static str, path: &str| {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim().to_string())
+            .map_err(|source| NatsError::Secret {
+                key,
+                path: path.to_string(),
+                source,
+            })
+    };
+    Ok(if !cfg.creds_file.is_empty() {
+        opts.credentials_file(&cfg.creds_file)
+            .await
+            .map_err(|source| NatsError::Secret {
+                key: "creds_file",
+                path: cfg.creds_file.clone(),
+                source,
+            })?
+    } else if !cfg.nkey_seed_file.is_empty() {
+        opts.nkey(read("nkey_seed_file", &cfg.nkey_seed_file)?)
+    } else if !cfg.token_file.is_empty() {
+        opts.token(read("token_file", &cfg.token_file)?)
+    } else if !cfg.user.is_empty() {
+        opts.user_and_password(cfg.user.clone(), read("password_file", &cfg.password_file)?)
+    } else {
+        opts
+    })
+}

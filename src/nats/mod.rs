@@ -1,0 +1,57 @@
+//! The NATS boundary: the only module that names `async_nats` types.
+//!
+//! - `connect`: connection options from `[nats]`, and the connection state as a
+//!   `watch` of [`ConnState`] (the client's own reconnect is used; there is no second
+//!   reconnect loop here).
+//! - `topology`: reads streams and consumers into the pure types of
+//!   `crate::topology`, and carries out the additive plan.
+//! - `pull`: the pull engine ([`Puller`]): own pull requests with `group` and pin `id`,
+//!   sized by `crate::capacity`, on one wildcard inbox.
+//! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
+
+mod connect;
+mod pull;
+mod settle;
+mod topology;
+
+pub use connect::{ConnState, Nats};
+pub use pull::{PullEvent, Puller, PullerConfig};
+pub use settle::Settler;
+pub use topology::{Bound, TopologyError, TopologyRequest};
+
+/// Failures at the NATS boundary that are not about topology.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsError {
+    /// A credentials, key, token or password file could not be read.
+    #[error("cannot read nats.{key} ({path})")]
+    Secret {
+        /// The config key.
+        key: &'static str,
+        /// The path.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A server address did not parse.
+    #[error("nats.servers: {0:?} is not a server address")]
+    ServerAddress(String),
+    /// The connection could not be set up.
+    #[error("cannot connect to NATS")]
+    Connect(#[source] async_nats::ConnectError),
+    /// The server is older than 2.11 (no priority groups).
+    #[error("nats-server {0} is too old: jetrelay needs 2.11 or newer")]
+    ServerTooOld(String),
+    /// Publishing (a pull, an ack) failed.
+    #[error("cannot publish to NATS")]
+    Publish(#[source] async_nats::PublishError),
+    /// A confirmed ack got no confirmation.
+    #[error("the server did not confirm the ack")]
+    AckNotConfirmed(#[source] async_nats::RequestError),
+    /// Subscribing to the pull inbox failed.
+    #[error("cannot subscribe to the pull inbox")]
+    Subscribe(#[source] async_nats::SubscribeError),
+    /// Flushing at shutdown failed.
+    #[error("cannot flush the NATS connection")]
+    Flush(#[source] async_nats::client::FlushError),
+}

@@ -1,0 +1,391 @@
+//! The pull engine: our own pull requests on one wildcard inbox, so that they work on
+//! `pinned_client` consumers (async-nats refuses `fetch()`/`batch()` there, and its
+//! `messages()` stream pre-buffers beyond our capacity).
+//!
+//! Each pull gets its own reply subject `<inbox>.<id>`, so status answers (408, 409,
+//! 423) are matched to the pull they end; delivered messages are counted against the
+//! oldest outstanding pull (the server serves a client's waiting pulls in order).
+//! Pull sizes come from `crate::capacity`: never more than the free buffer room, and
+//! one pull kept outstanding even with a full buffer, carrying the pin id so the pin
+//! stays alive. Pulls are re-issued after a reconnect (the server forgets them) and
+//! when the server's idle heartbeats stop.
+
+use std::collections::VecDeque;
+
+use async_nats::{Client, Message, Subscriber};
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{ConnState, Nats, NatsError, Settler};
+use crate::capacity::{Limits, PullTiming};
+use crate::delivery::{Delivery, Meta};
+use crate::subject::split_partition;
+
+/// At most this many pulls outstanding at once (the server's default `max_waiting`
+/// is 512; we never need many).
+const MAX_OUTSTANDING: usize = 16;
+
+/// What the engine pulls from and how.
+#[derive(Debug, Clone)]
+pub struct PullerConfig {
+    /// The stream.
+    pub stream: String,
+    /// The durable or member consumer.
+    pub consumer: String,
+    /// The priority group of a pinned consumer (`None` for plain consumers).
+    pub group: Option<String>,
+    /// Capacity limits.
+    pub limits: Limits,
+    /// Pull expiry and heartbeat.
+    pub timing: PullTiming,
+    /// Whether acks wait for the server.
+    pub confirmed_acks: bool,
+    /// Whether subjects carry a partition token (group sources).
+    pub partitioned: bool,
+}
+
+/// What the engine has to say.
+#[derive(Debug)]
+pub enum PullEvent {
+    /// A message to dispatch.
+    Message(Box<Delivery>, Settler),
+    /// This instance became pinned (`true`) or lost its pin (`false`).
+    Pinned(bool),
+    /// The consumer or JetStream is gone: go back to topology.
+    ConsumerGone(String),
+    /// A pull was refused for a reason retrying cannot fix.
+    Fatal(String),
+}
+
+#[derive(Debug)]
+struct Pull {
+    id: u64,
+    remaining: u32,
+    deadline: Instant,
+}
+
+/// The pull request body (ADR-42 fields included); durations in nanoseconds.
+#[derive(Serialize)]
+struct PullRequest<'a> {
+    batch: u32,
+    expires: u128,
+    idle_heartbeat: u128,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+}
+
+/// The pull engine of one consumer. Owned by one task; [`Puller::next`] is
+/// cancel-safe (state changes only after an await completes, and a pull is recorded
+/// before it is sent).
+#[derive(Debug)]
+pub struct Puller {
+    client: Client,
+    cfg: PullerConfig,
+    sub: Subscriber,
+    prefix: String,
+    api_subject: String,
+    pin: Option<String>,
+    pulls: VecDeque<Pull>,
+    next_id: u64,
+    last_heard: Instant,
+    conn: watch::Receiver<ConnState>,
+    generation: u64,
+    stopped: bool,
+    pending: Option<PullEvent>,
+}
+
+impl Nats {
+    /// Starts a pull engine on `cfg.consumer`.
+    ///
+    /// # Errors
+    /// [`NatsError::Subscribe`].
+    pub async fn puller(&self, cfg: PullerConfig) -> Result<Puller, NatsError> {
+        let prefix = self.client.new_inbox();
+        let sub = self
+            .client
+            .subscribe(format!("{prefix}.*"))
+            .await
+            .map_err(NatsError::Subscribe)?;
+        let mut conn = self.state();
+        let generation = conn.borrow_and_update().generation;
+        Ok(Puller {
+            client: self.client.clone(),
+            api_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{}", cfg.stream, cfg.consumer),
+            cfg,
+            sub,
+            prefix,
+            pin: None,
+            pulls: VecDeque::new(),
+            next_id: 0,
+            last_heard: Instant::now(),
+            conn,
+            generation,
+            stopped: false,
+            pending: None,
+        })
+    }
+}
+
+impl Puller {
+    /// Messages outstanding pulls may still deliver.
+    pub fn requested(&self) -> u32 {
+        self.pulls.iter().map(|p| p.remaining).sum()
+    }
+
+    /// Whether this instance holds the pin of a pinned consumer.
+    pub fn pinned(&self) -> bool {
+        self.pin.is_some()
+    }
+
+    /// The next event; `held` is what the dispatcher holds now, for sizing pulls.
+    pub async fn next(&mut self, held: u32) -> PullEvent {
+        loop {
+            if let Some(ev) = self.pending.take() {
+                return ev;
+            }
+            self.top_up(held).await;
+            let wake = self.next_wake();
+            // Losing branches: `changed()` and `sub.next()` are cancel-safe; the sleep
+            // is recomputed on the next turn.
+            tokio::select! {
+                biased;
+                changed = self.conn.changed() => {
+                    if changed.is_err() {
+                        return PullEvent::Fatal("the NATS connection is gone".into());
+                    }
+                    let s = *self.conn.borrow_and_update();
+                    if s.generation != self.generation || !s.connected {
+                        // The server forgot our pulls with the old connection.
+                        self.generation = s.generation;
+                        self.pulls.clear();
+                    }
+                }
+                msg = self.sub.next() => match msg {
+                    None => return PullEvent::Fatal("the pull inbox subscription closed".into()),
+                    Some(m) => if let Some(ev) = self.handle(m) { return ev },
+                },
+                () = sleep_until(wake) => self.expire(),
+            }
+        }
+    }
+
+    /// Stops sending pulls (shutdown, step-down); outstanding ones run out.
+    pub fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// Unsubscribes and returns the settlers of messages that were already delivered
+    /// to the inbox but not yet taken, so that the caller can release them.
+    pub async fn close(mut self) -> Vec<Settler> {
+        if let Err(e) = self.sub.unsubscribe().await {
+            tracing::warn!(error = %e, "cannot unsubscribe the pull inbox");
+        }
+        let mut left = Vec::new();
+        // After unsubscribe the subscription yields what it buffered, then ends.
+        let deadline = Instant::now() + std::time::Duration::from_millis(500);
+        while let Ok(Some(m)) = tokio::time::timeout_at(deadline, self.sub.next()).await {
+            if m.status.is_none()
+                && let Some(reply) = m.reply
+            {
+                left.push(Settler::new(self.client.clone(), reply, false));
+            }
+        }
+        left
+    }
+
+    async fn top_up(&mut self, held: u32) {
+        if self.stopped || !self.conn.borrow().connected {
+            return;
+        }
+        while self.pulls.len() < MAX_OUTSTANDING {
+            let Some(batch) = self.cfg.limits.next_pull(held, self.requested()) else {
+                return;
+            };
+            let now = Instant::now();
+            if self.pulls.is_empty() {
+                self.last_heard = now;
+            }
+            self.next_id += 1;
+            let id = self.next_id;
+            // Recorded before sending: a cancelled send leaves a pull that expires.
+            self.pulls.push_back(Pull {
+                id,
+                remaining: batch,
+                deadline: now + self.cfg.timing.expires + self.cfg.timing.heartbeat,
+            });
+            let body = PullRequest {
+                batch,
+                expires: self.cfg.timing.expires.as_nanos(),
+                idle_heartbeat: self.cfg.timing.heartbeat.as_nanos(),
+                group: self.cfg.group.as_deref(),
+                id: self.pin.as_deref(),
+            };
+            let Ok(body) = serde_json::to_vec(&body) else {
+                return; // Serialising a struct of numbers and strings cannot fail.
+            };
+            let reply = format!("{}.{id}", self.prefix);
+            if let Err(e) = self
+                .client
+                .publish_with_reply(self.api_subject.clone(), reply, body.into())
+                .await
+            {
+                tracing::warn!(error = %e, "cannot send a pull request");
+                self.pulls.retain(|p| p.id != id);
+                return;
+            }
+        }
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        let first_deadline = self.pulls.iter().map(|p| p.deadline).min()?;
+        Some(first_deadline.min(self.last_heard + self.cfg.timing.missed_heartbeat_after()))
+    }
+
+    fn expire(&mut self) {
+        let now = Instant::now();
+        self.pulls.retain(|p| p.deadline > now);
+        if !self.pulls.is_empty()
+            && now.duration_since(self.last_heard) >= self.cfg.timing.missed_heartbeat_after()
+        {
+            tracing::warn!(
+                outstanding = self.pulls.len(),
+                "no heartbeat from the server: pulling again"
+            );
+            self.pulls.clear();
+            self.last_heard = now;
+        }
+    }
+
+    fn end_pull(&mut self, subject: &str) {
+        let id = subject
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|s| s.strip_prefix('.'))
+            .and_then(|s| s.parse::<u64>().ok());
+        if let Some(id) = id {
+            self.pulls.retain(|p| p.id != id);
+        }
+    }
+
+    fn handle(&mut self, m: Message) -> Option<PullEvent> {
+        self.last_heard = Instant::now();
+        let Some(status) = m.status else {
+            return self.message(m);
+        };
+        let description = m.description.as_deref().unwrap_or_default();
+        match u16::from(status) {
+            100 => None,
+            404 | 408 => {
+                self.end_pull(&m.subject);
+                None
+            }
+            409 => {
+                if description.eq_ignore_ascii_case("consumer deleted") {
+                    Some(PullEvent::ConsumerGone("the consumer was deleted".into()))
+                } else if description.starts_with("Exceeded MaxRequest")
+                    || description.contains("push based")
+                {
+                    Some(PullEvent::Fatal(format!("pull refused: {description}")))
+                } else {
+                    // Leadership change, server shutdown, max waiting: pull again.
+                    tracing::debug!(description, "pull ended by the server");
+                    self.end_pull(&m.subject);
+                    None
+                }
+            }
+            423 => {
+                self.end_pull(&m.subject);
+                self.pin.take().map(|_| PullEvent::Pinned(false))
+            }
+            503 => Some(PullEvent::ConsumerGone(
+                "no responders: JetStream or the consumer is not available".into(),
+            )),
+            400 => Some(PullEvent::Fatal(format!("pull refused: {description}"))),
+            other => {
+                tracing::warn!(status = other, description, "unexpected pull status");
+                self.end_pull(&m.subject);
+                None
+            }
+        }
+    }
+
+    fn message(&mut self, m: Message) -> Option<PullEvent> {
+        if let Some(front) = self.pulls.front_mut() {
+            front.remaining = front.remaining.saturating_sub(1);
+            if front.remaining == 0 {
+                self.pulls.pop_front();
+            }
+        }
+        if self.cfg.group.is_some() {
+            let pin = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get_last("Nats-Pin-Id"))
+                .map(|v| v.as_str().to_string());
+            if let Some(pin) = pin
+                && self.pin.replace(pin).is_none()
+            {
+                self.pending = Some(PullEvent::Pinned(true));
+            }
+        }
+        let Some(reply) = m.reply.clone() else {
+            tracing::warn!(subject = %m.subject, "a pulled message has no reply subject; it cannot be settled");
+            return None;
+        };
+        let settler = Settler::new(self.client.clone(), reply, self.cfg.confirmed_acks);
+        Some(PullEvent::Message(
+            Box::new(to_delivery(m, self.cfg.partitioned)),
+            settler,
+        ))
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn to_delivery(m: Message, partitioned: bool) -> Delivery {
+    let subject = m.subject.to_string();
+    let meta = m.reply.as_ref().map_or_else(
+        || Err("no reply subject".to_string()),
+        |r| Meta::from_ack_subject(r.as_str()),
+    );
+    let mut headers = Vec::new();
+    if let Some(h) = &m.headers {
+        for (name, values) in h.iter() {
+            for v in values {
+                headers.push((name.to_string(), v.as_str().to_string()));
+            }
+        }
+    }
+    let (partition, app_subject, mut invalid) = if partitioned {
+        match split_partition(&subject) {
+            Some((p, rest)) => (Some(p), rest.to_string(), None),
+            None => (
+                None,
+                subject.clone(),
+                Some(format!("subject {subject:?} has no partition token")),
+            ),
+        }
+    } else {
+        (None, subject.clone(), None)
+    };
+    if let Err(e) = &meta {
+        invalid.get_or_insert_with(|| e.clone());
+    }
+    Delivery {
+        subject,
+        meta,
+        headers,
+        payload: m.payload,
+        partition,
+        app_subject,
+        invalid,
+    }
+}

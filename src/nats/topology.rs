@@ -1,0 +1,433 @@
+//! Topology I/O: reads streams and consumers into `crate::topology` types, and carries
+//! out the additive plan (create a managed stream, add its missing subjects, create a
+//! missing consumer). Never deletes or recreates a stream, never changes an existing
+//! consumer.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{self, AckPolicy, DeliverPolicy, PriorityPolicy, pull};
+use async_nats::jetstream::context::{CreateStreamErrorKind, GetStreamErrorKind};
+use async_nats::jetstream::stream::{
+    self, ConsumerCreateStrictErrorKind, DiscardPolicy, RetentionPolicy, StorageType,
+};
+use async_nats::jetstream::{ErrorCode, context::ConsumerInfoErrorKind};
+
+use super::Nats;
+use crate::config::{ConsumerMode, Discard, Retention, Storage, StreamMode};
+use crate::topology::{
+    ConsumerPlan, ConsumerSpec, Priority, Row, StreamAction, StreamPlan, StreamProblem, StreamSpec,
+    Table, plan_consumer, plan_stream,
+};
+
+/// Everything the topology step needs to know.
+#[derive(Debug, Clone)]
+pub struct TopologyRequest {
+    /// The stream name.
+    pub stream: String,
+    /// Who owns the stream.
+    pub stream_mode: StreamMode,
+    /// The stream config when managed.
+    pub managed: Option<StreamSpec>,
+    /// The consumer this daemon needs.
+    pub consumer: ConsumerSpec,
+    /// Who owns the consumer.
+    pub consumer_mode: ConsumerMode,
+}
+
+/// The topology, checked and bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    /// What was done to the stream.
+    pub stream_action: StreamAction,
+    /// Whether the consumer was created by this call.
+    pub consumer_created: bool,
+}
+
+/// The plan, read-only (for `jetrelay check` and the startup log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The stream step.
+    pub stream: StreamPlan,
+    /// The consumer step.
+    pub consumer: ConsumerPlan,
+}
+
+/// Why the topology is not usable (yet).
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    /// The stream is missing (external) or does not cover the filters.
+    #[error(transparent)]
+    Stream(#[from] StreamProblem),
+    /// The consumer is missing and `topology.consumer = "bind"`.
+    #[error("consumer {0} does not exist (topology.consumer = \"bind\": someone else creates it)")]
+    ConsumerMissing(String),
+    /// The consumer exists with another configuration; it is never changed.
+    #[error(
+        "consumer {name} exists with a different configuration (it is left unchanged):\n{table}"
+    )]
+    Conflict {
+        /// The consumer.
+        name: String,
+        /// The differing fields.
+        rows: Vec<Row>,
+        /// The rendered table.
+        table: String,
+    },
+    /// NATS or JetStream did not answer.
+    #[error("JetStream is not available ({0})")]
+    Unavailable(String),
+    /// JetStream refused a request for a reason retrying cannot fix.
+    #[error("JetStream refused to {step}: {detail}")]
+    Refused {
+        /// What we tried.
+        step: &'static str,
+        /// What the server said.
+        detail: String,
+    },
+}
+
+impl TopologyError {
+    /// Whether the topology may still appear: retried with `on_missing = "retry"`.
+    pub fn is_missing(&self) -> bool {
+        matches!(
+            self,
+            TopologyError::Stream(StreamProblem::Missing(_)) | TopologyError::ConsumerMissing(_)
+        )
+    }
+
+    /// Whether NATS itself is not reachable: always retried (not ready meanwhile).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, TopologyError::Unavailable(_))
+    }
+}
+
+fn refused(step: &'static str, e: impl std::fmt::Display) -> TopologyError {
+    TopologyError::Refused {
+        step,
+        detail: e.to_string(),
+    }
+}
+
+impl Nats {
+    /// Reads the current topology and plans the steps, changing nothing.
+    ///
+    /// # Errors
+    /// [`TopologyError`].
+    pub async fn plan(&self, req: &TopologyRequest) -> Result<Plan, TopologyError> {
+        let existing = self.read_stream(&req.stream).await?;
+        let stream = plan_stream(
+            &req.stream,
+            req.stream_mode,
+            req.managed.as_ref(),
+            existing.as_ref(),
+            &req.consumer.filter_subjects,
+        )?;
+        // A stream that does not exist yet has no consumer either.
+        let current = if existing.is_some() {
+            self.read_consumer(&req.stream, &req.consumer.name).await?
+        } else {
+            None
+        };
+        let consumer = plan_consumer(req.consumer_mode, &req.consumer, current.as_ref());
+        Ok(Plan { stream, consumer })
+    }
+
+    /// Carries out the plan: the stream step, then the consumer step, then reads the
+    /// consumer back and validates it.
+    ///
+    /// # Errors
+    /// [`TopologyError`].
+    pub async fn ensure(&self, req: &TopologyRequest) -> Result<Bound, TopologyError> {
+        let plan = self.plan(req).await?;
+        for row in &plan.stream.untouched {
+            tracing::warn!(
+                stream = %req.stream, field = row.field, current = %row.current, configured = %row.required,
+                "managed stream differs from its config; jetrelay never changes this setting"
+            );
+        }
+        match &plan.stream.action {
+            StreamAction::Keep => {}
+            StreamAction::Create(spec) => {
+                tracing::info!(stream = %spec.name, subjects = ?spec.subjects, "creating the managed stream");
+                self.create_stream(spec).await?;
+            }
+            StreamAction::AddSubjects { added, subjects } => {
+                tracing::info!(stream = %req.stream, added = ?added, "adding subjects to the managed stream");
+                self.set_subjects(&req.stream, subjects).await?;
+            }
+        }
+        let created = match plan.consumer {
+            ConsumerPlan::Keep => false,
+            ConsumerPlan::Missing => {
+                return Err(TopologyError::ConsumerMissing(req.consumer.name.clone()));
+            }
+            ConsumerPlan::Conflict(rows) => return Err(conflict(&req.consumer.name, rows)),
+            ConsumerPlan::Create => {
+                tracing::info!(consumer = %req.consumer.name, "creating the consumer");
+                self.create_consumer(&req.stream, &req.consumer).await?
+            }
+        };
+        // Read back: what the server stored must be what we need.
+        let stored = self
+            .read_consumer(&req.stream, &req.consumer.name)
+            .await?
+            .ok_or_else(|| TopologyError::ConsumerMissing(req.consumer.name.clone()))?;
+        let rows = crate::topology::compare_consumer(&req.consumer, &stored);
+        if !rows.is_empty() {
+            return Err(conflict(&req.consumer.name, rows));
+        }
+        Ok(Bound {
+            stream_action: plan.stream.action,
+            consumer_created: created,
+        })
+    }
+
+    async fn read_stream(&self, name: &str) -> Result<Option<StreamSpec>, TopologyError> {
+        match self.js.get_stream(name).await {
+            Ok(s) => Ok(Some(from_stream_config(&s.cached_info().config))),
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    Ok(None)
+                }
+                GetStreamErrorKind::Request => Err(TopologyError::Unavailable(e.to_string())),
+                _ => Err(refused("read the stream", e)),
+            },
+        }
+    }
+
+    async fn read_consumer(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> Result<Option<ConsumerSpec>, TopologyError> {
+        let s = self
+            .js
+            .get_stream_no_info(stream)
+            .await
+            .map_err(|e| refused("read the stream", e))?;
+        match s.consumer_info(name).await {
+            Ok(info) => Ok(Some(from_consumer_config(name, &info.config))),
+            Err(e) => match e.kind() {
+                ConsumerInfoErrorKind::NotFound | ConsumerInfoErrorKind::StreamNotFound => Ok(None),
+                ConsumerInfoErrorKind::TimedOut
+                | ConsumerInfoErrorKind::NoResponders
+                | ConsumerInfoErrorKind::Offline
+                | ConsumerInfoErrorKind::Request => Err(TopologyError::Unavailable(e.to_string())),
+                _ => Err(refused("read the consumer", e)),
+            },
+        }
+    }
+
+    async fn create_stream(&self, spec: &StreamSpec) -> Result<(), TopologyError> {
+        match self.js.create_stream(to_stream_config(spec)).await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.kind() {
+                // Another instance created it first: the next plan sees it.
+                CreateStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::STREAM_NAME_EXIST =>
+                {
+                    Ok(())
+                }
+                CreateStreamErrorKind::TimedOut | CreateStreamErrorKind::JetStreamUnavailable => {
+                    Err(TopologyError::Unavailable(e.to_string()))
+                }
+                _ => Err(refused("create the stream", e)),
+            },
+        }
+    }
+
+    async fn set_subjects(&self, name: &str, subjects: &[String]) -> Result<(), TopologyError> {
+        // Start from the server's own config so that every other setting is kept.
+        let stream = self
+            .js
+            .get_stream(name)
+            .await
+            .map_err(|e| refused("read the stream", e))?;
+        let mut config = stream.cached_info().config.clone();
+        config.subjects = subjects.to_vec();
+        self.js
+            .update_stream(config)
+            .await
+            .map(drop)
+            .map_err(|e| refused("add subjects to the stream", e))
+    }
+
+    /// Creates the consumer with action "create"; an identical existing one is fine,
+    /// a different one is a conflict (reported after the read-back).
+    async fn create_consumer(
+        &self,
+        stream: &str,
+        spec: &ConsumerSpec,
+    ) -> Result<bool, TopologyError> {
+        let s = self
+            .js
+            .get_stream_no_info(stream)
+            .await
+            .map_err(|e| refused("read the stream", e))?;
+        match s.create_consumer_strict(to_consumer_config(spec)).await {
+            Ok(_) => Ok(true),
+            Err(e) => match e.kind() {
+                // Another instance won the race; the read-back compares.
+                ConsumerCreateStrictErrorKind::AlreadyExists => Ok(false),
+                ConsumerCreateStrictErrorKind::TimedOut
+                | ConsumerCreateStrictErrorKind::Request => {
+                    Err(TopologyError::Unavailable(e.to_string()))
+                }
+                _ => Err(refused("create the consumer", e)),
+            },
+        }
+    }
+}
+
+fn conflict(name: &str, rows: Vec<Row>) -> TopologyError {
+    TopologyError::Conflict {
+        name: name.to_string(),
+        table: Table(&rows).to_string(),
+        rows,
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn from_stream_config(c: &stream::Config) -> StreamSpec {
+    StreamSpec {
+        name: c.name.clone(),
+        subjects: c.subjects.clone(),
+        storage: match c.storage {
+            StorageType::Memory => Storage::Memory,
+            StorageType::File => Storage::File,
+        },
+        replicas: u32::try_from(c.num_replicas.max(1)).unwrap_or(u32::MAX),
+        retention: match c.retention {
+            RetentionPolicy::Limits => Retention::Limits,
+            RetentionPolicy::Interest => Retention::Interest,
+            RetentionPolicy::WorkQueue => Retention::Workqueue,
+        },
+        discard: match c.discard {
+            DiscardPolicy::Old => Discard::Old,
+            DiscardPolicy::New => Discard::New,
+        },
+        max_age_ms: ms(c.max_age),
+        max_msgs: c.max_messages,
+        max_bytes: c.max_bytes,
+        duplicate_window_ms: ms(c.duplicate_window),
+    }
+}
+
+fn to_stream_config(s: &StreamSpec) -> stream::Config {
+    stream::Config {
+        name: s.name.clone(),
+        subjects: s.subjects.clone(),
+        storage: match s.storage {
+            Storage::File => StorageType::File,
+            Storage::Memory => StorageType::Memory,
+        },
+        num_replicas: s.replicas as usize,
+        retention: match s.retention {
+            Retention::Limits => RetentionPolicy::Limits,
+            Retention::Interest => RetentionPolicy::Interest,
+            Retention::Workqueue => RetentionPolicy::WorkQueue,
+        },
+        discard: match s.discard {
+            Discard::Old => DiscardPolicy::Old,
+            Discard::New => DiscardPolicy::New,
+        },
+        max_age: Duration::from_millis(s.max_age_ms),
+        max_messages: s.max_msgs,
+        max_bytes: s.max_bytes,
+        duplicate_window: Duration::from_millis(s.duplicate_window_ms),
+        ..Default::default()
+    }
+}
+
+fn deliver_policy_name(p: &DeliverPolicy) -> String {
+    match p {
+        DeliverPolicy::All => "all".into(),
+        DeliverPolicy::New => "new".into(),
+        DeliverPolicy::Last => "last".into(),
+        DeliverPolicy::LastPerSubject => "last_per_subject".into(),
+        DeliverPolicy::ByStartSequence { start_sequence } => {
+            format!("by_start_sequence({start_sequence})")
+        }
+        DeliverPolicy::ByStartTime { .. } => "by_start_time".into(),
+    }
+}
+
+fn from_consumer_config(name: &str, c: &consumer::Config) -> ConsumerSpec {
+    let filter_subjects = if c.filter_subjects.is_empty() && !c.filter_subject.is_empty() {
+        vec![c.filter_subject.clone()]
+    } else {
+        c.filter_subjects.clone()
+    };
+    ConsumerSpec {
+        name: name.to_string(),
+        filter_subjects,
+        deliver_policy: deliver_policy_name(&c.deliver_policy),
+        ack_explicit: matches!(c.ack_policy, AckPolicy::Explicit),
+        ack_wait_ms: ms(c.ack_wait),
+        max_deliver: if c.max_deliver <= 0 {
+            -1
+        } else {
+            c.max_deliver
+        },
+        max_ack_pending: c.max_ack_pending,
+        backoff_ms: c.backoff.iter().map(|d| ms(*d)).collect(),
+        priority: match c.priority_policy {
+            PriorityPolicy::PinnedClient => Some(Priority {
+                group: c.priority_groups.first().cloned().unwrap_or_default(),
+                timeout_ms: ms(c.priority_timeout),
+            }),
+            _ => None,
+        },
+        pull: c.deliver_subject.is_none(),
+    }
+}
+
+fn to_consumer_config(s: &ConsumerSpec) -> pull::Config {
+    let (priority_policy, priority_groups, priority_timeout) = match &s.priority {
+        Some(p) => (
+            PriorityPolicy::PinnedClient,
+            vec![p.group.clone()],
+            Duration::from_millis(p.timeout_ms),
+        ),
+        None => (PriorityPolicy::None, Vec::new(), Duration::ZERO),
+    };
+    pull::Config {
+        durable_name: Some(s.name.clone()),
+        name: Some(s.name.clone()),
+        filter_subjects: s.filter_subjects.clone(),
+        deliver_policy: match s.deliver_policy.as_str() {
+            "new" => DeliverPolicy::New,
+            "last" => DeliverPolicy::Last,
+            "last_per_subject" => DeliverPolicy::LastPerSubject,
+            _ => DeliverPolicy::All,
+        },
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: Duration::from_millis(s.ack_wait_ms),
+        max_deliver: s.max_deliver,
+        max_ack_pending: s.max_ack_pending,
+        backoff: s
+            .backoff_ms
+            .iter()
+            .map(|m| Duration::from_millis(*m))
+            .collect(),
+        priority_policy,
+        priority_groups,
+        priority_timeout,
+        ..Default::default()
+    }
+}
+
+impl Nats {
+    /// The consumer's pending and ack-pending counts, for the gauges; `None` when the
+    /// info cannot be read now.
+    pub async fn consumer_counts(&self, stream: &str, name: &str) -> Option<(u64, u64)> {
+        let s = self.js.get_stream_no_info(stream).await.ok()?;
+        let info = s.consumer_info(name).await.ok()?;
+        Some((info.num_pending, info.num_ack_pending as u64))
+    }
+}

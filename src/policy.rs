@@ -1,0 +1,438 @@
+//! Pure decisions about one message: the app's answer (or its absence) and the
+//! delivery count become one [`Disposition`]. Also the retry backoff and the parsing of
+//! `Retry-After` and `Jetrelay-Action`.
+//!
+//! No I/O, no clocks (the caller passes `now`), no outside crate types.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+/// A set of HTTP statuses written as `"503"` or `"5xx"`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusSet {
+    exact: Vec<u16>,
+    classes: Vec<u16>,
+}
+
+/// A status pattern that is neither `NNN` (100–599) nor `Nxx` (1–5).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a status like \"503\" or \"5xx\"")]
+pub struct BadStatusPattern(pub String);
+
+impl StatusSet {
+    /// Parses patterns.
+    ///
+    /// # Errors
+    /// The first pattern that is not a status or a class.
+    pub fn parse<S: AsRef<str>>(patterns: &[S]) -> Result<StatusSet, BadStatusPattern> {
+        let mut set = StatusSet::default();
+        for p in patterns {
+            let p = p.as_ref();
+            let bad = || BadStatusPattern(p.to_string());
+            let b = p.as_bytes();
+            if b.len() != 3 || !(b'1'..=b'5').contains(&b[0]) {
+                return Err(bad());
+            }
+            if p[1..].eq_ignore_ascii_case("xx") {
+                set.classes.push(u16::from(b[0] - b'0'));
+            } else if b[1..].iter().all(u8::is_ascii_digit) {
+                set.exact.push(p.parse().map_err(|_| bad())?);
+            } else {
+                return Err(bad());
+            }
+        }
+        Ok(set)
+    }
+
+    /// Whether the status is in the set, exactly or by class.
+    pub fn contains(&self, status: u16) -> bool {
+        self.contains_exact(status) || self.classes.contains(&(status / 100))
+    }
+
+    fn contains_exact(&self, status: u16) -> bool {
+        self.exact.contains(&status)
+    }
+}
+
+/// What the app asked for with `Jetrelay-Action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppAction {
+    /// Acknowledge, whatever the status.
+    Ack,
+    /// Retry with backoff.
+    Retry,
+    /// Terminate.
+    Term,
+    /// Dead-letter now, skipping retries.
+    Dlq,
+}
+
+impl AppAction {
+    /// Parses the header value, case-insensitively; `None` for anything else.
+    pub fn parse(value: &str) -> Option<AppAction> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "ack" => Some(AppAction::Ack),
+            "retry" => Some(AppAction::Retry),
+            "term" => Some(AppAction::Term),
+            "dlq" => Some(AppAction::Dlq),
+            _ => None,
+        }
+    }
+}
+
+/// What happened when the message was offered to the app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The app answered.
+    Answered {
+        /// The HTTP status.
+        status: u16,
+        /// `Retry-After`, already turned into a delay.
+        retry_after: Option<Duration>,
+        /// A valid `Jetrelay-Action`.
+        action: Option<AppAction>,
+    },
+    /// No answer: connection refused or reset, or the request could not be sent.
+    TransportError,
+    /// No answer within `http.timeout_ms`.
+    Timeout,
+    /// The message broke what the transport promises (bad metadata, no partition
+    /// token); it is never sent.
+    Invalid(String),
+}
+
+/// Why a message is terminated; the text goes into `+TERM <reason>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TermReason {
+    /// The app answered a term status.
+    Status(u16),
+    /// The app said `Jetrelay-Action: term` or `dlq`.
+    AppAction(AppAction),
+    /// A retry would exceed `consumer.max_deliver`.
+    MaxDeliver(u32),
+    /// The message failed validation.
+    Invalid(String),
+}
+
+impl fmt::Display for TermReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TermReason::Status(s) => write!(f, "jetrelay: app answered {s}"),
+            TermReason::AppAction(a) => {
+                write!(
+                    f,
+                    "jetrelay: app asked for {}",
+                    format!("{a:?}").to_lowercase()
+                )
+            }
+            TermReason::MaxDeliver(n) => write!(f, "jetrelay: {n} attempts exhausted"),
+            TermReason::Invalid(why) => write!(f, "jetrelay: invalid message: {why}"),
+        }
+    }
+}
+
+/// The one final action for a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// `+ACK`.
+    Ack,
+    /// Try again after `delay` (a delayed NAK, or an in-place retry in ordered lanes).
+    Retry {
+        /// How long to wait; never zero.
+        delay: Duration,
+    },
+    /// Permanent failure: dead-letter when a DLQ is configured, then `+TERM <reason>`.
+    Term {
+        /// Why.
+        reason: TermReason,
+    },
+}
+
+/// The rules that turn outcomes into dispositions.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Statuses that retry.
+    pub retry: StatusSet,
+    /// Statuses that terminate.
+    pub term: StatusSet,
+    /// First retry delay.
+    pub retry_initial: Duration,
+    /// Largest backoff delay.
+    pub retry_max: Duration,
+    /// Cap for the app's `Retry-After`.
+    pub retry_after_max: Duration,
+    /// `consumer.max_deliver`; `None` = unlimited.
+    pub max_attempts: Option<u32>,
+}
+
+/// The shortest delay a retry ever gets: a NAK without delay is never a retry.
+pub const MIN_RETRY_DELAY: Duration = Duration::from_millis(1);
+
+impl Policy {
+    /// Decides what to do with a message after its `attempt`-th try (1-based, counted
+    /// across redeliveries).
+    pub fn decide(&self, outcome: &Outcome, attempt: u32) -> Disposition {
+        let retry_after = match outcome {
+            Outcome::Invalid(why) => {
+                return Disposition::Term {
+                    reason: TermReason::Invalid(why.clone()),
+                };
+            }
+            Outcome::TransportError | Outcome::Timeout => None,
+            Outcome::Answered {
+                status,
+                retry_after,
+                action,
+            } => {
+                match action.map_or_else(|| self.classify(*status), Class::from) {
+                    Class::Ack => return Disposition::Ack,
+                    Class::Term(reason) => {
+                        return Disposition::Term {
+                            reason: reason.unwrap_or(TermReason::Status(*status)),
+                        };
+                    }
+                    Class::Retry => {}
+                }
+                *retry_after
+            }
+        };
+        if self.max_attempts.is_some_and(|max| attempt >= max) {
+            return Disposition::Term {
+                reason: TermReason::MaxDeliver(attempt),
+            };
+        }
+        let delay = match retry_after {
+            Some(d) => d.min(self.retry_after_max),
+            None => backoff(self.retry_initial, self.retry_max, attempt),
+        };
+        Disposition::Retry {
+            delay: delay.max(MIN_RETRY_DELAY),
+        }
+    }
+
+    /// Exact statuses win over classes; 2xx is always ack; a status in no list retries,
+    /// because retrying loses nothing while `max_deliver` bounds it.
+    fn classify(&self, status: u16) -> Class {
+        if (200..300).contains(&status) {
+            Class::Ack
+        } else if self.retry.contains_exact(status) {
+            Class::Retry
+        } else if self.term.contains_exact(status) {
+            Class::Term(None)
+        } else if self.retry.contains(status) {
+            Class::Retry
+        } else if self.term.contains(status) {
+            Class::Term(None)
+        } else {
+            Class::Retry
+        }
+    }
+}
+
+enum Class {
+    Ack,
+    Retry,
+    Term(Option<TermReason>),
+}
+
+impl From<AppAction> for Class {
+    fn from(a: AppAction) -> Class {
+        match a {
+            AppAction::Ack => Class::Ack,
+            AppAction::Retry => Class::Retry,
+            AppAction::Term | AppAction::Dlq => Class::Term(Some(TermReason::AppAction(a))),
+        }
+    }
+}
+
+/// `initial × 2^(attempt−1)`, capped at `max`; attempt 0 counts as 1.
+pub fn backoff(initial: Duration, max: Duration, attempt: u32) -> Duration {
+    let shift = attempt.saturating_sub(1).min(31);
+    initial
+        .checked_mul(1u32 << shift)
+        .map_or(max, |d| d.min(max))
+}
+
+/// Parses `Retry-After`: delay-seconds or an HTTP date (a date in the past is zero).
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Policy {
+        Policy {
+            retry: StatusSet::parse(&["408", "409", "425", "429", "5xx", "404"]).unwrap(),
+            term: StatusSet::parse(&["4xx"]).unwrap(),
+            retry_initial: Duration::from_millis(1000),
+            retry_max: Duration::from_millis(60_000),
+            retry_after_max: Duration::from_millis(300_000),
+            max_attempts: Some(10),
+        }
+    }
+
+    fn answered(status: u16) -> Outcome {
+        Outcome::Answered {
+            status,
+            retry_after: None,
+            action: None,
+        }
+    }
+
+    fn retry(ms: u64) -> Disposition {
+        Disposition::Retry {
+            delay: Duration::from_millis(ms),
+        }
+    }
+
+    fn term(reason: TermReason) -> Disposition {
+        Disposition::Term { reason }
+    }
+
+    #[test]
+    fn status_to_action_table() {
+        let p = policy();
+        let with = |status, retry_after: Option<u64>, action| Outcome::Answered {
+            status,
+            retry_after: retry_after.map(Duration::from_secs),
+            action,
+        };
+        let cases: Vec<(Outcome, u32, Disposition)> = vec![
+            (answered(200), 1, Disposition::Ack),
+            (answered(204), 9, Disposition::Ack),
+            (answered(299), 1, Disposition::Ack),
+            (answered(503), 1, retry(1000)),
+            (answered(500), 2, retry(2000)),
+            (answered(502), 3, retry(4000)),
+            (answered(429), 7, retry(60_000)),
+            (answered(404), 1, retry(1000)),
+            (answered(408), 1, retry(1000)),
+            (answered(400), 1, term(TermReason::Status(400))),
+            (answered(422), 1, term(TermReason::Status(422))),
+            (answered(301), 1, retry(1000)),
+            (Outcome::TransportError, 1, retry(1000)),
+            (Outcome::Timeout, 2, retry(2000)),
+            (answered(503), 10, term(TermReason::MaxDeliver(10))),
+            (Outcome::Timeout, 11, term(TermReason::MaxDeliver(11))),
+            (with(503, Some(5), None), 1, retry(5000)),
+            (with(503, Some(0), None), 1, retry(1)),
+            (with(429, Some(100_000), None), 1, retry(300_000)),
+            (with(400, Some(5), None), 1, term(TermReason::Status(400))),
+            (with(500, None, Some(AppAction::Ack)), 1, Disposition::Ack),
+            (with(200, None, Some(AppAction::Retry)), 2, retry(2000)),
+            (with(200, Some(3), Some(AppAction::Retry)), 2, retry(3000)),
+            (
+                with(200, None, Some(AppAction::Term)),
+                1,
+                term(TermReason::AppAction(AppAction::Term)),
+            ),
+            (
+                with(503, None, Some(AppAction::Dlq)),
+                1,
+                term(TermReason::AppAction(AppAction::Dlq)),
+            ),
+            (
+                Outcome::Invalid("x".into()),
+                1,
+                term(TermReason::Invalid("x".into())),
+            ),
+        ];
+        for (outcome, attempt, want) in cases {
+            assert_eq!(
+                p.decide(&outcome, attempt),
+                want,
+                "{outcome:?} attempt {attempt}"
+            );
+        }
+    }
+
+    #[test]
+    fn exact_statuses_win_over_classes() {
+        let mut p = policy();
+        p.retry = StatusSet::parse(&["4xx"]).unwrap();
+        p.term = StatusSet::parse(&["429"]).unwrap();
+        assert_eq!(p.decide(&answered(429), 1), term(TermReason::Status(429)));
+        assert_eq!(p.decide(&answered(400), 1), retry(1000));
+    }
+
+    #[test]
+    fn unlimited_attempts_never_terminate_retries() {
+        let mut p = policy();
+        p.max_attempts = None;
+        assert_eq!(p.decide(&answered(503), 1000), retry(60_000));
+    }
+
+    #[test]
+    fn status_patterns() {
+        assert!(StatusSet::parse(&["5xx", "404", "4XX"]).is_ok());
+        for bad in ["600", "5x", "abc", "20", "6xx", "0xx", "5x1"] {
+            assert!(StatusSet::parse(&[bad]).is_err(), "{bad}");
+        }
+        let s = StatusSet::parse(&["5xx", "404"]).unwrap();
+        assert!(s.contains(503) && s.contains(404) && !s.contains(400));
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        assert_eq!(
+            parse_retry_after(&later, now),
+            Some(Duration::from_secs(30))
+        );
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(30));
+        assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
+    }
+
+    #[test]
+    fn app_actions() {
+        assert_eq!(AppAction::parse(" DLQ "), Some(AppAction::Dlq));
+        assert_eq!(AppAction::parse("ack"), Some(AppAction::Ack));
+        assert_eq!(AppAction::parse("nope"), None);
+    }
+
+    #[test]
+    fn term_reasons_read_well() {
+        assert_eq!(
+            TermReason::Status(400).to_string(),
+            "jetrelay: app answered 400"
+        );
+        assert_eq!(
+            TermReason::AppAction(AppAction::Dlq).to_string(),
+            "jetrelay: app asked for dlq"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn backoff_is_monotonic_and_capped(initial in 1u64..10_000, max in 1u64..1_000_000, a in 0u32..200) {
+            let (i, m) = (Duration::from_millis(initial), Duration::from_millis(max));
+            let d = backoff(i, m, a);
+            proptest::prop_assert!(d <= m);
+            proptest::prop_assert!(backoff(i, m, a + 1) >= d);
+        }
+
+        #[test]
+        fn a_retry_is_never_immediate(status in 100u16..600, attempt in 1u32..20, ra in proptest::option::of(0u64..10)) {
+            let p = policy();
+            let o = Outcome::Answered { status, retry_after: ra.map(Duration::from_secs), action: None };
+            if let Disposition::Retry { delay } = p.decide(&o, attempt) {
+                proptest::prop_assert!(delay >= MIN_RETRY_DELAY);
+            }
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! The message source seam: what the dispatcher pulls from. A plain durable consumer
+//! is one [`Puller`]; consumer-group sources wrap pullers whose consumer changes with
+//! the membership, behind the same trait.
+
+use std::future::Future;
+
+use crate::nats::{PullEvent, Puller, Settler};
+
+/// A stream of deliveries sized by what the dispatcher holds.
+pub trait Source: Send {
+    /// The next event; `held` is the number of messages the dispatcher holds.
+    /// Must be cancel-safe: the dispatcher polls it inside `select!`.
+    fn next(&mut self, held: u32) -> impl Future<Output = PullEvent> + Send;
+
+    /// Stops asking for more messages (shutdown).
+    fn stop(&mut self);
+
+    /// Releases the source; returns the settlers of messages that were delivered but
+    /// never taken, for the caller to release.
+    fn close(self) -> impl Future<Output = Vec<Settler>> + Send;
+}
+
+impl Source for Puller {
+    fn next(&mut self, held: u32) -> impl Future<Output = PullEvent> + Send {
+        Puller::next(self, held)
+    }
+
+    fn stop(&mut self) {
+        Puller::stop(self);
+    }
+
+    fn close(self) -> impl Future<Output = Vec<Settler>> + Send {
+        Puller::close(self)
+    }
+}

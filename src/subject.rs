@@ -1,0 +1,209 @@
+//! NATS names and subjects as pure functions: syntax checks, wildcard coverage and
+//! overlap, and the partition token of group subjects.
+//!
+//! No I/O and no outside crate types; the topology plan and the config use these.
+
+/// Checks a stream, consumer, group or member name: non-empty, printable, and none of
+/// `.`, `*`, `>`, whitespace, `/` or `\`.
+///
+/// # Errors
+/// A sentence saying what is wrong.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!("{name:?} must not contain {c:?}"));
+    }
+    Ok(())
+}
+
+/// Checks a subject filter: dot-separated non-empty tokens without whitespace, `*` only
+/// as a whole token, `>` only as the whole last token.
+///
+/// # Errors
+/// A sentence saying what is wrong.
+pub fn validate_filter(subject: &str) -> Result<(), String> {
+    if subject.is_empty() {
+        return Err("must not be empty".into());
+    }
+    let tokens: Vec<&str> = subject.split('.').collect();
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_empty() {
+            return Err("has an empty token".into());
+        }
+        if t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("must not contain whitespace".into());
+        }
+        if t.len() > 1 && (t.contains('*') || t.contains('>')) {
+            return Err("wildcards must be whole tokens".into());
+        }
+        if *t == ">" && i + 1 != tokens.len() {
+            return Err("'>' must be the last token".into());
+        }
+    }
+    Ok(())
+}
+
+/// Checks a subject that is published to: a valid filter without wildcards.
+///
+/// # Errors
+/// A sentence saying what is wrong.
+pub fn validate_publish_subject(subject: &str) -> Result<(), String> {
+    validate_filter(subject)?;
+    if subject.split('.').any(|t| t == "*" || t == ">") {
+        return Err("must not contain wildcards".into());
+    }
+    Ok(())
+}
+
+/// Whether every subject matched by `filter` is also matched by `pattern`.
+pub fn covers(pattern: &str, filter: &str) -> bool {
+    let p: Vec<&str> = pattern.split('.').collect();
+    let f: Vec<&str> = filter.split('.').collect();
+    for (i, pt) in p.iter().enumerate() {
+        match *pt {
+            ">" => return f.len() > i,
+            _ if i >= f.len() => return false,
+            "*" => {
+                if f[i] == ">" {
+                    return false;
+                }
+            }
+            literal => {
+                if f[i] != literal {
+                    return false;
+                }
+            }
+        }
+    }
+    p.len() == f.len()
+}
+
+/// Whether some subject is matched by both `a` and `b`.
+pub fn overlaps(a: &str, b: &str) -> bool {
+    let a: Vec<&str> = a.split('.').collect();
+    let b: Vec<&str> = b.split('.').collect();
+    for i in 0..a.len().max(b.len()) {
+        match (a.get(i), b.get(i)) {
+            (Some(&">"), Some(_)) | (Some(_), Some(&">")) => return true,
+            (Some(x), Some(y)) => {
+                if *x != "*" && *y != "*" && x != y {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The first pair of overlapping filters, as a message, if any.
+pub fn first_overlap(filters: &[String]) -> Option<String> {
+    for (i, a) in filters.iter().enumerate() {
+        for b in &filters[i + 1..] {
+            if overlaps(a, b) {
+                return Some(format!("{a:?} and {b:?} overlap"));
+            }
+        }
+    }
+    None
+}
+
+/// Splits a group subject `"<partition>.<rest>"` into the partition number and the
+/// subject with the token stripped. `None` when the first token is not a number or
+/// nothing follows it.
+pub fn split_partition(subject: &str) -> Option<(u32, &str)> {
+    let (first, rest) = subject.split_once('.')?;
+    if rest.is_empty() || first.is_empty() || !first.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((first.parse().ok()?, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["ORDERS", "cg-1", "m_1"] {
+            assert!(validate_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a.b", "a b", "a*", "a>", "a/b"] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn filters() {
+        for ok in ["a", "a.b", "a.*", "a.>", "*.b", ">", "a.*.c"] {
+            assert!(validate_filter(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a.", ".a", "a..b", "a.>.b", "a.b*", "a b", "a.>x"] {
+            assert!(validate_filter(bad).is_err(), "{bad}");
+        }
+        assert!(validate_publish_subject("a.b").is_ok());
+        assert!(validate_publish_subject("a.*").is_err());
+    }
+
+    #[test]
+    fn coverage_table() {
+        let cases = [
+            ("orders.>", "orders.eu.*", true),
+            ("orders.>", "orders", false),
+            ("orders.*", "orders.eu", true),
+            ("orders.*", "orders.>", false),
+            ("orders.*", "orders.eu.x", false),
+            ("orders.eu", "orders.eu", true),
+            ("orders.eu", "orders.*", false),
+            (">", "anything.at.all", true),
+            ("*.b", "a.b", true),
+            ("*.b", "*.b", true),
+            ("a.b", "a.b.c", false),
+        ];
+        for (p, f, want) in cases {
+            assert_eq!(covers(p, f), want, "{p} covers {f}");
+        }
+    }
+
+    #[test]
+    fn overlap_table() {
+        let cases = [
+            ("a.>", "a.b", true),
+            ("a.*", "a.b", true),
+            ("a.*", "b.*", false),
+            ("a.b", "a.b.c", false),
+            ("a.*.c", "a.b.*", true),
+            (">", "x", true),
+            ("a", "a", true),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(overlaps(a, b), want, "{a} ~ {b}");
+            assert_eq!(overlaps(b, a), want, "{b} ~ {a}");
+        }
+    }
+
+    #[test]
+    fn partition_token() {
+        assert_eq!(split_partition("3.orders.eu"), Some((3, "orders.eu")));
+        assert_eq!(split_partition("12.x"), Some((12, "x")));
+        assert_eq!(split_partition("orders.eu"), None);
+        assert_eq!(split_partition("3"), None);
+        assert_eq!(split_partition("3."), None);
+        assert_eq!(split_partition("-1.x"), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_filter_covers_itself_and_overlap_is_symmetric(
+            a in "[a-c*]{1}(\\.[a-c*]){0,3}(\\.>)?", b in "[a-c*]{1}(\\.[a-c*]){0,3}(\\.>)?") {
+            proptest::prop_assert!(covers(&a, &a));
+            proptest::prop_assert_eq!(overlaps(&a, &b), overlaps(&b, &a));
+            if covers(&a, &b) { proptest::prop_assert!(overlaps(&a, &b)); }
+        }
+    }
+}

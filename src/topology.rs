@@ -1,0 +1,535 @@
+//! Topology decisions as pure functions: what to do with the stream (check, create, add
+//! subjects) and whether an existing consumer matches the one this daemon requires,
+//! with the field / current / required table shown to operators.
+//!
+//! The NATS boundary reads the current state into these types and carries out the
+//! plan; nothing here does I/O. No plan ever deletes or recreates a stream, or
+//! changes its retention, storage, replicas or limits.
+
+use std::fmt;
+
+use crate::config::{ConsumerMode, Discard, Retention, Storage, StreamMode};
+use crate::subject;
+
+/// A stream's configuration, as far as this daemon cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct StreamSpec {
+    pub name: String,
+    pub subjects: Vec<String>,
+    pub storage: Storage,
+    pub replicas: u32,
+    pub retention: Retention,
+    pub discard: Discard,
+    pub max_age_ms: u64,
+    pub max_msgs: i64,
+    pub max_bytes: i64,
+    pub duplicate_window_ms: u64,
+}
+
+/// What to do to the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamAction {
+    /// Nothing: it exists and covers what the consumer needs.
+    Keep,
+    /// Create it from the managed config.
+    Create(StreamSpec),
+    /// Add subjects; `subjects` is the full new list (the old ones kept, in order).
+    AddSubjects {
+        /// Only the new ones.
+        added: Vec<String>,
+        /// The whole list to write.
+        subjects: Vec<String>,
+    },
+}
+
+/// The stream plan: an action plus the rows that differ but are left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamPlan {
+    /// The one additive change, if any.
+    pub action: StreamAction,
+    /// Managed settings that differ from the existing stream; never changed.
+    pub untouched: Vec<Row>,
+}
+
+/// Why the stream cannot be used as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamProblem {
+    /// No such stream, and this daemon may not create it.
+    #[error("stream {0} does not exist (topology.stream = \"external\": the publisher creates it)")]
+    Missing(String),
+    /// The stream's subjects do not cover the consumer's filters.
+    #[error("stream {stream} subjects {subjects:?} do not cover the filter(s) {filters:?}")]
+    Uncovered {
+        /// The stream.
+        stream: String,
+        /// Its subjects.
+        subjects: Vec<String>,
+        /// The filters outside them.
+        filters: Vec<String>,
+    },
+}
+
+/// Plans the stream step.
+///
+/// # Errors
+/// [`StreamProblem`] when the stream is missing in external mode or does not cover
+/// the consumer's filters.
+pub fn plan_stream(
+    name: &str,
+    mode: StreamMode,
+    managed: Option<&StreamSpec>,
+    existing: Option<&StreamSpec>,
+    filters: &[String],
+) -> Result<StreamPlan, StreamProblem> {
+    let (action, subjects, untouched) = match (mode, managed, existing) {
+        (StreamMode::Managed, Some(want), None) => (
+            StreamAction::Create(want.clone()),
+            want.subjects.clone(),
+            Vec::new(),
+        ),
+        (StreamMode::Managed, Some(want), Some(have)) => {
+            let added: Vec<String> = want
+                .subjects
+                .iter()
+                .filter(|s| !have.subjects.iter().any(|h| subject::covers(h, s)))
+                .cloned()
+                .collect();
+            let mut subjects = have.subjects.clone();
+            subjects.extend(added.iter().cloned());
+            let action = if added.is_empty() {
+                StreamAction::Keep
+            } else {
+                StreamAction::AddSubjects {
+                    added,
+                    subjects: subjects.clone(),
+                }
+            };
+            (action, subjects, stream_rows(have, want))
+        }
+        (_, _, Some(have)) => (StreamAction::Keep, have.subjects.clone(), Vec::new()),
+        (_, _, None) => return Err(StreamProblem::Missing(name.to_string())),
+    };
+    // A stream without subjects (sourced or mirrored) is not checked for coverage.
+    let uncovered: Vec<String> = filters
+        .iter()
+        .filter(|f| !subjects.is_empty() && !subjects.iter().any(|s| subject::covers(s, f)))
+        .cloned()
+        .collect();
+    if !uncovered.is_empty() {
+        return Err(StreamProblem::Uncovered {
+            stream: name.to_string(),
+            subjects,
+            filters: uncovered,
+        });
+    }
+    Ok(StreamPlan { action, untouched })
+}
+
+fn stream_rows(have: &StreamSpec, want: &StreamSpec) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut cmp = |field: &'static str, current: String, required: String| {
+        if current != required {
+            rows.push(Row {
+                field,
+                current,
+                required,
+            });
+        }
+    };
+    cmp(
+        "storage",
+        format!("{:?}", have.storage),
+        format!("{:?}", want.storage),
+    );
+    cmp(
+        "replicas",
+        have.replicas.to_string(),
+        want.replicas.to_string(),
+    );
+    cmp(
+        "retention",
+        format!("{:?}", have.retention),
+        format!("{:?}", want.retention),
+    );
+    cmp(
+        "discard",
+        format!("{:?}", have.discard),
+        format!("{:?}", want.discard),
+    );
+    cmp(
+        "max_age_ms",
+        have.max_age_ms.to_string(),
+        want.max_age_ms.to_string(),
+    );
+    cmp(
+        "max_msgs",
+        have.max_msgs.to_string(),
+        want.max_msgs.to_string(),
+    );
+    cmp(
+        "max_bytes",
+        have.max_bytes.to_string(),
+        want.max_bytes.to_string(),
+    );
+    cmp(
+        "duplicate_window_ms",
+        have.duplicate_window_ms.to_string(),
+        want.duplicate_window_ms.to_string(),
+    );
+    rows
+}
+
+/// The pinned-client priority settings of a consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Priority {
+    /// The priority group (`PCG` in consumer groups).
+    pub group: String,
+    /// `priority_timeout`.
+    pub timeout_ms: u64,
+}
+
+/// A pull consumer's configuration, as far as this daemon cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct ConsumerSpec {
+    pub name: String,
+    pub filter_subjects: Vec<String>,
+    /// `all`, `new`, `last`, `last_per_subject`, or what the server reports.
+    pub deliver_policy: String,
+    pub ack_explicit: bool,
+    pub ack_wait_ms: u64,
+    /// -1 = unlimited.
+    pub max_deliver: i64,
+    pub max_ack_pending: i64,
+    pub backoff_ms: Vec<u64>,
+    pub priority: Option<Priority>,
+    /// Whether it is a pull consumer (no deliver subject).
+    pub pull: bool,
+}
+
+/// One differing field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// The field name, as in the consumer or stream config.
+    pub field: &'static str,
+    /// What the server has.
+    pub current: String,
+    /// What this daemon needs.
+    pub required: String,
+}
+
+/// The fields where `current` differs from `required`; empty means compatible.
+pub fn compare_consumer(required: &ConsumerSpec, current: &ConsumerSpec) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut cmp = |field: &'static str, current: String, required: String| {
+        if current != required {
+            rows.push(Row {
+                field,
+                current,
+                required,
+            });
+        }
+    };
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        format!("{v:?}")
+    };
+    let priority = |p: &Option<Priority>| match p {
+        None => "none".to_string(),
+        Some(p) => format!("pinned_client group {} timeout {}ms", p.group, p.timeout_ms),
+    };
+    cmp("pull", current.pull.to_string(), required.pull.to_string());
+    cmp(
+        "filter_subjects",
+        sorted(&current.filter_subjects),
+        sorted(&required.filter_subjects),
+    );
+    cmp(
+        "deliver_policy",
+        current.deliver_policy.clone(),
+        required.deliver_policy.clone(),
+    );
+    cmp(
+        "ack_policy",
+        if current.ack_explicit {
+            "explicit"
+        } else {
+            "not explicit"
+        }
+        .into(),
+        if required.ack_explicit {
+            "explicit"
+        } else {
+            "not explicit"
+        }
+        .into(),
+    );
+    cmp(
+        "ack_wait_ms",
+        current.ack_wait_ms.to_string(),
+        required.ack_wait_ms.to_string(),
+    );
+    cmp(
+        "max_deliver",
+        current.max_deliver.to_string(),
+        required.max_deliver.to_string(),
+    );
+    cmp(
+        "max_ack_pending",
+        current.max_ack_pending.to_string(),
+        required.max_ack_pending.to_string(),
+    );
+    cmp(
+        "backoff_ms",
+        format!("{:?}", current.backoff_ms),
+        format!("{:?}", required.backoff_ms),
+    );
+    cmp(
+        "priority",
+        priority(&current.priority),
+        priority(&required.priority),
+    );
+    rows
+}
+
+/// What to do about the consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumerPlan {
+    /// Create it (ensure mode, missing).
+    Create,
+    /// It exists and matches.
+    Keep,
+    /// Missing, and this daemon may not create it (bind mode).
+    Missing,
+    /// It exists and differs: never changed; startup stops.
+    Conflict(Vec<Row>),
+}
+
+/// Plans the consumer step.
+pub fn plan_consumer(
+    mode: ConsumerMode,
+    required: &ConsumerSpec,
+    current: Option<&ConsumerSpec>,
+) -> ConsumerPlan {
+    match (current, mode) {
+        (None, ConsumerMode::Ensure) => ConsumerPlan::Create,
+        (None, ConsumerMode::Bind) => ConsumerPlan::Missing,
+        (Some(cur), _) => {
+            let rows = compare_consumer(required, cur);
+            if rows.is_empty() {
+                ConsumerPlan::Keep
+            } else {
+                ConsumerPlan::Conflict(rows)
+            }
+        }
+    }
+}
+
+/// Rows as an aligned table with a header, for logs and `jetrelay check`.
+#[derive(Debug)]
+pub struct Table<'a>(pub &'a [Row]);
+
+impl fmt::Display for Table<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w0 = self
+            .0
+            .iter()
+            .map(|r| r.field.len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
+        let w1 = self
+            .0
+            .iter()
+            .map(|r| r.current.len())
+            .max()
+            .unwrap_or(0)
+            .max(7);
+        writeln!(f, "{:<w0$}  {:<w1$}  required", "field", "current")?;
+        for r in self.0 {
+            writeln!(f, "{:<w0$}  {:<w1$}  {}", r.field, r.current, r.required)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(subjects: &[&str]) -> StreamSpec {
+        StreamSpec {
+            name: "S".into(),
+            subjects: subjects.iter().map(|s| s.to_string()).collect(),
+            storage: Storage::File,
+            replicas: 1,
+            retention: Retention::Limits,
+            discard: Discard::Old,
+            max_age_ms: 0,
+            max_msgs: -1,
+            max_bytes: -1,
+            duplicate_window_ms: 120_000,
+        }
+    }
+
+    fn f(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn managed_missing_stream_is_created_from_config() {
+        let want = spec(&["a.>"]);
+        let plan = plan_stream("S", StreamMode::Managed, Some(&want), None, &f(&["a.b"])).unwrap();
+        assert_eq!(plan.action, StreamAction::Create(want));
+    }
+
+    #[test]
+    fn managed_adds_only_missing_subjects_and_keeps_the_rest() {
+        let mut have = spec(&["x.>", "a.b"]);
+        have.retention = Retention::Workqueue;
+        have.replicas = 3;
+        let want = spec(&["a.b", "b.*", "x.y"]);
+        let plan = plan_stream("S", StreamMode::Managed, Some(&want), Some(&have), &[]).unwrap();
+        assert_eq!(
+            plan.action,
+            StreamAction::AddSubjects {
+                added: f(&["b.*"]),
+                subjects: f(&["x.>", "a.b", "b.*"])
+            }
+        );
+        let fields: Vec<_> = plan.untouched.iter().map(|r| r.field).collect();
+        assert_eq!(fields, ["replicas", "retention"]);
+    }
+
+    #[test]
+    fn managed_with_everything_present_keeps_the_stream() {
+        let have = spec(&["a.>"]);
+        let plan = plan_stream(
+            "S",
+            StreamMode::Managed,
+            Some(&spec(&["a.b"])),
+            Some(&have),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(plan.action, StreamAction::Keep);
+    }
+
+    #[test]
+    fn external_streams_are_never_created_or_changed() {
+        assert_eq!(
+            plan_stream("S", StreamMode::External, None, None, &[]),
+            Err(StreamProblem::Missing("S".into()))
+        );
+        let plan = plan_stream(
+            "S",
+            StreamMode::External,
+            None,
+            Some(&spec(&["a.*"])),
+            &f(&["a.b"]),
+        )
+        .unwrap();
+        assert_eq!(plan.action, StreamAction::Keep);
+        assert!(plan.untouched.is_empty());
+    }
+
+    #[test]
+    fn filters_outside_the_stream_are_reported() {
+        let err = plan_stream(
+            "S",
+            StreamMode::External,
+            None,
+            Some(&spec(&["a.*"])),
+            &f(&["a.b", "b.c"]),
+        )
+        .unwrap_err();
+        assert!(matches!(err, StreamProblem::Uncovered { filters, .. } if filters == f(&["b.c"])));
+        let err = plan_stream(
+            "S",
+            StreamMode::Managed,
+            Some(&spec(&["a.*"])),
+            None,
+            &f(&["z"]),
+        )
+        .unwrap_err();
+        assert!(matches!(err, StreamProblem::Uncovered { .. }));
+        // A stream without subjects (sourced) is not checked.
+        assert!(
+            plan_stream(
+                "S",
+                StreamMode::External,
+                None,
+                Some(&spec(&[])),
+                &f(&["z"])
+            )
+            .is_ok()
+        );
+    }
+
+    fn consumer() -> ConsumerSpec {
+        ConsumerSpec {
+            name: "c".into(),
+            filter_subjects: f(&["a", "b"]),
+            deliver_policy: "all".into(),
+            ack_explicit: true,
+            ack_wait_ms: 30_000,
+            max_deliver: 10,
+            max_ack_pending: 256,
+            backoff_ms: vec![],
+            priority: None,
+            pull: true,
+        }
+    }
+
+    #[test]
+    fn consumer_plan_table() {
+        let req = consumer();
+        let mut other = consumer();
+        other.max_deliver = 3;
+        assert_eq!(
+            plan_consumer(ConsumerMode::Ensure, &req, None),
+            ConsumerPlan::Create
+        );
+        assert_eq!(
+            plan_consumer(ConsumerMode::Bind, &req, None),
+            ConsumerPlan::Missing
+        );
+        assert_eq!(
+            plan_consumer(ConsumerMode::Bind, &req, Some(&req)),
+            ConsumerPlan::Keep
+        );
+        assert!(matches!(
+            plan_consumer(ConsumerMode::Ensure, &req, Some(&other)),
+            ConsumerPlan::Conflict(rows) if rows.len() == 1 && rows[0].field == "max_deliver"
+        ));
+    }
+
+    #[test]
+    fn consumer_compare_table() {
+        let req = consumer();
+        let mut same = consumer();
+        same.filter_subjects = f(&["b", "a"]);
+        assert!(
+            compare_consumer(&req, &same).is_empty(),
+            "filter order does not matter"
+        );
+
+        let mut cur = consumer();
+        cur.max_ack_pending = 1000;
+        cur.ack_wait_ms = 5000;
+        cur.priority = Some(Priority {
+            group: "PCG".into(),
+            timeout_ms: 5000,
+        });
+        let rows = compare_consumer(&req, &cur);
+        let fields: Vec<_> = rows.iter().map(|r| r.field).collect();
+        assert_eq!(fields, ["ack_wait_ms", "max_ack_pending", "priority"]);
+        assert_eq!(rows[1].current, "1000");
+        assert_eq!(rows[1].required, "256");
+        let text = Table(&rows).to_string();
+        assert!(text.starts_with("field"), "{text}");
+        assert!(text.contains("max_ack_pending  1000"), "{text}");
+    }
+}

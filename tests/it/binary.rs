@@ -1,0 +1,182 @@
+//! The built binary: exit codes, `--version`, `check`, and SIGTERM.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_jetrelay");
+
+fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join("jetrelay.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn version_prints_and_exits_zero() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn a_bad_config_exits_64_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n[http]\nurl = \"http://127.0.0.1:1/x\"\n[delivery]\nmax_in_flight = 0\n",
+    );
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .env_remove("JETRELAY_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("delivery.max_in_flight: must be at least 1"),
+        "{err}"
+    );
+
+    let out = Command::new(BIN)
+        .arg("check")
+        .env("JETRELAY_CONFIG", &path)
+        .env("JETRELAY_DELIVERY__MAX_IN_FLIGHT", "4")
+        .env("JETRELAY_HTTP__NOPE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http.nope"));
+}
+
+#[test]
+fn usage_errors_exit_64() {
+    let out = Command::new(BIN).arg("frobnicate").output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let out = Command::new(BIN)
+        .args(["run", "--config", "/nonexistent.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+fn config_text(nats: &NatsServer, app: &MockApp, stream: &str, durable: &str) -> String {
+    format!(
+        "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{durable}\"\n\
+         [topology]\nstream = \"managed\"\n[topology.managed_stream]\nsubjects = [\"bin.>\"]\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        nats.url(),
+        app.url()
+    )
+}
+
+#[tokio::test]
+async fn check_prints_the_plan_and_changes_nothing() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, &config_text(&nats, &app, &stream, &durable));
+    let out = tokio::process::Command::new(BIN)
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("would be created"), "{text}");
+    assert!(
+        js.get_stream(&stream).await.is_err(),
+        "check created the stream"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_exits_zero() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, &config_text(&nats, &app, &stream, &durable));
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the stream exists", Duration::from_secs(20), || async {
+        js.get_stream(&stream).await.is_ok()
+    })
+    .await;
+    eventually("the consumer exists", Duration::from_secs(20), || async {
+        consumer_info(&js, &stream, &durable).await.is_some()
+    })
+    .await;
+    publish(&js, "bin.x", 5).await;
+    app.wait_for("5 requests", Duration::from_secs(20), |r| r.len() == 5)
+        .await;
+    let pid = child.id().unwrap();
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let mut stderr = String::new();
+    use tokio::io::AsyncReadExt;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let delivered = lines
+        .iter()
+        .filter(|l| l["message"] == "message delivered")
+        .count();
+    assert_eq!(
+        delivered, 5,
+        "one JSON log line per settled message:\n{stderr}"
+    );
+    let one = lines
+        .iter()
+        .find(|l| l["message"] == "message delivered")
+        .unwrap();
+    for field in [
+        "stream",
+        "stream_seq",
+        "delivered",
+        "outcome",
+        "status",
+        "duration_ms",
+    ] {
+        assert!(!one[field].is_null(), "{field} missing in {one}");
+    }
+    assert!(!stderr.contains("m0"), "a payload was logged");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["message"] == "state changed" && l["state"] == "Draining"),
+        "{stderr}"
+    );
+}

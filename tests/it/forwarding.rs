@@ -1,0 +1,310 @@
+//! The forwarding core end to end: ack after 2xx, delayed retries, term, headers,
+//! backpressure bounds, and the admin endpoints moving.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn every_message_reaches_the_app_unchanged_and_is_acked_after_2xx() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["orders.>"]).await;
+    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, "")).await;
+    relay.wait_ready(T).await;
+
+    let mut headers = HeaderMap::new();
+    headers.insert("X-Trace", "abc");
+    headers.insert("Content-Type", "application/json");
+    headers.insert("Nats-Msg-Id", "id-1");
+    js.publish_with_headers("orders.eu", headers, "{\"n\":1}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    publish(&js, "orders.us", 19).await;
+
+    app.wait_for("20 requests", T, |r| r.len() >= 20).await;
+    let first = app.requests().into_iter().find(|r| r.seq() == 1).unwrap();
+    assert_eq!(first.body.as_ref(), b"{\"n\":1}");
+    assert_eq!(first.header("content-type"), Some("application/json"));
+    assert_eq!(first.header("x-trace"), Some("abc"));
+    assert_eq!(first.header("nats-subject"), Some("orders.eu"));
+    assert_eq!(first.header("nats-stream"), Some(stream.as_str()));
+    assert_eq!(first.header("nats-delivered"), Some("1"));
+    assert_eq!(first.header("nats-msg-id"), Some("id-1"));
+    assert!(first.header("nats-published").unwrap().ends_with('Z'));
+    assert!(first.header("nats-pin-id").is_none());
+    let other = app.requests().into_iter().find(|r| r.seq() == 2).unwrap();
+    assert_eq!(other.body.as_ref(), b"m0");
+    assert_eq!(
+        other.header("content-type"),
+        Some("application/octet-stream")
+    );
+
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    assert_eq!(app.requests().len(), 20, "no duplicates");
+    assert_eq!(relay.metric("jetrelay_messages_received_total").await, 20.0);
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
+            .await,
+        20.0
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_http_requests_total{class=\"2xx\"}")
+            .await,
+        20.0
+    );
+    assert_eq!(relay.metric("jetrelay_nats_connected").await, 1.0);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_503_twice_then_200_is_seen_three_times_no_sooner_than_the_delays() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|_, seen| Reply::status(if seen < 2 { 503 } else { 200 })).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["r.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[delivery]\nretry_initial_ms = 300\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    publish(&js, "r.x", 1).await;
+
+    app.wait_for("three attempts", T, |r| r.len() >= 3).await;
+    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    let r = app.requests();
+    assert_eq!(r.len(), 3);
+    let delivered: Vec<_> = r
+        .iter()
+        .map(|r| r.header("nats-delivered").unwrap().to_string())
+        .collect();
+    assert_eq!(delivered, ["1", "2", "3"]);
+    // Exponential: 300 ms after the first failure, 600 ms after the second.
+    assert!(
+        r[1].at - r[0].at >= Duration::from_millis(300),
+        "{:?}",
+        r[1].at - r[0].at
+    );
+    assert!(
+        r[2].at - r[1].at >= Duration::from_millis(600),
+        "{:?}",
+        r[2].at - r[1].at
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"nak\"}")
+            .await,
+        2.0
+    );
+    assert_eq!(relay.metric("jetrelay_redeliveries_total").await, 2.0);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn retry_after_from_the_app_sets_the_delay() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|_, seen| {
+        if seen == 0 {
+            Reply::status(429).header("Retry-After", "1")
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["r.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[delivery]\nretry_initial_ms = 10\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    publish(&js, "r.x", 1).await;
+    app.wait_for("two attempts", T, |r| r.len() >= 2).await;
+    let r = app.requests();
+    assert!(
+        r[1].at - r[0].at >= Duration::from_secs(1),
+        "{:?}",
+        r[1].at - r[0].at
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_400_is_terminated_and_never_redelivered() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|_, _| Reply::status(400)).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["t.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[consumer]\nack_wait_ms = 1000\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    publish(&js, "t.x", 3).await;
+    app.wait_for("three requests", T, |r| r.len() >= 3).await;
+    // Terminated messages leave the consumer: nothing pending or awaiting an ack, so
+    // nothing can come back (an unsettled one would be redelivered after 1 s).
+    eventually("terminated", T, || consumer_drained(&js, &stream, &durable)).await;
+    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    assert_eq!(info.ack_floor.stream_sequence, 3);
+    assert_eq!(app.requests().len(), 3);
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await,
+        3.0
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_http_requests_total{class=\"4xx\"}")
+            .await,
+        3.0
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unreachable_app_means_delayed_retries_not_loss() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    // An app that is not listening yet: bind a port, learn it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["u.>"]).await;
+    let extra = format!(
+        "[http]\nurl = \"http://127.0.0.1:{port}/messages\"\n[delivery]\nretry_initial_ms = 100\n"
+    );
+    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, &extra)).await;
+    relay.wait_ready(T).await;
+    publish(&js, "u.x", 2).await;
+    eventually("connection errors counted", T, || async {
+        relay
+            .metric("jetrelay_http_requests_total{class=\"error\"}")
+            .await
+            >= 4.0
+    })
+    .await;
+    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    assert_eq!(
+        info.ack_floor.stream_sequence, 0,
+        "nothing acked without the app"
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn concurrency_and_buffer_bounds_hold_under_load() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(40))).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["b.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[delivery]\nmax_in_flight = 4\nmax_buffered = 8\nmax_batch = 8\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    publish(&js, "b.x", 60).await;
+    let mut max_ack_pending = 0;
+    let mut max_buffered = 0.0f64;
+    let deadline = tokio::time::Instant::now() + T;
+    while app.requests().len() < 60 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} delivered",
+            app.requests().len()
+        );
+        if let Some(i) = consumer_info(&js, &stream, &durable).await {
+            max_ack_pending = max_ack_pending.max(i.num_ack_pending);
+            assert_eq!(
+                i.config.max_ack_pending, 8,
+                "max_ack_pending = max_buffered"
+            );
+        }
+        max_buffered = max_buffered.max(relay.metric("jetrelay_buffered").await);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        app.max_in_flight() <= 4,
+        "app saw {} concurrent requests",
+        app.max_in_flight()
+    );
+    assert!(app.max_in_flight() >= 2, "requests ran concurrently");
+    assert!(
+        max_ack_pending <= 8,
+        "server had {max_ack_pending} unacknowledged"
+    );
+    assert!(max_buffered <= 8.0, "daemon held {max_buffered}");
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn admin_endpoints_answer_and_ready_tells_the_state() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["a.>"]).await;
+    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, "")).await;
+    assert_eq!(relay.get("/healthz").await.0, 200);
+    relay.wait_ready(T).await;
+    let (code, body) = relay.get("/ready").await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["ready"], true);
+    assert_eq!(v["state"], "consuming");
+    assert_eq!(v["pinned"], false);
+    assert!(v["partitions"].as_array().unwrap().is_empty());
+    let (code, text) = relay.get("/metrics").await;
+    assert_eq!(code, 200);
+    assert!(text.contains("jetrelay_build_info{version=\""));
+    assert_eq!(relay.metric("jetrelay_ready").await, 1.0);
+    publish(&js, "a.b", 5).await;
+    eventually("received moves", T, || async {
+        relay.metric("jetrelay_messages_received_total").await == 5.0
+    })
+    .await;
+    eventually("consumer gauges", T, || async {
+        relay
+            .metric("jetrelay_message_duration_seconds_count")
+            .await
+            == 5.0
+    })
+    .await;
+    relay.stop().await.unwrap();
+}

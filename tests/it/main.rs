@@ -1,0 +1,10 @@
+//! Integration tests: one binary, real nats-server processes, a real HTTP app.
+
+#![allow(unreachable_pub)] // A test binary: `pub` only shares the harness between its modules.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // In the harness, a panic is the failure report.
+
+mod binary;
+mod forwarding;
+mod shutdown;
+mod support;
+mod topology;

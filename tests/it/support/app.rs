@@ -1,0 +1,203 @@
+//! A real HTTP app on 127.0.0.1:0 that records every request and answers from a
+//! script, so tests observe exactly what the daemon sent.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub headers: HashMap<String, Vec<String>>,
+    pub body: Bytes,
+    pub at: Instant,
+    /// When the app answered (set after the delay).
+    pub status: u16,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .and_then(|v| v.last())
+            .map(String::as_str)
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.header("nats-sequence").unwrap().parse().unwrap()
+    }
+}
+
+/// What the app answers.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn status(status: u16) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn after(mut self, delay: Duration) -> Reply {
+        self.delay = delay;
+        self
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// The script: (the request, how many times this sequence was seen before) → reply.
+pub type Script = Arc<dyn Fn(&Recorded, usize) -> Reply + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    requests: Vec<Recorded>,
+    seen: HashMap<u64, usize>,
+    in_flight: usize,
+    max_in_flight: usize,
+}
+
+#[derive(Clone)]
+pub struct MockApp {
+    addr: SocketAddr,
+    inner: Arc<Mutex<Inner>>,
+    notify: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    inner: Arc<Mutex<Inner>>,
+    script: Script,
+    notify: Arc<tokio::sync::Notify>,
+}
+
+impl MockApp {
+    pub async fn start(
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
+        let inner = Arc::new(Mutex::new(Inner::default()));
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let state = AppState {
+            inner: inner.clone(),
+            script: Arc::new(script),
+            notify: notify.clone(),
+        };
+        let router = axum::Router::new()
+            .route("/messages", axum::routing::post(handle))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        MockApp {
+            addr,
+            inner,
+            notify,
+        }
+    }
+
+    /// Answers 200 at once.
+    pub async fn ok() -> MockApp {
+        MockApp::start(|_, _| Reply::status(200)).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/messages", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.inner.lock().unwrap().requests.clone()
+    }
+
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.lock().unwrap().max_in_flight
+    }
+
+    /// Sequences answered 2xx at least once.
+    pub fn acked_seqs(&self) -> std::collections::BTreeSet<u64> {
+        self.requests()
+            .iter()
+            .filter(|r| (200..300).contains(&r.status))
+            .map(Recorded::seq)
+            .collect()
+    }
+
+    /// Waits until `cond` holds over the answered requests.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        cond: impl Fn(&[Recorded]) -> bool,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.notify.notified();
+            if cond(&self.requests()) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let n = self.requests().len();
+                panic!("timed out after {timeout:?} waiting for {what} ({n} requests seen)");
+            }
+        }
+    }
+}
+
+async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let mut map: HashMap<String, Vec<String>> = HashMap::new();
+    for (k, v) in &headers {
+        map.entry(k.as_str().to_string())
+            .or_default()
+            .push(String::from_utf8_lossy(v.as_bytes()).into_owned());
+    }
+    let mut rec = Recorded {
+        headers: map,
+        body,
+        at: Instant::now(),
+        status: 0,
+    };
+    let (reply, seen) = {
+        let mut inner = s.inner.lock().unwrap();
+        inner.in_flight += 1;
+        inner.max_in_flight = inner.max_in_flight.max(inner.in_flight);
+        let seq = rec
+            .header("nats-sequence")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let seen = inner.seen.entry(seq).or_default();
+        let before = *seen;
+        *seen += 1;
+        ((s.script)(&rec, before), before)
+    };
+    let _ = seen;
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    rec.status = reply.status;
+    {
+        let mut inner = s.inner.lock().unwrap();
+        inner.in_flight -= 1;
+        inner.requests.push(rec);
+    }
+    s.notify.notify_waiters();
+    let mut resp = StatusCode::from_u16(reply.status).unwrap().into_response();
+    for (k, v) in reply.headers {
+        resp.headers_mut().insert(k, v.parse().unwrap());
+    }
+    resp
+}

@@ -1,0 +1,188 @@
+//! Shared test harness: real nats-server processes, a real HTTP app, and the daemon
+//! run in-process from a TOML config, as a user would write it.
+
+pub mod app;
+pub mod nats_server;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use figment::Figment;
+use figment::providers::{Format, Toml};
+use jetrelay::app::{App, AppError};
+use jetrelay::config::Config;
+use jetrelay::health::Health;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use app::{MockApp, Reply};
+pub use nats_server::NatsServer;
+
+/// Unique names per test, so tests never collide even on a shared server.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{prefix}{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `cond` every 20 ms until it holds, or panics after `timeout`.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub async fn client(nats: &NatsServer) -> (async_nats::Client, jetstream::Context) {
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = jetstream::new(client.clone());
+    (client, js)
+}
+
+pub async fn create_stream(js: &jetstream::Context, name: &str, subjects: &[&str]) {
+    js.create_stream(jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+/// Publishes `n` messages `"<subject>" / "m<i>"`, waiting for each PubAck.
+pub async fn publish(js: &jetstream::Context, subject: &str, n: usize) {
+    for i in 0..n {
+        js.publish(subject.to_string(), format!("m{i}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+}
+
+pub async fn consumer_info(
+    js: &jetstream::Context,
+    stream: &str,
+    consumer: &str,
+) -> Option<jetstream::consumer::Info> {
+    let s = js.get_stream(stream).await.ok()?;
+    s.consumer_info(consumer).await.ok()
+}
+
+/// The consumer has nothing pending and nothing unacknowledged.
+pub async fn consumer_drained(js: &jetstream::Context, stream: &str, consumer: &str) -> bool {
+    consumer_info(js, stream, consumer)
+        .await
+        .is_some_and(|i| i.num_pending == 0 && i.num_ack_pending == 0)
+}
+
+/// A durable-source config for `stream`/`durable` delivering to `app`, plus `extra`
+/// TOML merged on top.
+pub fn durable_config(
+    nats: &NatsServer,
+    app: &MockApp,
+    stream: &str,
+    durable: &str,
+    extra: &str,
+) -> Config {
+    let base = format!(
+        r#"
+        [nats]
+        servers = ["{}"]
+        [source]
+        stream = "{stream}"
+        kind = "durable"
+        durable = "{durable}"
+        [http]
+        url = "{}"
+        timeout_ms = 5000
+        [admin]
+        listen = "127.0.0.1:0"
+        [log]
+        level = "warn"
+        "#,
+        nats.url(),
+        app.url()
+    );
+    Config::from_figment(Figment::from(Toml::string(&base)).merge(Toml::string(extra)))
+        .unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+/// The daemon running in-process.
+pub struct Relay {
+    pub admin: SocketAddr,
+    pub health: Health,
+    pub shutdown: CancellationToken,
+    pub handle: JoinHandle<Result<(), AppError>>,
+}
+
+impl Relay {
+    pub async fn start(config: Config) -> Relay {
+        // TEST_LOG=1 shows the daemon's log lines (text) for a failing test.
+        if std::env::var_os("TEST_LOG").is_some() {
+            jetrelay::telemetry::init(&jetrelay::config::LogConfig {
+                format: jetrelay::config::LogFormat::Text,
+                level: "jetrelay=debug".into(),
+            });
+        }
+        let app = App::build(config).await.unwrap();
+        let shutdown = CancellationToken::new();
+        Relay {
+            admin: app.admin_addr().unwrap(),
+            health: app.health(),
+            handle: tokio::spawn(app.run(shutdown.clone())),
+            shutdown,
+        }
+    }
+
+    /// Cancels and waits for the run to end.
+    pub async fn stop(self) -> Result<(), AppError> {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(60), self.handle)
+            .await
+            .expect("the daemon did not stop")
+            .unwrap()
+    }
+
+    pub async fn wait_ready(&self, timeout: Duration) {
+        let mut rx = self.health.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|s| s.ready))
+            .await
+            .unwrap_or_else(|_| panic!("not ready after {timeout:?}: {:?}", self.health.status()))
+            .unwrap();
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let resp = reqwest::get(format!("http://{}{path}", self.admin))
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    }
+
+    /// A sample's value from /metrics (0 when absent).
+    pub async fn metric(&self, sample: &str) -> f64 {
+        let (_, text) = self.get("/metrics").await;
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(sample)
+                    .and_then(|rest| rest.strip_prefix(' '))
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}

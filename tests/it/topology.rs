@@ -1,0 +1,272 @@
+//! Topology ownership: managed streams are created or extended, external ones never
+//! touched, consumers ensured (also concurrently) or only bound, conflicts fatal, and
+//! a daemon started before its stream becomes ready once the stream appears.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use jetrelay::app::{AppError, topology_request};
+use jetrelay::nats::{Nats, TopologyError};
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+fn managed(subjects: &str) -> String {
+    format!(
+        "[topology]\nstream = \"managed\"\n[topology.managed_stream]\nsubjects = {subjects}\nmax_msgs = 5000\n"
+    )
+}
+
+#[tokio::test]
+async fn a_managed_stream_is_created_from_config() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    let relay = Relay::start(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        &managed("[\"m.>\"]"),
+    ))
+    .await;
+    relay.wait_ready(T).await;
+    let info = js.get_stream(&stream).await.unwrap().cached_info().clone();
+    assert_eq!(info.config.subjects, ["m.>"]);
+    assert_eq!(info.config.max_messages, 5000);
+    publish(&js, "m.1", 3).await;
+    app.wait_for("3 requests", T, |r| r.len() == 3).await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_subject_is_added_and_everything_else_stays() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    js.create_stream(jetstream::stream::Config {
+        name: stream.clone(),
+        subjects: vec!["old.>".into()],
+        max_messages: 777,
+        retention: jetstream::stream::RetentionPolicy::Limits,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let relay = Relay::start(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        &managed("[\"new.>\", \"old.x\"]"),
+    ))
+    .await;
+    relay.wait_ready(T).await;
+    let info = js.get_stream(&stream).await.unwrap().cached_info().clone();
+    assert_eq!(info.config.subjects, ["old.>", "new.>"]);
+    assert_eq!(info.config.max_messages, 777, "limits are never changed");
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_external_stream_is_never_created() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[topology]\non_missing = \"fail\"\n",
+    );
+    let relay = Relay::start(cfg).await;
+    let err = relay.handle.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, AppError::Topology(TopologyError::Stream(_)) if err.to_string().contains("does not exist")),
+        "{err}"
+    );
+    assert!(
+        js.get_stream(&stream).await.is_err(),
+        "the stream was created"
+    );
+}
+
+#[tokio::test]
+async fn an_external_stream_that_does_not_cover_the_filter_is_fatal_and_unchanged() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["a.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[source]\nfilter_subjects = [\"b.>\"]\n",
+    );
+    let err = Relay::start(cfg).await.handle.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, AppError::Topology(TopologyError::Stream(_))),
+        "{err}"
+    );
+    let info = js.get_stream(&stream).await.unwrap().cached_info().clone();
+    assert_eq!(info.config.subjects, ["a.>"]);
+    assert!(consumer_info(&js, &stream, &durable).await.is_none());
+}
+
+#[tokio::test]
+async fn two_instances_ensuring_the_same_durable_at_once_both_succeed() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["c.>"]).await;
+    let cfg = durable_config(&nats, &app, &stream, &durable, "");
+    let req = topology_request(&cfg);
+    for _ in 0..5 {
+        let (a, b) = (
+            Nats::connect(&cfg.nats, false).await.unwrap(),
+            Nats::connect(&cfg.nats, false).await.unwrap(),
+        );
+        let (ra, rb) = tokio::join!(a.ensure(&req), b.ensure(&req));
+        ra.unwrap();
+        rb.unwrap();
+        let info = consumer_info(&js, &stream, &durable).await.unwrap();
+        assert_eq!(info.config.max_ack_pending, 256);
+        js.get_stream(&stream)
+            .await
+            .unwrap()
+            .delete_consumer(&durable)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn bind_only_never_creates_the_consumer() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["c.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[topology]\nconsumer = \"bind\"\non_missing = \"fail\"\n",
+    );
+    let err = Relay::start(cfg).await.handle.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, AppError::Topology(TopologyError::ConsumerMissing(_))),
+        "{err}"
+    );
+    assert!(consumer_info(&js, &stream, &durable).await.is_none());
+}
+
+#[tokio::test]
+async fn an_incompatible_consumer_stops_startup_and_is_left_alone() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["c.>"]).await;
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some(durable.clone()),
+            max_ack_pending: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let err = Relay::start(durable_config(&nats, &app, &stream, &durable, ""))
+        .await
+        .handle
+        .await
+        .unwrap()
+        .unwrap_err();
+    match &err {
+        AppError::Topology(TopologyError::Conflict { rows, table, .. }) => {
+            assert!(rows.iter().any(|r| r.field == "max_ack_pending"
+                && r.current == "1000"
+                && r.required == "256"));
+            assert!(table.contains("field"), "{table}");
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
+    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    assert_eq!(
+        info.config.max_ack_pending, 1000,
+        "the consumer was changed"
+    );
+}
+
+#[tokio::test]
+async fn started_before_the_stream_exists_it_becomes_ready_when_it_appears() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[topology]\nretry_initial_ms = 50\nretry_max_ms = 200\n",
+    );
+    let relay = Relay::start(cfg).await;
+    eventually("waiting for the stream", T, || async {
+        let s = relay.health.status();
+        !s.ready && s.reason.contains("does not exist")
+    })
+    .await;
+    let (code, body) = relay.get("/ready").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("\"state\":\"not_ready\""), "{body}");
+    create_stream(&js, &stream, &["late.>"]).await;
+    relay.wait_ready(T).await;
+    publish(&js, "late.x", 2).await;
+    app.wait_for("2 requests", T, |r| r.len() == 2).await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_consumer_sends_the_daemon_back_to_topology_and_it_recovers() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["g.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[topology]\nretry_initial_ms = 50\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .delete_consumer(&durable)
+        .await
+        .unwrap();
+    // The daemon recreates it (ensure) and consumes what is published next.
+    eventually("consumer recreated", T, || async {
+        consumer_info(&js, &stream, &durable).await.is_some()
+    })
+    .await;
+    relay.wait_ready(T).await;
+    publish(&js, "g.x", 3).await;
+    app.wait_for("3 requests", T, |r| r.len() >= 3).await;
+    relay.stop().await.unwrap();
+}
