@@ -3,6 +3,8 @@
 //! answered 503 once, to show a delayed retry), prints the metrics, then stops
 //! jetrelay with SIGTERM.
 
+#![allow(clippy::print_stdout)] // A demo prints what happens.
+
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -101,11 +103,11 @@ async fn main() -> Result<(), Error> {
         if let Some(status) = relay.try_wait()? {
             return Err(format!("jetrelay exited with {status}").into());
         }
-        if let Ok(r) = http.get(&ready).send().await {
-            if r.status().is_success() {
-                println!("ready         {}", r.text().await?);
-                break;
-            }
+        if let Ok(r) = http.get(&ready).send().await
+            && r.status().is_success()
+        {
+            println!("ready         {}", r.text().await?);
+            break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
