@@ -319,27 +319,27 @@ impl Puller {
                 self.pulls.pop_front();
             }
         }
-        if self.cfg.group.is_some() {
+        let newly_pinned = self.cfg.group.is_some() && {
             let pin = m
                 .headers
                 .as_ref()
                 .and_then(|h| h.get_last("Nats-Pin-Id"))
                 .map(|v| v.as_str().to_string());
-            if let Some(pin) = pin
-                && self.pin.replace(pin).is_none()
-            {
-                self.pending = Some(PullEvent::Pinned(true));
-            }
-        }
+            pin.is_some_and(|pin| self.pin.replace(pin).is_none())
+        };
         let Some(reply) = m.reply.clone() else {
             tracing::warn!(subject = %m.subject, "a pulled message has no reply subject; it cannot be settled");
             return None;
         };
         let settler = Settler::new(self.client.clone(), reply, self.cfg.confirmed_acks);
-        Some(PullEvent::Message(
-            Box::new(to_delivery(m, self.cfg.partitioned)),
-            settler,
-        ))
+        let message = PullEvent::Message(Box::new(to_delivery(m, self.cfg.partitioned)), settler);
+        if newly_pinned {
+            // Pinned first, then the message it brought.
+            self.pending = Some(message);
+            Some(PullEvent::Pinned(true))
+        } else {
+            Some(message)
+        }
     }
 }
 

@@ -148,7 +148,7 @@ impl Nats {
         match &plan.stream.action {
             StreamAction::Keep => {}
             StreamAction::Create(spec) => {
-                tracing::info!(stream = %spec.name, subjects = ?spec.subjects, "creating the managed stream");
+                tracing::info!(stream = %spec.name, config = ?spec, "creating the managed stream");
                 self.create_stream(spec).await?;
             }
             StreamAction::AddSubjects { added, subjects } => {
@@ -163,7 +163,14 @@ impl Nats {
             }
             ConsumerPlan::Conflict(rows) => return Err(conflict(&req.consumer.name, rows)),
             ConsumerPlan::Create => {
-                tracing::info!(consumer = %req.consumer.name, "creating the consumer");
+                let c = &req.consumer;
+                tracing::info!(
+                    consumer = %c.name, filter_subjects = ?c.filter_subjects,
+                    deliver_policy = %c.deliver_policy, ack_wait_ms = c.ack_wait_ms,
+                    max_deliver = c.max_deliver, max_ack_pending = c.max_ack_pending,
+                    backoff_ms = ?c.backoff_ms, priority = ?c.priority,
+                    "creating the consumer"
+                );
                 self.create_consumer(&req.stream, &req.consumer).await?
             }
         };

@@ -308,3 +308,32 @@ async fn admin_endpoints_answer_and_ready_tells_the_state() {
     .await;
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn headers_that_are_not_valid_http_are_skipped_and_counted_never_lost() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["h.>"]).await;
+    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, "")).await;
+    relay.wait_ready(T).await;
+    // Valid NATS headers that HTTP forbids: '(' in a name, a control character in a value.
+    let mut headers = HeaderMap::new();
+    headers.insert("X(bad)", "v");
+    headers.insert("X-Bell", "a\u{7}b");
+    headers.insert("X-Good", "kept");
+    js.publish_with_headers("h.x", headers, "payload".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    app.wait_for("the message", T, |r| r.len() == 1).await;
+    let r = &app.requests()[0];
+    assert_eq!(r.body.as_ref(), b"payload");
+    assert_eq!(r.header("x-good"), Some("kept"));
+    assert!(r.header("x-bell").is_none());
+    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    assert_eq!(relay.metric("jetrelay_headers_skipped_total").await, 2.0);
+    relay.stop().await.unwrap();
+}

@@ -5,6 +5,7 @@
 
 mod binary;
 mod forwarding;
+mod pull;
 mod shutdown;
 mod support;
 mod topology;

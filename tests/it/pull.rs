@@ -1,0 +1,213 @@
+//! The pull engine on a `pinned_client` priority-group consumer: exactly one instance
+//! is served, the pin survives a full buffer, and a pin taken away is noticed (423).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{AckPolicy, PriorityPolicy, pull};
+use jetrelay::capacity::{Limits, PullTiming};
+use jetrelay::config::NatsConfig;
+use jetrelay::nats::{Nats, PullEvent, Puller, PullerConfig, Settler};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+async fn pinned_consumer(js: &async_nats::jetstream::Context, stream: &str, name: &str) {
+    js.get_stream(stream)
+        .await
+        .unwrap()
+        .create_consumer(pull::Config {
+            durable_name: Some(name.to_string()),
+            ack_policy: AckPolicy::Explicit,
+            max_ack_pending: 2,
+            priority_policy: PriorityPolicy::PinnedClient,
+            priority_groups: vec!["PCG".into()],
+            priority_timeout: Duration::from_secs(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+async fn puller(nats: &NatsServer, stream: &str, consumer: &str) -> Puller {
+    let cfg = NatsConfig {
+        servers: vec![nats.url().to_string()],
+        ..Default::default()
+    };
+    let conn = Nats::connect(&cfg, false).await.unwrap();
+    conn.puller(PullerConfig {
+        stream: stream.to_string(),
+        consumer: consumer.to_string(),
+        group: Some("PCG".into()),
+        limits: Limits {
+            max_batch: 2,
+            max_buffered: 2,
+        },
+        // Pulls expire well inside the 1 s pin timeout, so the pin is refreshed.
+        timing: PullTiming {
+            expires: Duration::from_millis(400),
+            heartbeat: Duration::from_millis(100),
+        },
+        confirmed_acks: false,
+        partitioned: false,
+    })
+    .await
+    .unwrap()
+}
+
+/// Polls `p` with `held` for `d`, collecting events.
+async fn poll_for(p: &mut Puller, held: u32, d: Duration) -> Vec<PullEvent> {
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + d;
+    while let Ok(ev) = tokio::time::timeout_at(deadline, p.next(held)).await {
+        events.push(ev);
+    }
+    events
+}
+
+/// Polls until `n` messages arrived; returns their settlers and the other events.
+async fn take_messages(p: &mut Puller, mut held: u32, n: usize) -> (Vec<Settler>, Vec<PullEvent>) {
+    let (mut settlers, mut others) = (Vec::new(), Vec::new());
+    while settlers.len() < n {
+        match tokio::time::timeout(T, p.next(held))
+            .await
+            .expect("messages")
+        {
+            PullEvent::Message(_, s) => {
+                settlers.push(s);
+                held += 1;
+            }
+            other => others.push(other),
+        }
+    }
+    (settlers, others)
+}
+
+fn messages(events: &[PullEvent]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, PullEvent::Message(..)))
+        .count()
+}
+
+#[tokio::test]
+async fn one_instance_is_served_and_keeps_the_pin_through_a_full_buffer() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let (stream, consumer) = (unique("S"), unique("c"));
+    create_stream(&js, &stream, &["p.>"]).await;
+    pinned_consumer(&js, &stream, &consumer).await;
+    publish(&js, "p.x", 4).await;
+
+    let mut a = puller(&nats, &stream, &consumer).await;
+    let (held, events) = take_messages(&mut a, 0, 2).await;
+    assert!(a.pinned(), "the first puller got the pin");
+    assert!(
+        matches!(events[..], [PullEvent::Pinned(true)]),
+        "{events:?}"
+    );
+
+    // B pulls as a standby while A holds a full buffer for 3 pin timeouts.
+    let mut b = puller(&nats, &stream, &consumer).await;
+    let stop = CancellationToken::new();
+    let b_events = Arc::new(Mutex::new(Vec::new()));
+    let b_task = {
+        let (stop, b_events) = (stop.clone(), b_events.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return b,
+                    ev = b.next(0) => b_events.lock().unwrap().push(ev),
+                }
+            }
+        })
+    };
+    let a_events = poll_for(&mut a, 2, Duration::from_secs(3)).await;
+    assert_eq!(messages(&a_events), 0, "a full buffer gets nothing");
+    assert!(a.pinned(), "the pin survived 3 pin timeouts of saturation");
+    assert_eq!(
+        messages(&b_events.lock().unwrap()),
+        0,
+        "the standby was never served"
+    );
+
+    // A frees its buffer: the rest comes to A, under the same pin.
+    for s in held {
+        s.ack().await.unwrap();
+    }
+    let (rest, events) = take_messages(&mut a, 0, 2).await;
+    assert_eq!(rest.len(), 2);
+    assert!(
+        !events.iter().any(|e| matches!(e, PullEvent::Pinned(false))),
+        "{events:?}"
+    );
+    stop.cancel();
+    let b = b_task.await.unwrap();
+    assert!(!b.pinned());
+    assert_eq!(messages(&b_events.lock().unwrap()), 0);
+}
+
+#[tokio::test]
+async fn a_standby_takes_over_when_the_pinned_instance_stops_and_is_unpinned() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let (stream, consumer) = (unique("S"), unique("c"));
+    create_stream(&js, &stream, &["p.>"]).await;
+    pinned_consumer(&js, &stream, &consumer).await;
+    publish(&js, "p.x", 1).await;
+    let mut a = puller(&nats, &stream, &consumer).await;
+    let (held, _) = take_messages(&mut a, 0, 1).await;
+    held[0].ack().await.unwrap();
+    let mut b = puller(&nats, &stream, &consumer).await;
+
+    // A steps down: it stops pulling, closes, and the pin is released.
+    a.stop();
+    drop(a.close().await);
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .unpin_consumer(&consumer, "PCG")
+        .await
+        .unwrap();
+    publish(&js, "p.x", 2).await;
+    let (got, events) = take_messages(&mut b, 0, 2).await;
+    assert_eq!(got.len(), 2);
+    assert!(b.pinned());
+    assert!(
+        events.iter().any(|e| matches!(e, PullEvent::Pinned(true))),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pin_taken_away_is_noticed_and_regained() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let (stream, consumer) = (unique("S"), unique("c"));
+    create_stream(&js, &stream, &["p.>"]).await;
+    pinned_consumer(&js, &stream, &consumer).await;
+    publish(&js, "p.x", 1).await;
+    let mut a = puller(&nats, &stream, &consumer).await;
+    let (held, _) = take_messages(&mut a, 0, 1).await;
+    held[0].ack().await.unwrap();
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .unpin_consumer(&consumer, "PCG")
+        .await
+        .unwrap();
+    publish(&js, "p.x", 1).await;
+    // The stale pin id gets a 423: the pin is dropped, then a new one is won.
+    let (got, events) = take_messages(&mut a, 0, 1).await;
+    assert_eq!(got.len(), 1);
+    let pins: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match e {
+            PullEvent::Pinned(p) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pins, [false, true], "{events:?}");
+}
