@@ -247,6 +247,10 @@ impl Supervisor {
             max_in_flight: cfg.delivery.max_in_flight as usize,
             shutdown_grace: Duration::from_millis(cfg.delivery.shutdown_grace_ms),
             pinned_mode: false,
+            ordering: cfg.ordering(),
+            progress_every: Duration::from_millis(cfg.consumer.ack_wait_ms / 2),
+            dlq: (!cfg.dlq.subject.is_empty()).then(|| nats.dlq(&cfg.dlq.subject)),
+            app_healthy: self.app_health(),
         });
         loop {
             if !self.bind_topology(nats, &request, shutdown).await? {
@@ -325,6 +329,42 @@ impl Supervisor {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// Probes `http.health_url` and publishes whether the app is healthy; without a
+    /// health URL the app is always healthy.
+    fn app_health(&self) -> tokio::sync::watch::Receiver<bool> {
+        let h = &self.config.http;
+        let (tx, rx) = tokio::sync::watch::channel(h.health_url.is_empty());
+        self.metrics
+            .app_healthy
+            .set(i64::from(h.health_url.is_empty()));
+        if h.health_url.is_empty() {
+            return rx;
+        }
+        let (forwarder, metrics) = (self.forwarder.clone(), self.metrics.clone());
+        let interval = Duration::from_millis(h.health_interval_ms);
+        let timeout = Duration::from_millis(h.health_timeout_ms);
+        let mut tracker = crate::app_health::HealthTracker::new(h.health_threshold);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if tx.is_closed() {
+                    return; // the dispatcher is gone
+                }
+                let ok = forwarder.healthy(timeout).await;
+                if let Some(healthy) = tracker.observe(ok) {
+                    tracing::info!(healthy, "app health changed");
+                    metrics.app_healthy.set(i64::from(healthy));
+                    if tx.send(healthy).is_err() {
+                        return; // the dispatcher is gone
+                    }
+                }
+            }
+        });
+        rx
     }
 
     /// Refreshes the consumer pending gauges every few seconds.

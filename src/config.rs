@@ -340,6 +340,13 @@ pub struct HttpConfig {
     pub headers: BTreeMap<String, String>,
     pub bearer_token_file: String,
     pub health_url: String,
+    pub health_interval_ms: u64,
+    pub health_timeout_ms: u64,
+    /// Consecutive failed probes that make the app unhealthy.
+    pub health_threshold: u32,
+    /// Group sources: how long the app may be unhealthy before this instance steps
+    /// down so that a healthy instance of the member takes over.
+    pub unhealthy_handover_ms: u64,
     pub retry_statuses: Vec<String>,
     pub term_statuses: Vec<String>,
 }
@@ -352,6 +359,10 @@ impl Default for HttpConfig {
             headers: BTreeMap::new(),
             bearer_token_file: String::new(),
             health_url: String::new(),
+            health_interval_ms: 2000,
+            health_timeout_ms: 1000,
+            health_threshold: 3,
+            unhealthy_handover_ms: 30_000,
             retry_statuses: ["408", "409", "425", "429", "5xx", "404"]
                 .map(String::from)
                 .to_vec(),
@@ -784,6 +795,10 @@ impl Config {
             p.add("http.health_url", e);
         }
         p.min("http.timeout_ms", h.timeout_ms, 1);
+        p.min("http.health_interval_ms", h.health_interval_ms, 10);
+        p.min("http.health_timeout_ms", h.health_timeout_ms, 1);
+        p.min("http.health_threshold", u64::from(h.health_threshold), 1);
+        p.min("http.unhealthy_handover_ms", h.unhealthy_handover_ms, 1);
         for (name, value) in &h.headers {
             if !crate::headers::is_valid_name(name) {
                 p.add(
@@ -951,6 +966,7 @@ mod tests {
                 "http.headers.bad name",
             ),
             ("[http]\nhealth_url = \"ftp://x\"", "http.health_url"),
+            ("[http]\nhealth_threshold = 0", "http.health_threshold"),
             ("[dlq]\nsubject = \"dlq.*\"", "dlq.subject"),
             ("[admin]\nlisten = \"nowhere\"", "admin.listen"),
             ("[log]\nlevel = \"loud,,=x\"", "log.level"),

@@ -1,28 +1,37 @@
-//! The core loop: pull → forward → decide → settle, with bounded concurrency, and the
-//! drain on shutdown. The only module that sees both the NATS side (through
-//! [`Source`] and [`Settler`]) and the HTTP side (through [`Forwarder`]).
+//! The core loop: pull → lanes → forward → decide → settle, with bounded concurrency,
+//! in-progress keep-alives, in-place retries, dead-lettering, app health gating and
+//! the drain on shutdown. The only module that sees both the NATS side (through
+//! [`Source`], [`Settler`], [`DlqPublisher`]) and the HTTP side ([`Forwarder`]).
 //!
 //! Bounds: at most `max_in_flight` requests run, in one `JoinSet`; at most
-//! `max_buffered` messages are held (queued + in flight), because the source sizes its
-//! pulls by `held` and the consumer's `max_ack_pending` equals `max_buffered`. The
-//! queue is a `VecDeque` bounded by that. A message is settled only after its
-//! outcome is known; a per-message failure never ends the loop.
+//! `max_buffered` messages are held (queued, in flight or waiting for a retry),
+//! because the source sizes its pulls by the held count and the consumer's
+//! `max_ack_pending` equals `max_buffered`. Every held message is in `held`, its
+//! lane in [`Lanes`], and its keep-alive in the one [`Timers`] heap.
+//!
+//! A message is settled only after its outcome is known; a per-message failure never
+//! ends the loop.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Ordering;
 use crate::delivery::Delivery;
+use crate::dlq::{self, DeadLetter};
 use crate::forward::Forwarder;
 use crate::health::{Health, State};
+use crate::lanes::{LaneKey, Lanes};
 use crate::metrics::{HttpClass, Metrics, SettleLabel};
-use crate::nats::{NatsError, PullEvent, Settler};
-use crate::policy::{Disposition, Outcome, Policy};
+use crate::nats::{DlqPublisher, NatsError, PullEvent, Settler};
+use crate::policy::{Disposition, Outcome, Policy, TermReason, backoff};
 use crate::source::Source;
+use crate::timers::{Due, Timers};
 
 /// What the dispatcher needs, shared with every message task.
 #[derive(Debug)]
@@ -41,6 +50,14 @@ pub struct Dispatch {
     pub shutdown_grace: Duration,
     /// Whether the source is a pinned consumer (standby until pinned).
     pub pinned_mode: bool,
+    /// Lanes: `partition`, `subject` or `none`.
+    pub ordering: Ordering,
+    /// How often a held message gets `+WPI` (half the ack wait).
+    pub progress_every: Duration,
+    /// Where permanent failures go before their TERM.
+    pub dlq: Option<DlqPublisher>,
+    /// Whether the app is healthy (always true without `http.health_url`).
+    pub app_healthy: watch::Receiver<bool>,
 }
 
 /// Why the loop ended.
@@ -60,10 +77,36 @@ pub enum DispatchError {
     Source(String),
 }
 
-struct Held {
-    delivery: Box<Delivery>,
+/// One held message.
+struct Entry {
+    delivery: Arc<Delivery>,
     settler: Settler,
+    lane: LaneKey,
     received: Instant,
+    /// The attempt the next request makes (delivery count + in-place retries).
+    attempt: u32,
+    /// Set while it waits for an in-place retry.
+    retry_at: Option<Instant>,
+}
+
+/// What a message task reports back.
+enum Step {
+    /// Settled (or given up at the grace deadline): the message is no longer held.
+    Settled,
+    /// Ordered lane: call the app again after the delay; the message stays held.
+    RetryIn(Duration),
+}
+
+/// The loop's state: everything held, by id.
+struct Book {
+    held: HashMap<u64, Entry>,
+    lanes: Lanes<u64>,
+    due: VecDeque<u64>,
+    timers: Timers,
+    tasks: JoinSet<(u64, Step)>,
+    /// Which message each running task serves (to free its lane if it panics).
+    running: HashMap<tokio::task::Id, u64>,
+    next_id: u64,
 }
 
 impl Dispatch {
@@ -76,30 +119,35 @@ impl Dispatch {
         mut source: S,
         shutdown: CancellationToken,
     ) -> Result<Ended, DispatchError> {
-        let mut tasks: JoinSet<()> = JoinSet::new();
-        let mut queue: VecDeque<Held> = VecDeque::new();
+        let mut book = Book {
+            held: HashMap::new(),
+            lanes: Lanes::default(),
+            due: VecDeque::new(),
+            timers: Timers::default(),
+            tasks: JoinSet::new(),
+            running: HashMap::new(),
+            next_id: 0,
+        };
+        let mut app_healthy = self.app_healthy.clone();
+        let mut healthy = *app_healthy.borrow_and_update();
+        source.set_paused(!healthy);
+        self.set_serving_state(healthy);
+        // Without a health URL nobody ever sends: stop watching once the sender is gone.
+        let mut health_watched = true;
         let mut draining = false;
         let grace = tokio::time::sleep(Duration::MAX / 4);
         tokio::pin!(grace);
-        self.health.set(
-            if self.pinned_mode {
-                State::Standby
-            } else {
-                State::Consuming
-            },
-            if self.pinned_mode {
-                "waiting for the pin"
-            } else {
-                ""
-            },
-        );
         let ended = loop {
-            let held = u32::try_from(queue.len() + tasks.len()).unwrap_or(u32::MAX);
+            if healthy && !draining {
+                self.fill(&mut book);
+            }
+            let held = u32::try_from(book.held.len()).unwrap_or(u32::MAX);
             self.metrics.buffered.set(i64::from(held));
-            self.metrics.in_flight.set(tasks.len() as i64);
-            if draining && tasks.is_empty() {
+            self.metrics.in_flight.set(book.tasks.len() as i64);
+            if draining && book.tasks.is_empty() {
                 break Ended::Shutdown;
             }
+            let next_timer = book.timers.next_deadline();
             tokio::select! {
                 biased;
                 // Shutdown only stops intake: in-flight requests are never cancelled here.
@@ -107,29 +155,42 @@ impl Dispatch {
                     draining = true;
                     self.health.set(State::Draining, "shutting down");
                     source.stop();
-                    let released = queue.len();
-                    for h in queue.drain(..) {
-                        self.release(h.settler).await;
-                    }
-                    tracing::info!(in_flight = tasks.len(), released, "draining");
+                    let released = self.release_waiting(&mut book).await;
+                    tracing::info!(in_flight = book.tasks.len(), released, "draining");
                     grace.as_mut().reset(Instant::now() + self.shutdown_grace);
                 }
                 () = &mut grace, if draining => {
                     tracing::warn!(
-                        unfinished = tasks.len(),
+                        unfinished = book.tasks.len(),
                         "shutdown grace is over: unfinished messages are left for redelivery after ack_wait"
                     );
-                    tasks.abort_all();
-                    while tasks.join_next().await.is_some() {}
+                    book.tasks.abort_all();
+                    while book.tasks.join_next().await.is_some() {}
                     break Ended::Shutdown;
                 }
-                Some(done) = tasks.join_next() => {
-                    if let Err(e) = done
-                        && e.is_panic() {
-                            tracing::error!(error = %e, "a message task panicked; the message is redelivered after ack_wait");
+                Some(done) = book.tasks.join_next_with_id() => match done {
+                    Ok((task, (id, step))) => {
+                        book.running.remove(&task);
+                        self.finished(&mut book, id, step, draining).await;
+                    }
+                    Err(e) => {
+                        // Only a panic gets here (tasks are aborted only at the
+                        // deadline, after which the loop ends): the message is left to
+                        // JetStream's redelivery and must not block its lane.
+                        tracing::error!(error = %e, "a message task failed; its message is redelivered after ack_wait");
+                        if let Some(id) = book.running.remove(&e.id()) {
+                            self.finished(&mut book, id, Step::Settled, draining).await;
                         }
-                    if let Some(next) = queue.pop_front() {
-                        self.spawn(&mut tasks, next);
+                    }
+                },
+                () = sleep_until(next_timer) => self.timers_due(&mut book, draining).await,
+                changed = app_healthy.changed(), if !draining && health_watched => {
+                    if changed.is_ok() {
+                        healthy = *app_healthy.borrow_and_update();
+                        source.set_paused(!healthy);
+                        self.set_serving_state(healthy);
+                    } else {
+                        health_watched = false;
                     }
                 }
                 ev = source.next(held) => match ev {
@@ -140,45 +201,36 @@ impl Dispatch {
                         }
                         if draining {
                             // Delivered by a pull sent before the shutdown: move it on.
-                            self.release(settler).await;
-                            continue;
-                        }
-                        let h = Held { delivery, settler, received: Instant::now() };
-                        if tasks.len() < self.max_in_flight {
-                            self.spawn(&mut tasks, h);
+                            self.release(&settler, Duration::ZERO).await;
                         } else {
-                            queue.push_back(h);
+                            self.hold(&mut book, *delivery, settler);
                         }
                     }
                     PullEvent::Pinned(pinned) => {
                         self.health.set_pinned(pinned);
-                        if !draining && self.pinned_mode {
-                            if pinned {
-                                self.health.set(State::Consuming, "");
-                            } else {
-                                self.health.set(State::Standby, "another instance holds the pin");
-                            }
+                        if !draining {
+                            self.set_serving_state(healthy);
                         }
                     }
                     PullEvent::ConsumerGone(reason) => {
                         source.stop();
-                        // The consumer is gone: queued messages cannot be settled; the
-                        // in-flight ones finish (their settle may fail, and is counted).
-                        queue.clear();
-                        while tasks.join_next().await.is_some() {}
+                        // The consumer is gone: what is held cannot be settled any more;
+                        // the in-flight requests finish (their settle fails, and is counted).
+                        book.lanes.drain();
+                        book.due.clear();
+                        while book.tasks.join_next().await.is_some() {}
                         break Ended::SourceLost(reason);
                     }
                     PullEvent::Fatal(reason) => {
                         source.stop();
-                        queue.clear();
-                        while tasks.join_next().await.is_some() {}
+                        while book.tasks.join_next().await.is_some() {}
                         return Err(DispatchError::Source(reason));
                     }
                 },
             }
         };
         for settler in source.close().await {
-            self.release(settler).await;
+            self.release(&settler, Duration::ZERO).await;
         }
         self.metrics.buffered.set(0);
         self.metrics.in_flight.set(0);
@@ -186,14 +238,146 @@ impl Dispatch {
         Ok(ended)
     }
 
-    fn spawn(self: &Arc<Self>, tasks: &mut JoinSet<()>, h: Held) {
-        let this = Arc::clone(self);
-        tasks.spawn(async move { this.deliver(h).await });
+    /// Consuming, standby (pinned mode, no pin) or not ready (app unhealthy).
+    fn set_serving_state(&self, app_healthy: bool) {
+        if !app_healthy {
+            self.health
+                .set(State::NotReady, "the app is not healthy (http.health_url)");
+        } else if self.pinned_mode && !self.health.status().pinned {
+            self.health
+                .set(State::Standby, "another instance holds the pin");
+        } else {
+            self.health.set(State::Consuming, "");
+        }
     }
 
-    /// NAK without delay: a message that was never offered to the app moves on at once.
-    async fn release(&self, settler: Settler) {
-        match settler.nak(Duration::ZERO).await {
+    fn hold(&self, book: &mut Book, delivery: Delivery, settler: Settler) {
+        let id = book.next_id;
+        book.next_id += 1;
+        let now = Instant::now();
+        let lane = LaneKey::of(self.ordering, &delivery);
+        book.lanes.push(lane.clone(), id);
+        book.timers
+            .schedule(now + self.progress_every, id, Due::Progress);
+        book.held.insert(
+            id,
+            Entry {
+                attempt: delivery.delivered(),
+                delivery: Arc::new(delivery),
+                settler,
+                lane,
+                received: now,
+                retry_at: None,
+            },
+        );
+    }
+
+    /// Starts requests while slots are free: due retries first, then lanes.
+    fn fill(self: &Arc<Self>, book: &mut Book) {
+        while book.tasks.len() < self.max_in_flight {
+            let id = match book.due.pop_front() {
+                Some(id) => id,
+                None => match book.lanes.pop() {
+                    Some((_, id)) => id,
+                    None => return,
+                },
+            };
+            let Some(e) = book.held.get_mut(&id) else {
+                continue;
+            };
+            e.retry_at = None;
+            let (delivery, settler) = (Arc::clone(&e.delivery), e.settler.clone());
+            let (attempt, received) = (e.attempt, e.received);
+            let this = Arc::clone(self);
+            let task = book.tasks.spawn(async move {
+                let step = this.attempt(&delivery, &settler, attempt, received).await;
+                (id, step)
+            });
+            book.running.insert(task.id(), id);
+        }
+    }
+
+    async fn finished(&self, book: &mut Book, id: u64, step: Step, draining: bool) {
+        match step {
+            Step::Settled => {
+                if let Some(e) = book.held.remove(&id) {
+                    book.lanes.done(&e.lane);
+                }
+            }
+            Step::RetryIn(delay) => {
+                self.metrics.retries_in_place.inc();
+                let Some(e) = book.held.get_mut(&id) else {
+                    return;
+                };
+                e.attempt = e.attempt.saturating_add(1);
+                if draining {
+                    // Shutting down: hand the retry to JetStream with the same delay.
+                    let settler = e.settler.clone();
+                    let lane = e.lane.clone();
+                    book.held.remove(&id);
+                    book.lanes.done(&lane);
+                    self.release(&settler, delay).await;
+                } else {
+                    let at = Instant::now() + delay;
+                    e.retry_at = Some(at);
+                    book.timers.schedule(at, id, Due::Retry);
+                }
+            }
+        }
+    }
+
+    async fn timers_due(&self, book: &mut Book, draining: bool) {
+        let now = Instant::now();
+        while let Some((id, due)) = book.timers.pop_due(now) {
+            let Some(e) = book.held.get(&id) else {
+                continue; // settled since: lazy removal
+            };
+            match due {
+                Due::Progress => {
+                    match e.settler.progress().await {
+                        Ok(()) => self.metrics.progress_sent.inc(),
+                        Err(err) => self.settle_failed(&err),
+                    }
+                    book.timers
+                        .schedule(now + self.progress_every, id, Due::Progress);
+                }
+                Due::Retry if e.retry_at.is_some() && !draining => book.due.push_back(id),
+                Due::Retry => {}
+            }
+        }
+    }
+
+    /// Shutdown: queued messages are released at once, retries keep their delay.
+    async fn release_waiting(&self, book: &mut Book) -> usize {
+        let mut released = 0;
+        let now = Instant::now();
+        let mut waiting: Vec<u64> = book.lanes.drain();
+        waiting.extend(book.due.drain(..));
+        waiting.extend(
+            book.held
+                .iter()
+                .filter(|(_, e)| e.retry_at.is_some())
+                .map(|(id, _)| *id),
+        );
+        waiting.sort_unstable();
+        waiting.dedup();
+        for id in waiting {
+            if let Some(e) = book.held.remove(&id) {
+                let delay = e.retry_at.map_or(Duration::ZERO, |at| {
+                    at.saturating_duration_since(now)
+                        .max(crate::policy::MIN_RETRY_DELAY)
+                });
+                self.release(&e.settler, delay).await;
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// NAK: without delay for a message never offered to the app (it moves on at
+    /// once), with the remaining backoff for one waiting for a retry.
+    async fn release(&self, settler: &Settler, delay: Duration) {
+        match settler.nak(delay).await {
             Ok(()) => self.metrics.settled(SettleLabel::Nak),
             Err(e) => self.settle_failed(&e),
         }
@@ -204,13 +388,19 @@ impl Dispatch {
         tracing::warn!(error = %e, "cannot settle a message; JetStream redelivers it after ack_wait");
     }
 
-    /// One message: one attempt, one decision, one final action, one log line.
-    async fn deliver(&self, h: Held) {
-        let d = &h.delivery;
+    /// One attempt: one request, one decision, then either one final action and one
+    /// log line, or (ordered lanes) an in-place retry reported back.
+    async fn attempt(
+        &self,
+        d: &Delivery,
+        settler: &Settler,
+        attempt: u32,
+        received: Instant,
+    ) -> Step {
         let (outcome, status, http_ms) = match &d.invalid {
             Some(why) => (Outcome::Invalid(why.clone()), None, None),
             None => {
-                let f = self.forwarder.forward(d).await;
+                let f = self.forwarder.forward(d, attempt).await;
                 self.metrics.http_request(f.class);
                 self.metrics.http_duration.observe(f.elapsed.as_secs_f64());
                 if f.skipped_headers > 0 {
@@ -219,6 +409,7 @@ impl Dispatch {
                         .inc_by(f.skipped_headers as u64);
                 }
                 if f.bad_action {
+                    self.metrics.action_override("invalid");
                     tracing::warn!(
                         stream_seq = d.stream_seq(),
                         "ignoring an unknown Jetrelay-Action value"
@@ -231,57 +422,141 @@ impl Dispatch {
                 (f.outcome, status, Some(f.elapsed.as_millis()))
             }
         };
-        let disposition = self.policy.decide(&outcome, d.delivered());
-        let (label, result, delay, reason) = match &disposition {
-            Disposition::Ack => (SettleLabel::Ack, h.settler.ack().await, None, None),
+        let action = match &outcome {
+            Outcome::Answered {
+                action: Some(a), ..
+            } => {
+                let name = format!("{a:?}").to_lowercase();
+                self.metrics.action_override(&name);
+                Some(name)
+            }
+            _ => None,
+        };
+        let disposition = self.policy.decide(&outcome, attempt);
+        let (label, result, delay, reason) = match disposition {
+            Disposition::Ack => (SettleLabel::Ack, settler.ack().await, None, None),
+            Disposition::Retry { delay } if self.ordering != Ordering::None => {
+                tracing::warn!(
+                    stream_seq = d.stream_seq(),
+                    attempt,
+                    status,
+                    http_ms,
+                    delay_ms = delay.as_millis(),
+                    action = action.as_deref(),
+                    "message will be retried in its lane"
+                );
+                return Step::RetryIn(delay);
+            }
             Disposition::Retry { delay } => (
                 SettleLabel::Nak,
-                h.settler.nak(*delay).await,
-                Some(delay.as_millis()),
+                settler.nak(delay).await,
+                Some(delay),
                 None,
             ),
             Disposition::Term { reason } => {
-                let text = reason.to_string();
-                let r = h.settler.term(&text).await;
-                (SettleLabel::Term, r, None, Some(text))
+                self.terminate(d, settler, attempt, status, &reason).await
             }
         };
-        let elapsed = h.received.elapsed();
+        let elapsed = received.elapsed();
         self.metrics.message_duration.observe(elapsed.as_secs_f64());
         match &result {
             Ok(()) => self.metrics.settled(label),
-            Err(e) => {
-                if label == SettleLabel::Ack {
-                    self.metrics.ack_failures.inc();
-                }
-                self.settle_failed(e);
+            Err(e) if label == SettleLabel::Ack => {
+                self.metrics.ack_failures.inc();
+                tracing::warn!(error = %e, stream_seq = d.stream_seq(), "the ack was not confirmed: the message may be redelivered");
             }
+            Err(e) => self.settle_failed(e),
         }
         let stream = d.meta.as_ref().map(|m| m.stream.as_str()).unwrap_or("");
+        let delay_ms = delay.map(|d| d.as_millis());
         // One record per message, after its final action; never the payload.
         macro_rules! settled_event {
-            ($level:expr, $message:literal $(, $extra:ident = $value:expr)*) => {
+            ($level:expr, $message:literal) => {
                 tracing::event!(
                     $level,
-                    stream, stream_seq = d.stream_seq(), delivered = d.delivered(),
-                    partition = d.partition, outcome = label.as_str(), status, http_ms,
-                    duration_ms = elapsed.as_millis(), settled = result.is_ok()
-                    $(, $extra = $value)*, $message
+                    stream,
+                    stream_seq = d.stream_seq(),
+                    delivered = d.delivered(),
+                    attempt,
+                    partition = d.partition,
+                    outcome = label.as_str(),
+                    status,
+                    http_ms,
+                    duration_ms = elapsed.as_millis(),
+                    settled = result.is_ok(),
+                    action = action.as_deref(),
+                    delay_ms,
+                    reason = reason.as_deref(),
+                    $message
                 )
             };
         }
         match label {
             SettleLabel::Term | SettleLabel::Dlq => {
-                settled_event!(tracing::Level::ERROR, "message terminated", reason = reason);
+                settled_event!(tracing::Level::ERROR, "message terminated");
             }
-            SettleLabel::Nak => {
-                settled_event!(
-                    tracing::Level::WARN,
-                    "message will be retried",
-                    delay_ms = delay
-                );
-            }
+            SettleLabel::Nak => settled_event!(tracing::Level::WARN, "message will be retried"),
             SettleLabel::Ack => settled_event!(tracing::Level::INFO, "message delivered"),
         }
+        Step::Settled
+    }
+
+    /// Dead-letters (when configured) then TERMs. When the dead-letter publish fails,
+    /// the message is NAKed with backoff instead: nothing is lost.
+    async fn terminate(
+        &self,
+        d: &Delivery,
+        settler: &Settler,
+        attempt: u32,
+        status: Option<u16>,
+        reason: &TermReason,
+    ) -> (
+        SettleLabel,
+        Result<(), NatsError>,
+        Option<Duration>,
+        Option<String>,
+    ) {
+        let text = reason.to_string();
+        let Some(dlq) = &self.dlq else {
+            return (
+                SettleLabel::Term,
+                settler.term(&text).await,
+                None,
+                Some(text),
+            );
+        };
+        let headers = dlq::headers(&DeadLetter {
+            delivery: d,
+            attempts: attempt,
+            last_status: status,
+            reason: &text,
+            at: time::OffsetDateTime::now_utc(),
+        });
+        match dlq.publish(&headers, d.payload.clone()).await {
+            Ok(()) => (
+                SettleLabel::Dlq,
+                settler.term(&text).await,
+                None,
+                Some(text),
+            ),
+            Err(e) => {
+                self.metrics.dlq_failures.inc();
+                let delay = backoff(self.policy.retry_initial, self.policy.retry_max, attempt);
+                tracing::error!(error = %e, stream_seq = d.stream_seq(), "dead-letter publish failed; the message is retried instead");
+                (
+                    SettleLabel::Nak,
+                    settler.nak(delay).await,
+                    Some(delay),
+                    Some(text),
+                )
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -33,12 +33,14 @@ pub struct Mapped {
     pub skipped_invalid: usize,
 }
 
-/// Maps one delivery's message headers and metadata to request headers.
+/// Maps one delivery's message headers and metadata to request headers; `attempt`
+/// is sent as `Nats-Delivered` (deliveries plus in-place retries, so the app sees
+/// every retry as one).
 ///
 /// `Nats-*` message headers are never passed through: the server's own
 /// (`Nats-Pin-Id`, `Nats-Stream-Source`, ...) mean nothing to the app, and the
 /// publisher must not be able to forge the metadata headers set here.
-pub fn map(d: &Delivery, stream_source: Option<(&str, u64)>) -> Mapped {
+pub fn map(d: &Delivery, attempt: u32, stream_source: Option<(&str, u64)>) -> Mapped {
     let mut out = Mapped::default();
     for (name, value) in &d.headers {
         let lower = name.to_ascii_lowercase();
@@ -61,7 +63,7 @@ pub fn map(d: &Delivery, stream_source: Option<(&str, u64)>) -> Mapped {
     if let Ok(m) = &d.meta {
         add("Nats-Stream", m.stream.clone());
         add("Nats-Sequence", m.stream_seq.to_string());
-        add("Nats-Delivered", m.delivered.to_string());
+        add("Nats-Delivered", attempt.max(m.delivered).to_string());
         if let Ok(t) = m.published.to_offset(time::UtcOffset::UTC).format(&Rfc3339) {
             add("Nats-Published", t);
         }
@@ -138,7 +140,7 @@ mod tests {
 
     #[test]
     fn metadata_headers() {
-        let m = map(&delivery(&[("Nats-Msg-Id", "abc")], Some(3)), None);
+        let m = map(&delivery(&[("Nats-Msg-Id", "abc")], Some(3)), 2, None);
         assert_eq!(get(&m, "Nats-Subject"), ["orders.eu"]);
         assert_eq!(get(&m, "Nats-Stream"), ["ORDERS"]);
         assert_eq!(get(&m, "Nats-Sequence"), ["42"]);
@@ -148,8 +150,9 @@ mod tests {
         assert_eq!(get(&m, "Nats-Msg-Id"), ["abc"]);
         assert_eq!(get(&m, "Content-Type"), ["application/octet-stream"]);
         assert!(get(&m, "Nats-Origin-Stream").is_empty());
-        let m = map(&delivery(&[], None), Some(("ORIG", 9)));
+        let m = map(&delivery(&[], None), 5, Some(("ORIG", 9)));
         assert_eq!(get(&m, "Nats-Origin-Stream"), ["ORIG"]);
+        assert_eq!(get(&m, "Nats-Delivered"), ["5"], "in-place retries count");
         assert_eq!(get(&m, "Nats-Origin-Sequence"), ["9"]);
         assert!(get(&m, "Nats-Partition").is_empty());
         assert!(get(&m, "Nats-Msg-Id").is_empty());
@@ -175,6 +178,7 @@ mod tests {
                 ],
                 None,
             ),
+            1,
             None,
         );
         assert_eq!(get(&m, "X-Trace"), ["t1"]);
@@ -214,7 +218,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn every_mapped_header_is_valid(name in "\\PC{0,12}", value in "\\PC{0,20}") {
-            let m = map(&delivery(&[(&name, &value)], None), None);
+            let m = map(&delivery(&[(&name, &value)], None), 1, None);
             for (n, v) in &m.headers {
                 proptest::prop_assert!(is_valid_name(n) && is_valid_value(v));
             }

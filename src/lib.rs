@@ -4,14 +4,17 @@
 
 pub mod admin;
 pub mod app;
+pub mod app_health;
 pub mod capacity;
 pub mod check;
 pub mod config;
 pub mod delivery;
 pub mod dispatch;
+pub mod dlq;
 pub mod forward;
 pub mod headers;
 pub mod health;
+pub mod lanes;
 pub mod metrics;
 pub mod nats;
 pub mod policy;
@@ -19,4 +22,5 @@ pub mod shutdown;
 pub mod source;
 pub mod subject;
 pub mod telemetry;
+pub mod timers;
 pub mod topology;

@@ -77,6 +77,11 @@ pub struct Metrics {
     pub headers_skipped: IntCounter,
     pub settle_failures: IntCounter,
     pub ack_failures: IntCounter,
+    pub retries_in_place: IntCounter,
+    pub progress_sent: IntCounter,
+    pub dlq_failures: IntCounter,
+    action_overrides: IntCounterVec,
+    pub app_healthy: IntGauge,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -124,6 +129,14 @@ impl Metrics {
             &["class"],
         )?;
         registry.register(Box::new(http_requests.clone()))?;
+        let action_overrides = IntCounterVec::new(
+            Opts::new(
+                "jetrelay_action_overrides_total",
+                "Answers whose Jetrelay-Action header decided the action, by action",
+            ),
+            &["action"],
+        )?;
+        registry.register(Box::new(action_overrides.clone()))?;
         let build_info = IntGaugeVec::new(
             Opts::new("jetrelay_build_info", "Build information"),
             &["version"],
@@ -140,6 +153,9 @@ impl Metrics {
             SettleLabel::Dlq,
         ] {
             settled.with_label_values(&[a.as_str()]);
+        }
+        for a in ["ack", "retry", "term", "dlq", "invalid"] {
+            action_overrides.with_label_values(&[a]);
         }
         for c in ["2xx", "3xx", "4xx", "5xx", "error", "timeout"] {
             http_requests.with_label_values(&[c]);
@@ -190,15 +206,37 @@ impl Metrics {
                 "jetrelay_ack_failures_total",
                 "Confirmed acks that the server did not confirm (may be redelivered)",
             )?,
+            retries_in_place: counter(
+                "jetrelay_retries_in_place_total",
+                "Retries kept in their ordered lane (the message stays held, in order)",
+            )?,
+            progress_sent: counter(
+                "jetrelay_progress_sent_total",
+                "In-progress (+WPI) keep-alives sent for held messages",
+            )?,
+            dlq_failures: counter(
+                "jetrelay_dlq_failures_total",
+                "Dead-letter publishes that failed (the message was retried instead)",
+            )?,
+            app_healthy: gauge(
+                "jetrelay_app_healthy",
+                "1 when the app's health URL answers (always 1 without http.health_url)",
+            )?,
             registry,
             settled,
             http_requests,
+            action_overrides,
         })
     }
 
     /// Counts one settled message.
     pub fn settled(&self, action: SettleLabel) {
         self.settled.with_label_values(&[action.as_str()]).inc();
+    }
+
+    /// Counts one `Jetrelay-Action` override (`invalid` for a value not understood).
+    pub fn action_override(&self, action: &str) {
+        self.action_overrides.with_label_values(&[action]).inc();
     }
 
     /// Counts one request to the app.
@@ -251,6 +289,11 @@ mod tests {
             "jetrelay_nats_connected",
             "jetrelay_ready",
             "jetrelay_build_info{version=",
+            "jetrelay_retries_in_place_total",
+            "jetrelay_progress_sent_total",
+            "jetrelay_dlq_failures_total",
+            "jetrelay_action_overrides_total{action=\"dlq\"} 0",
+            "jetrelay_app_healthy",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

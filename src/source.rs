@@ -15,6 +15,9 @@ pub trait Source: Send {
     /// Stops asking for more messages (shutdown).
     fn stop(&mut self);
 
+    /// Pauses or resumes asking for messages (the app is unhealthy).
+    fn set_paused(&mut self, paused: bool);
+
     /// Releases the source; returns the settlers of messages that were delivered but
     /// never taken, for the caller to release.
     fn close(self) -> impl Future<Output = Vec<Settler>> + Send;
@@ -27,6 +30,10 @@ impl Source for Puller {
 
     fn stop(&mut self) {
         Puller::stop(self);
+    }
+
+    fn set_paused(&mut self, paused: bool) {
+        Puller::set_paused(self, paused);
     }
 
     fn close(self) -> impl Future<Output = Vec<Settler>> + Send {

@@ -10,11 +10,13 @@
 //! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
 
 mod connect;
+mod dlq;
 mod pull;
 mod settle;
 mod topology;
 
 pub use connect::{ConnState, Nats};
+pub use dlq::DlqPublisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;
 pub use topology::{Bound, TopologyError, TopologyRequest};
@@ -51,6 +53,9 @@ pub enum NatsError {
     /// Subscribing to the pull inbox failed.
     #[error("cannot subscribe to the pull inbox")]
     Subscribe(#[source] async_nats::SubscribeError),
+    /// The dead-letter publish was not stored.
+    #[error("the dead-letter publish failed: {0}")]
+    DeadLetter(String),
     /// Flushing at shutdown failed.
     #[error("cannot flush the NATS connection")]
     Flush(#[source] async_nats::client::FlushError),

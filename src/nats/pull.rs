@@ -95,6 +95,7 @@ pub struct Puller {
     conn: watch::Receiver<ConnState>,
     generation: u64,
     stopped: bool,
+    paused: bool,
     pending: Option<PullEvent>,
 }
 
@@ -125,6 +126,7 @@ impl Nats {
             conn,
             generation,
             stopped: false,
+            paused: false,
             pending: None,
         })
     }
@@ -178,6 +180,11 @@ impl Puller {
         self.stopped = true;
     }
 
+    /// Pauses or resumes pulling (app health gating); outstanding pulls run out.
+    pub fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+    }
+
     /// Unsubscribes and returns the settlers of messages that were already delivered
     /// to the inbox but not yet taken, so that the caller can release them.
     pub async fn close(mut self) -> Vec<Settler> {
@@ -198,7 +205,7 @@ impl Puller {
     }
 
     async fn top_up(&mut self, held: u32) {
-        if self.stopped || !self.conn.borrow().connected {
+        if self.stopped || self.paused || !self.conn.borrow().connected {
             return;
         }
         while self.pulls.len() < MAX_OUTSTANDING {

@@ -1,0 +1,123 @@
+//! The dead-letter message as a pure function: the original payload unchanged, the
+//! original headers that are safe to republish, and `Jetrelay-Dlq-*` metadata.
+//!
+//! Server-interpreted `Nats-*` headers of the original are not copied (a copied
+//! `Nats-Expected-Last-Sequence` would make the publish fail, a copied `Nats-Msg-Id`
+//! would be deduplicated against unrelated messages). The DLQ publish carries its own
+//! `Nats-Msg-Id` of stream and sequence, so a repeated dead-lettering of the same
+//! message (after a crash between PubAck and TERM) is deduplicated by the DLQ stream.
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::delivery::Delivery;
+
+/// Why and how a message is dead-lettered.
+#[derive(Debug, Clone)]
+pub struct DeadLetter<'a> {
+    /// The message.
+    pub delivery: &'a Delivery,
+    /// Attempts made (deliveries plus in-place retries).
+    pub attempts: u32,
+    /// The app's last HTTP status, if it answered.
+    pub last_status: Option<u16>,
+    /// The TERM reason.
+    pub reason: &'a str,
+    /// When.
+    pub at: OffsetDateTime,
+}
+
+/// The headers of the DLQ message.
+pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
+    let d = dl.delivery;
+    let mut out: Vec<(String, String)> = d
+        .headers
+        .iter()
+        .filter(|(n, _)| !n.to_ascii_lowercase().starts_with("nats-"))
+        .cloned()
+        .collect();
+    let mut add = |n: &str, v: String| out.push((n.to_string(), v));
+    add("Jetrelay-Dlq-Subject", d.subject.clone());
+    if let Ok(m) = &d.meta {
+        add("Jetrelay-Dlq-Stream", m.stream.clone());
+        add("Jetrelay-Dlq-Consumer", m.consumer.clone());
+        add("Jetrelay-Dlq-Sequence", m.stream_seq.to_string());
+        add(
+            "Nats-Msg-Id",
+            format!("jetrelay-dlq:{}:{}", m.stream, m.stream_seq),
+        );
+    }
+    add("Jetrelay-Dlq-Delivered", dl.attempts.to_string());
+    if let Some(s) = dl.last_status {
+        add("Jetrelay-Dlq-Status", s.to_string());
+    }
+    // One line: a reason never carries the app's body, but stay safe for headers.
+    let reason: String = dl.reason.chars().filter(|c| !c.is_control()).collect();
+    add("Jetrelay-Dlq-Reason", reason);
+    if let Ok(t) = dl.at.to_offset(time::UtcOffset::UTC).format(&Rfc3339) {
+        add("Jetrelay-Dlq-Time", t);
+    }
+    if let Some(id) = d.header("Nats-Msg-Id") {
+        add("Jetrelay-Dlq-Msg-Id", id.to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::Meta;
+    use bytes::Bytes;
+
+    #[test]
+    fn dlq_headers_table() {
+        let d = Delivery {
+            subject: "orders.eu".into(),
+            meta: Ok(Meta {
+                stream: "ORDERS".into(),
+                consumer: "w".into(),
+                stream_seq: 42,
+                consumer_seq: 9,
+                delivered: 3,
+                pending: 0,
+                published: OffsetDateTime::UNIX_EPOCH,
+            }),
+            headers: vec![
+                ("X-Trace".into(), "t".into()),
+                ("Nats-Msg-Id".into(), "orig".into()),
+                ("Nats-Expected-Last-Sequence".into(), "4".into()),
+            ],
+            payload: Bytes::from_static(b"p"),
+            partition: None,
+            app_subject: "orders.eu".into(),
+            invalid: None,
+        };
+        let h = headers(&DeadLetter {
+            delivery: &d,
+            attempts: 5,
+            last_status: Some(503),
+            reason: "jetrelay: 5 attempts\r\nexhausted",
+            at: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
+        });
+        let get = |n: &str| {
+            h.iter()
+                .filter(|(k, _)| k == n)
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(get("X-Trace"), ["t"]);
+        assert_eq!(get("Nats-Msg-Id"), ["jetrelay-dlq:ORDERS:42"]);
+        assert!(get("Nats-Expected-Last-Sequence").is_empty());
+        assert_eq!(get("Jetrelay-Dlq-Subject"), ["orders.eu"]);
+        assert_eq!(get("Jetrelay-Dlq-Stream"), ["ORDERS"]);
+        assert_eq!(get("Jetrelay-Dlq-Sequence"), ["42"]);
+        assert_eq!(get("Jetrelay-Dlq-Delivered"), ["5"]);
+        assert_eq!(get("Jetrelay-Dlq-Status"), ["503"]);
+        assert_eq!(
+            get("Jetrelay-Dlq-Reason"),
+            ["jetrelay: 5 attemptsexhausted"]
+        );
+        assert_eq!(get("Jetrelay-Dlq-Time"), ["2023-11-14T22:13:20Z"]);
+        assert_eq!(get("Jetrelay-Dlq-Msg-Id"), ["orig"]);
+    }
+}
