@@ -6,6 +6,7 @@
 mod binary;
 mod forwarding;
 mod pull;
+mod semantics;
 mod shutdown;
 mod support;
 mod topology;

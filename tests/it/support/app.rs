@@ -71,6 +71,10 @@ struct Inner {
     seen: HashMap<u64, usize>,
     in_flight: usize,
     max_in_flight: usize,
+    /// Requests in flight per subject, and the most ever seen at once for one subject.
+    subject_in_flight: HashMap<String, usize>,
+    max_subject_in_flight: usize,
+    arrivals: usize,
 }
 
 #[derive(Clone)]
@@ -78,6 +82,14 @@ pub struct MockApp {
     addr: SocketAddr,
     inner: Arc<Mutex<Inner>>,
     notify: Arc<tokio::sync::Notify>,
+    health: Arc<Health>,
+}
+
+/// The app's health endpoint: answers 200 while `ok`, 503 otherwise; counts probes.
+#[derive(Default)]
+pub struct Health {
+    pub ok: std::sync::atomic::AtomicBool,
+    pub probes: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Clone)]
@@ -98,9 +110,25 @@ impl MockApp {
             script: Arc::new(script),
             notify: notify.clone(),
         };
+        let health = Arc::new(Health::default());
+        let probe = health.clone();
         let router = axum::Router::new()
             .route("/messages", axum::routing::post(handle))
-            .with_state(state);
+            .with_state(state)
+            .route(
+                "/health",
+                axum::routing::get(move || {
+                    let h = probe.clone();
+                    async move {
+                        h.probes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        if h.ok.load(std::sync::atomic::Ordering::SeqCst) {
+                            StatusCode::OK
+                        } else {
+                            StatusCode::SERVICE_UNAVAILABLE
+                        }
+                    }
+                }),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, router).await });
@@ -108,7 +136,32 @@ impl MockApp {
             addr,
             inner,
             notify,
+            health,
         }
+    }
+
+    pub fn health_url(&self) -> String {
+        format!("http://{}/health", self.addr)
+    }
+
+    pub fn set_healthy(&self, ok: bool) {
+        self.health
+            .ok
+            .store(ok, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn health_probes(&self) -> usize {
+        self.health.probes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Requests that arrived (answered or not yet).
+    pub fn arrivals(&self) -> usize {
+        self.inner.lock().unwrap().arrivals
+    }
+
+    /// The most requests ever in flight at once for one subject.
+    pub fn max_subject_in_flight(&self) -> usize {
+        self.inner.lock().unwrap().max_subject_in_flight
     }
 
     /// Answers 200 at once.
@@ -173,8 +226,14 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
     };
     let (reply, seen) = {
         let mut inner = s.inner.lock().unwrap();
+        inner.arrivals += 1;
         inner.in_flight += 1;
         inner.max_in_flight = inner.max_in_flight.max(inner.in_flight);
+        let subject = rec.header("nats-subject").unwrap_or_default().to_string();
+        let n = inner.subject_in_flight.entry(subject).or_default();
+        *n += 1;
+        let n = *n;
+        inner.max_subject_in_flight = inner.max_subject_in_flight.max(n);
         let seq = rec
             .header("nats-sequence")
             .and_then(|v| v.parse().ok())
@@ -192,6 +251,10 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
     {
         let mut inner = s.inner.lock().unwrap();
         inner.in_flight -= 1;
+        let subject = rec.header("nats-subject").unwrap_or_default().to_string();
+        if let Some(n) = inner.subject_in_flight.get_mut(&subject) {
+            *n -= 1;
+        }
         inner.requests.push(rec);
     }
     s.notify.notify_waiters();

@@ -1,0 +1,469 @@
+//! Delivery semantics end to end: ordered lanes, retries that keep order, in-progress
+//! keep-alives, app-driven actions, the DLQ, confirmed acks and app health gating.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// The subject's messages, in the order the app received them.
+fn arrival_order(app: &MockApp) -> HashMap<String, Vec<u64>> {
+    let mut reqs = app.requests();
+    reqs.sort_by_key(|r| r.at);
+    let mut by_key: HashMap<String, Vec<u64>> = HashMap::new();
+    for r in reqs {
+        by_key
+            .entry(r.header("nats-subject").unwrap().to_string())
+            .or_default()
+            .push(r.seq());
+    }
+    by_key
+}
+
+#[tokio::test]
+async fn per_key_order_is_exact_while_keys_run_in_parallel() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    // 0–5 ms of app latency, pseudo-random per sequence.
+    let app =
+        MockApp::start(|r, _| Reply::status(200).after(Duration::from_millis(r.seq() * 7919 % 6)))
+            .await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["k.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[delivery]\nordering = \"subject\"\nmax_in_flight = 16\nmax_buffered = 256\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    // 50 keys × 40 messages, interleaved as publishers would.
+    let mut acks = Vec::new();
+    for i in 0..40 {
+        for key in 0..50 {
+            acks.push(
+                js.publish(format!("k.{key}"), format!("{key}-{i}").into())
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+    app.wait_for("2000 requests", Duration::from_secs(60), |r| {
+        r.len() >= 2000
+    })
+    .await;
+    let order = arrival_order(&app);
+    assert_eq!(order.len(), 50);
+    for (key, seqs) in &order {
+        assert_eq!(seqs.len(), 40, "{key}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{key} out of order: {seqs:?}"
+        );
+    }
+    assert_eq!(
+        app.max_subject_in_flight(),
+        1,
+        "one message in flight per lane"
+    );
+    assert!(app.max_in_flight() > 1, "keys overlapped in time");
+    assert!(app.max_in_flight() <= 16);
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_retry_keeps_its_key_in_order_and_does_not_block_other_keys() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    // The first message of key a is answered 503 twice.
+    let app = MockApp::start(|r, seen| {
+        let first_of_a = r.header("nats-subject") == Some("k.a") && r.body.as_ref() == b"a0";
+        Reply::status(if first_of_a && seen < 2 { 503 } else { 200 })
+    })
+    .await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["k.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[delivery]\nordering = \"subject\"\nretry_initial_ms = 1000\n[consumer]\nack_wait_ms = 1000\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    for i in 0..5 {
+        for key in ["a", "b"] {
+            js.publish(format!("k.{key}"), format!("{key}{i}").into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    }
+    app.wait_for("all answered 2xx", T, |r| {
+        r.iter().filter(|r| r.status == 200).count() == 10
+    })
+    .await;
+    let mut reqs = app.requests();
+    reqs.sort_by_key(|r| r.at);
+    let a: Vec<(String, String)> = reqs
+        .iter()
+        .filter(|r| r.header("nats-subject") == Some("k.a"))
+        .map(|r| {
+            (
+                String::from_utf8_lossy(&r.body).into_owned(),
+                r.header("nats-delivered").unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("a0", "1"),
+        ("a0", "2"),
+        ("a0", "3"),
+        ("a1", "1"),
+        ("a2", "1"),
+        ("a3", "1"),
+        ("a4", "1"),
+    ]
+    .iter()
+    .map(|(b, d)| (b.to_string(), d.to_string()))
+    .collect();
+    assert_eq!(
+        a, expected,
+        "key a in publish order, the retried one counted"
+    );
+    // Key b finished while a0 waited for its retries (1 s + 2 s, three times the
+    // ack_wait: only the keep-alive stops a redelivery).
+    let last_b = reqs
+        .iter()
+        .filter(|r| r.header("nats-subject") == Some("k.b"))
+        .map(|r| r.at)
+        .max()
+        .unwrap();
+    let a0_done = reqs
+        .iter()
+        .filter(|r| r.body.as_ref() == b"a0")
+        .map(|r| r.at)
+        .max()
+        .unwrap();
+    assert!(last_b < a0_done, "key b was blocked behind key a");
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    // Retries stayed in place, kept alive: JetStream redelivered nothing, and the app
+    // saw exactly 10 messages plus 2 retries.
+    assert_eq!(relay.metric("jetrelay_redeliveries_total").await, 0.0);
+    assert_eq!(app.arrivals(), 12);
+    assert_eq!(relay.metric("jetrelay_retries_in_place_total").await, 2.0);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_slow_app_keeps_its_message_alive_with_in_progress() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(3000))).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["w.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[consumer]\nack_wait_ms = 1000\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    publish(&js, "w.x", 1).await;
+    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    assert_eq!(app.arrivals(), 1, "the app never saw a duplicate");
+    let r = &app.requests()[0];
+    assert_eq!(r.header("nats-delivered"), Some("1"));
+    assert_eq!(relay.metric("jetrelay_redeliveries_total").await, 0.0);
+    assert!(
+        relay.metric("jetrelay_progress_sent_total").await >= 4.0,
+        "+WPI every ack_wait/2"
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_app_can_override_the_status_mapping() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|r, seen| match (r.body.as_ref(), seen) {
+        (b"retry-me", 0) => Reply::status(200).header("Jetrelay-Action", "retry"),
+        (b"term-me", _) => Reply::status(200).header("Jetrelay-Action", "term"),
+        (b"ack-me", _) => Reply::status(500).header("Jetrelay-Action", "ack"),
+        _ => Reply::status(200),
+    })
+    .await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["o.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[delivery]\nretry_initial_ms = 50\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    for body in ["retry-me", "term-me", "ack-me"] {
+        js.publish("o.x", body.into()).await.unwrap().await.unwrap();
+    }
+    eventually("all settled", T, || {
+        consumer_drained(&js, &stream, &durable)
+    })
+    .await;
+    let count = |b: &[u8]| {
+        app.requests()
+            .iter()
+            .filter(|r| r.body.as_ref() == b)
+            .count()
+    };
+    assert_eq!(count(b"retry-me"), 2);
+    assert_eq!(count(b"term-me"), 1);
+    assert_eq!(count(b"ack-me"), 1);
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
+            .await,
+        2.0
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_action_overrides_total{action=\"retry\"}")
+            .await,
+        1.0
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn permanent_failures_are_dead_lettered_before_their_term() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|r, _| match r.body.as_ref() {
+        b"bad" => Reply::status(400),
+        b"poison" => Reply::status(503).header("Jetrelay-Action", "dlq"),
+        _ => Reply::status(503),
+    })
+    .await;
+    let (stream, durable, dlq_stream) = (unique("S"), unique("d"), unique("DLQ"));
+    create_stream(&js, &stream, &["q.>"]).await;
+    create_stream(&js, &dlq_stream, &[&format!("dlq.{stream}")]).await;
+    let extra = format!(
+        "[dlq]\nsubject = \"dlq.{stream}\"\n[consumer]\nmax_deliver = 3\n[delivery]\nretry_initial_ms = 20\n"
+    );
+    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, &extra)).await;
+    relay.wait_ready(T).await;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("X-Trace", "t-1");
+    js.publish_with_headers("q.a", headers, "bad".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    js.publish("q.b", "poison".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    js.publish("q.c", "flaky".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    eventually("all terminated", T, || {
+        consumer_drained(&js, &stream, &durable)
+    })
+    .await;
+
+    let dlq = js.get_stream(&dlq_stream).await.unwrap();
+    assert_eq!(dlq.cached_info().state.messages, 3);
+    let first = dlq.get_raw_message(1).await.unwrap();
+    assert_eq!(first.payload.as_ref(), b"bad");
+    let h = first.headers;
+    let get = |n: &str| h.get(n).map(|v| v.as_str().to_string());
+    assert_eq!(get("X-Trace").as_deref(), Some("t-1"));
+    assert_eq!(get("Jetrelay-Dlq-Subject").as_deref(), Some("q.a"));
+    assert_eq!(get("Jetrelay-Dlq-Stream").as_deref(), Some(stream.as_str()));
+    assert_eq!(get("Jetrelay-Dlq-Sequence").as_deref(), Some("1"));
+    assert_eq!(get("Jetrelay-Dlq-Status").as_deref(), Some("400"));
+    assert!(get("Jetrelay-Dlq-Reason").unwrap().contains("400"));
+    assert!(get("Jetrelay-Dlq-Time").is_some());
+    let flaky = dlq.get_raw_message(3).await.unwrap();
+    assert_eq!(flaky.payload.as_ref(), b"flaky");
+    assert_eq!(
+        flaky
+            .headers
+            .get("Jetrelay-Dlq-Delivered")
+            .map(|v| v.as_str().to_string())
+            .as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        app.requests()
+            .iter()
+            .filter(|r| r.body.as_ref() == b"poison")
+            .count(),
+        1,
+        "dlq = no retries"
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"dlq\"}")
+            .await,
+        3.0
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_dead_letter_publish_loses_nothing() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|_, _| Reply::status(400)).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["f.>"]).await;
+    // No stream captures the DLQ subject: every dead-letter publish fails.
+    let extra = "[dlq]\nsubject = \"nowhere.dlq\"\n[delivery]\nretry_initial_ms = 50\n";
+    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    relay.wait_ready(T).await;
+    publish(&js, "f.x", 1).await;
+    eventually(
+        "the message comes back after the failed DLQ publish",
+        T,
+        || async { app.arrivals() >= 2 },
+    )
+    .await;
+    assert!(relay.metric("jetrelay_dlq_failures_total").await >= 1.0);
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await,
+        0.0
+    );
+    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    assert_eq!(
+        info.ack_floor.stream_sequence, 0,
+        "never terminated without the DLQ's PubAck"
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn confirmed_acks_are_confirmed_and_a_failed_one_is_counted() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|r, _| {
+        let slow = r.body.as_ref() == b"slow";
+        Reply::status(200).after(Duration::from_millis(if slow { 1500 } else { 0 }))
+    })
+    .await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["c.>"]).await;
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[delivery]\nack = \"confirmed\"\n[nats]\nrequest_timeout_ms = 500\n",
+    );
+    let relay = Relay::start(cfg).await;
+    relay.wait_ready(T).await;
+    publish(&js, "c.x", 5).await;
+    eventually("confirmed acks", T, || {
+        consumer_drained(&js, &stream, &durable)
+    })
+    .await;
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
+            .await,
+        5.0
+    );
+    assert_eq!(relay.metric("jetrelay_ack_failures_total").await, 0.0);
+
+    // While the app holds a message, its consumer disappears: the ack cannot be confirmed.
+    js.publish("c.x", "slow".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    eventually("the slow one arrived", T, || async { app.arrivals() == 6 }).await;
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .delete_consumer(&durable)
+        .await
+        .unwrap();
+    eventually("the failed ack is counted", T, || async {
+        relay.metric("jetrelay_ack_failures_total").await == 1.0
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pulling_waits_for_a_healthy_app_and_pauses_while_it_is_unhealthy() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["h.>"]).await;
+    let extra = format!(
+        "[http]\nhealth_url = \"{}\"\nhealth_interval_ms = 30\nhealth_threshold = 2\n",
+        app.health_url()
+    );
+    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, &extra)).await;
+    publish(&js, "h.x", 3).await;
+    eventually("probed while unhealthy", T, || async {
+        app.health_probes() >= 5
+    })
+    .await;
+    assert_eq!(
+        app.arrivals(),
+        0,
+        "nothing is pulled before the app is healthy"
+    );
+    let (code, body) = relay.get("/ready").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("not healthy"), "{body}");
+    assert_eq!(relay.metric("jetrelay_app_healthy").await, 0.0);
+
+    app.set_healthy(true);
+    relay.wait_ready(T).await;
+    app.wait_for("3 requests", T, |r| r.len() == 3).await;
+    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+
+    app.set_healthy(false);
+    eventually("unhealthy again", T, || async {
+        !relay.health.status().ready
+    })
+    .await;
+    let probes = app.health_probes();
+    publish(&js, "h.x", 2).await;
+    eventually("probed some more", T, || async {
+        app.health_probes() >= probes + 5
+    })
+    .await;
+    assert_eq!(app.arrivals(), 3, "no new pulls while unhealthy");
+    app.set_healthy(true);
+    app.wait_for("resumed", T, |r| r.len() == 5).await;
+    relay.stop().await.unwrap();
+}
