@@ -251,6 +251,7 @@ impl Supervisor {
             progress_every: Duration::from_millis(cfg.consumer.ack_wait_ms / 2),
             dlq: (!cfg.dlq.subject.is_empty()).then(|| nats.dlq(&cfg.dlq.subject)),
             app_healthy: self.app_health(),
+            unhealthy_handover: Duration::from_millis(cfg.http.unhealthy_handover_ms),
         });
         loop {
             if !self.bind_topology(nats, &request, shutdown).await? {

@@ -58,6 +58,9 @@ pub struct Dispatch {
     pub dlq: Option<DlqPublisher>,
     /// Whether the app is healthy (always true without `http.health_url`).
     pub app_healthy: watch::Receiver<bool>,
+    /// Pinned sources: how long the app may be unhealthy before this instance steps
+    /// down so that a healthy instance of the member takes over.
+    pub unhealthy_handover: Duration,
 }
 
 /// Why the loop ended.
@@ -137,6 +140,10 @@ impl Dispatch {
         let mut draining = false;
         let grace = tokio::time::sleep(Duration::MAX / 4);
         tokio::pin!(grace);
+        // Armed while the app is unhealthy and this instance is pinned.
+        let handover = tokio::time::sleep(Duration::MAX / 4);
+        tokio::pin!(handover);
+        let mut handover_armed = false;
         let ended = loop {
             if healthy && !draining {
                 self.fill(&mut book);
@@ -189,8 +196,23 @@ impl Dispatch {
                         healthy = *app_healthy.borrow_and_update();
                         source.set_paused(!healthy);
                         self.set_serving_state(healthy);
+                        handover_armed = !healthy && self.pinned_mode;
+                        if handover_armed {
+                            handover.as_mut().reset(Instant::now() + self.unhealthy_handover);
+                        }
                     } else {
                         health_watched = false;
+                    }
+                }
+                () = &mut handover, if handover_armed && !draining => {
+                    handover_armed = false;
+                    if source.step_down().await {
+                        tracing::warn!(
+                            unhealthy_for_ms = self.unhealthy_handover.as_millis(),
+                            "the app stayed unhealthy: stepping down so that another instance is served"
+                        );
+                        self.health.set_pinned(false);
+                        self.set_serving_state(healthy);
                     }
                 }
                 ev = source.next(held) => match ev {

@@ -18,6 +18,10 @@ pub trait Source: Send {
     /// Pauses or resumes asking for messages (the app is unhealthy).
     fn set_paused(&mut self, paused: bool);
 
+    /// Gives up being served (a pinned member's instance unpins) so that a healthy
+    /// instance takes over; pulling stays paused. Returns whether anything was given up.
+    fn step_down(&mut self) -> impl Future<Output = bool> + Send;
+
     /// Releases the source; returns the settlers of messages that were delivered but
     /// never taken, for the caller to release.
     fn close(self) -> impl Future<Output = Vec<Settler>> + Send;
@@ -34,6 +38,10 @@ impl Source for Puller {
 
     fn set_paused(&mut self, paused: bool) {
         Puller::set_paused(self, paused);
+    }
+
+    fn step_down(&mut self) -> impl Future<Output = bool> + Send {
+        Puller::step_down(self)
     }
 
     fn close(self) -> impl Future<Output = Vec<Settler>> + Send {

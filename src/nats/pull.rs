@@ -84,6 +84,7 @@ struct PullRequest<'a> {
 #[derive(Debug)]
 pub struct Puller {
     client: Client,
+    js: async_nats::jetstream::Context,
     cfg: PullerConfig,
     sub: Subscriber,
     prefix: String,
@@ -115,6 +116,7 @@ impl Nats {
         let generation = conn.borrow_and_update().generation;
         Ok(Puller {
             client: self.client.clone(),
+            js: self.js.clone(),
             api_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{}", cfg.stream, cfg.consumer),
             cfg,
             sub,
@@ -183,6 +185,29 @@ impl Puller {
     /// Pauses or resumes pulling (app health gating); outstanding pulls run out.
     pub fn set_paused(&mut self, paused: bool) {
         self.paused = paused;
+    }
+
+    /// Gives the pin away so that another instance of the member is served: stops
+    /// pulling and asks the server to unpin. Returns whether it held the pin.
+    pub async fn step_down(&mut self) -> bool {
+        self.paused = true;
+        let Some(group) = self.cfg.group.clone() else {
+            return false;
+        };
+        if self.pin.take().is_none() {
+            return false;
+        }
+        match self.js.get_stream_no_info(&self.cfg.stream).await {
+            Ok(stream) => {
+                if let Err(e) = stream.unpin_consumer(&self.cfg.consumer, &group).await {
+                    tracing::warn!(error = %e, "cannot unpin; the pin lapses after priority_timeout");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot unpin; the pin lapses after priority_timeout")
+            }
+        }
+        true
     }
 
     /// Unsubscribes and returns the settlers of messages that were already delivered

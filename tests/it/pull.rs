@@ -7,7 +7,13 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{AckPolicy, PriorityPolicy, pull};
 use jetrelay::capacity::{Limits, PullTiming};
 use jetrelay::config::NatsConfig;
+use jetrelay::config::{HttpConfig, Ordering};
+use jetrelay::dispatch::Dispatch;
+use jetrelay::forward::Forwarder;
+use jetrelay::health::{Health, State};
+use jetrelay::metrics::Metrics;
 use jetrelay::nats::{Nats, PullEvent, Puller, PullerConfig, Settler};
+use jetrelay::policy::{Policy, StatusSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;
@@ -15,6 +21,15 @@ use crate::support::*;
 const T: Duration = Duration::from_secs(20);
 
 async fn pinned_consumer(js: &async_nats::jetstream::Context, stream: &str, name: &str) {
+    pinned_consumer_with_timeout(js, stream, name, Duration::from_secs(1)).await;
+}
+
+async fn pinned_consumer_with_timeout(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    name: &str,
+    priority_timeout: Duration,
+) {
     js.get_stream(stream)
         .await
         .unwrap()
@@ -24,7 +39,7 @@ async fn pinned_consumer(js: &async_nats::jetstream::Context, stream: &str, name
             max_ack_pending: 2,
             priority_policy: PriorityPolicy::PinnedClient,
             priority_groups: vec!["PCG".into()],
-            priority_timeout: Duration::from_secs(1),
+            priority_timeout,
             ..Default::default()
         })
         .await
@@ -210,4 +225,88 @@ async fn a_pin_taken_away_is_noticed_and_regained() {
         })
         .collect();
     assert_eq!(pins, [false, true], "{events:?}");
+}
+
+/// A dispatcher for one instance of a pinned member, delivering to `app`, whose app
+/// health the test controls.
+fn instance(app: &MockApp, healthy: tokio::sync::watch::Receiver<bool>) -> (Arc<Dispatch>, Health) {
+    let metrics = Metrics::new().unwrap();
+    let health = Health::new(Some("m1".into()), metrics.clone());
+    let http = HttpConfig {
+        url: app.url(),
+        ..Default::default()
+    };
+    let dispatch = Dispatch {
+        forwarder: Forwarder::new(&http, 4).unwrap(),
+        policy: Policy {
+            retry: StatusSet::parse(&["5xx"]).unwrap(),
+            term: StatusSet::parse(&["4xx"]).unwrap(),
+            retry_initial: Duration::from_millis(100),
+            retry_max: Duration::from_secs(1),
+            retry_after_max: Duration::from_secs(1),
+            max_attempts: None,
+        },
+        metrics,
+        health: health.clone(),
+        max_in_flight: 2,
+        shutdown_grace: Duration::from_secs(5),
+        pinned_mode: true,
+        ordering: Ordering::None,
+        progress_every: Duration::from_secs(10),
+        dlq: None,
+        app_healthy: healthy,
+        unhealthy_handover: Duration::from_millis(300),
+    };
+    (Arc::new(dispatch), health)
+}
+
+#[tokio::test]
+async fn an_instance_whose_app_stays_unhealthy_steps_down_and_a_standby_is_served() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let (stream, consumer) = (unique("S"), unique("c"));
+    create_stream(&js, &stream, &["p.>"]).await;
+    // A long pin timeout: only the step-down can move the pin within the test.
+    pinned_consumer_with_timeout(&js, &stream, &consumer, Duration::from_secs(60)).await;
+    let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
+    let (health_a_tx, health_a_rx) = tokio::sync::watch::channel(true);
+    let (_health_b_tx, health_b_rx) = tokio::sync::watch::channel(true);
+    let stop = CancellationToken::new();
+
+    let (a, status_a) = instance(&app_a, health_a_rx);
+    let puller_a = puller(&nats, &stream, &consumer).await;
+    let run_a = tokio::spawn({
+        let stop = stop.clone();
+        async move { a.run(puller_a, stop).await }
+    });
+    publish(&js, "p.x", 1).await;
+    app_a.wait_for("A is served", T, |r| r.len() == 1).await;
+    eventually("A pinned and consuming", T, || async {
+        let s = status_a.status();
+        s.pinned && s.state == State::Consuming
+    })
+    .await;
+
+    let (b, status_b) = instance(&app_b, health_b_rx);
+    let puller_b = puller(&nats, &stream, &consumer).await;
+    let run_b = tokio::spawn({
+        let stop = stop.clone();
+        async move { b.run(puller_b, stop).await }
+    });
+    eventually("B is a standby", T, || async {
+        status_b.status().state == State::Standby
+    })
+    .await;
+
+    health_a_tx.send(false).unwrap();
+    eventually("A stepped down", T, || async { !status_a.status().pinned }).await;
+    publish(&js, "p.x", 3).await;
+    app_b.wait_for("B is served", T, |r| r.len() == 3).await;
+    eventually("B pinned", T, || async { status_b.status().pinned }).await;
+    assert_eq!(app_a.arrivals(), 1, "A got nothing after stepping down");
+    assert_eq!(status_a.status().state, State::NotReady);
+
+    stop.cancel();
+    run_a.await.unwrap().unwrap();
+    run_b.await.unwrap().unwrap();
 }
