@@ -11,13 +11,14 @@ const T: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn every_message_reaches_the_app_unchanged_and_is_acked_after_2xx() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["orders.>"]).await;
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, "")).await;
-    relay.wait_ready(T).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["orders.>"]).await;
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, "")).await;
 
     let mut headers = HeaderMap::new();
     headers.insert("X-Trace", "abc");
@@ -69,11 +70,13 @@ async fn every_message_reaches_the_app_unchanged_and_is_acked_after_2xx() {
 
 #[tokio::test]
 async fn a_503_twice_then_200_is_seen_three_times_no_sooner_than_the_delays() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|_, seen| Reply::status(if seen < 2 { 503 } else { 200 })).await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["r.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["r.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -81,8 +84,7 @@ async fn a_503_twice_then_200_is_seen_three_times_no_sooner_than_the_delays() {
         &durable,
         "[delivery]\nretry_initial_ms = 300\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     publish(&js, "r.x", 1).await;
 
     app.wait_for("three attempts", T, |r| r.len() >= 3).await;
@@ -117,8 +119,6 @@ async fn a_503_twice_then_200_is_seen_three_times_no_sooner_than_the_delays() {
 
 #[tokio::test]
 async fn retry_after_from_the_app_sets_the_delay() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|_, seen| {
         if seen == 0 {
             Reply::status(429).header("Retry-After", "1")
@@ -127,8 +127,12 @@ async fn retry_after_from_the_app_sets_the_delay() {
         }
     })
     .await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["r.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["r.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -136,8 +140,7 @@ async fn retry_after_from_the_app_sets_the_delay() {
         &durable,
         "[delivery]\nretry_initial_ms = 10\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     publish(&js, "r.x", 1).await;
     app.wait_for("two attempts", T, |r| r.len() >= 2).await;
     let r = app.requests();
@@ -151,11 +154,13 @@ async fn retry_after_from_the_app_sets_the_delay() {
 
 #[tokio::test]
 async fn a_400_is_terminated_and_never_redelivered() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|_, _| Reply::status(400)).await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["t.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["t.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -163,8 +168,7 @@ async fn a_400_is_terminated_and_never_redelivered() {
         &durable,
         "[consumer]\nack_wait_ms = 1000\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     publish(&js, "t.x", 3).await;
     app.wait_for("three requests", T, |r| r.len() >= 3).await;
     // Terminated messages leave the consumer: nothing pending or awaiting an ack, so
@@ -190,8 +194,6 @@ async fn a_400_is_terminated_and_never_redelivered() {
 
 #[tokio::test]
 async fn an_unreachable_app_means_delayed_retries_not_loss() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     // An app that is not listening yet: bind a port, learn it, close it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -199,13 +201,16 @@ async fn an_unreachable_app_means_delayed_retries_not_loss() {
         .unwrap()
         .port();
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["u.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["u.>"]).await;
     let extra = format!(
         "[http]\nurl = \"http://127.0.0.1:{port}/messages\"\n[delivery]\nretry_initial_ms = 100\n"
     );
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, &extra)).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, &extra)).await;
     publish(&js, "u.x", 2).await;
     eventually("connection errors counted", T, || async {
         relay
@@ -224,11 +229,13 @@ async fn an_unreachable_app_means_delayed_retries_not_loss() {
 
 #[tokio::test]
 async fn concurrency_and_buffer_bounds_hold_under_load() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(40))).await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["b.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["b.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -236,8 +243,7 @@ async fn concurrency_and_buffer_bounds_hold_under_load() {
         &durable,
         "[delivery]\nmax_in_flight = 4\nmax_buffered = 8\nmax_batch = 8\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     publish(&js, "b.x", 60).await;
     let mut max_ack_pending = 0;
     let mut max_buffered = 0.0f64;
@@ -275,11 +281,13 @@ async fn concurrency_and_buffer_bounds_hold_under_load() {
 
 #[tokio::test]
 async fn admin_endpoints_answer_and_ready_tells_the_state() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["a.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["a.>"]).await;
     let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, "")).await;
     assert_eq!(relay.get("/healthz").await.0, 200);
     relay.wait_ready(T).await;
@@ -311,13 +319,14 @@ async fn admin_endpoints_answer_and_ready_tells_the_state() {
 
 #[tokio::test]
 async fn headers_that_are_not_valid_http_are_skipped_and_counted_never_lost() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["h.>"]).await;
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, "")).await;
-    relay.wait_ready(T).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["h.>"]).await;
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, "")).await;
     // Valid NATS headers that HTTP forbids: '(' in a name, a control character in a value.
     let mut headers = HeaderMap::new();
     headers.insert("X(bad)", "v");

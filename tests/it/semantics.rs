@@ -24,14 +24,16 @@ fn arrival_order(app: &MockApp) -> HashMap<String, Vec<u64>> {
 
 #[tokio::test]
 async fn per_key_order_is_exact_while_keys_run_in_parallel() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     // 0–5 ms of app latency, pseudo-random per sequence.
     let app =
         MockApp::start(|r, _| Reply::status(200).after(Duration::from_millis(r.seq() * 7919 % 6)))
             .await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["k.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["k.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -39,8 +41,7 @@ async fn per_key_order_is_exact_while_keys_run_in_parallel() {
         &durable,
         "[delivery]\nordering = \"subject\"\nmax_in_flight = 16\nmax_buffered = 256\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     // 50 keys × 40 messages, interleaved as publishers would.
     let mut acks = Vec::new();
     for i in 0..40 {
@@ -81,16 +82,18 @@ async fn per_key_order_is_exact_while_keys_run_in_parallel() {
 
 #[tokio::test]
 async fn a_retry_keeps_its_key_in_order_and_does_not_block_other_keys() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     // The first message of key a is answered 503 twice.
     let app = MockApp::start(|r, seen| {
         let first_of_a = r.header("nats-subject") == Some("k.a") && r.body.as_ref() == b"a0";
         Reply::status(if first_of_a && seen < 2 { 503 } else { 200 })
     })
     .await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["k.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["k.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -98,8 +101,7 @@ async fn a_retry_keeps_its_key_in_order_and_does_not_block_other_keys() {
         &durable,
         "[delivery]\nordering = \"subject\"\nretry_initial_ms = 1000\n[consumer]\nack_wait_ms = 1000\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     for i in 0..5 {
         for key in ["a", "b"] {
             js.publish(format!("k.{key}"), format!("{key}{i}").into())
@@ -167,11 +169,13 @@ async fn a_retry_keeps_its_key_in_order_and_does_not_block_other_keys() {
 
 #[tokio::test]
 async fn a_slow_app_keeps_its_message_alive_with_in_progress() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(3000))).await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["w.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["w.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -179,8 +183,7 @@ async fn a_slow_app_keeps_its_message_alive_with_in_progress() {
         &durable,
         "[consumer]\nack_wait_ms = 1000\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     publish(&js, "w.x", 1).await;
     eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
     assert_eq!(app.arrivals(), 1, "the app never saw a duplicate");
@@ -196,8 +199,6 @@ async fn a_slow_app_keeps_its_message_alive_with_in_progress() {
 
 #[tokio::test]
 async fn the_app_can_override_the_status_mapping() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|r, seen| match (r.body.as_ref(), seen) {
         (b"retry-me", 0) => Reply::status(200).header("Jetrelay-Action", "retry"),
         (b"term-me", _) => Reply::status(200).header("Jetrelay-Action", "term"),
@@ -205,8 +206,12 @@ async fn the_app_can_override_the_status_mapping() {
         _ => Reply::status(200),
     })
     .await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["o.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["o.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -214,8 +219,7 @@ async fn the_app_can_override_the_status_mapping() {
         &durable,
         "[delivery]\nretry_initial_ms = 50\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     for body in ["retry-me", "term-me", "ack-me"] {
         js.publish("o.x", body.into()).await.unwrap().await.unwrap();
     }
@@ -269,8 +273,7 @@ async fn permanent_failures_are_dead_lettered_before_their_term() {
     let extra = format!(
         "[dlq]\nsubject = \"dlq.{stream}\"\n[consumer]\nmax_deliver = 3\n[delivery]\nretry_initial_ms = 20\n"
     );
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, &extra)).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, &extra)).await;
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("X-Trace", "t-1");
     js.publish_with_headers("q.a", headers, "bad".into())
@@ -335,15 +338,16 @@ async fn permanent_failures_are_dead_lettered_before_their_term() {
 
 #[tokio::test]
 async fn a_failed_dead_letter_publish_loses_nothing() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|_, _| Reply::status(400)).await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["f.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["f.>"]).await;
     // No stream captures the DLQ subject: every dead-letter publish fails.
     let extra = "[dlq]\nsubject = \"nowhere.dlq\"\n[delivery]\nretry_initial_ms = 50\n";
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, extra)).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
     publish(&js, "f.x", 1).await;
     eventually(
         "the message comes back after the failed DLQ publish",
@@ -368,15 +372,17 @@ async fn a_failed_dead_letter_publish_loses_nothing() {
 
 #[tokio::test]
 async fn confirmed_acks_are_confirmed_and_a_failed_one_is_counted() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|r, _| {
         let slow = r.body.as_ref() == b"slow";
         Reply::status(200).after(Duration::from_millis(if slow { 1500 } else { 0 }))
     })
     .await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["c.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["c.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -384,8 +390,7 @@ async fn confirmed_acks_are_confirmed_and_a_failed_one_is_counted() {
         &durable,
         "[delivery]\nack = \"confirmed\"\n[nats]\nrequest_timeout_ms = 500\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     publish(&js, "c.x", 5).await;
     eventually("confirmed acks", T, || {
         consumer_drained(&js, &stream, &durable)
@@ -421,11 +426,13 @@ async fn confirmed_acks_are_confirmed_and_a_failed_one_is_counted() {
 
 #[tokio::test]
 async fn pulling_waits_for_a_healthy_app_and_pauses_while_it_is_unhealthy() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["h.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["h.>"]).await;
     let extra = format!(
         "[http]\nhealth_url = \"{}\"\nhealth_interval_ms = 30\nhealth_threshold = 2\n",
         app.health_url()

@@ -12,8 +12,6 @@ const T: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_after_2xx() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     // Every 7th sequence fails once, so retries are in play during the shutdown too.
     let app = MockApp::start(|r, seen| {
         let status = if r.seq() % 7 == 0 && seen == 0 {
@@ -24,16 +22,19 @@ async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_afte
         Reply::status(status).after(Duration::from_millis(30))
     })
     .await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["s.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["s.>"]).await;
     // ack_wait (60 s) is longer than the test's patience (30 s): a message the drain
     // left unsettled would only come back after it, and the test would time out.
     let extra = "[delivery]\nmax_in_flight = 8\nmax_buffered = 32\nretry_initial_ms = 50\nshutdown_grace_ms = 5000\n\
                  [consumer]\nack_wait_ms = 60000\n";
     let cfg = durable_config(&nats, &app, &stream, &durable, extra);
     let total = 200u64;
-    let relay = Relay::start(cfg.clone()).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg.clone()).await;
     publish(&js, "s.x", total as usize).await;
     app.wait_for("some progress", T, |r| r.len() >= 40).await;
 
@@ -53,8 +54,7 @@ async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_afte
         "nothing is sent after the stop returns"
     );
 
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     eventually("every message answered 2xx", T, || async {
         app.acked_seqs().len() as u64 == total
     })
@@ -75,14 +75,15 @@ fn relay_metric_after_stop(app: &MockApp) -> usize {
 
 #[tokio::test]
 async fn a_nats_server_restart_mid_stream_is_ridden_out() {
-    let mut nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(5))).await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["n.>"]).await;
+    let Env {
+        mut nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["n.>"]).await;
     let extra = "[nats]\nreconnect_delay_ms = 50\nreconnect_delay_max_ms = 200\n[consumer]\nack_wait_ms = 4000\n";
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, extra)).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
     publish(&js, "n.x", 50).await;
     app.wait_for("first half", T, |r| r.len() >= 10).await;
 

@@ -98,11 +98,13 @@ async fn an_external_stream_is_never_created() {
 
 #[tokio::test]
 async fn an_external_stream_that_does_not_cover_the_filter_is_fatal_and_unchanged() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["a.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["a.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -122,11 +124,13 @@ async fn an_external_stream_that_does_not_cover_the_filter_is_fatal_and_unchange
 
 #[tokio::test]
 async fn two_instances_ensuring_the_same_durable_at_once_both_succeed() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["c.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["c.>"]).await;
     let cfg = durable_config(&nats, &app, &stream, &durable, "");
     let req = topology_request(&cfg);
     for _ in 0..5 {
@@ -150,11 +154,13 @@ async fn two_instances_ensuring_the_same_durable_at_once_both_succeed() {
 
 #[tokio::test]
 async fn bind_only_never_creates_the_consumer() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["c.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["c.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -172,11 +178,13 @@ async fn bind_only_never_creates_the_consumer() {
 
 #[tokio::test]
 async fn an_incompatible_consumer_stops_startup_and_is_left_alone() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["c.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["c.>"]).await;
     js.get_stream(&stream)
         .await
         .unwrap()
@@ -240,11 +248,13 @@ async fn started_before_the_stream_exists_it_becomes_ready_when_it_appears() {
 
 #[tokio::test]
 async fn a_deleted_consumer_sends_the_daemon_back_to_topology_and_it_recovers() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
-    let (stream, durable) = (unique("S"), unique("d"));
-    create_stream(&js, &stream, &["g.>"]).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["g.>"]).await;
     let cfg = durable_config(
         &nats,
         &app,
@@ -252,8 +262,7 @@ async fn a_deleted_consumer_sends_the_daemon_back_to_topology_and_it_recovers() 
         &durable,
         "[topology]\nretry_initial_ms = 50\n",
     );
-    let relay = Relay::start(cfg).await;
-    relay.wait_ready(T).await;
+    let relay = Relay::ready(cfg).await;
     js.get_stream(&stream)
         .await
         .unwrap()

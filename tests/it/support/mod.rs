@@ -91,6 +91,30 @@ pub async fn consumer_drained(js: &jetstream::Context, stream: &str, consumer: &
         .is_some_and(|i| i.num_pending == 0 && i.num_ack_pending == 0)
 }
 
+/// A nats-server with one stream and the names of a durable for it.
+pub struct Env {
+    pub nats: NatsServer,
+    pub js: jetstream::Context,
+    pub stream: String,
+    pub durable: String,
+}
+
+impl Env {
+    /// Starts a server and creates a stream (unique name) with `subjects`.
+    pub async fn start(subjects: &[&str]) -> Env {
+        let nats = NatsServer::start();
+        let (_, js) = client(&nats).await;
+        let (stream, durable) = (unique("S"), unique("d"));
+        create_stream(&js, &stream, subjects).await;
+        Env {
+            nats,
+            js,
+            stream,
+            durable,
+        }
+    }
+}
+
 /// A durable-source config for `stream`/`durable` delivering to `app`, plus `extra`
 /// TOML merged on top.
 pub fn durable_config(
@@ -148,6 +172,13 @@ impl Relay {
             handle: tokio::spawn(app.run(shutdown.clone())),
             shutdown,
         }
+    }
+
+    /// Starts and waits until ready.
+    pub async fn ready(config: Config) -> Relay {
+        let relay = Relay::start(config).await;
+        relay.wait_ready(Duration::from_secs(30)).await;
+        relay
     }
 
     /// Cancels and waits for the run to end.
