@@ -99,6 +99,7 @@ pub fn topology_request(config: &Config) -> TopologyRequest {
         managed,
         consumer: ConsumerSpec {
             name: config.source.durable.clone(),
+            durable: true,
             filter_subjects: config.source.filter_subjects.clone(),
             deliver_policy,
             ack_explicit: true,
@@ -107,6 +108,7 @@ pub fn topology_request(config: &Config) -> TopologyRequest {
             max_ack_pending: i64::from(config.delivery.max_buffered),
             backoff_ms: config.consumer.backoff_ms.clone(),
             priority: None,
+            inactive_threshold_ms: 0,
             pull: true,
         },
         consumer_mode: config.topology.consumer,

@@ -17,6 +17,7 @@ pub mod health;
 pub mod lanes;
 pub mod metrics;
 pub mod nats;
+pub mod pcg;
 pub mod policy;
 pub mod shutdown;
 pub mod source;

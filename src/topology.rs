@@ -194,6 +194,8 @@ pub struct Priority {
 #[allow(missing_docs)]
 pub struct ConsumerSpec {
     pub name: String,
+    /// Durable (`durable_name`) or named only (`name`, reaped when inactive).
+    pub durable: bool,
     pub filter_subjects: Vec<String>,
     /// `all`, `new`, `last`, `last_per_subject`, or what the server reports.
     pub deliver_policy: String,
@@ -204,6 +206,8 @@ pub struct ConsumerSpec {
     pub max_ack_pending: i64,
     pub backoff_ms: Vec<u64>,
     pub priority: Option<Priority>,
+    /// 0 = never reaped.
+    pub inactive_threshold_ms: u64,
     /// Whether it is a pull consumer (no deliver subject).
     pub pull: bool,
 }
@@ -241,6 +245,16 @@ pub fn compare_consumer(required: &ConsumerSpec, current: &ConsumerSpec) -> Vec<
         Some(p) => format!("pinned_client group {} timeout {}ms", p.group, p.timeout_ms),
     };
     cmp("pull", current.pull.to_string(), required.pull.to_string());
+    cmp(
+        "durable",
+        current.durable.to_string(),
+        required.durable.to_string(),
+    );
+    cmp(
+        "inactive_threshold_ms",
+        current.inactive_threshold_ms.to_string(),
+        required.inactive_threshold_ms.to_string(),
+    );
     cmp(
         "filter_subjects",
         sorted(&current.filter_subjects),
@@ -471,6 +485,7 @@ mod tests {
     fn consumer() -> ConsumerSpec {
         ConsumerSpec {
             name: "c".into(),
+            durable: true,
             filter_subjects: f(&["a", "b"]),
             deliver_policy: "all".into(),
             ack_explicit: true,
@@ -479,6 +494,7 @@ mod tests {
             max_ack_pending: 256,
             backoff_ms: vec![],
             priority: None,
+            inactive_threshold_ms: 0,
             pull: true,
         }
     }

@@ -372,6 +372,7 @@ fn from_consumer_config(name: &str, c: &consumer::Config) -> ConsumerSpec {
     };
     ConsumerSpec {
         name: name.to_string(),
+        durable: c.durable_name.is_some(),
         filter_subjects,
         deliver_policy: deliver_policy_name(&c.deliver_policy),
         ack_explicit: matches!(c.ack_policy, AckPolicy::Explicit),
@@ -390,6 +391,7 @@ fn from_consumer_config(name: &str, c: &consumer::Config) -> ConsumerSpec {
             }),
             _ => None,
         },
+        inactive_threshold_ms: ms(c.inactive_threshold),
         pull: c.deliver_subject.is_none(),
     }
 }
@@ -404,8 +406,9 @@ fn to_consumer_config(s: &ConsumerSpec) -> pull::Config {
         None => (PriorityPolicy::None, Vec::new(), Duration::ZERO),
     };
     pull::Config {
-        durable_name: Some(s.name.clone()),
+        durable_name: s.durable.then(|| s.name.clone()),
         name: Some(s.name.clone()),
+        inactive_threshold: Duration::from_millis(s.inactive_threshold_ms),
         filter_subjects: s.filter_subjects.clone(),
         deliver_policy: match s.deliver_policy.as_str() {
             "new" => DeliverPolicy::New,

@@ -1,0 +1,31 @@
+//! Partitioned consumer groups, wire-compatible with orbit.go `pcgroups` and
+//! `natsio-pcgroups`: the pure half. Config JSON (lenient read, strict write,
+//! representation-preserving rewrite), validation, partition assignment, the elastic
+//! stream's transforms and the member consumer configs. No I/O here; `nats/` carries
+//! these to the server and `group.rs` runs the member protocol.
+
+pub mod assign;
+pub mod model;
+pub mod spec;
+
+/// The static groups' config bucket.
+pub const STATIC_BUCKET: &str = "static-consumer-groups";
+/// The elastic groups' config bucket.
+pub const ELASTIC_BUCKET: &str = "elastic-consumer-groups";
+/// The priority group every member consumer uses.
+pub const PRIORITY_GROUP: &str = "PCG";
+
+/// The KV key of a group: `<stream>.<group>`.
+pub fn key(stream: &str, group: &str) -> String {
+    format!("{stream}.{group}")
+}
+
+/// The static member consumer's durable name: `<group>-<member>`.
+pub fn static_consumer(group: &str, member: &str) -> String {
+    format!("{group}-{member}")
+}
+
+/// The elastic group's work-queue stream: `<stream>-<group>`.
+pub fn elastic_stream(stream: &str, group: &str) -> String {
+    format!("{stream}-{group}")
+}
