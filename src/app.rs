@@ -14,9 +14,12 @@ use crate::capacity::{Limits, PullTiming};
 use crate::config::{Config, OnMissing, SourceKind};
 use crate::dispatch::{Dispatch, DispatchError, Ended};
 use crate::forward::{ForwardError, Forwarder};
+use crate::group::{GroupSettings, GroupSource, JoinError};
 use crate::health::{Health, State};
 use crate::metrics::Metrics;
 use crate::nats::{Nats, NatsError, PullerConfig, TopologyError, TopologyRequest};
+use crate::pcg::model::Flavour;
+use crate::pcg::spec::Template;
 use crate::policy::{Policy, backoff};
 use crate::topology::{ConsumerSpec, StreamSpec};
 
@@ -47,9 +50,9 @@ pub enum AppError {
     /// The message source failed.
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
-    /// A source kind this build does not serve yet.
-    #[error("source.kind = {0:?} is not supported by this build")]
-    Unsupported(&'static str),
+    /// The consumer group cannot be joined.
+    #[error("consumer group: {0}")]
+    Group(String),
 }
 
 impl AppError {
@@ -60,7 +63,6 @@ impl AppError {
             self,
             AppError::Forward(ForwardError::BearerToken { .. } | ForwardError::Header(_))
                 | AppError::Nats(NatsError::Secret { .. } | NatsError::ServerAddress(_))
-                | AppError::Unsupported(_)
         )
     }
 }
@@ -122,11 +124,11 @@ impl App {
     /// # Errors
     /// [`AppError`].
     pub async fn build(config: Config) -> Result<App, AppError> {
-        if config.kind() != SourceKind::Durable {
-            return Err(AppError::Unsupported(match config.kind() {
-                SourceKind::Static => "static",
-                _ => "elastic",
-            }));
+        if config.kind().is_group() && config.consumer.ack_wait_ms < 2000 {
+            tracing::warn!(
+                ack_wait_ms = config.consumer.ack_wait_ms,
+                "consumer.ack_wait_ms below 2000 in a consumer group: pull expiry and pin timeout meet, and the pin may flap while idle"
+            );
         }
         let metrics = Metrics::new()?;
         let member = config
@@ -248,43 +250,114 @@ impl Supervisor {
             health: self.health.clone(),
             max_in_flight: cfg.delivery.max_in_flight as usize,
             shutdown_grace: Duration::from_millis(cfg.delivery.shutdown_grace_ms),
-            pinned_mode: false,
+            pinned_mode: cfg.kind().is_group(),
             ordering: cfg.ordering(),
-            progress_every: Duration::from_millis(cfg.consumer.ack_wait_ms / 2),
+            progress_every: crate::pcg::spec::ack_wait(cfg.consumer.ack_wait_ms) / 2,
             dlq: (!cfg.dlq.subject.is_empty()).then(|| nats.dlq(&cfg.dlq.subject)),
             app_healthy: self.app_health(),
             unhealthy_handover: Duration::from_millis(cfg.http.unhealthy_handover_ms),
         });
         loop {
-            if !self.bind_topology(nats, &request, shutdown).await? {
-                return Ok(());
-            }
-            let puller = nats
-                .puller(PullerConfig {
-                    stream: request.stream.clone(),
-                    consumer: request.consumer.name.clone(),
-                    group: None,
-                    limits: Limits {
-                        max_batch: cfg.delivery.max_batch,
-                        max_buffered: cfg.delivery.max_buffered,
-                    },
-                    timing: PullTiming::for_ack_wait(Duration::from_millis(
-                        cfg.consumer.ack_wait_ms,
-                    )),
-                    confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed,
-                    partitioned: cfg.kind().is_group(),
-                })
-                .await?;
-            let gauges = self.consumer_gauges(nats, &request);
-            let ended = dispatch.run(puller, shutdown.clone()).await;
-            gauges.abort();
+            let ended = if cfg.kind().is_group() {
+                let Some(source) = self.join_group(nats, shutdown).await? else {
+                    return Ok(());
+                };
+                let (stream, consumer) = group_consumer_names(cfg);
+                let gauges = self.consumer_gauges(nats, &stream, &consumer);
+                let ended = dispatch.run(source, shutdown.clone()).await;
+                gauges.abort();
+                ended
+            } else {
+                if !self.bind_topology(nats, &request, shutdown).await? {
+                    return Ok(());
+                }
+                let puller = nats.puller(self.puller_config(&request)).await?;
+                let gauges = self.consumer_gauges(nats, &request.stream, &request.consumer.name);
+                let ended = dispatch.run(puller, shutdown.clone()).await;
+                gauges.abort();
+                ended
+            };
             match ended? {
                 Ended::Shutdown => return Ok(()),
+                Ended::GroupEnded(reason) => {
+                    tracing::info!(reason = %reason, "the consumer group ended; stopping");
+                    return Ok(());
+                }
                 Ended::SourceLost(reason) => {
                     tracing::warn!(reason = %reason, "the consumer went away; checking the topology again");
                     self.health
                         .set(State::NotReady, format!("consumer lost: {reason}"));
                 }
+            }
+        }
+    }
+
+    fn puller_config(&self, request: &TopologyRequest) -> PullerConfig {
+        let cfg = &self.config;
+        PullerConfig {
+            stream: request.stream.clone(),
+            consumer: request.consumer.name.clone(),
+            group: None,
+            limits: limits(cfg),
+            timing: PullTiming::for_ack_wait(Duration::from_millis(cfg.consumer.ack_wait_ms)),
+            confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed,
+            partitioned: false,
+        }
+    }
+
+    /// Joins the consumer group, retrying while the group, its bucket or its stream is
+    /// missing (when allowed) or NATS is unavailable. `Ok(None)` when shutdown came
+    /// first.
+    async fn join_group(
+        &self,
+        nats: &Nats,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<GroupSource>, AppError> {
+        let cfg = &self.config;
+        let t = &cfg.topology;
+        let settings = GroupSettings {
+            flavour: if cfg.kind() == SourceKind::Static {
+                Flavour::Static
+            } else {
+                Flavour::Elastic
+            },
+            stream: cfg.source.stream.clone(),
+            group: cfg.source.group.clone(),
+            member: cfg.source.member.clone(),
+            template: Template {
+                ack_wait_ms: cfg.consumer.ack_wait_ms,
+                max_deliver: cfg.consumer.max_deliver,
+                max_ack_pending: i64::from(cfg.delivery.max_buffered),
+                backoff_ms: cfg.consumer.backoff_ms.clone(),
+                deliver_policy: topology_request(cfg).consumer.deliver_policy,
+            },
+            limits: limits(cfg),
+            confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed,
+        };
+        let mut attempt = 0u32;
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(None);
+            }
+            let retry = match GroupSource::join(nats, settings.clone()).await {
+                Ok(source) => return Ok(Some(source)),
+                Err(JoinError::Fatal(e)) => return Err(AppError::Group(e)),
+                Err(e @ JoinError::NotFound(_)) if t.on_missing == OnMissing::Fail => {
+                    return Err(AppError::Group(e.to_string()));
+                }
+                Err(e) => e,
+            };
+            attempt = attempt.saturating_add(1);
+            self.health
+                .set(State::NotReady, format!("consumer group: {retry}"));
+            let delay = backoff(
+                Duration::from_millis(t.retry_initial_ms),
+                Duration::from_millis(t.retry_max_ms),
+                attempt,
+            );
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(None),
+                () = tokio::time::sleep(delay) => {}
             }
         }
     }
@@ -371,9 +444,9 @@ impl Supervisor {
     }
 
     /// Refreshes the consumer pending gauges every few seconds.
-    fn consumer_gauges(&self, nats: &Nats, request: &TopologyRequest) -> JoinHandle<()> {
+    fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> JoinHandle<()> {
         let (nats, metrics) = (nats.clone(), self.metrics.clone());
-        let (stream, consumer) = (request.stream.clone(), request.consumer.name.clone());
+        let (stream, consumer) = (stream.to_string(), consumer.to_string());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
@@ -389,6 +462,29 @@ impl Supervisor {
                 }
             }
         })
+    }
+}
+
+fn limits(cfg: &Config) -> Limits {
+    Limits {
+        max_batch: cfg.delivery.max_batch,
+        max_buffered: cfg.delivery.max_buffered,
+    }
+}
+
+/// The stream and name of a group member's consumer, for the gauges.
+fn group_consumer_names(cfg: &Config) -> (String, String) {
+    let s = &cfg.source;
+    if cfg.kind() == SourceKind::Static {
+        (
+            s.stream.clone(),
+            crate::pcg::static_consumer(&s.group, &s.member),
+        )
+    } else {
+        (
+            crate::pcg::elastic_stream(&s.stream, &s.group),
+            s.member.clone(),
+        )
     }
 }
 

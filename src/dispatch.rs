@@ -70,6 +70,17 @@ pub enum Ended {
     Shutdown,
     /// The consumer went away; go back to topology.
     SourceLost(String),
+    /// The consumer group was deleted: drained, and the member stops cleanly.
+    GroupEnded(String),
+}
+
+/// Where a group member stands, for readiness.
+#[derive(Debug, Default)]
+struct Standing {
+    /// Not in the membership (elastic): why.
+    waiting: Option<String>,
+    /// The assigned partitions, once known.
+    assignment: Option<Vec<u32>>,
 }
 
 /// A failure that ends the process.
@@ -133,8 +144,12 @@ impl Dispatch {
         };
         let mut app_healthy = self.app_healthy.clone();
         let mut healthy = *app_healthy.borrow_and_update();
+        let mut standing = Standing::default();
+        // A group's assignment is changing: nothing new starts until all is settled.
+        let mut quiescing = false;
+        let mut end_reason: Option<String> = None;
         source.set_paused(!healthy);
-        self.set_serving_state(healthy);
+        self.set_serving_state(healthy, &standing);
         // Without a health URL nobody ever sends: stop watching once the sender is gone.
         let mut health_watched = true;
         let mut draining = false;
@@ -145,14 +160,18 @@ impl Dispatch {
         tokio::pin!(handover);
         let mut handover_armed = false;
         let ended = loop {
-            if healthy && !draining {
+            if quiescing && book.tasks.is_empty() && !draining {
+                source.quiesced().await;
+                quiescing = false;
+            }
+            if healthy && !draining && !quiescing {
                 self.fill(&mut book);
             }
             let held = u32::try_from(book.held.len()).unwrap_or(u32::MAX);
             self.metrics.buffered.set(i64::from(held));
             self.metrics.in_flight.set(book.tasks.len() as i64);
             if draining && book.tasks.is_empty() {
-                break Ended::Shutdown;
+                break end_reason.take().map_or(Ended::Shutdown, Ended::GroupEnded);
             }
             let next_timer = book.timers.next_deadline();
             tokio::select! {
@@ -173,7 +192,7 @@ impl Dispatch {
                     );
                     book.tasks.abort_all();
                     while book.tasks.join_next().await.is_some() {}
-                    break Ended::Shutdown;
+                    break end_reason.take().map_or(Ended::Shutdown, Ended::GroupEnded);
                 }
                 Some(done) = book.tasks.join_next_with_id() => match done {
                     Ok((task, (id, step))) => {
@@ -195,7 +214,7 @@ impl Dispatch {
                     if changed.is_ok() {
                         healthy = *app_healthy.borrow_and_update();
                         source.set_paused(!healthy);
-                        self.set_serving_state(healthy);
+                        self.set_serving_state(healthy, &standing);
                         handover_armed = !healthy && self.pinned_mode;
                         if handover_armed {
                             handover.as_mut().reset(Instant::now() + self.unhealthy_handover);
@@ -212,7 +231,7 @@ impl Dispatch {
                             "the app stayed unhealthy: stepping down so that another instance is served"
                         );
                         self.health.set_pinned(false);
-                        self.set_serving_state(healthy);
+                        self.set_serving_state(healthy, &standing);
                     }
                 }
                 ev = source.next(held) => match ev {
@@ -221,8 +240,8 @@ impl Dispatch {
                         if delivery.delivered() > 1 {
                             self.metrics.redeliveries.inc();
                         }
-                        if draining {
-                            // Delivered by a pull sent before the shutdown: move it on.
+                        if draining || quiescing {
+                            // Delivered by a pull sent before the stop: move it on.
                             self.release(&settler, Duration::ZERO).await;
                         } else {
                             self.hold(&mut book, *delivery, settler);
@@ -231,7 +250,41 @@ impl Dispatch {
                     PullEvent::Pinned(pinned) => {
                         self.health.set_pinned(pinned);
                         if !draining {
-                            self.set_serving_state(healthy);
+                            self.set_serving_state(healthy, &standing);
+                        }
+                    }
+                    PullEvent::Assignment(partitions) => {
+                        self.health.set_partitions(partitions.clone());
+                        standing.waiting = None;
+                        standing.assignment = Some(partitions);
+                        if !draining {
+                            self.set_serving_state(healthy, &standing);
+                        }
+                    }
+                    PullEvent::Waiting(reason) => {
+                        self.health.set_partitions(Vec::new());
+                        standing.waiting = Some(reason);
+                        standing.assignment = None;
+                        if !draining {
+                            self.set_serving_state(healthy, &standing);
+                        }
+                    }
+                    PullEvent::Quiesce => {
+                        if !draining {
+                            quiescing = true;
+                            let released = self.release_waiting(&mut book).await;
+                            tracing::info!(in_flight = book.tasks.len(), released, "assignment changing: settling what is held");
+                        }
+                    }
+                    PullEvent::Ended(reason) => {
+                        if !draining {
+                            tracing::info!(reason = %reason, "the group ended: draining");
+                            draining = true;
+                            end_reason = Some(reason);
+                            self.health.set(State::Draining, "the group ended");
+                            source.stop();
+                            self.release_waiting(&mut book).await;
+                            grace.as_mut().reset(Instant::now() + self.shutdown_grace);
                         }
                     }
                     PullEvent::ConsumerGone(reason) => {
@@ -260,11 +313,19 @@ impl Dispatch {
         Ok(ended)
     }
 
-    /// Consuming, standby (pinned mode, no pin) or not ready (app unhealthy).
-    fn set_serving_state(&self, app_healthy: bool) {
+    /// Consuming, standby (pinned mode, no pin), a group member's waiting states, or
+    /// not ready (app unhealthy).
+    fn set_serving_state(&self, app_healthy: bool, standing: &Standing) {
         if !app_healthy {
             self.health
                 .set(State::NotReady, "the app is not healthy (http.health_url)");
+        } else if let Some(why) = &standing.waiting {
+            self.health.set(State::WaitingForMembership, why.clone());
+        } else if standing.assignment.as_ref().is_some_and(Vec::is_empty) {
+            self.health.set(
+                State::NoPartitions,
+                "no partitions are assigned to this member",
+            );
         } else if self.pinned_mode && !self.health.status().pinned {
             self.health
                 .set(State::Standby, "another instance holds the pin");

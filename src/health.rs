@@ -125,6 +125,19 @@ impl Health {
         self.metrics.nats_connected.set(i64::from(connected));
     }
 
+    /// Records this member's partitions.
+    pub fn set_partitions(&self, partitions: Vec<u32>) {
+        self.metrics
+            .partitions_assigned
+            .set(partitions.len() as i64);
+        self.update(|s| {
+            if s.partitions != partitions {
+                tracing::info!(partitions = ?partitions, "membership changed");
+            }
+            s.partitions = partitions;
+        });
+    }
+
     /// Records whether this instance holds the pin.
     pub fn set_pinned(&self, pinned: bool) {
         self.update(|s| {

@@ -12,6 +12,7 @@ pub mod delivery;
 pub mod dispatch;
 pub mod dlq;
 pub mod forward;
+pub mod group;
 pub mod headers;
 pub mod health;
 pub mod lanes;

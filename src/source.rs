@@ -22,6 +22,12 @@ pub trait Source: Send {
     /// instance takes over; pulling stays paused. Returns whether anything was given up.
     fn step_down(&mut self) -> impl Future<Output = bool> + Send;
 
+    /// Everything held was settled or released after a `Quiesce`: the source may now
+    /// replace its consumer.
+    fn quiesced(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
     /// Releases the source; returns the settlers of messages that were delivered but
     /// never taken, for the caller to release.
     fn close(self) -> impl Future<Output = Vec<Settler>> + Send;

@@ -11,15 +11,17 @@
 
 mod connect;
 mod dlq;
+mod kv;
 mod pull;
 mod settle;
 mod topology;
 
 pub use connect::{ConnState, Nats};
 pub use dlq::DlqPublisher;
+pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;
-pub use topology::{Bound, TopologyError, TopologyRequest};
+pub use topology::{Bound, GroupConsumer, TopologyError, TopologyRequest};
 
 /// Failures at the NATS boundary that are not about topology.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,17 @@ pub enum NatsError {
     /// The dead-letter publish was not stored.
     #[error("the dead-letter publish failed: {0}")]
     DeadLetter(String),
+    /// A consumer-group config bucket operation failed.
+    #[error("consumer-group config store: {0}")]
+    Kv(String),
+    /// A stream or consumer operation of the group protocol failed.
+    #[error("consumer-group {step}: {detail}")]
+    Group {
+        /// What we tried.
+        step: &'static str,
+        /// What the server said.
+        detail: String,
+    },
     /// Flushing at shutdown failed.
     #[error("cannot flush the NATS connection")]
     Flush(#[source] async_nats::client::FlushError),

@@ -57,6 +57,16 @@ pub enum PullEvent {
     ConsumerGone(String),
     /// A pull was refused for a reason retrying cannot fix.
     Fatal(String),
+    /// Group sources: this member's partitions (empty = in the membership but none
+    /// assigned).
+    Assignment(Vec<u32>),
+    /// Group sources: not (yet) in the membership; waiting.
+    Waiting(String),
+    /// Group sources: the assignment changes; stop starting work, settle or release
+    /// what is held, then call `Source::quiesced` (the consumer is recreated after).
+    Quiesce,
+    /// Group sources: the group was deleted; drain and stop cleanly.
+    Ended(String),
 }
 
 #[derive(Debug)]

@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{self, AckPolicy, DeliverPolicy, PriorityPolicy, pull};
 use async_nats::jetstream::context::{CreateStreamErrorKind, GetStreamErrorKind};
 use async_nats::jetstream::stream::{
-    self, ConsumerCreateStrictErrorKind, DiscardPolicy, RetentionPolicy, StorageType,
+    self, ConsumerCreateStrictErrorKind, ConsumerErrorKind, DiscardPolicy, RetentionPolicy,
+    StorageType,
 };
 use async_nats::jetstream::{ErrorCode, context::ConsumerInfoErrorKind};
 
@@ -439,5 +440,101 @@ impl Nats {
         let s = self.js.get_stream_no_info(stream).await.ok()?;
         let info = s.consumer_info(name).await.ok()?;
         Some((info.num_pending, info.num_ack_pending as u64))
+    }
+}
+
+/// What creating a group member consumer came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupConsumer {
+    /// Created, or already there with exactly this config.
+    Ready,
+    /// There with another config (old filters, another template).
+    Conflict(Vec<Row>),
+    /// A work-queue stream refused it: another member's consumer still holds one of
+    /// these partitions (10100). Normal while members converge.
+    Overlap,
+}
+
+impl Nats {
+    /// Creates a group member consumer with action "create" and checks what the
+    /// server has.
+    ///
+    /// # Errors
+    /// [`TopologyError`] for anything but the outcomes of [`GroupConsumer`].
+    pub async fn create_group_consumer(
+        &self,
+        stream: &str,
+        spec: &ConsumerSpec,
+    ) -> Result<GroupConsumer, TopologyError> {
+        let s = self
+            .js
+            .get_stream_no_info(stream)
+            .await
+            .map_err(|e| refused("read the stream", e))?;
+        match s.create_consumer_strict(to_consumer_config(spec)).await {
+            Ok(_) => return Ok(GroupConsumer::Ready),
+            Err(e) => match e.kind() {
+                ConsumerCreateStrictErrorKind::AlreadyExists => {}
+                ConsumerCreateStrictErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::CONSUMER_WQ_CONSUMER_NOT_UNIQUE =>
+                {
+                    return Ok(GroupConsumer::Overlap);
+                }
+                ConsumerCreateStrictErrorKind::TimedOut
+                | ConsumerCreateStrictErrorKind::Request => {
+                    return Err(TopologyError::Unavailable(e.to_string()));
+                }
+                _ => return Err(refused("create the member consumer", e)),
+            },
+        }
+        let current = self
+            .read_consumer(stream, &spec.name)
+            .await?
+            .ok_or_else(|| TopologyError::ConsumerMissing(spec.name.clone()))?;
+        let rows = crate::topology::compare_consumer(spec, &current);
+        Ok(if rows.is_empty() {
+            GroupConsumer::Ready
+        } else {
+            GroupConsumer::Conflict(rows)
+        })
+    }
+
+    /// Deletes a consumer; a missing one is fine.
+    ///
+    /// # Errors
+    /// [`TopologyError`].
+    pub async fn delete_consumer(&self, stream: &str, name: &str) -> Result<(), TopologyError> {
+        let s = self
+            .js
+            .get_stream_no_info(stream)
+            .await
+            .map_err(|e| refused("read the stream", e))?;
+        match s.delete_consumer(name).await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.kind() {
+                ConsumerErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::CONSUMER_NOT_FOUND =>
+                {
+                    Ok(())
+                }
+                _ => Err(refused("delete the consumer", e)),
+            },
+        }
+    }
+
+    /// Whether the stream exists.
+    ///
+    /// # Errors
+    /// [`TopologyError`] when it cannot be read.
+    pub async fn stream_exists(&self, name: &str) -> Result<bool, TopologyError> {
+        Ok(self.read_stream(name).await?.is_some())
+    }
+
+    /// The stream's replica count, if it exists.
+    ///
+    /// # Errors
+    /// [`TopologyError`] when it cannot be read.
+    pub async fn stream_replicas(&self, name: &str) -> Result<Option<u32>, TopologyError> {
+        Ok(self.read_stream(name).await?.map(|s| s.replicas))
     }
 }

@@ -1,0 +1,526 @@
+//! One member of a partitioned consumer group (static or elastic), behind the
+//! [`Source`] seam: reads and watches the group config, computes this member's
+//! partitions, creates the member consumer and pulls from it with the pinned pull
+//! engine, and follows the group's life.
+//!
+//! Static (spec §7): every config change is fatal and a deleted or purged group ends
+//! the member cleanly; in both cases the member consumer is deleted, as the reference
+//! does. Elastic (§8.3–8.4), fixing the reference's B4, B15, B16 and B24: only a
+//! change of this member's own filters moves anything; a consumer that vanished is
+//! rejoined by the fixed-rate self-correction tick; before the consumer is deleted
+//! and recreated, pulling stops and the dispatcher settles or releases everything
+//! held (`Quiesce`); only the pinned instance deletes, the others back off
+//! 400–500 ms without blocking.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::{Instant, Interval};
+
+use crate::capacity::{Limits, PullTiming};
+use crate::nats::{
+    GroupConsumer, GroupStore, KvEvent, KvWatch, Nats, PullEvent, Puller, PullerConfig, Settler,
+    TopologyError,
+};
+use crate::pcg::model::{Flavour, GroupConfig};
+use crate::pcg::spec::{self, Template};
+use crate::pcg::{self as pcgc, assign};
+use crate::source::Source;
+use crate::topology::Table;
+
+/// What a member needs to know.
+#[derive(Debug, Clone)]
+pub struct GroupSettings {
+    /// Static or elastic.
+    pub flavour: Flavour,
+    /// The origin stream (`source.stream`).
+    pub stream: String,
+    /// The group.
+    pub group: String,
+    /// This member.
+    pub member: String,
+    /// The member consumer template.
+    pub template: Template,
+    /// Capacity limits (`max_buffered` = the template's `max_ack_pending`).
+    pub limits: Limits,
+    /// Confirmed acks.
+    pub confirmed_acks: bool,
+}
+
+/// Why a member cannot start (yet).
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The group, its bucket or its stream does not exist (yet).
+    #[error("{0}")]
+    NotFound(String),
+    /// NATS or JetStream is not available.
+    #[error("JetStream is not available ({0})")]
+    Unavailable(String),
+    /// A reason retrying cannot fix.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl From<TopologyError> for JoinError {
+    fn from(e: TopologyError) -> JoinError {
+        if e.is_unavailable() {
+            JoinError::Unavailable(e.to_string())
+        } else {
+            JoinError::Fatal(e.to_string())
+        }
+    }
+}
+
+/// A running member.
+#[derive(Debug)]
+pub struct GroupSource {
+    nats: Nats,
+    s: GroupSettings,
+    consumer_stream: String,
+    watch: KvWatch,
+    config: GroupConfig,
+    revision: u64,
+    puller: Option<Puller>,
+    /// The filters of the consumer this instance pulls from (empty = none).
+    filters: Vec<String>,
+    pending: VecDeque<PullEvent>,
+    tick: Interval,
+    /// Elastic: a join waits until then (the non-pinned back-off).
+    join_at: Option<Instant>,
+    quiescing: bool,
+    stopped: bool,
+    paused: bool,
+    ended: bool,
+}
+
+fn bucket(f: Flavour) -> &'static str {
+    match f {
+        Flavour::Static => pcgc::STATIC_BUCKET,
+        Flavour::Elastic => pcgc::ELASTIC_BUCKET,
+    }
+}
+
+impl GroupSource {
+    /// Reads the group, checks it, and joins when this member has partitions.
+    ///
+    /// # Errors
+    /// [`JoinError`]: `NotFound`/`Unavailable` may be retried.
+    pub async fn join(nats: &Nats, s: GroupSettings) -> Result<GroupSource, JoinError> {
+        let key = pcgc::key(&s.stream, &s.group);
+        let consumer_stream = match s.flavour {
+            Flavour::Static => s.stream.clone(),
+            Flavour::Elastic => pcgc::elastic_stream(&s.stream, &s.group),
+        };
+        if !nats.stream_exists(&consumer_stream).await? {
+            return Err(JoinError::NotFound(format!(
+                "stream {consumer_stream} does not exist"
+            )));
+        }
+        let not_found = || {
+            JoinError::NotFound(format!(
+                "group {} does not exist on stream {}",
+                s.group, s.stream
+            ))
+        };
+        let store: GroupStore = nats
+            .group_store(bucket(s.flavour))
+            .await
+            .map_err(|e| JoinError::Unavailable(e.to_string()))?
+            .ok_or_else(not_found)?;
+        let (value, revision) = store
+            .get(&key)
+            .await
+            .map_err(|e| JoinError::Unavailable(e.to_string()))?
+            .ok_or_else(not_found)?;
+        let config = read_config(s.flavour, &value).map_err(JoinError::Fatal)?;
+        let in_membership =
+            assign::in_membership(&config.members, &config.member_mappings, &s.member);
+        if s.flavour == Flavour::Static && !in_membership {
+            return Err(JoinError::Fatal(format!(
+                "member {} is not in the membership of static group {}",
+                s.member, s.group
+            )));
+        }
+        let watch = store
+            .watch(&key)
+            .await
+            .map_err(|e| JoinError::Unavailable(e.to_string()))?;
+        let wait = spec::ack_wait(s.template.ack_wait_ms);
+        let mut tick = tokio::time::interval_at(
+            Instant::now() + wait + Duration::from_millis(500),
+            wait + Duration::from_millis(500),
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut source = GroupSource {
+            nats: nats.clone(),
+            consumer_stream,
+            watch,
+            config,
+            revision,
+            puller: None,
+            filters: Vec::new(),
+            pending: VecDeque::new(),
+            tick,
+            join_at: None,
+            quiescing: false,
+            stopped: false,
+            paused: false,
+            ended: false,
+            s,
+        };
+        source.announce();
+        source.try_join().await?;
+        Ok(source)
+    }
+
+    fn partitions(&self) -> Vec<u32> {
+        assign::partitions(
+            self.config.max_members,
+            &self.config.members,
+            &self.config.member_mappings,
+            &self.s.member,
+        )
+    }
+
+    fn wanted_filters(&self) -> Vec<String> {
+        assign::filters(
+            &self.partitions(),
+            &self.config.filters,
+            self.config.members.is_empty(),
+        )
+    }
+
+    /// Tells the dispatcher where this member stands.
+    fn announce(&mut self) {
+        if assign::in_membership(
+            &self.config.members,
+            &self.config.member_mappings,
+            &self.s.member,
+        ) {
+            self.pending
+                .push_back(PullEvent::Assignment(self.partitions()));
+        } else {
+            self.pending.push_back(PullEvent::Waiting(format!(
+                "member {} is not in the membership of group {}",
+                self.s.member, self.s.group
+            )));
+        }
+    }
+
+    fn consumer_spec(&self, filters: Vec<String>) -> crate::topology::ConsumerSpec {
+        match self.s.flavour {
+            Flavour::Static => {
+                spec::static_consumer(&self.s.group, &self.s.member, filters, &self.s.template)
+            }
+            Flavour::Elastic => spec::elastic_consumer(&self.s.member, filters, &self.s.template),
+        }
+    }
+
+    /// Creates the member consumer (if this member has partitions) and starts pulling.
+    async fn try_join(&mut self) -> Result<(), JoinError> {
+        let filters = self.wanted_filters();
+        if filters.is_empty() || self.puller.is_some() {
+            return Ok(());
+        }
+        let spec = self.consumer_spec(filters.clone());
+        let mut outcome = self
+            .nats
+            .create_group_consumer(&self.consumer_stream, &spec)
+            .await?;
+        if let (GroupConsumer::Conflict(_), Flavour::Elastic) = (&outcome, self.s.flavour) {
+            // Old filters or another template: the reference deletes and creates once.
+            self.nats
+                .delete_consumer(&self.consumer_stream, &spec.name)
+                .await?;
+            outcome = self
+                .nats
+                .create_group_consumer(&self.consumer_stream, &spec)
+                .await?;
+        }
+        match outcome {
+            GroupConsumer::Ready => {}
+            GroupConsumer::Overlap => {
+                tracing::debug!(member = %self.s.member, "partitions still held by another member's consumer; retrying on the next tick");
+                return Ok(());
+            }
+            GroupConsumer::Conflict(rows) => {
+                let hint = if rows.iter().any(|r| r.field == "priority") {
+                    " (a consumer from before the PCG priority group rename? delete it)"
+                } else {
+                    ""
+                };
+                return Err(JoinError::Fatal(format!(
+                    "member consumer {} exists with a different configuration{hint}:\n{}",
+                    spec.name,
+                    Table(&rows)
+                )));
+            }
+        }
+        let wait = spec::ack_wait(self.s.template.ack_wait_ms);
+        let mut puller = self
+            .nats
+            .puller(PullerConfig {
+                stream: self.consumer_stream.clone(),
+                consumer: spec.name.clone(),
+                group: Some(pcgc::PRIORITY_GROUP.into()),
+                limits: self.s.limits,
+                timing: PullTiming::for_ack_wait(wait),
+                confirmed_acks: self.s.confirmed_acks,
+                partitioned: true,
+            })
+            .await
+            .map_err(|e| JoinError::Unavailable(e.to_string()))?;
+        puller.set_paused(self.paused);
+        if self.stopped {
+            puller.stop();
+        }
+        tracing::info!(member = %self.s.member, consumer = %spec.name, filters = ?filters, "joined the group");
+        self.filters = filters;
+        self.puller = Some(puller);
+        Ok(())
+    }
+
+    /// A join that failed for a reason retrying may fix waits for the next tick.
+    async fn join_or_log(&mut self) {
+        match self.try_join().await {
+            Ok(()) => {}
+            Err(JoinError::Fatal(e)) => self.pending.push_back(PullEvent::Fatal(e)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot join the group now; retrying on the next tick")
+            }
+        }
+    }
+
+    async fn on_kv(&mut self, ev: Option<KvEvent>) {
+        let ev = match ev {
+            None => {
+                self.pending
+                    .push_back(PullEvent::Fatal("the group config watcher closed".into()));
+                return;
+            }
+            Some(ev) => ev,
+        };
+        let (value, revision) = match ev {
+            KvEvent::Deleted | KvEvent::Purged => {
+                self.finish(PullEvent::Ended(format!(
+                    "group {} was deleted",
+                    self.s.group
+                )))
+                .await;
+                return;
+            }
+            KvEvent::Put { value, revision } => (value, revision),
+        };
+        if revision <= self.revision {
+            return; // the current value, seen at join
+        }
+        self.revision = revision;
+        let new = match read_config(self.s.flavour, &value) {
+            Ok(c) => c,
+            Err(e) => {
+                self.finish(PullEvent::Fatal(e)).await;
+                return;
+            }
+        };
+        match self.s.flavour {
+            Flavour::Static => {
+                let same = new.same_shape(&self.config)
+                    && new.members == self.config.members
+                    && new.member_mappings == self.config.member_mappings;
+                if !same {
+                    self.finish(PullEvent::Fatal(format!(
+                        "the configuration of static group {} changed: restart the members",
+                        self.s.group
+                    )))
+                    .await;
+                }
+            }
+            Flavour::Elastic => {
+                if !new.same_shape(&self.config) {
+                    self.finish(PullEvent::Fatal(format!(
+                        "bad change in the configuration of elastic group {}: only the membership may change",
+                        self.s.group
+                    )))
+                    .await;
+                    return;
+                }
+                self.config = new;
+                let wanted = self.wanted_filters();
+                self.announce();
+                if self.puller.is_some() && wanted == self.filters {
+                    return; // this member's partitions did not move (B4)
+                }
+                if self.puller.is_some() {
+                    // Stop pulling and let the dispatcher settle what it holds (B16).
+                    if let Some(p) = self.puller.as_mut() {
+                        p.stop();
+                    }
+                    self.quiescing = true;
+                    self.pending.push_back(PullEvent::Quiesce);
+                } else {
+                    self.join_or_log().await;
+                }
+            }
+        }
+    }
+
+    /// Ends the member: stops pulling and, for static groups, deletes its consumer
+    /// (as the reference does on deletion and on any change).
+    async fn finish(&mut self, ev: PullEvent) {
+        self.ended = true;
+        if let Some(p) = self.puller.as_mut() {
+            p.stop();
+        }
+        if self.s.flavour == Flavour::Static && !self.filters.is_empty() {
+            let name = pcgc::static_consumer(&self.s.group, &self.s.member);
+            if let Err(e) = self
+                .nats
+                .delete_consumer(&self.consumer_stream, &name)
+                .await
+            {
+                tracing::warn!(error = %e, "cannot delete the member consumer");
+            }
+        }
+        self.pending.push_back(ev);
+    }
+
+    async fn release(&mut self, settlers: Vec<Settler>) {
+        for s in settlers {
+            if let Err(e) = s.nak(Duration::ZERO).await {
+                tracing::warn!(error = %e, "cannot release a message");
+            }
+        }
+    }
+
+    async fn drop_puller(&mut self) -> bool {
+        let pinned = self.puller.as_ref().is_some_and(Puller::pinned);
+        if let Some(p) = self.puller.take() {
+            let left = p.close().await;
+            self.release(left).await;
+        }
+        self.filters.clear();
+        pinned
+    }
+}
+
+fn read_config(flavour: Flavour, value: &[u8]) -> Result<GroupConfig, String> {
+    let config = GroupConfig::parse(flavour, value).map_err(|e| e.to_string())?;
+    let problems = config.problems();
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(format!(
+            "the group config is invalid: {}",
+            problems.join("; ")
+        ))
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Source for GroupSource {
+    async fn next(&mut self, held: u32) -> PullEvent {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                return ev;
+            }
+            let elastic = self.s.flavour == Flavour::Elastic && !self.ended;
+            // Losing branches: the watch and the puller are cancel-safe; the tick and
+            // the back-off sleep are re-polled next time.
+            tokio::select! {
+                ev = self.watch.next(), if !self.ended => self.on_kv(ev).await,
+                ev = async {
+                    match self.puller.as_mut() {
+                        Some(p) => p.next(held).await,
+                        None => std::future::pending().await,
+                    }
+                } => match ev {
+                    PullEvent::ConsumerGone(reason) => {
+                        // Deleted underneath us (another instance, an admin, the
+                        // reaper): never a zombie (B15).
+                        tracing::warn!(reason = %reason, member = %self.s.member, "the member consumer went away");
+                        self.drop_puller().await;
+                        if self.s.flavour == Flavour::Static && !self.ended {
+                            self.join_or_log().await;
+                        }
+                    }
+                    PullEvent::Pinned(false) if self.stopped => {}
+                    other => return other,
+                },
+                _ = self.tick.tick(), if elastic && !self.quiescing && self.join_at.is_none() => {
+                    if self.puller.is_none() && !self.stopped {
+                        self.join_or_log().await;
+                    }
+                }
+                () = sleep_until(self.join_at), if elastic => {
+                    self.join_at = None;
+                    if !self.stopped {
+                        self.join_or_log().await;
+                    }
+                }
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        self.stopped = true;
+        if let Some(p) = self.puller.as_mut() {
+            p.stop();
+        }
+    }
+
+    fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+        if let Some(p) = self.puller.as_mut() {
+            p.set_paused(paused);
+        }
+    }
+
+    async fn step_down(&mut self) -> bool {
+        match self.puller.as_mut() {
+            Some(p) => p.step_down().await,
+            None => false,
+        }
+    }
+
+    async fn quiesced(&mut self) {
+        self.quiescing = false;
+        let pinned = self.drop_puller().await;
+        if pinned {
+            // The pinned instance recreates the consumer with the new filters, from the
+            // stream's first unacknowledged message.
+            let name = self.s.member.clone();
+            if let Err(e) = self
+                .nats
+                .delete_consumer(&self.consumer_stream, &name)
+                .await
+            {
+                tracing::warn!(error = %e, "cannot delete the member consumer");
+            }
+            self.join_or_log().await;
+        } else {
+            // Let the pinned instance go first (non-blocking back-off).
+            let jitter = u64::from(rand_jitter());
+            self.join_at = Some(Instant::now() + Duration::from_millis(400 + jitter));
+        }
+    }
+
+    async fn close(mut self) -> Vec<Settler> {
+        match self.puller.take() {
+            Some(p) => p.close().await,
+            None => Vec::new(),
+        }
+    }
+}
+
+/// 0–99 ms from the clock's low bits: enough spread between instances, no RNG needed.
+fn rand_jitter() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_micros() % 100)
+}

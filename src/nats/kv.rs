@@ -1,0 +1,221 @@
+//! The consumer-group config buckets: open or create, read with revision, CAS create
+//! and update, delete, list, and watch one key (current value, then changes).
+
+use async_nats::jetstream::kv::{self, Operation};
+use bytes::Bytes;
+use futures::StreamExt;
+
+use super::{Nats, NatsError};
+
+/// One group-config bucket.
+#[derive(Debug, Clone)]
+pub struct GroupStore {
+    kv: kv::Store,
+}
+
+/// What happened to the watched key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvEvent {
+    /// A value was written.
+    Put {
+        /// The value.
+        value: Bytes,
+        /// Its revision.
+        revision: u64,
+    },
+    /// The key was deleted.
+    Deleted,
+    /// The key was purged.
+    Purged,
+}
+
+/// A watch on one key.
+pub struct KvWatch {
+    inner: kv::Watch,
+}
+
+impl std::fmt::Debug for KvWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KvWatch")
+    }
+}
+
+/// Why a compare-and-set write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum KvWriteError {
+    /// `create` found the key already there.
+    #[error("the key already exists")]
+    Exists,
+    /// `update` found another revision: someone else wrote first.
+    #[error("the key was changed concurrently (compare-and-set failed)")]
+    Conflict,
+    /// Anything else.
+    #[error("the KV write failed: {0}")]
+    Other(String),
+}
+
+impl Nats {
+    /// Opens a bucket; `None` when it does not exist.
+    ///
+    /// # Errors
+    /// [`NatsError::Kv`] for anything but "not found".
+    pub async fn group_store(&self, bucket: &str) -> Result<Option<GroupStore>, NatsError> {
+        match self.js.get_key_value(bucket).await {
+            Ok(kv) => Ok(Some(GroupStore { kv })),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    async_nats::jetstream::context::KeyValueErrorKind::GetBucket
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(NatsError::Kv(e.to_string())),
+        }
+    }
+
+    /// Opens a bucket, creating it with the reference's settings when missing
+    /// (file storage, history 1, `replicas` from the origin stream).
+    ///
+    /// # Errors
+    /// [`NatsError::Kv`].
+    pub async fn group_store_or_create(
+        &self,
+        bucket: &str,
+        replicas: usize,
+    ) -> Result<GroupStore, NatsError> {
+        if let Some(s) = self.group_store(bucket).await? {
+            return Ok(s);
+        }
+        let created = self
+            .js
+            .create_key_value(kv::Config {
+                bucket: bucket.to_string(),
+                history: 1,
+                num_replicas: replicas.max(1),
+                storage: async_nats::jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await;
+        match created {
+            Ok(kv) => Ok(GroupStore { kv }),
+            // Lost a creation race: open what the other creator made.
+            Err(e) => self
+                .group_store(bucket)
+                .await?
+                .ok_or_else(|| NatsError::Kv(e.to_string())),
+        }
+    }
+}
+
+impl GroupStore {
+    /// The value and revision; `None` when missing, deleted or purged.
+    ///
+    /// # Errors
+    /// [`NatsError::Kv`].
+    pub async fn get(&self, key: &str) -> Result<Option<(Bytes, u64)>, NatsError> {
+        match self.kv.entry(key).await {
+            Ok(Some(e)) if e.operation == Operation::Put => Ok(Some((e.value, e.revision))),
+            Ok(_) => Ok(None),
+            Err(e) => Err(NatsError::Kv(e.to_string())),
+        }
+    }
+
+    /// Creates the key (compare-and-set on absence).
+    ///
+    /// # Errors
+    /// [`KvWriteError::Exists`] when it is there.
+    pub async fn create(&self, key: &str, value: Vec<u8>) -> Result<u64, KvWriteError> {
+        self.kv
+            .create(key, value.into())
+            .await
+            .map_err(|e| match e.kind() {
+                kv::CreateErrorKind::AlreadyExists => KvWriteError::Exists,
+                _ => KvWriteError::Other(e.to_string()),
+            })
+    }
+
+    /// Replaces the value if the key is still at `revision`.
+    ///
+    /// # Errors
+    /// [`KvWriteError::Conflict`] when someone else wrote first.
+    pub async fn update(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        revision: u64,
+    ) -> Result<u64, KvWriteError> {
+        self.kv
+            .update(key, value.into(), revision)
+            .await
+            .map_err(|e| match e.kind() {
+                kv::UpdateErrorKind::WrongLastRevision => KvWriteError::Conflict,
+                _ => KvWriteError::Other(e.to_string()),
+            })
+    }
+
+    /// Deletes the key (a no-op when missing).
+    ///
+    /// # Errors
+    /// [`NatsError::Kv`].
+    pub async fn delete(&self, key: &str) -> Result<(), NatsError> {
+        self.kv
+            .delete(key)
+            .await
+            .map_err(|e| NatsError::Kv(e.to_string()))
+    }
+
+    /// Every live key.
+    ///
+    /// # Errors
+    /// [`NatsError::Kv`].
+    pub async fn keys(&self) -> Result<Vec<String>, NatsError> {
+        let mut keys = self
+            .kv
+            .keys()
+            .await
+            .map_err(|e| NatsError::Kv(e.to_string()))?;
+        let mut out = Vec::new();
+        while let Some(k) = keys.next().await {
+            out.push(k.map_err(|e| NatsError::Kv(e.to_string()))?);
+        }
+        Ok(out)
+    }
+
+    /// Watches `key`: its current value first (if any), then every change.
+    ///
+    /// # Errors
+    /// [`NatsError::Kv`].
+    pub async fn watch(&self, key: &str) -> Result<KvWatch, NatsError> {
+        let inner = self
+            .kv
+            .watch_with_history(key)
+            .await
+            .map_err(|e| NatsError::Kv(e.to_string()))?;
+        Ok(KvWatch { inner })
+    }
+}
+
+impl KvWatch {
+    /// The next event; `None` when the watch ended. Transient watcher errors (missed
+    /// heartbeats; the watcher recreates itself) are logged and skipped.
+    pub async fn next(&mut self) -> Option<KvEvent> {
+        loop {
+            match self.inner.next().await? {
+                Ok(e) => {
+                    return Some(match e.operation {
+                        Operation::Put => KvEvent::Put {
+                            value: e.value,
+                            revision: e.revision,
+                        },
+                        Operation::Delete => KvEvent::Deleted,
+                        Operation::Purge => KvEvent::Purged,
+                    });
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "group config watcher error; it recovers by itself")
+                }
+            }
+        }
+    }
+}
