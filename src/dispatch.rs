@@ -304,6 +304,13 @@ impl Dispatch {
                 },
             }
         };
+        if self.pinned_mode && self.health.status().pinned {
+            // Hand over at once: a standby instance of the member is served next,
+            // without waiting for the pin timeout.
+            if source.step_down().await {
+                tracing::info!("unpinned: a standby instance takes over");
+            }
+        }
         for settler in source.close().await {
             self.release(&settler, Duration::ZERO).await;
         }

@@ -13,6 +13,7 @@ pub mod dispatch;
 pub mod dlq;
 pub mod forward;
 pub mod group;
+pub mod group_admin;
 pub mod headers;
 pub mod health;
 pub mod lanes;

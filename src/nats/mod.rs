@@ -9,6 +9,7 @@
 //!   sized by `crate::capacity`, on one wildcard inbox.
 //! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
 
+mod admin;
 mod connect;
 mod dlq;
 mod kv;
@@ -16,6 +17,7 @@ mod pull;
 mod settle;
 mod topology;
 
+pub use admin::{ConsumerState, GroupStreamSpec};
 pub use connect::{ConnState, Nats};
 pub use dlq::DlqPublisher;
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};

@@ -530,11 +530,11 @@ impl Nats {
         Ok(self.read_stream(name).await?.is_some())
     }
 
-    /// The stream's replica count, if it exists.
+    /// The stream's config as the topology types see it, if it exists.
     ///
     /// # Errors
     /// [`TopologyError`] when it cannot be read.
-    pub async fn stream_replicas(&self, name: &str) -> Result<Option<u32>, TopologyError> {
-        Ok(self.read_stream(name).await?.map(|s| s.replicas))
+    pub async fn stream_spec(&self, name: &str) -> Result<Option<StreamSpec>, TopologyError> {
+        self.read_stream(name).await
     }
 }

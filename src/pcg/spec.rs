@@ -44,6 +44,15 @@ pub fn transforms(filters: &[PartitioningFilter], max_members: u32) -> Vec<(Stri
         .collect()
 }
 
+/// The N of a `{{partition(N,…)}}` transform destination (any capitalisation).
+pub fn partition_count(destination: &str) -> Option<u32> {
+    let lower = destination.to_ascii_lowercase();
+    let start = lower.find("{{partition(")? + "{{partition(".len();
+    let rest = &lower[start..];
+    let end = rest.find([',', ')'])?;
+    rest[..end].trim().parse().ok()
+}
+
 /// The ack wait a group uses: the template's, or 5 s when it is not positive.
 pub fn ack_wait(template_ms: u64) -> Duration {
     if template_ms == 0 {
@@ -162,6 +171,17 @@ mod tests {
             transforms(&[], 5),
             [(">".to_string(), "{{Partition(5)}}.>".to_string())]
         );
+    }
+
+    #[test]
+    fn partition_count_table() {
+        assert_eq!(
+            partition_count("{{partition(10,1)}}.foo.{{wildcard(1)}}"),
+            Some(10)
+        );
+        assert_eq!(partition_count("{{Partition(4)}}.>"), Some(4));
+        assert_eq!(partition_count("{{ partition( 3 ,2)}}.x"), None);
+        assert_eq!(partition_count("foo.{{wildcard(1)}}"), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 mod binary;
 mod forwarding;
+mod groups;
 mod pull;
 mod semantics;
 mod shutdown;

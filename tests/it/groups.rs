@@ -1,0 +1,390 @@
+//! Partitioned consumer groups end to end: static and elastic members, membership
+//! changes followed live, pinned failover between instances of one member.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use jetrelay::group_admin::GroupAdmin;
+use jetrelay::health::State;
+use jetrelay::nats::Nats;
+use jetrelay::pcg::model::{GroupConfig, PartitioningFilter};
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+async fn admin(nats: &NatsServer) -> GroupAdmin {
+    let cfg = jetrelay::config::NatsConfig {
+        servers: vec![nats.url().to_string()],
+        ..Default::default()
+    };
+    GroupAdmin::new(Nats::connect(&cfg, false).await.unwrap())
+}
+
+/// A stream whose subjects `<prefix>.*` are stored as `<p>.<prefix>.<token>`.
+async fn partitioned_stream(js: &jetstream::Context, name: &str, prefix: &str, n: u32) {
+    js.create_stream(jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: vec![format!("{prefix}.*")],
+        subject_transform: Some(jetstream::stream::SubjectTransform {
+            source: format!("{prefix}.*"),
+            destination: format!("{{{{partition({n},1)}}}}.{prefix}.{{{{wildcard(1)}}}}"),
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+fn member_config(
+    nats: &NatsServer,
+    app: &MockApp,
+    kind: &str,
+    stream: &str,
+    group: &str,
+    member: &str,
+    extra: &str,
+) -> jetrelay::config::Config {
+    use figment::providers::{Format, Toml};
+    let base = format!(
+        "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{stream}\"\nkind = \"{kind}\"\ngroup = \"{group}\"\nmember = \"{member}\"\n\
+         [consumer]\nack_wait_ms = 2000\n[topology]\nretry_initial_ms = 50\nretry_max_ms = 200\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n",
+        nats.url(),
+        app.url()
+    );
+    jetrelay::config::Config::from_figment(
+        figment::Figment::from(Toml::string(&base)).merge(Toml::string(extra)),
+    )
+    .unwrap()
+}
+
+/// Publishes `per_key` messages for each of `keys` tokens, interleaved; every body is
+/// unique across calls.
+async fn publish_keys(js: &jetstream::Context, prefix: &str, keys: u32, per_key: u32) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    for _ in 0..per_key {
+        for k in 0..keys {
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            js.publish(format!("{prefix}.{k}"), format!("{k}-{n}").into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Every message body seen by the apps, deduplicated.
+fn bodies(apps: &[&MockApp]) -> std::collections::BTreeSet<String> {
+    apps.iter()
+        .flat_map(|a| a.requests())
+        .filter(|r| r.status == 200)
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect()
+}
+
+/// Per key, the bodies' sequence numbers must be increasing in arrival order.
+fn assert_key_order(app: &MockApp) {
+    let mut reqs = app.requests();
+    reqs.sort_by_key(|r| r.at);
+    let mut last: std::collections::HashMap<String, u64> = Default::default();
+    for r in reqs.iter().filter(|r| r.status == 200) {
+        let key = r.header("nats-subject").unwrap().to_string();
+        let seq = r.seq();
+        if let Some(prev) = last.insert(key.clone(), seq) {
+            assert!(seq > prev, "{key}: {seq} after {prev}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn static_members_share_the_partitions_in_order_and_stop_when_the_group_is_deleted() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("S");
+    partitioned_stream(&js, &stream, "o", 2).await;
+    let admin = admin(&nats).await;
+    admin
+        .create_static(
+            &stream,
+            "cg",
+            GroupConfig::new_static(2, vec![], vec!["m1".into(), "m2".into()], vec![]),
+        )
+        .await
+        .unwrap();
+    let (app1, app2) = (MockApp::ok().await, MockApp::ok().await);
+    let r1 = Relay::ready(member_config(
+        &nats, &app1, "static", &stream, "cg", "m1", "",
+    ))
+    .await;
+    let r2 = Relay::ready(member_config(
+        &nats, &app2, "static", &stream, "cg", "m2", "",
+    ))
+    .await;
+    publish_keys(&js, "o", 10, 4).await;
+    eventually("all 40 delivered", T, || async {
+        bodies(&[&app1, &app2]).len() == 40
+    })
+    .await;
+    for (app, p) in [(&app1, "0"), (&app2, "1")] {
+        assert!(!app.requests().is_empty());
+        assert!(
+            app.requests()
+                .iter()
+                .all(|r| r.header("nats-partition") == Some(p)),
+            "partition {p} only"
+        );
+        assert!(
+            app.requests()
+                .iter()
+                .all(|r| r.header("nats-subject").unwrap().starts_with("o.")),
+            "token stripped"
+        );
+        assert_key_order(app);
+    }
+    let (_, body) = r1.get("/ready").await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["state"], "consuming");
+    assert_eq!(v["member"], "m1");
+    assert_eq!(v["partitions"], serde_json::json!([0]));
+    assert_eq!(v["pinned"], true);
+    assert_eq!(r1.metric("jetrelay_partitions_assigned").await, 1.0);
+    assert_eq!(r1.metric("jetrelay_pinned").await, 1.0);
+
+    admin
+        .remove(jetrelay::pcg::model::Flavour::Static, &stream, "cg")
+        .await
+        .unwrap();
+    for r in [r1, r2] {
+        tokio::time::timeout(T, r.handle)
+            .await
+            .expect("the member stops")
+            .unwrap()
+            .unwrap();
+    }
+    let consumers = js
+        .get_stream(&stream)
+        .await
+        .unwrap()
+        .consumer_names()
+        .count()
+        .await;
+    assert_eq!(consumers, 0);
+}
+
+#[tokio::test]
+async fn a_static_config_change_stops_the_member_with_an_error_and_a_capped_member_says_so() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("S");
+    partitioned_stream(&js, &stream, "o", 1).await;
+    let admin = admin(&nats).await;
+    admin
+        .create_static(
+            &stream,
+            "cg",
+            GroupConfig::new_static(1, vec![], vec!["m1".into(), "m2".into()], vec![]),
+        )
+        .await
+        .unwrap();
+    let app = MockApp::ok().await;
+    // m2 is in the membership but N = 1 caps it out.
+    let r2 = Relay::ready(member_config(
+        &nats, &app, "static", &stream, "cg", "m2", "",
+    ))
+    .await;
+    assert_eq!(r2.health.status().state, State::NoPartitions);
+    let r1 = Relay::ready(member_config(
+        &nats, &app, "static", &stream, "cg", "m1", "",
+    ))
+    .await;
+
+    // Rewrite the config with another membership.
+    let kv = js.get_key_value("static-consumer-groups").await.unwrap();
+    kv.put(
+        format!("{stream}.cg"),
+        r#"{"max_members":1,"members":["m1"]}"#.into(),
+    )
+    .await
+    .unwrap();
+    for r in [r1, r2] {
+        let err = tokio::time::timeout(T, r.handle)
+            .await
+            .expect("the member stops")
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("changed"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn elastic_members_follow_membership_changes_live_and_lose_nothing() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("E");
+    create_stream(&js, &stream, &["e.*"]).await;
+    let admin = admin(&nats).await;
+    let filters = vec![PartitioningFilter {
+        filter: "e.*".into(),
+        wildcards: vec![1],
+    }];
+    admin
+        .create_elastic(&stream, "eg", GroupConfig::new_elastic(4, filters, -1, -1))
+        .await
+        .unwrap();
+    let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
+    let ra = Relay::ready(member_config(
+        &nats, &app_a, "elastic", &stream, "eg", "a", "",
+    ))
+    .await;
+    assert_eq!(ra.health.status().state, State::WaitingForMembership);
+
+    admin.add(&stream, "eg", &["a".into()]).await.unwrap();
+    eventually("a consumes", T, || async {
+        ra.health.status().state == State::Consuming || ra.health.status().partitions.len() == 4
+    })
+    .await;
+    publish_keys(&js, "e", 8, 3).await;
+    eventually("a got the first 24", T, || async {
+        bodies(&[&app_a]).len() == 24
+    })
+    .await;
+
+    let rb = Relay::ready(member_config(
+        &nats, &app_b, "elastic", &stream, "eg", "b", "",
+    ))
+    .await;
+    admin.add(&stream, "eg", &["b".into()]).await.unwrap();
+    eventually("b has partitions", T, || async {
+        rb.health.status().partitions == [2, 3]
+    })
+    .await;
+    eventually("a gave two away", T, || async {
+        ra.health.status().partitions == [0, 1]
+    })
+    .await;
+    publish_keys(&js, "e", 8, 3).await;
+    eventually("48 delivered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 48
+    })
+    .await;
+    eventually("b is served", T, || async { !app_b.requests().is_empty() }).await;
+
+    admin
+        .drop_members(&stream, "eg", &["a".into()])
+        .await
+        .unwrap();
+    eventually("b owns everything", T, || async {
+        rb.health.status().partitions == [0, 1, 2, 3]
+    })
+    .await;
+    eventually("a waits", T, || async {
+        ra.health.status().state == State::WaitingForMembership
+    })
+    .await;
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("64 delivered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 64
+    })
+    .await;
+    assert_key_order(&app_a);
+    assert_key_order(&app_b);
+
+    // The consumer vanishes underneath b: it rejoins by itself (B15).
+    let group_stream = format!("{stream}-eg");
+    js.get_stream(&group_stream)
+        .await
+        .unwrap()
+        .delete_consumer("b")
+        .await
+        .unwrap();
+    eventually("b's consumer is back", T, || async {
+        consumer_info(&js, &group_stream, "b").await.is_some()
+    })
+    .await;
+    publish_keys(&js, "e", 8, 1).await;
+    eventually("72 delivered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 72
+    })
+    .await;
+    ra.stop().await.unwrap();
+    rb.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pinned_failover_between_instances_of_one_member() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("S");
+    partitioned_stream(&js, &stream, "o", 1).await;
+    let admin = admin(&nats).await;
+    admin
+        .create_static(
+            &stream,
+            "cg",
+            GroupConfig::new_static(1, vec![], vec!["m1".into()], vec![]),
+        )
+        .await
+        .unwrap();
+    let (app1, app2, app3) = (
+        MockApp::ok().await,
+        MockApp::ok().await,
+        MockApp::ok().await,
+    );
+    let i1 = Relay::ready(member_config(
+        &nats, &app1, "static", &stream, "cg", "m1", "",
+    ))
+    .await;
+    publish_keys(&js, "o", 1, 1).await;
+    eventually("i1 pinned", T, || async { i1.health.status().pinned }).await;
+    let i2 = Relay::ready(member_config(
+        &nats, &app2, "static", &stream, "cg", "m1", "",
+    ))
+    .await;
+    let i3 = Relay::ready(member_config(
+        &nats, &app3, "static", &stream, "cg", "m1", "",
+    ))
+    .await;
+    assert_eq!(i2.health.status().state, State::Standby);
+    publish_keys(&js, "o", 1, 5).await;
+    eventually("6 delivered", T, || async { bodies(&[&app1]).len() == 6 }).await;
+    assert!(
+        app2.requests().is_empty() && app3.requests().is_empty(),
+        "exactly one instance is served"
+    );
+
+    // SIGTERM-like stop: it settles, unpins, and a standby serves within about a second.
+    i1.stop().await.unwrap();
+    let stopped = tokio::time::Instant::now();
+    publish_keys(&js, "o", 1, 1).await;
+    eventually("a standby serves", T, || async {
+        bodies(&[&app2, &app3]).len() == 1
+    })
+    .await;
+    let handover = stopped.elapsed();
+    assert!(
+        handover < Duration::from_millis(1500),
+        "handover after a clean stop took {handover:?}"
+    );
+
+    // Kill-like: the serving instance vanishes without cleanup; the other takes over
+    // after about the pin timeout (ack_wait 2 s) plus a pull expiry.
+    let (serving, other, other_app) = if i2.health.status().pinned {
+        (i2, i3, &app3)
+    } else {
+        (i3, i2, &app2)
+    };
+    serving.handle.abort();
+    drop(serving);
+    publish_keys(&js, "o", 1, 1).await;
+    eventually(
+        "the last standby serves",
+        Duration::from_secs(15),
+        || async { !other_app.requests().is_empty() },
+    )
+    .await;
+    assert!(other.health.status().pinned);
+    other.stop().await.unwrap();
+}
