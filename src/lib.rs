@@ -14,6 +14,7 @@ pub mod dlq;
 pub mod forward;
 pub mod group;
 pub mod group_admin;
+pub mod group_cli;
 pub mod headers;
 pub mod health;
 pub mod lanes;

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use jetrelay::app::{self, App};
-use jetrelay::config::{Config, ConfigError};
+use jetrelay::config::{Config, ConfigError, NatsConfig};
+use jetrelay::group_admin::{AdminError, GroupAdmin};
+use jetrelay::group_cli::{GroupCommand, GroupOptions};
 use tokio_util::sync::CancellationToken;
 
 /// Consume NATS JetStream and deliver each message to a local app over HTTP.
@@ -32,6 +34,13 @@ enum Command {
         #[arg(long, env = "JETRELAY_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Administer partitioned consumer groups (orbit.go / natsio-pcgroups compatible).
+    Group {
+        #[command(flatten)]
+        options: GroupOptions,
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
 }
 
 const EX_USAGE: u8 = 64;
@@ -51,7 +60,12 @@ fn main() -> ExitCode {
             };
         }
     };
-    let (Command::Run { config } | Command::Check { config }) = &cli.command;
+    if let Command::Group { options, command } = cli.command {
+        return group(options, command);
+    }
+    let (Command::Run { config } | Command::Check { config }) = &cli.command else {
+        return ExitCode::from(EX_USAGE);
+    };
     let config = match Config::load(config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -72,7 +86,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run { .. } => runtime.block_on(run(config)),
-        Command::Check { .. } => runtime.block_on(check(config)),
+        Command::Check { .. } | Command::Group { .. } => runtime.block_on(check(config)),
     };
     match result {
         Ok(code) => code,
@@ -129,4 +143,55 @@ async fn check(config: Config) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `jetrelay group …`: 0 done, 64 invalid request, 1 failure.
+#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
+fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
+    jetrelay::telemetry::init(&jetrelay::config::LogConfig {
+        format: jetrelay::config::LogFormat::Text,
+        level: "warn".into(),
+    });
+    let servers: Vec<String> = options
+        .server
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let raw: Vec<String> = std::env::args().collect();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("jetrelay: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let cfg = NatsConfig {
+            servers,
+            ..Default::default()
+        };
+        let nats = jetrelay::nats::Nats::connect(&cfg, false)
+            .await
+            .map_err(AdminError::Nats)?;
+        jetrelay::group_cli::run(&GroupAdmin::new(nats), command, options.json, &raw).await
+    });
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("jetrelay: {e}");
+            if matches!(e, AdminError::Invalid(_)) {
+                ExitCode::from(EX_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
 }

@@ -180,3 +180,106 @@ async fn sigterm_drains_and_exits_zero() {
         "{stderr}"
     );
 }
+
+async fn cli(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = tokio::process::Command::new(BIN)
+        .arg("group")
+        .args(args)
+        .args(["--server", url])
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_group_cli_creates_changes_shows_and_deletes_groups() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("E");
+    create_stream(&js, &stream, &["e.*.*"]).await;
+    let url = nats.url();
+    let (code, out, err) = cli(
+        url,
+        &[
+            "elastic",
+            "create",
+            &stream,
+            "eg",
+            "4",
+            "--filter",
+            "e.*.*",
+            "--wildcards",
+            "2",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, _) = cli(url, &["elastic", "add", &stream, "eg", "b", "a", "a"]).await;
+    assert_eq!(code, Some(0));
+    assert_eq!(out.trim(), "members: a b", "stored sorted and deduplicated");
+    let (code, out, _) = cli(url, &["--json", "elastic", "info", &stream, "eg"]).await;
+    assert_eq!(code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["max_members"], 4);
+    assert_eq!(v["wildcards"], serde_json::json!([[2]]));
+    assert_eq!(
+        v["member_reports"][0]["partitions"],
+        serde_json::json!([0, 1])
+    );
+    let (_, out, _) = cli(url, &["elastic", "member-info", &stream, "eg", "b"]).await;
+    assert!(out.contains("partitions [2, 3]"), "{out}");
+    let (_, out, _) = cli(url, &["elastic", "ls", &stream]).await;
+    assert_eq!(out.trim(), "eg");
+    // The stored config as the other implementations read it.
+    let kv = js.get_key_value("elastic-consumer-groups").await.unwrap();
+    let stored: serde_json::Value =
+        serde_json::from_slice(&kv.get(format!("{stream}.eg")).await.unwrap().unwrap()).unwrap();
+    assert_eq!(
+        stored,
+        serde_json::json!({"max_members":4,"partitioning_filters":[{"filter":"e.*.*","partitioning_wildcards":[2]}],"members":["a","b"]})
+    );
+    let group_stream = js
+        .get_stream(format!("{stream}-eg"))
+        .await
+        .unwrap()
+        .cached_info()
+        .clone();
+    let source = &group_stream.config.sources.as_ref().unwrap()[0];
+    assert_eq!(
+        source.subject_transforms[0].destination,
+        "{{Partition(4,2)}}.e.{{Wildcard(1)}}.{{Wildcard(2)}}"
+    );
+
+    // Invalid requests exit 64 and change nothing.
+    let (code, _, err) = cli(
+        url,
+        &["elastic", "create-mapping", &stream, "eg", "a:0,1", "b:1"],
+    )
+    .await;
+    assert_eq!(code, Some(64), "{err}");
+    let (code, _, err) = cli(
+        url,
+        &[
+            "static",
+            "create",
+            "balanced",
+            &stream,
+            "bad group",
+            "2",
+            "m1",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(64), "{err}");
+
+    let (code, _, _) = cli(url, &["elastic", "rm", &stream, "eg"]).await;
+    assert_eq!(code, Some(0));
+    assert!(js.get_stream(format!("{stream}-eg")).await.is_err());
+    let (code, _, _) = cli(url, &["elastic", "rm", &stream, "eg"]).await;
+    assert_eq!(code, Some(0), "deleting again is fine");
+}

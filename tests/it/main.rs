@@ -6,6 +6,7 @@
 mod binary;
 mod forwarding;
 mod groups;
+mod interop;
 mod pull;
 mod semantics;
 mod shutdown;

@@ -2,7 +2,9 @@
 //! run in-process from a TOML config, as a user would write it.
 
 pub mod app;
+pub mod groups;
 pub mod nats_server;
+pub mod peer;
 
 use std::future::Future;
 use std::net::SocketAddr;

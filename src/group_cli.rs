@@ -1,0 +1,537 @@
+//! `jetrelay group static|elastic …`: the admin commands, with orbit.go `cg`'s
+//! argument shapes, printing tables or JSON. Parsing and printing only; the work is
+//! in `group_admin`.
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use crate::group_admin::{AdminError, GroupAdmin, GroupReport, MemberReport};
+use crate::pcg::model::{Flavour, GroupConfig, MemberMapping, PartitioningFilter};
+
+/// Options every group command takes.
+#[derive(Debug, Args)]
+pub struct GroupOptions {
+    /// NATS server URL(s), comma-separated.
+    #[arg(
+        long,
+        global = true,
+        env = "JETRELAY_NATS__SERVERS",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub server: String,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `jetrelay group …`
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// Static groups: fixed membership, the stream partitions its subjects itself.
+    #[command(subcommand)]
+    Static(StaticCommand),
+    /// Elastic groups: membership changes at run time; a work-queue stream per group.
+    #[command(subcommand)]
+    Elastic(ElasticCommand),
+}
+
+/// Static group commands.
+#[derive(Debug, Subcommand)]
+pub enum StaticCommand {
+    /// Create a group.
+    #[command(subcommand)]
+    Create(StaticCreate),
+    /// Show a group and its members.
+    Info(StreamGroup),
+    /// List the groups of a stream.
+    #[command(alias = "list")]
+    Ls(StreamOnly),
+    /// Delete a group and exactly its member consumers.
+    #[command(alias = "delete")]
+    Rm(StreamGroup),
+    /// Show one member.
+    #[command(aliases = ["memberinfo", "minfo"])]
+    MemberInfo(StreamGroupMember),
+    /// Unpin a member so that another of its instances is served.
+    #[command(aliases = ["stepdown", "sd"])]
+    StepDown(StreamGroupMember),
+}
+
+/// `static create balanced|mapped`
+#[derive(Debug, Subcommand)]
+pub enum StaticCreate {
+    /// Members share the partitions evenly.
+    Balanced {
+        /// The partitioned stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// The number of partitions.
+        max_members: u32,
+        /// The members.
+        #[arg(required = true)]
+        members: Vec<String>,
+        /// A subject filter (without the partition token); repeatable.
+        #[arg(long = "filter")]
+        filters: Vec<String>,
+    },
+    /// Explicit member:partitions assignments.
+    Mapped {
+        /// The partitioned stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// The number of partitions.
+        max_members: u32,
+        /// `member:p1,p2,...`
+        #[arg(required = true)]
+        mappings: Vec<String>,
+        /// A subject filter; repeatable.
+        #[arg(long = "filter")]
+        filters: Vec<String>,
+    },
+}
+
+/// Elastic group commands.
+#[derive(Debug, Subcommand)]
+pub enum ElasticCommand {
+    /// Create a group (and its work-queue stream).
+    Create {
+        /// The origin stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// The number of partitions.
+        max_members: u32,
+        /// A partitioning filter; repeatable. Without any: the whole stream.
+        #[arg(long = "filter")]
+        filters: Vec<String>,
+        /// The 1-based `*` indexes hashed for the preceding --filter (e.g. 1,2); none =
+        /// the whole subject.
+        #[arg(long = "wildcards")]
+        wildcards: Vec<String>,
+        /// The group stream's message limit (0 = unlimited).
+        #[arg(long, default_value_t = 0)]
+        max_buffered_msgs: i64,
+        /// The group stream's byte limit (0 = unlimited).
+        #[arg(long, default_value_t = 0)]
+        max_buffered_bytes: i64,
+    },
+    /// Show a group and its members.
+    Info(StreamGroup),
+    /// List the groups of a stream.
+    #[command(alias = "list")]
+    Ls(StreamOnly),
+    /// Delete a group and its stream.
+    #[command(alias = "delete")]
+    Rm(StreamGroup),
+    /// Add members.
+    Add(StreamGroupMembers),
+    /// Drop members.
+    Drop(StreamGroupMembers),
+    /// Replace the membership with explicit member:partitions assignments.
+    #[command(aliases = ["cm", "createmapping"])]
+    CreateMapping {
+        /// The origin stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// `member:p1,p2,...`
+        #[arg(required = true)]
+        mappings: Vec<String>,
+    },
+    /// Remove the mappings (the group then has no members).
+    #[command(aliases = ["dm", "deletemapping"])]
+    DeleteMapping(StreamGroup),
+    /// Show one member.
+    #[command(aliases = ["memberinfo", "minfo"])]
+    MemberInfo(StreamGroupMember),
+    /// Unpin a member so that another of its instances is served.
+    #[command(aliases = ["stepdown", "sd"])]
+    StepDown(StreamGroupMember),
+}
+
+/// `<stream>`
+#[derive(Debug, Args)]
+pub struct StreamOnly {
+    /// The stream.
+    pub stream: String,
+}
+
+/// `<stream> <group>`
+#[derive(Debug, Args)]
+pub struct StreamGroup {
+    /// The stream.
+    pub stream: String,
+    /// The group.
+    pub group: String,
+}
+
+/// `<stream> <group> <member>`
+#[derive(Debug, Args)]
+pub struct StreamGroupMember {
+    /// The stream.
+    pub stream: String,
+    /// The group.
+    pub group: String,
+    /// The member.
+    pub member: String,
+}
+
+/// `<stream> <group> <member>...`
+#[derive(Debug, Args)]
+pub struct StreamGroupMembers {
+    /// The stream.
+    pub stream: String,
+    /// The group.
+    pub group: String,
+    /// The members.
+    #[arg(required = true)]
+    pub members: Vec<String>,
+}
+
+/// Parses `member:p1,p2,...`.
+///
+/// # Errors
+/// [`AdminError::Invalid`] naming the bad entry (never ignored, unlike the reference).
+pub fn parse_mappings(entries: &[String]) -> Result<Vec<MemberMapping>, AdminError> {
+    entries
+        .iter()
+        .map(|e| {
+            let bad = || AdminError::Invalid(vec![format!("{e:?} is not member:p1,p2,...")]);
+            let (member, parts) = e.split_once(':').ok_or_else(bad)?;
+            let partitions = if parts.trim().is_empty() {
+                Vec::new()
+            } else {
+                parts
+                    .split(',')
+                    .map(|p| p.trim().parse::<u32>().map_err(|_| bad()))
+                    .collect::<Result<_, _>>()?
+            };
+            Ok(MemberMapping {
+                member: member.to_string(),
+                partitions,
+            })
+        })
+        .collect()
+}
+
+/// Pairs each `--wildcards` with the `--filter` before it, from the raw arguments.
+///
+/// # Errors
+/// [`AdminError::Invalid`] for `--wildcards` without a filter or bad indexes.
+pub fn pair_filters(args: &[String]) -> Result<Vec<PartitioningFilter>, AdminError> {
+    let mut out: Vec<PartitioningFilter> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (a.as_str(), None),
+        };
+        let mut value = || inline.clone().or_else(|| it.next().cloned());
+        match flag {
+            "--filter" => {
+                if let Some(f) = value() {
+                    out.push(PartitioningFilter {
+                        filter: f,
+                        wildcards: Vec::new(),
+                    });
+                }
+            }
+            "--wildcards" => {
+                let v = value().unwrap_or_default();
+                let last = out.last_mut().ok_or_else(|| {
+                    AdminError::Invalid(vec!["--wildcards must follow a --filter".into()])
+                })?;
+                last.wildcards = v
+                    .split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| {
+                        s.trim().parse::<u32>().map_err(|_| {
+                            AdminError::Invalid(vec![format!(
+                                "--wildcards {v:?}: give indexes like 1,2"
+                            )])
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Runs a group command; returns what to print.
+///
+/// # Errors
+/// [`AdminError`].
+pub async fn run(
+    admin: &GroupAdmin,
+    cmd: GroupCommand,
+    json: bool,
+    raw_args: &[String],
+) -> Result<String, AdminError> {
+    use ElasticCommand as E;
+    use StaticCommand as S;
+    let done = |what: String| {
+        if json {
+            json!({"ok": true, "message": what}).to_string()
+        } else {
+            what
+        }
+    };
+    let members_out = |c: GroupConfig| {
+        if json {
+            json!({"members": c.members}).to_string()
+        } else {
+            format!("members: {}", c.members.join(" "))
+        }
+    };
+    Ok(match cmd {
+        GroupCommand::Static(S::Create(StaticCreate::Balanced {
+            stream,
+            group,
+            max_members,
+            members,
+            filters,
+        })) => {
+            admin
+                .create_static(
+                    &stream,
+                    &group,
+                    GroupConfig::new_static(max_members, filters, members, vec![]),
+                )
+                .await?;
+            done(format!("static group {group} created on stream {stream}"))
+        }
+        GroupCommand::Static(S::Create(StaticCreate::Mapped {
+            stream,
+            group,
+            max_members,
+            mappings,
+            filters,
+        })) => {
+            let mappings = parse_mappings(&mappings)?;
+            admin
+                .create_static(
+                    &stream,
+                    &group,
+                    GroupConfig::new_static(max_members, filters, vec![], mappings),
+                )
+                .await?;
+            done(format!("static group {group} created on stream {stream}"))
+        }
+        GroupCommand::Elastic(E::Create {
+            stream,
+            group,
+            max_members,
+            max_buffered_msgs,
+            max_buffered_bytes,
+            ..
+        }) => {
+            let filters = pair_filters(raw_args)?;
+            admin
+                .create_elastic(
+                    &stream,
+                    &group,
+                    GroupConfig::new_elastic(
+                        max_members,
+                        filters,
+                        max_buffered_msgs,
+                        max_buffered_bytes,
+                    ),
+                )
+                .await?;
+            done(format!("elastic group {group} created on stream {stream}"))
+        }
+        GroupCommand::Static(S::Info(a)) => info(
+            admin.info(Flavour::Static, &a.stream, &a.group).await?,
+            json,
+        ),
+        GroupCommand::Elastic(E::Info(a)) => info(
+            admin.info(Flavour::Elastic, &a.stream, &a.group).await?,
+            json,
+        ),
+        GroupCommand::Static(S::Ls(a)) => list(admin.list(Flavour::Static, &a.stream).await?, json),
+        GroupCommand::Elastic(E::Ls(a)) => {
+            list(admin.list(Flavour::Elastic, &a.stream).await?, json)
+        }
+        GroupCommand::Static(S::Rm(a)) => {
+            admin.remove(Flavour::Static, &a.stream, &a.group).await?;
+            done(format!("static group {} deleted", a.group))
+        }
+        GroupCommand::Elastic(E::Rm(a)) => {
+            admin.remove(Flavour::Elastic, &a.stream, &a.group).await?;
+            done(format!("elastic group {} deleted", a.group))
+        }
+        GroupCommand::Static(S::MemberInfo(a)) => member(
+            admin
+                .member_info(Flavour::Static, &a.stream, &a.group, &a.member)
+                .await?,
+            json,
+        ),
+        GroupCommand::Elastic(E::MemberInfo(a)) => member(
+            admin
+                .member_info(Flavour::Elastic, &a.stream, &a.group, &a.member)
+                .await?,
+            json,
+        ),
+        GroupCommand::Static(S::StepDown(a)) => {
+            admin
+                .step_down(Flavour::Static, &a.stream, &a.group, &a.member)
+                .await?;
+            done(format!("member {} stepped down", a.member))
+        }
+        GroupCommand::Elastic(E::StepDown(a)) => {
+            admin
+                .step_down(Flavour::Elastic, &a.stream, &a.group, &a.member)
+                .await?;
+            done(format!("member {} stepped down", a.member))
+        }
+        GroupCommand::Elastic(E::Add(a)) => {
+            members_out(admin.add(&a.stream, &a.group, &a.members).await?)
+        }
+        GroupCommand::Elastic(E::Drop(a)) => {
+            members_out(admin.drop_members(&a.stream, &a.group, &a.members).await?)
+        }
+        GroupCommand::Elastic(E::CreateMapping {
+            stream,
+            group,
+            mappings,
+        }) => {
+            admin
+                .set_mappings(&stream, &group, parse_mappings(&mappings)?)
+                .await?;
+            done(format!("mappings set on elastic group {group}"))
+        }
+        GroupCommand::Elastic(E::DeleteMapping(a)) => {
+            admin.delete_mappings(&a.stream, &a.group).await?;
+            done(format!("mappings deleted from elastic group {}", a.group))
+        }
+    })
+}
+
+fn list(groups: Vec<String>, json: bool) -> String {
+    if json {
+        json!(groups).to_string()
+    } else if groups.is_empty() {
+        "no groups".into()
+    } else {
+        groups.join("\n")
+    }
+}
+
+fn member(r: MemberReport, json: bool) -> String {
+    if json {
+        return serde_json::to_string(&r).unwrap_or_default();
+    }
+    format!(
+        "member {}: in membership {}, partitions {:?}, consumer {}, active {}, pinned {}",
+        r.member, r.in_membership, r.partitions, r.consumer, r.active, r.pinned
+    )
+}
+
+fn info(r: GroupReport, json: bool) -> String {
+    if json {
+        return serde_json::to_string(&r).unwrap_or_default();
+    }
+    let mut lines = vec![format!(
+        "{} group {} on stream {}: {} partitions",
+        r.flavour, r.group, r.stream, r.max_members
+    )];
+    if r.filters.is_empty() {
+        lines.push("filters: none (whole stream, whole subject)".into());
+    }
+    for (i, f) in r.filters.iter().enumerate() {
+        lines.push(match r.wildcards.get(i) {
+            Some(w) if w.is_empty() => format!("filter: {f} (whole subject)"),
+            Some(w) => format!("filter: {f} (wildcards {w:?})"),
+            None => format!("filter: {f}"),
+        });
+    }
+    lines.push(format!(
+        "{:<20} {:<20} {:<9} {:<7} pinned",
+        "member", "partitions", "consumer", "active"
+    ));
+    for m in &r.member_reports {
+        let parts = m
+            .partitions
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        lines.push(format!(
+            "{:<20} {:<20} {:<9} {:<7} {}",
+            m.member, parts, m.consumer, m.active, m.pinned
+        ));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn wildcards_pair_with_the_filter_before_them() {
+        let f = pair_filters(&a(&[
+            "x",
+            "--filter",
+            "foo.*.*",
+            "--wildcards",
+            "1,2",
+            "--filter=bar.>",
+            "--filter",
+            "baz.*",
+            "--wildcards=1",
+        ]))
+        .unwrap();
+        assert_eq!(
+            f,
+            vec![
+                PartitioningFilter {
+                    filter: "foo.*.*".into(),
+                    wildcards: vec![1, 2]
+                },
+                PartitioningFilter {
+                    filter: "bar.>".into(),
+                    wildcards: vec![]
+                },
+                PartitioningFilter {
+                    filter: "baz.*".into(),
+                    wildcards: vec![1]
+                },
+            ]
+        );
+        assert!(pair_filters(&a(&["--wildcards", "1"])).is_err());
+        assert!(pair_filters(&a(&["--filter", "a.*", "--wildcards", "x"])).is_err());
+    }
+
+    #[test]
+    fn mappings_parse_or_name_the_bad_entry() {
+        assert_eq!(
+            parse_mappings(&a(&["m1:0,1", "m2:2", "m3:"])).unwrap(),
+            vec![
+                MemberMapping {
+                    member: "m1".into(),
+                    partitions: vec![0, 1]
+                },
+                MemberMapping {
+                    member: "m2".into(),
+                    partitions: vec![2]
+                },
+                MemberMapping {
+                    member: "m3".into(),
+                    partitions: vec![]
+                },
+            ]
+        );
+        let err = parse_mappings(&a(&["m1:0,x"])).unwrap_err();
+        assert!(err.to_string().contains("m1:0,x"));
+        assert!(parse_mappings(&a(&["m1"])).is_err());
+    }
+}

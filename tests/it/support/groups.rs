@@ -1,0 +1,92 @@
+//! Consumer-group test helpers.
+
+use async_nats::jetstream;
+use jetrelay::group_admin::GroupAdmin;
+use jetrelay::nats::Nats;
+
+use super::{MockApp, NatsServer};
+
+pub async fn admin(nats: &NatsServer) -> GroupAdmin {
+    let cfg = jetrelay::config::NatsConfig {
+        servers: vec![nats.url().to_string()],
+        ..Default::default()
+    };
+    GroupAdmin::new(Nats::connect(&cfg, false).await.unwrap())
+}
+
+/// A stream whose subjects `<prefix>.*` are stored as `<p>.<prefix>.<token>`.
+pub async fn partitioned_stream(js: &jetstream::Context, name: &str, prefix: &str, n: u32) {
+    js.create_stream(jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: vec![format!("{prefix}.*")],
+        subject_transform: Some(jetstream::stream::SubjectTransform {
+            source: format!("{prefix}.*"),
+            destination: format!("{{{{partition({n},1)}}}}.{prefix}.{{{{wildcard(1)}}}}"),
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+pub fn member_config(
+    nats: &NatsServer,
+    app: &MockApp,
+    kind: &str,
+    stream: &str,
+    group: &str,
+    member: &str,
+    extra: &str,
+) -> jetrelay::config::Config {
+    use figment::providers::{Format, Toml};
+    let base = format!(
+        "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{stream}\"\nkind = \"{kind}\"\ngroup = \"{group}\"\nmember = \"{member}\"\n\
+         [consumer]\nack_wait_ms = 2000\n[topology]\nretry_initial_ms = 50\nretry_max_ms = 200\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n",
+        nats.url(),
+        app.url()
+    );
+    jetrelay::config::Config::from_figment(
+        figment::Figment::from(Toml::string(&base)).merge(Toml::string(extra)),
+    )
+    .unwrap()
+}
+
+/// Publishes `per_key` messages for each of `keys` tokens, interleaved; every body is
+/// unique across calls.
+pub async fn publish_keys(js: &jetstream::Context, prefix: &str, keys: u32, per_key: u32) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    for _ in 0..per_key {
+        for k in 0..keys {
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            js.publish(format!("{prefix}.{k}"), format!("{k}-{n}").into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Every message body seen by the apps, deduplicated.
+pub fn bodies(apps: &[&MockApp]) -> std::collections::BTreeSet<String> {
+    apps.iter()
+        .flat_map(|a| a.requests())
+        .filter(|r| r.status == 200)
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect()
+}
+
+/// Per key, the bodies' sequence numbers must be increasing in arrival order.
+pub fn assert_key_order(app: &MockApp) {
+    let mut reqs = app.requests();
+    reqs.sort_by_key(|r| r.at);
+    let mut last: std::collections::HashMap<String, u64> = Default::default();
+    for r in reqs.iter().filter(|r| r.status == 200) {
+        let key = r.header("nats-subject").unwrap().to_string();
+        let seq = r.seq();
+        if let Some(prev) = last.insert(key.clone(), seq) {
+            assert!(seq > prev, "{key}: {seq} after {prev}");
+        }
+    }
+}
