@@ -301,3 +301,165 @@ async fn pinned_failover_between_instances_of_one_member() {
     assert!(other.health.status().pinned);
     other.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_elastic_member_whose_partitions_did_not_move_keeps_its_consumer() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("E");
+    create_stream(&js, &stream, &["e.*"]).await;
+    let admin = admin(&nats).await;
+    let filters = vec![PartitioningFilter {
+        filter: "e.*".into(),
+        wildcards: vec![1],
+    }];
+    admin
+        .create_elastic(&stream, "eg", GroupConfig::new_elastic(2, filters, -1, -1))
+        .await
+        .unwrap();
+    admin
+        .add(&stream, "eg", &["a".into(), "b".into()])
+        .await
+        .unwrap();
+    let app = MockApp::ok().await;
+    let ra = Relay::ready(member_config(
+        &nats, &app, "elastic", &stream, "eg", "a", "",
+    ))
+    .await;
+    let group_stream = format!("{stream}-eg");
+    eventually("a's consumer", T, || async {
+        consumer_info(&js, &group_stream, "a").await.is_some()
+    })
+    .await;
+    // Served, so pinned: a pinned instance is the one that would recreate.
+    publish_keys(&js, "e", 4, 2).await;
+    eventually("a consumes and is pinned", T, || async {
+        !app.requests().is_empty() && ra.health.status().pinned
+    })
+    .await;
+    let created = consumer_info(&js, &group_stream, "a")
+        .await
+        .unwrap()
+        .created;
+    // "c" sorts after a and b and N = 2 caps it out: a's partitions do not move (B4).
+    admin.add(&stream, "eg", &["c".into()]).await.unwrap();
+    admin
+        .drop_members(&stream, "eg", &["c".into()])
+        .await
+        .unwrap();
+    let before = app.requests().len();
+    publish_keys(&js, "e", 4, 2).await;
+    eventually("a still consumes", T, || async {
+        app.requests().len() > before
+    })
+    .await;
+    assert_eq!(
+        consumer_info(&js, &group_stream, "a")
+            .await
+            .unwrap()
+            .created,
+        created,
+        "the consumer was recreated"
+    );
+    ra.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_purged_static_group_ends_its_members_cleanly() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("S");
+    partitioned_stream(&js, &stream, "o", 1).await;
+    admin(&nats)
+        .await
+        .create_static(
+            &stream,
+            "cg",
+            GroupConfig::new_static(1, vec![], vec!["m1".into()], vec![]),
+        )
+        .await
+        .unwrap();
+    let app = MockApp::ok().await;
+    let r = Relay::ready(member_config(
+        &nats, &app, "static", &stream, "cg", "m1", "",
+    ))
+    .await;
+    js.get_key_value("static-consumer-groups")
+        .await
+        .unwrap()
+        .purge(format!("{stream}.cg"))
+        .await
+        .unwrap();
+    tokio::time::timeout(T, r.handle)
+        .await
+        .expect("the member stops")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn deleting_a_static_group_removes_exactly_its_consumers() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("S");
+    partitioned_stream(&js, &stream, "o", 1).await;
+    let admin = admin(&nats).await;
+    for group in ["a", "a-b"] {
+        admin
+            .create_static(
+                &stream,
+                group,
+                GroupConfig::new_static(1, vec![], vec!["m1".into()], vec![]),
+            )
+            .await
+            .unwrap();
+    }
+    let app = MockApp::ok().await;
+    let ra = Relay::ready(member_config(&nats, &app, "static", &stream, "a", "m1", "")).await;
+    let rab = Relay::ready(member_config(
+        &nats, &app, "static", &stream, "a-b", "m1", "",
+    ))
+    .await;
+    admin
+        .remove(jetrelay::pcg::model::Flavour::Static, &stream, "a")
+        .await
+        .unwrap();
+    tokio::time::timeout(T, ra.handle)
+        .await
+        .expect("a's member stops")
+        .unwrap()
+        .unwrap();
+    assert!(
+        consumer_info(&js, &stream, "a-b-m1").await.is_some(),
+        "group a-b kept its consumer (B18)"
+    );
+    assert!(consumer_info(&js, &stream, "a-m1").await.is_none());
+    assert!(!rab.handle.is_finished());
+    rab.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_elastic_create_leaves_no_config_behind() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("E");
+    create_stream(&js, &stream, &["e.*"]).await;
+    // Something else already uses the group stream's name.
+    create_stream(&js, &format!("{stream}-eg"), &["other.>"]).await;
+    let filters = vec![PartitioningFilter {
+        filter: "e.*".into(),
+        wildcards: vec![1],
+    }];
+    let err = admin(&nats)
+        .await
+        .create_elastic(&stream, "eg", GroupConfig::new_elastic(2, filters, -1, -1))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("another configuration"), "{err}");
+    let kv = js.get_key_value("elastic-consumer-groups").await;
+    let entry = match kv {
+        Ok(kv) => kv.get(format!("{stream}.eg")).await.unwrap(),
+        Err(_) => None,
+    };
+    assert!(entry.is_none(), "no orphan config entry (B7)");
+}
