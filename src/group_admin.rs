@@ -288,7 +288,28 @@ impl GroupAdmin {
         Err(AdminError::Contended)
     }
 
-    /// Adds members (stored sorted and deduplicated, B4).
+    /// Edits a balanced membership, stored sorted and deduplicated (B4).
+    async fn change_members(
+        &self,
+        stream: &str,
+        group: &str,
+        edit: impl Fn(&mut Vec<String>),
+    ) -> Result<GroupConfig, AdminError> {
+        self.change(stream, group, |c| {
+            if !c.member_mappings.is_empty() {
+                return Err(AdminError::Invalid(vec![
+                    "the group uses member mappings: delete them first".into(),
+                ]));
+            }
+            edit(&mut c.members);
+            c.members.sort();
+            c.members.dedup();
+            Ok(())
+        })
+        .await
+    }
+
+    /// Adds members.
     ///
     /// # Errors
     /// [`AdminError`].
@@ -298,17 +319,8 @@ impl GroupAdmin {
         group: &str,
         names: &[String],
     ) -> Result<GroupConfig, AdminError> {
-        self.change(stream, group, |c| {
-            if !c.member_mappings.is_empty() {
-                return Err(AdminError::Invalid(vec![
-                    "the group uses member mappings: delete them first".into(),
-                ]));
-            }
-            c.members
-                .extend(names.iter().filter(|n| !n.is_empty()).cloned());
-            c.members.sort();
-            c.members.dedup();
-            Ok(())
+        self.change_members(stream, group, |members| {
+            members.extend(names.iter().filter(|n| !n.is_empty()).cloned());
         })
         .await
     }
@@ -323,16 +335,8 @@ impl GroupAdmin {
         group: &str,
         names: &[String],
     ) -> Result<GroupConfig, AdminError> {
-        self.change(stream, group, |c| {
-            if !c.member_mappings.is_empty() {
-                return Err(AdminError::Invalid(vec![
-                    "the group uses member mappings: delete them first".into(),
-                ]));
-            }
-            c.members.retain(|m| !names.contains(m));
-            c.members.sort();
-            c.members.dedup();
-            Ok(())
+        self.change_members(stream, group, |members| {
+            members.retain(|m| !names.contains(m));
         })
         .await
     }

@@ -74,15 +74,8 @@ fn main() -> ExitCode {
         }
     };
     jetrelay::telemetry::init(&config.log);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("jetrelay: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
+        return ExitCode::FAILURE;
     };
     let result = match cli.command {
         Command::Run { .. } => runtime.block_on(run(config)),
@@ -160,15 +153,8 @@ fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
         .filter(|s| !s.is_empty())
         .collect();
     let raw: Vec<String> = std::env::args().collect();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("jetrelay: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
         let cfg = NatsConfig {
@@ -194,4 +180,14 @@ fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
             }
         }
     }
+}
+
+/// Builds a runtime, reporting a failure on stderr.
+#[allow(clippy::print_stderr)] // The process edge talks to the terminal.
+fn runtime(mut builder: tokio::runtime::Builder) -> Option<tokio::runtime::Runtime> {
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| eprintln!("jetrelay: cannot start the runtime: {e}"))
+        .ok()
 }

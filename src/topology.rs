@@ -128,15 +128,7 @@ pub fn plan_stream(
 
 fn stream_rows(have: &StreamSpec, want: &StreamSpec) -> Vec<Row> {
     let mut rows = Vec::new();
-    let mut cmp = |field: &'static str, current: String, required: String| {
-        if current != required {
-            rows.push(Row {
-                field,
-                current,
-                required,
-            });
-        }
-    };
+    let mut cmp = |field, current, required| push_diff(&mut rows, field, current, required);
     cmp(
         "storage",
         format!("{:?}", have.storage),
@@ -178,6 +170,17 @@ fn stream_rows(have: &StreamSpec, want: &StreamSpec) -> Vec<Row> {
         want.duplicate_window_ms.to_string(),
     );
     rows
+}
+
+/// Adds a row when the values differ.
+fn push_diff(rows: &mut Vec<Row>, field: &'static str, current: String, required: String) {
+    if current != required {
+        rows.push(Row {
+            field,
+            current,
+            required,
+        });
+    }
 }
 
 /// The pinned-client priority settings of a consumer.
@@ -226,15 +229,7 @@ pub struct Row {
 /// The fields where `current` differs from `required`; empty means compatible.
 pub fn compare_consumer(required: &ConsumerSpec, current: &ConsumerSpec) -> Vec<Row> {
     let mut rows = Vec::new();
-    let mut cmp = |field: &'static str, current: String, required: String| {
-        if current != required {
-            rows.push(Row {
-                field,
-                current,
-                required,
-            });
-        }
-    };
+    let mut cmp = |field, current, required| push_diff(&mut rows, field, current, required);
     let sorted = |v: &[String]| {
         let mut v = v.to_vec();
         v.sort();

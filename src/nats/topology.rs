@@ -190,6 +190,17 @@ impl Nats {
         })
     }
 
+    /// A handle on a stream, without reading its info.
+    async fn stream_handle(
+        &self,
+        name: &str,
+    ) -> Result<async_nats::jetstream::stream::Stream<()>, TopologyError> {
+        self.js
+            .get_stream_no_info(name)
+            .await
+            .map_err(|e| refused("read the stream", e))
+    }
+
     async fn read_stream(&self, name: &str) -> Result<Option<StreamSpec>, TopologyError> {
         match self.js.get_stream(name).await {
             Ok(s) => Ok(Some(from_stream_config(&s.cached_info().config))),
@@ -210,11 +221,7 @@ impl Nats {
         stream: &str,
         name: &str,
     ) -> Result<Option<ConsumerSpec>, TopologyError> {
-        let s = self
-            .js
-            .get_stream_no_info(stream)
-            .await
-            .map_err(|e| refused("read the stream", e))?;
+        let s = self.stream_handle(stream).await?;
         match s.consumer_info(name).await {
             Ok(info) => Ok(Some(from_consumer_config(name, &info.config))),
             Err(e) => match e.kind() {
@@ -269,11 +276,7 @@ impl Nats {
         stream: &str,
         spec: &ConsumerSpec,
     ) -> Result<bool, TopologyError> {
-        let s = self
-            .js
-            .get_stream_no_info(stream)
-            .await
-            .map_err(|e| refused("read the stream", e))?;
+        let s = self.stream_handle(stream).await?;
         match s.create_consumer_strict(to_consumer_config(spec)).await {
             Ok(_) => Ok(true),
             Err(e) => match e.kind() {
@@ -466,11 +469,7 @@ impl Nats {
         stream: &str,
         spec: &ConsumerSpec,
     ) -> Result<GroupConsumer, TopologyError> {
-        let s = self
-            .js
-            .get_stream_no_info(stream)
-            .await
-            .map_err(|e| refused("read the stream", e))?;
+        let s = self.stream_handle(stream).await?;
         match s.create_consumer_strict(to_consumer_config(spec)).await {
             Ok(_) => return Ok(GroupConsumer::Ready),
             Err(e) => match e.kind() {
@@ -504,11 +503,7 @@ impl Nats {
     /// # Errors
     /// [`TopologyError`].
     pub async fn delete_consumer(&self, stream: &str, name: &str) -> Result<(), TopologyError> {
-        let s = self
-            .js
-            .get_stream_no_info(stream)
-            .await
-            .map_err(|e| refused("read the stream", e))?;
+        let s = self.stream_handle(stream).await?;
         match s.delete_consumer(name).await {
             Ok(_) => Ok(()),
             Err(e) => match e.kind() {
