@@ -226,6 +226,8 @@ impl Dispatch {
                 () = &mut handover, if handover_armed && !draining => {
                     handover_armed = false;
                     if source.step_down().await {
+                        // What waits here would only wait: the next instance takes it.
+                        self.release_waiting(&mut book).await;
                         tracing::warn!(
                             unhealthy_for_ms = self.unhealthy_handover.as_millis(),
                             "the app stayed unhealthy: stepping down so that another instance is served"

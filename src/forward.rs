@@ -6,6 +6,7 @@
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it
 //! is never logged.
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -125,10 +126,12 @@ impl Forwarder {
         for (name, value) in &mapped.headers {
             // headers::map only returns valid names and values; a mismatch between
             // its rules and the http crate's is counted, never a crash.
-            match (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_bytes(value.as_bytes()),
-            ) {
+            let name = match name {
+                // Static names are lowercase tokens (headers.rs), so from_static holds.
+                Cow::Borrowed(n) => Ok(HeaderName::from_static(n)),
+                Cow::Owned(n) => HeaderName::from_bytes(n.as_bytes()),
+            };
+            match (name, HeaderValue::from_bytes(value.as_bytes())) {
                 (Ok(n), Ok(v)) => {
                     headers.append(n, v);
                 }

@@ -3,6 +3,8 @@
 //!
 //! Works on strings only; `forward.rs` turns the result into HTTP types.
 
+use std::borrow::Cow;
+
 use time::format_description::well_known::Rfc3339;
 
 use crate::delivery::Delivery;
@@ -27,8 +29,9 @@ const HOP_BY_HOP: &[&str] = &[
 /// The request headers for one delivery.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Mapped {
-    /// (name, value) pairs to send; names are valid tokens, values valid field values.
-    pub headers: Vec<(String, String)>,
+    /// (name, value) pairs to send; names are valid tokens (the metadata names are
+    /// static and lowercase), values valid field values.
+    pub headers: Vec<(Cow<'static, str>, String)>,
     /// Message headers that could not be sent because they are not valid HTTP.
     pub skipped_invalid: usize,
 }
@@ -48,7 +51,7 @@ pub fn map(d: &Delivery, attempt: u32, stream_source: Option<(&str, u64)>) -> Ma
             continue;
         }
         if is_valid_name(name) && is_valid_value(value) {
-            out.headers.push((name.clone(), value.clone()));
+            out.headers.push((Cow::Owned(name.clone()), value.clone()));
         } else {
             out.skipped_invalid += 1;
         }
@@ -57,26 +60,26 @@ pub fn map(d: &Delivery, attempt: u32, stream_source: Option<(&str, u64)>) -> Ma
         .header("Content-Type")
         .filter(|v| is_valid_value(v) && !v.is_empty())
         .unwrap_or("application/octet-stream");
-    let mut add = |n: &str, v: String| out.headers.push((n.to_string(), v));
-    add("Content-Type", content_type.to_string());
-    add("Nats-Subject", d.app_subject.clone());
+    let mut add = |n: &'static str, v: String| out.headers.push((Cow::Borrowed(n), v));
+    add("content-type", content_type.to_string());
+    add("nats-subject", d.app_subject.clone());
     if let Ok(m) = &d.meta {
-        add("Nats-Stream", m.stream.clone());
-        add("Nats-Sequence", m.stream_seq.to_string());
-        add("Nats-Delivered", attempt.max(m.delivered).to_string());
+        add("nats-stream", m.stream.clone());
+        add("nats-sequence", m.stream_seq.to_string());
+        add("nats-delivered", attempt.max(m.delivered).to_string());
         if let Ok(t) = m.published.to_offset(time::UtcOffset::UTC).format(&Rfc3339) {
-            add("Nats-Published", t);
+            add("nats-published", t);
         }
     }
     if let Some((stream, seq)) = stream_source {
-        add("Nats-Origin-Stream", stream.to_string());
-        add("Nats-Origin-Sequence", seq.to_string());
+        add("nats-origin-stream", stream.to_string());
+        add("nats-origin-sequence", seq.to_string());
     }
     if let Some(p) = d.partition {
-        add("Nats-Partition", p.to_string());
+        add("nats-partition", p.to_string());
     }
     if let Some(id) = d.header("Nats-Msg-Id").filter(|v| is_valid_value(v)) {
-        add("Nats-Msg-Id", id.to_string());
+        add("nats-msg-id", id.to_string());
     }
     out
 }

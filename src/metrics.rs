@@ -8,6 +8,7 @@ use prometheus::{
 
 /// The settle actions, as the `action` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub enum SettleLabel {
     /// `+ACK`.
     Ack,
@@ -43,14 +44,15 @@ pub enum HttpClass {
 }
 
 impl HttpClass {
-    fn as_str(self) -> &'static str {
+    /// The position of its label in `["2xx", "3xx", "4xx", "5xx", "error", "timeout"]`.
+    fn index(self) -> usize {
         match self {
-            HttpClass::Status(s) if (200..300).contains(&s) => "2xx",
-            HttpClass::Status(s) if (400..500).contains(&s) => "4xx",
-            HttpClass::Status(s) if s >= 500 => "5xx",
-            HttpClass::Status(_) => "3xx",
-            HttpClass::Error => "error",
-            HttpClass::Timeout => "timeout",
+            HttpClass::Status(s) if (200..300).contains(&s) => 0,
+            HttpClass::Status(s) if (400..500).contains(&s) => 2,
+            HttpClass::Status(s) if s >= 500 => 3,
+            HttpClass::Status(_) => 1,
+            HttpClass::Error => 4,
+            HttpClass::Timeout => 5,
         }
     }
 }
@@ -61,9 +63,11 @@ impl HttpClass {
 pub struct Metrics {
     registry: Registry,
     pub received: IntCounter,
-    settled: IntCounterVec,
+    /// Per action, resolved once: a label lookup per message is measurable.
+    settled: [IntCounter; 4],
     pub redeliveries: IntCounter,
-    http_requests: IntCounterVec,
+    /// Per class (2xx, 3xx, 4xx, 5xx, error, timeout), resolved once.
+    http_requests: [IntCounter; 6],
     pub http_duration: Histogram,
     pub message_duration: Histogram,
     pub in_flight: IntGauge,
@@ -145,21 +149,19 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        // Pre-create every label so that dashboards see zeros, not gaps.
-        for a in [
+        // Every label exists from the start, so dashboards see zeros, not gaps.
+        let settled = [
             SettleLabel::Ack,
             SettleLabel::Nak,
             SettleLabel::Term,
             SettleLabel::Dlq,
-        ] {
-            settled.with_label_values(&[a.as_str()]);
-        }
+        ]
+        .map(|a| settled.with_label_values(&[a.as_str()]));
         for a in ["ack", "retry", "term", "dlq", "invalid"] {
             action_overrides.with_label_values(&[a]);
         }
-        for c in ["2xx", "3xx", "4xx", "5xx", "error", "timeout"] {
-            http_requests.with_label_values(&[c]);
-        }
+        let http_requests = ["2xx", "3xx", "4xx", "5xx", "error", "timeout"]
+            .map(|c| http_requests.with_label_values(&[c]));
         Ok(Metrics {
             received: counter(
                 "jetrelay_messages_received_total",
@@ -231,7 +233,7 @@ impl Metrics {
 
     /// Counts one settled message.
     pub fn settled(&self, action: SettleLabel) {
-        self.settled.with_label_values(&[action.as_str()]).inc();
+        self.settled[action as usize].inc();
     }
 
     /// Counts one `Jetrelay-Action` override (`invalid` for a value not understood).
@@ -241,9 +243,7 @@ impl Metrics {
 
     /// Counts one request to the app.
     pub fn http_request(&self, class: HttpClass) {
-        self.http_requests
-            .with_label_values(&[class.as_str()])
-            .inc();
+        self.http_requests[class.index()].inc();
     }
 
     /// The text exposition of every metric.

@@ -253,6 +253,17 @@ pub fn backoff(initial: Duration, max: Duration, attempt: u32) -> Duration {
         .map_or(max, |d| d.min(max))
 }
 
+/// The delay before NATS connection attempt number `attempts` (the client counts
+/// from 1, and asks before every attempt, the first one included): none for the
+/// first attempt, then `first × 2^(attempts−2)` capped at `max`.
+pub fn reconnect_delay(first: Duration, max: Duration, attempts: usize) -> Duration {
+    if attempts <= 1 {
+        Duration::ZERO
+    } else {
+        backoff(first, max, u32::try_from(attempts - 1).unwrap_or(u32::MAX))
+    }
+}
+
 /// Parses `Retry-After`: delay-seconds or an HTTP date (a date in the past is zero).
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
@@ -396,6 +407,27 @@ mod tests {
         assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-5", now), None);
+    }
+
+    #[test]
+    fn reconnect_delay_table() {
+        let (f, m) = (Duration::from_millis(250), Duration::from_millis(8000));
+        let cases = [
+            (0, 0),
+            (1, 0),
+            (2, 250),
+            (3, 500),
+            (4, 1000),
+            (7, 8000),
+            (100, 8000),
+        ];
+        for (attempts, ms) in cases {
+            assert_eq!(
+                reconnect_delay(f, m, attempts),
+                Duration::from_millis(ms),
+                "attempt {attempts}"
+            );
+        }
     }
 
     #[test]

@@ -51,7 +51,7 @@ impl Nats {
             .request_timeout(Some(Duration::from_millis(cfg.request_timeout_ms)))
             .max_reconnects((cfg.max_reconnects > 0).then_some(cfg.max_reconnects as usize))
             .reconnect_delay_callback(move |attempts| {
-                crate::policy::backoff(first, max, u32::try_from(attempts).unwrap_or(u32::MAX))
+                crate::policy::reconnect_delay(first, max, attempts)
             })
             .event_callback(move |event| {
                 let tx = Arc::clone(&events);

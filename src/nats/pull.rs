@@ -198,7 +198,10 @@ impl Puller {
     }
 
     /// Gives the pin away so that another instance of the member is served: stops
-    /// pulling and asks the server to unpin. Returns whether it held the pin.
+    /// pulling, retires every outstanding pull (a fresh inbox: the server drops pulls
+    /// nobody listens to, so none of them can win the pin back), releases what they
+    /// already delivered, then asks the server to unpin. Returns whether it held the
+    /// pin.
     pub async fn step_down(&mut self) -> bool {
         self.paused = true;
         let Some(group) = self.cfg.group.clone() else {
@@ -206,6 +209,9 @@ impl Puller {
         };
         if self.pin.take().is_none() {
             return false;
+        }
+        if let Err(e) = self.retire_pulls().await {
+            tracing::warn!(error = %e, "cannot retire the outstanding pulls before unpinning");
         }
         match self.js.get_stream_no_info(&self.cfg.stream).await {
             Ok(stream) => {
@@ -218,6 +224,33 @@ impl Puller {
             }
         }
         true
+    }
+
+    /// Moves to a fresh inbox: outstanding pulls lose their listener and die on the
+    /// server; messages already delivered to the old inbox are released (NAK).
+    async fn retire_pulls(&mut self) -> Result<(), NatsError> {
+        let prefix = self.client.new_inbox();
+        let fresh = self
+            .client
+            .subscribe(format!("{prefix}.*"))
+            .await
+            .map_err(NatsError::Subscribe)?;
+        let mut old = std::mem::replace(&mut self.sub, fresh);
+        self.prefix = prefix;
+        self.pulls.clear();
+        if let Err(e) = old.unsubscribe().await {
+            tracing::warn!(error = %e, "cannot unsubscribe the old pull inbox");
+        }
+        let deadline = Instant::now() + std::time::Duration::from_millis(500);
+        while let Ok(Some(m)) = tokio::time::timeout_at(deadline, old.next()).await {
+            if let (None, Some(reply)) = (m.status, m.reply) {
+                let settler = Settler::new(self.client.clone(), reply, false);
+                if let Err(e) = settler.nak(std::time::Duration::ZERO).await {
+                    tracing::warn!(error = %e, "cannot release a message");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Unsubscribes and returns the settlers of messages that were already delivered

@@ -230,6 +230,12 @@ async fn a_pin_taken_away_is_noticed_and_regained() {
 /// A dispatcher for one instance of a pinned member, delivering to `app`, whose app
 /// health the test controls.
 fn instance(app: &MockApp, healthy: tokio::sync::watch::Receiver<bool>) -> (Arc<Dispatch>, Health) {
+    if std::env::var_os("TEST_LOG").is_some() {
+        jetrelay::telemetry::init(&jetrelay::config::LogConfig {
+            format: jetrelay::config::LogFormat::Text,
+            level: "jetrelay=debug".into(),
+        });
+    }
     let metrics = Metrics::new().unwrap();
     let health = Health::new(Some("m1".into()), metrics.clone());
     let http = HttpConfig {

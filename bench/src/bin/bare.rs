@@ -1,0 +1,62 @@
+//! Contender (a): the bare minimum. One durable pull consumer; fetch up to the free
+//! capacity, POST each message, ack after a 2xx; nothing else. The reference limit.
+//!
+//!     bare <nats-url> <stream> <durable> <http-url> <in-flight>
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull};
+use futures::StreamExt;
+use tokio::sync::Semaphore;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let args: Vec<String> = std::env::args().collect();
+    let (url, stream, durable, target) = (&args[1], &args[2], &args[3], args[4].clone());
+    let in_flight: usize = args[5].parse()?;
+    let js = jetstream::new(async_nats::connect(url).await?);
+    let consumer = js
+        .get_stream(stream)
+        .await?
+        .get_or_create_consumer(
+            durable,
+            pull::Config {
+                durable_name: Some(durable.clone()),
+                max_ack_pending: in_flight as i64 * 4,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(in_flight)
+        .build()?;
+    let slots = Arc::new(Semaphore::new(in_flight));
+    println!("ready");
+    loop {
+        let free = slots.available_permits().max(1);
+        let mut batch = consumer
+            .fetch()
+            .max_messages(free)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await?;
+        while let Some(msg) = batch.next().await {
+            let Ok(msg) = msg else { continue };
+            let permit = slots.clone().acquire_owned().await?;
+            let (http, target) = (http.clone(), target.clone());
+            tokio::spawn(async move {
+                let ok = http
+                    .post(&target)
+                    .body(msg.payload.clone())
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    let _ = msg.ack().await;
+                }
+                drop(permit);
+            });
+        }
+    }
+}
