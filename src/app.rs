@@ -332,7 +332,11 @@ impl Supervisor {
                 deliver_policy: topology_request(cfg).consumer.deliver_policy,
             },
             limits: limits(cfg),
-            confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed,
+            // An elastic member's consumer is deleted when its partitions move: an ack
+            // the server has not processed yet would be lost with it, and the message
+            // handed to the next owner. Its acks are always confirmed.
+            confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed
+                || cfg.kind() == SourceKind::Elastic,
         };
         let mut attempt = 0u32;
         loop {

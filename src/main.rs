@@ -127,6 +127,41 @@ async fn check(config: Config) -> anyhow::Result<ExitCode> {
     );
     let nats = jetrelay::nats::Nats::connect(&config.nats, false).await?;
     nats.check_server_version()?;
+    if config.kind().is_group() {
+        // A member's consumer is the group's business: report the group and this
+        // member's share instead of a durable plan.
+        let flavour = if config.kind() == jetrelay::config::SourceKind::Static {
+            jetrelay::pcg::model::Flavour::Static
+        } else {
+            jetrelay::pcg::model::Flavour::Elastic
+        };
+        let s = &config.source;
+        let admin = GroupAdmin::new(nats);
+        return Ok(
+            match admin
+                .member_info(flavour, &s.stream, &s.group, &s.member)
+                .await
+            {
+                Ok(m) => {
+                    println!(
+                        "group {}: member {} in membership {}, partitions {:?}, consumer {}, active {}, pinned {}",
+                        s.group,
+                        m.member,
+                        m.in_membership,
+                        m.partitions,
+                        m.consumer,
+                        m.active,
+                        m.pinned
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("group {}: {e}", s.group);
+                    ExitCode::FAILURE
+                }
+            },
+        );
+    }
     let report = jetrelay::check::report(&nats, &request).await;
     for line in &report.lines {
         println!("{line}");

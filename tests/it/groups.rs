@@ -463,3 +463,75 @@ async fn a_failed_elastic_create_leaves_no_config_behind() {
     };
     assert!(entry.is_none(), "no orphan config entry (B7)");
 }
+
+#[tokio::test]
+async fn a_partition_move_settles_in_flight_work_before_the_consumer_is_replaced() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("E");
+    create_stream(&js, &stream, &["e.*"]).await;
+    let admin = admin(&nats).await;
+    let filters = vec![PartitioningFilter {
+        filter: "e.*".into(),
+        wildcards: vec![1],
+    }];
+    admin
+        .create_elastic(&stream, "eg", GroupConfig::new_elastic(2, filters, -1, -1))
+        .await
+        .unwrap();
+    admin.add(&stream, "eg", &["a".into()]).await.unwrap();
+    // a's app is slow: its requests are in flight when the partitions move.
+    let app_a = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(800))).await;
+    let app_b = MockApp::ok().await;
+    let ra = Relay::ready(member_config(
+        &nats, &app_a, "elastic", &stream, "eg", "a", "",
+    ))
+    .await;
+    let rb = Relay::ready(member_config(
+        &nats, &app_b, "elastic", &stream, "eg", "b", "",
+    ))
+    .await;
+    eventually("a consumes", T, || async {
+        ra.health.status().partitions == [0, 1]
+    })
+    .await;
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("requests in flight at a", T, || async {
+        app_a.arrivals() >= 2
+    })
+    .await;
+    admin.add(&stream, "eg", &["b".into()]).await.unwrap();
+    eventually("all 16 answered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 16
+    })
+    .await;
+    eventually("everything acked", T, || async {
+        consumer_info(&js, &format!("{stream}-eg"), "a")
+            .await
+            .is_none_or(|i| i.num_ack_pending == 0)
+            && consumer_info(&js, &format!("{stream}-eg"), "b")
+                .await
+                .is_none_or(|i| i.num_ack_pending == 0)
+    })
+    .await;
+    // Nothing that a's app answered was handed to anyone again: its in-flight
+    // requests finished and were acked before its consumer was replaced (B16).
+    let answered: Vec<String> = [&app_a, &app_b]
+        .iter()
+        .flat_map(|a| a.requests())
+        .filter(|r| r.status == 200)
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    let unique_count = answered
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    assert_eq!(
+        answered.len(),
+        unique_count,
+        "a message was processed twice: {answered:?}"
+    );
+    assert_eq!(ra.metric("jetrelay_ack_failures_total").await, 0.0);
+    ra.stop().await.unwrap();
+    rb.stop().await.unwrap();
+}
