@@ -149,6 +149,7 @@ async fn wait_for<F: FnMut() -> bool>(
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Contender {
     Bare,
+    BareFiltered,
     RelayNone,
     RelayGroup,
     RelaySubject,
@@ -156,8 +157,9 @@ enum Contender {
 }
 
 impl Contender {
-    const ALL: [Contender; 5] = [
+    const ALL: [Contender; 6] = [
         Contender::Bare,
+        Contender::BareFiltered,
         Contender::RelayNone,
         Contender::RelayGroup,
         Contender::RelaySubject,
@@ -167,6 +169,7 @@ impl Contender {
     fn label(self) -> &'static str {
         match self {
             Contender::Bare => "(a) bare Rust loop",
+            Contender::BareFiltered => "(a') bare loop, 16 partition filters",
             Contender::RelayNone => "(b) jetrelay durable, ordering none",
             Contender::RelayGroup => "(c) jetrelay static group, ordering partition",
             Contender::RelaySubject => "(d) jetrelay durable, ordering subject",
@@ -311,7 +314,7 @@ async fn start_contender(
     let durable = format!("d{run}");
     let group = format!("g{run}");
     match c {
-        Contender::Bare => {
+        Contender::Bare | Contender::BareFiltered => {
             let mut cmd = Command::new(&env.bare_bin);
             cmd.args([
                 &env.nats_url,
@@ -320,6 +323,9 @@ async fn start_contender(
                 &sink.url(),
                 &IN_FLIGHT.to_string(),
             ]);
+            if c == Contender::BareFiltered {
+                cmd.arg(PARTITIONS.to_string());
+            }
             start_line_ready(cmd).await
         }
         Contender::RelayNone | Contender::RelaySubject => {

@@ -1,7 +1,11 @@
 //! Contender (a): the bare minimum. One durable pull consumer; fetch up to the free
 //! capacity, POST each message, ack after a 2xx; nothing else. The reference limit.
 //!
-//!     bare <nats-url> <stream> <durable> <http-url> <in-flight>
+//!     bare <nats-url> <stream> <durable> <http-url> <in-flight> [<partitions>]
+//!
+//! With `<partitions>`, the consumer filters on `0.>` … `<partitions-1>.>` like a
+//! group member owning every partition (but not pinned): the server-side cost of
+//! the group's consumer shape without jetrelay.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +19,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args: Vec<String> = std::env::args().collect();
     let (url, stream, durable, target) = (&args[1], &args[2], &args[3], args[4].clone());
     let in_flight: usize = args[5].parse()?;
+    let filter_subjects: Vec<String> = match args.get(6) {
+        Some(n) => (0..n.parse::<u32>()?).map(|p| format!("{p}.>")).collect(),
+        None => Vec::new(),
+    };
     let js = jetstream::new(async_nats::connect(url).await?);
     let consumer = js
         .get_stream(stream)
@@ -24,6 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             pull::Config {
                 durable_name: Some(durable.clone()),
                 max_ack_pending: in_flight as i64 * 4,
+                filter_subjects,
                 ..Default::default()
             },
         )
