@@ -14,19 +14,7 @@ const T: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn static_members_share_the_partitions_in_order_and_stop_when_the_group_is_deleted() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
-    let stream = unique("S");
-    partitioned_stream(&js, &stream, "o", 2).await;
-    let admin = admin(&nats).await;
-    admin
-        .create_static(
-            &stream,
-            "cg",
-            GroupConfig::new_static(2, vec![], vec!["m1".into(), "m2".into()], vec![]),
-        )
-        .await
-        .unwrap();
+    let (nats, js, stream, admin) = static_group(2, &["m1", "m2"]).await;
     let (app1, app2) = (MockApp::ok().await, MockApp::ok().await);
     let r1 = Relay::ready(member_config(
         &nats, &app1, "static", &stream, "cg", "m1", "",
@@ -89,19 +77,7 @@ async fn static_members_share_the_partitions_in_order_and_stop_when_the_group_is
 
 #[tokio::test]
 async fn a_static_config_change_stops_the_member_with_an_error_and_a_capped_member_says_so() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
-    let stream = unique("S");
-    partitioned_stream(&js, &stream, "o", 1).await;
-    let admin = admin(&nats).await;
-    admin
-        .create_static(
-            &stream,
-            "cg",
-            GroupConfig::new_static(1, vec![], vec!["m1".into(), "m2".into()], vec![]),
-        )
-        .await
-        .unwrap();
+    let (nats, js, stream, _) = static_group(1, &["m1", "m2"]).await;
     let app = MockApp::ok().await;
     // m2 is in the membership but N = 1 caps it out.
     let r2 = Relay::ready(member_config(
@@ -228,19 +204,7 @@ async fn elastic_members_follow_membership_changes_live_and_lose_nothing() {
 
 #[tokio::test]
 async fn pinned_failover_between_instances_of_one_member() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
-    let stream = unique("S");
-    partitioned_stream(&js, &stream, "o", 1).await;
-    let admin = admin(&nats).await;
-    admin
-        .create_static(
-            &stream,
-            "cg",
-            GroupConfig::new_static(1, vec![], vec!["m1".into()], vec![]),
-        )
-        .await
-        .unwrap();
+    let (nats, js, stream, _) = static_group(1, &["m1"]).await;
     let (app1, app2, app3) = (
         MockApp::ok().await,
         MockApp::ok().await,

@@ -116,19 +116,7 @@ async fn an_elastic_group_created_by_jetrelay_is_read_and_consumed_by_python_and
 
 #[tokio::test]
 async fn one_member_served_by_a_python_and_a_jetrelay_instance_fails_over_both_ways() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
-    let stream = unique("S");
-    partitioned_stream(&js, &stream, "o", 1).await;
-    let admin = admin(&nats).await;
-    admin
-        .create_static(
-            &stream,
-            "cg",
-            GroupConfig::new_static(1, vec![], vec!["m1".into()], vec![]),
-        )
-        .await
-        .unwrap();
+    let (nats, js, stream, _) = static_group(1, &["m1"]).await;
     // The same template on both sides: ack_wait 2 s, max_ack_pending 256, max_deliver 10.
     let py = PeerMember::start(
         nats.url(),

@@ -14,6 +14,29 @@ pub async fn admin(nats: &NatsServer) -> GroupAdmin {
     GroupAdmin::new(Nats::connect(&cfg, false).await.unwrap())
 }
 
+/// A server, a stream partitioning `o.*` into `n`, and static group `cg` on it with
+/// `members`; returns (server, context, stream, admin).
+pub async fn static_group(
+    n: u32,
+    members: &[&str],
+) -> (NatsServer, jetstream::Context, String, GroupAdmin) {
+    let nats = NatsServer::start();
+    let (_, js) = super::client(&nats).await;
+    let stream = super::unique("S");
+    partitioned_stream(&js, &stream, "o", n).await;
+    let admin = admin(&nats).await;
+    let members = members.iter().map(|m| m.to_string()).collect();
+    admin
+        .create_static(
+            &stream,
+            "cg",
+            jetrelay::pcg::model::GroupConfig::new_static(n, vec![], members, vec![]),
+        )
+        .await
+        .unwrap();
+    (nats, js, stream, admin)
+}
+
 /// A stream whose subjects `<prefix>.*` are stored as `<p>.<prefix>.<token>`.
 pub async fn partitioned_stream(js: &jetstream::Context, name: &str, prefix: &str, n: u32) {
     js.create_stream(jetstream::stream::Config {
