@@ -235,19 +235,12 @@ impl Puller {
             .subscribe(format!("{prefix}.*"))
             .await
             .map_err(NatsError::Subscribe)?;
-        let mut old = std::mem::replace(&mut self.sub, fresh);
+        let old = std::mem::replace(&mut self.sub, fresh);
         self.prefix = prefix;
         self.pulls.clear();
-        if let Err(e) = old.unsubscribe().await {
-            tracing::warn!(error = %e, "cannot unsubscribe the old pull inbox");
-        }
-        let deadline = Instant::now() + std::time::Duration::from_millis(500);
-        while let Ok(Some(m)) = tokio::time::timeout_at(deadline, old.next()).await {
-            if let (None, Some(reply)) = (m.status, m.reply) {
-                let settler = Settler::new(self.client.clone(), reply, false);
-                if let Err(e) = settler.nak(std::time::Duration::ZERO).await {
-                    tracing::warn!(error = %e, "cannot release a message");
-                }
+        for settler in leftovers(&self.client, old).await {
+            if let Err(e) = settler.nak(std::time::Duration::ZERO).await {
+                tracing::warn!(error = %e, "cannot release a message");
             }
         }
         Ok(())
@@ -255,21 +248,8 @@ impl Puller {
 
     /// Unsubscribes and returns the settlers of messages that were already delivered
     /// to the inbox but not yet taken, so that the caller can release them.
-    pub async fn close(mut self) -> Vec<Settler> {
-        if let Err(e) = self.sub.unsubscribe().await {
-            tracing::warn!(error = %e, "cannot unsubscribe the pull inbox");
-        }
-        let mut left = Vec::new();
-        // After unsubscribe the subscription yields what it buffered, then ends.
-        let deadline = Instant::now() + std::time::Duration::from_millis(500);
-        while let Ok(Some(m)) = tokio::time::timeout_at(deadline, self.sub.next()).await {
-            if m.status.is_none()
-                && let Some(reply) = m.reply
-            {
-                left.push(Settler::new(self.client.clone(), reply, false));
-            }
-        }
-        left
+    pub async fn close(self) -> Vec<Settler> {
+        leftovers(&self.client, self.sub).await
     }
 
     async fn top_up(&mut self, held: u32) {
@@ -416,6 +396,22 @@ impl Puller {
             Some(message)
         }
     }
+}
+
+/// Unsubscribes a pull inbox and returns the settlers of the messages it had already
+/// received: after unsubscribe the subscription yields what it buffered, then ends.
+async fn leftovers(client: &Client, mut sub: Subscriber) -> Vec<Settler> {
+    if let Err(e) = sub.unsubscribe().await {
+        tracing::warn!(error = %e, "cannot unsubscribe the pull inbox");
+    }
+    let mut left = Vec::new();
+    let deadline = Instant::now() + std::time::Duration::from_millis(500);
+    while let Ok(Some(m)) = tokio::time::timeout_at(deadline, sub.next()).await {
+        if let (None, Some(reply)) = (m.status, m.reply) {
+            left.push(Settler::new(client.clone(), reply, false));
+        }
+    }
+    left
 }
 
 async fn sleep_until(at: Option<Instant>) {

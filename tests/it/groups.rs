@@ -110,19 +110,7 @@ async fn a_static_config_change_stops_the_member_with_an_error_and_a_capped_memb
 
 #[tokio::test]
 async fn elastic_members_follow_membership_changes_live_and_lose_nothing() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
-    let stream = unique("E");
-    create_stream(&js, &stream, &["e.*"]).await;
-    let admin = admin(&nats).await;
-    let filters = vec![PartitioningFilter {
-        filter: "e.*".into(),
-        wildcards: vec![1],
-    }];
-    admin
-        .create_elastic(&stream, "eg", GroupConfig::new_elastic(4, filters, -1, -1))
-        .await
-        .unwrap();
+    let (nats, js, stream, admin) = elastic_group(4, &[]).await;
     let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
     let ra = Relay::ready(member_config(
         &nats, &app_a, "elastic", &stream, "eg", "a", "",
@@ -268,19 +256,7 @@ async fn pinned_failover_between_instances_of_one_member() {
 
 #[tokio::test]
 async fn an_elastic_member_whose_partitions_did_not_move_keeps_its_consumer() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
-    let stream = unique("E");
-    create_stream(&js, &stream, &["e.*"]).await;
-    let admin = admin(&nats).await;
-    let filters = vec![PartitioningFilter {
-        filter: "e.*".into(),
-        wildcards: vec![1],
-    }];
-    admin
-        .create_elastic(&stream, "eg", GroupConfig::new_elastic(2, filters, -1, -1))
-        .await
-        .unwrap();
+    let (nats, js, stream, admin) = elastic_group(2, &[]).await;
     admin
         .add(&stream, "eg", &["a".into(), "b".into()])
         .await
@@ -430,19 +406,7 @@ async fn a_failed_elastic_create_leaves_no_config_behind() {
 
 #[tokio::test]
 async fn a_partition_move_settles_in_flight_work_before_the_consumer_is_replaced() {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
-    let stream = unique("E");
-    create_stream(&js, &stream, &["e.*"]).await;
-    let admin = admin(&nats).await;
-    let filters = vec![PartitioningFilter {
-        filter: "e.*".into(),
-        wildcards: vec![1],
-    }];
-    admin
-        .create_elastic(&stream, "eg", GroupConfig::new_elastic(2, filters, -1, -1))
-        .await
-        .unwrap();
+    let (nats, js, stream, admin) = elastic_group(2, &[]).await;
     admin.add(&stream, "eg", &["a".into()]).await.unwrap();
     // a's app is slow: its requests are in flight when the partitions move.
     let app_a = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(800))).await;

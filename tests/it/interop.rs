@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use jetrelay::health::State;
-use jetrelay::pcg::model::{GroupConfig, PartitioningFilter};
 
 use crate::support::groups::*;
 use crate::support::peer::{PeerMember, peer};
@@ -52,19 +51,7 @@ async fn a_static_group_created_by_python_is_consumed_by_jetrelay_members() {
 #[tokio::test]
 async fn an_elastic_group_created_by_jetrelay_is_read_and_consumed_by_python_and_python_membership_changes_are_followed()
  {
-    let nats = NatsServer::start();
-    let (_, js) = client(&nats).await;
-    let stream = unique("E");
-    create_stream(&js, &stream, &["e.*"]).await;
-    let admin = admin(&nats).await;
-    let filters = vec![PartitioningFilter {
-        filter: "e.*".into(),
-        wildcards: vec![1],
-    }];
-    admin
-        .create_elastic(&stream, "eg", GroupConfig::new_elastic(2, filters, -1, -1))
-        .await
-        .unwrap();
+    let (nats, js, stream, admin) = elastic_group(2, &[]).await;
     admin.add(&stream, "eg", &["py".into()]).await.unwrap();
     let cfg: serde_json::Value =
         serde_json::from_str(&peer(nats.url(), &["config", "elastic", &stream, "eg"]).await)

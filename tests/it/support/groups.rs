@@ -37,6 +37,36 @@ pub async fn static_group(
     (nats, js, stream, admin)
 }
 
+/// A server, a stream with subjects `e.*`, and elastic group `eg` on it partitioning
+/// by the token over `n`, with `members` added; returns (server, context, stream, admin).
+pub async fn elastic_group(
+    n: u32,
+    members: &[&str],
+) -> (NatsServer, jetstream::Context, String, GroupAdmin) {
+    let nats = NatsServer::start();
+    let (_, js) = super::client(&nats).await;
+    let stream = super::unique("E");
+    super::create_stream(&js, &stream, &["e.*"]).await;
+    let admin = admin(&nats).await;
+    let filters = vec![jetrelay::pcg::model::PartitioningFilter {
+        filter: "e.*".into(),
+        wildcards: vec![1],
+    }];
+    admin
+        .create_elastic(
+            &stream,
+            "eg",
+            jetrelay::pcg::model::GroupConfig::new_elastic(n, filters, -1, -1),
+        )
+        .await
+        .unwrap();
+    if !members.is_empty() {
+        let members: Vec<String> = members.iter().map(|m| m.to_string()).collect();
+        admin.add(&stream, "eg", &members).await.unwrap();
+    }
+    (nats, js, stream, admin)
+}
+
 /// A stream whose subjects `<prefix>.*` are stored as `<p>.<prefix>.<token>`.
 pub async fn partitioned_stream(js: &jetstream::Context, name: &str, prefix: &str, n: u32) {
     js.create_stream(jetstream::stream::Config {
