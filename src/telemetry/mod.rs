@@ -1,0 +1,128 @@
+//! Logging setup: JSON lines ([`json_lines`]) or text through `tracing-subscriber`,
+//! filtered by `log.level`. Nothing else installs a subscriber.
+
+pub mod json_lines;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{LogConfig, LogFormat};
+
+/// Whether `level` is a valid filter (`info`, `jetrelay=debug,async_nats=warn`, ...).
+pub fn is_valid_filter(level: &str) -> bool {
+    !level.trim().is_empty() && EnvFilter::try_new(level).is_ok()
+}
+
+/// Installs the global subscriber; later calls are ignored (tests call it often).
+pub fn init(cfg: &LogConfig) {
+    let filter = EnvFilter::try_new(&cfg.level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let result = match cfg.format {
+        LogFormat::Json => builder.event_format(json_lines::JsonLines).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+    // An already-installed subscriber (tests) is fine.
+    drop(result);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::json_lines::JsonLines;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn lines(emit: impl FnOnce()) -> Vec<serde_json::Value> {
+        let buf = Buffer::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_max_level(tracing::Level::TRACE)
+            .event_format(JsonLines)
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(text.ends_with('\n'), "{text}");
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+
+    #[test]
+    fn each_event_is_one_json_object_with_typed_fields_in_order() {
+        let got = lines(|| {
+            let status: Option<u16> = Some(200);
+            let none: Option<u16> = None;
+            tracing::info!(
+                stream = "ORDERS",
+                stream_seq = 42_u64,
+                delta = -3_i64,
+                settled = true,
+                ratio = 0.5,
+                inf = f64::INFINITY,
+                status,
+                none,
+                why = %"a \"quoted\"\nline",
+                dbg = ?vec![1, 2],
+                "message delivered"
+            );
+            tracing::warn!(target: "other", "second");
+        });
+        assert_eq!(got.len(), 2);
+        let first = got[0].as_object().unwrap();
+        let keys: Vec<&str> = first.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "timestamp",
+                "level",
+                "message",
+                "stream",
+                "stream_seq",
+                "delta",
+                "settled",
+                "ratio",
+                "inf",
+                "status",
+                "why",
+                "dbg",
+                "target"
+            ]
+        );
+        assert_eq!(first["level"], "INFO");
+        assert_eq!(first["message"], "message delivered");
+        assert_eq!(first["stream"], "ORDERS");
+        assert_eq!(first["stream_seq"], 42);
+        assert_eq!(first["delta"], -3);
+        assert_eq!(first["settled"], true);
+        assert_eq!(first["ratio"], 0.5);
+        assert_eq!(first["inf"], "inf");
+        assert_eq!(first["status"], 200);
+        assert_eq!(first["why"], "a \"quoted\"\nline");
+        assert_eq!(first["dbg"], "[1, 2]");
+        assert_eq!(first["target"], module_path!());
+        let ts = first["timestamp"].as_str().unwrap();
+        let shape: String = ts
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '9' } else { c })
+            .collect();
+        assert_eq!(shape, "9999-99-99T99:99:99.999999Z");
+        assert_eq!(got[1]["level"], "WARN");
+        assert_eq!(got[1]["target"], "other");
+    }
+}
