@@ -47,6 +47,8 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 #[allow(missing_docs)]
 pub struct NatsConfig {
+    /// A list, or one string of comma-separated URLs (handy in environment variables).
+    #[serde(deserialize_with = "one_or_many")]
     pub servers: Vec<String>,
     pub name: String,
     pub creds_file: String,
@@ -86,6 +88,25 @@ impl Default for NatsConfig {
             max_reconnects: 0,
         }
     }
+}
+
+/// A list of strings, or one string split at commas.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        OneOrMany::Many(v) => v,
+    })
 }
 
 /// `source.kind`
@@ -478,18 +499,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming every bad key.
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
-        let mut figment = Figment::new();
-        if let Some(path) = file {
-            if !path.is_file() {
-                return Err(ConfigError::MissingFile(path.to_path_buf()));
-            }
-            figment = figment.merge(Toml::file_exact(path));
-        }
-        // JETRELAY_CONFIG names the file; it is not a key of the tree.
-        let env = Env::prefixed(ENV_PREFIX)
-            .split("__")
-            .filter(|k| !k.as_str().eq_ignore_ascii_case("config"));
-        Self::from_figment(figment.merge(env))
+        Self::from_figment(layered(file)?)
     }
 
     /// Extracts and validates a config from any figment (tests feed strings).
@@ -497,20 +507,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming every bad key.
     pub fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment.extract().map_err(|e| {
-            ConfigError::Invalid(
-                e.into_iter()
-                    .map(|e| Problem {
-                        key: if e.path.is_empty() {
-                            "config".into()
-                        } else {
-                            e.path.join(".")
-                        },
-                        message: e.kind.to_string(),
-                    })
-                    .collect(),
-            )
-        })?;
+        let config: Config = figment.extract().map_err(invalid)?;
         let problems = config.problems();
         if problems.is_empty() {
             Ok(config)
@@ -574,51 +571,7 @@ impl Config {
     }
 
     fn check_nats(&self, p: &mut Problems) {
-        let n = &self.nats;
-        if n.servers.is_empty() {
-            p.add("nats.servers", "must name at least one server");
-        }
-        for s in &n.servers {
-            let ok = ["nats://", "tls://", "ws://", "wss://"]
-                .iter()
-                .any(|scheme| s.starts_with(scheme) && s.len() > scheme.len());
-            if !ok {
-                p.add(
-                    "nats.servers",
-                    format!("{s:?} must be a URL like nats://host:4222"),
-                );
-            }
-        }
-        let auth = [
-            !n.creds_file.is_empty(),
-            !n.nkey_seed_file.is_empty(),
-            !n.token_file.is_empty(),
-            !n.user.is_empty(),
-        ];
-        if auth.iter().filter(|x| **x).count() > 1 {
-            p.add(
-                "nats",
-                "set only one of creds_file, nkey_seed_file, token_file, user",
-            );
-        }
-        if n.user.is_empty() != n.password_file.is_empty() {
-            p.add("nats.password_file", "user and password_file go together");
-        }
-        if n.tls_cert_file.is_empty() != n.tls_key_file.is_empty() {
-            p.add(
-                "nats.tls_key_file",
-                "tls_cert_file and tls_key_file go together",
-            );
-        }
-        p.min("nats.connect_timeout_ms", n.connect_timeout_ms, 1);
-        p.min("nats.request_timeout_ms", n.request_timeout_ms, 1);
-        p.min("nats.reconnect_delay_ms", n.reconnect_delay_ms, 1);
-        if n.reconnect_delay_max_ms < n.reconnect_delay_ms {
-            p.add(
-                "nats.reconnect_delay_max_ms",
-                "must be at least nats.reconnect_delay_ms",
-            );
-        }
+        nats_problems(&self.nats, p);
     }
 
     fn check_source(&self, p: &mut Problems) {
@@ -682,6 +635,23 @@ impl Config {
 
     fn check_topology(&self, p: &mut Problems) {
         let t = &self.topology;
+        if self.kind().is_group() {
+            // The group owns its topology: the static stream is the publisher's, the
+            // elastic one is made by `jetrelay group elastic create`, and member
+            // consumers are created and replaced by the group protocol.
+            if t.stream == StreamMode::Managed {
+                p.add(
+                    "topology.stream",
+                    "must be \"external\" for a group member: the group's stream is created with the group",
+                );
+            }
+            if t.consumer == ConsumerMode::Bind {
+                p.add(
+                    "topology.consumer",
+                    "must be \"ensure\" for a group member: the group protocol owns member consumers",
+                );
+            }
+        }
         p.min("topology.retry_initial_ms", t.retry_initial_ms, 1);
         if t.retry_max_ms < t.retry_initial_ms {
             p.add(
@@ -835,6 +805,127 @@ fn check_http_url(url: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The rules of `[nats]`.
+fn nats_problems(n: &NatsConfig, p: &mut Problems) {
+    if n.servers.is_empty() {
+        p.add("nats.servers", "must name at least one server");
+    }
+    for s in &n.servers {
+        let ok = ["nats://", "tls://", "ws://", "wss://"]
+            .iter()
+            .any(|scheme| s.starts_with(scheme) && s.len() > scheme.len());
+        if !ok {
+            p.add(
+                "nats.servers",
+                format!("{s:?} must be a URL like nats://host:4222"),
+            );
+        }
+    }
+    let auth = [
+        !n.creds_file.is_empty(),
+        !n.nkey_seed_file.is_empty(),
+        !n.token_file.is_empty(),
+        !n.user.is_empty(),
+    ];
+    if auth.iter().filter(|x| **x).count() > 1 {
+        p.add(
+            "nats",
+            "set only one of creds_file, nkey_seed_file, token_file, user",
+        );
+    }
+    if n.user.is_empty() != n.password_file.is_empty() {
+        p.add("nats.password_file", "user and password_file go together");
+    }
+    if n.tls_cert_file.is_empty() != n.tls_key_file.is_empty() {
+        p.add(
+            "nats.tls_key_file",
+            "tls_cert_file and tls_key_file go together",
+        );
+    }
+    p.min("nats.connect_timeout_ms", n.connect_timeout_ms, 1);
+    p.min("nats.request_timeout_ms", n.request_timeout_ms, 1);
+    p.min("nats.reconnect_delay_ms", n.reconnect_delay_ms, 1);
+    if n.reconnect_delay_max_ms < n.reconnect_delay_ms {
+        p.add(
+            "nats.reconnect_delay_max_ms",
+            "must be at least nats.reconnect_delay_ms",
+        );
+    }
+}
+
+/// The file (when given), then the `JETRELAY_` environment.
+fn layered(file: Option<&Path>) -> Result<Figment, ConfigError> {
+    let mut figment = Figment::new();
+    if let Some(path) = file {
+        if !path.is_file() {
+            return Err(ConfigError::MissingFile(path.to_path_buf()));
+        }
+        figment = figment.merge(Toml::file_exact(path));
+    }
+    // JETRELAY_CONFIG names the file; it is not a key of the tree.
+    let env = Env::prefixed(ENV_PREFIX)
+        .split("__")
+        .filter(|k| !k.as_str().eq_ignore_ascii_case("config"));
+    Ok(figment.merge(env))
+}
+
+fn invalid(e: figment::Error) -> ConfigError {
+    ConfigError::Invalid(
+        e.into_iter()
+            .map(|e| Problem {
+                key: if e.path.is_empty() {
+                    "config".into()
+                } else {
+                    e.path.join(".")
+                },
+                message: e.kind.to_string(),
+            })
+            .collect(),
+    )
+}
+
+impl NatsConfig {
+    /// Only the `[nats]` table of the layered configuration (the file, then
+    /// `JETRELAY_NATS__*`), validated: how `jetrelay group` connects like the daemon.
+    /// The other tables are not read.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming every bad `nats.*` key.
+    pub fn load(file: Option<&Path>) -> Result<NatsConfig, ConfigError> {
+        let figment = layered(file)?;
+        let nats = if figment.contains("nats") {
+            figment.extract_inner::<NatsConfig>("nats").map_err(|e| {
+                // extract_inner reports paths below the table in its own order:
+                // rebuild them as `nats.<key>`.
+                let mut err = invalid(e);
+                if let ConfigError::Invalid(problems) = &mut err {
+                    for p in problems {
+                        let rest: Vec<&str> = p
+                            .key
+                            .split('.')
+                            .filter(|k| !matches!(*k, "nats" | "config"))
+                            .collect();
+                        p.key = std::iter::once("nats")
+                            .chain(rest)
+                            .collect::<Vec<_>>()
+                            .join(".");
+                    }
+                }
+                err
+            })?
+        } else {
+            NatsConfig::default()
+        };
+        let mut p = Problems::default();
+        nats_problems(&nats, &mut p);
+        if p.0.is_empty() {
+            Ok(nats)
+        } else {
+            Err(ConfigError::Invalid(p.0))
+        }
+    }
 }
 
 #[derive(Default)]
@@ -1036,6 +1127,93 @@ mod tests {
         ] {
             assert!(k.contains(&key.to_string()), "{key} in {k:?}");
         }
+    }
+
+    #[test]
+    fn group_members_leave_the_stream_and_consumer_to_the_group() {
+        let member = r#"
+            [source]
+            stream = "S"
+            kind = "static"
+            group = "g"
+            member = "m"
+            [http]
+            url = "http://127.0.0.1:1/x"
+        "#;
+        assert!(parse(member).is_ok());
+        let table = [
+            (
+                "[topology]\nstream = \"managed\"\n[topology.managed_stream]\nsubjects = [\"a\"]",
+                "topology.stream",
+            ),
+            ("[topology]\nconsumer = \"bind\"", "topology.consumer"),
+        ];
+        for (extra, key) in table {
+            for kind in ["static", "elastic"] {
+                let figment = Figment::from(Toml::string(member))
+                    .merge(Toml::string(&format!("[source]\nkind = \"{kind}\"")))
+                    .merge(Toml::string(extra));
+                let k = keys(Config::from_figment(figment).expect_err(extra));
+                assert_eq!(k, vec![key.to_string()], "{kind}: {extra}");
+            }
+            // The same keys are fine for a durable.
+            let figment = Figment::from(Toml::string(MINIMAL)).merge(Toml::string(extra));
+            assert!(Config::from_figment(figment).is_ok(), "{extra}");
+        }
+    }
+
+    #[test]
+    fn servers_take_a_list_or_one_comma_separated_string() {
+        let table = [
+            ("servers = [\"nats://a:4222\"]", vec!["nats://a:4222"]),
+            (
+                "servers = \"nats://a:4222, nats://b:4222\"",
+                vec!["nats://a:4222", "nats://b:4222"],
+            ),
+            ("servers = \"nats://a:4222\"", vec!["nats://a:4222"]),
+        ];
+        for (line, want) in table {
+            let c = parse(&format!("{MINIMAL}\n[nats]\n{line}\n")).unwrap();
+            assert_eq!(c.nats.servers, want, "{line}");
+        }
+        let err = parse(&format!("{MINIMAL}\n[nats]\nservers = \"\"\n")).unwrap_err();
+        assert_eq!(keys(err), vec!["nats.servers"]);
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail fixes the closure's error type.
+    fn the_nats_table_loads_alone_with_the_environment_over_it() {
+        figment::Jail::expect_with(|jail| {
+            // The rest of the file is not read (this [source] would be invalid).
+            jail.create_file(
+                "c.toml",
+                "[nats]\nservers = [\"nats://a:4222\"]\ncreds_file = \"/x.creds\"\n[source]\nkind = \"static\"\n",
+            )?;
+            let n = NatsConfig::load(Some(Path::new("c.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(n.servers, vec!["nats://a:4222"]);
+            assert_eq!(n.creds_file, "/x.creds");
+            jail.set_env("JETRELAY_NATS__SERVERS", "nats://b:4222,nats://c:4222");
+            let n = NatsConfig::load(Some(Path::new("c.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(n.servers, vec!["nats://b:4222", "nats://c:4222"]);
+            assert_eq!(
+                NatsConfig::load(None)
+                    .map_err(|e| e.to_string())?
+                    .servers
+                    .len(),
+                2
+            );
+            jail.set_env("JETRELAY_NATS__USER", "u");
+            let err = NatsConfig::load(Some(Path::new("c.toml"))).unwrap_err();
+            assert_eq!(keys(err), vec!["nats", "nats.password_file"]);
+            jail.create_file("d.toml", "[nats]\nnope = 1\n")?;
+            let err = NatsConfig::load(Some(Path::new("d.toml"))).unwrap_err();
+            assert_eq!(keys(err), vec!["nats.nope"]);
+            assert!(matches!(
+                NatsConfig::load(Some(Path::new("missing.toml"))),
+                Err(ConfigError::MissingFile(_))
+            ));
+            Ok(())
+        });
     }
 
     #[test]

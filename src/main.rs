@@ -187,22 +187,25 @@ fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
         format: jetrelay::config::LogFormat::Text,
         level: "warn".into(),
     });
-    let servers: Vec<String> = options
-        .server
-        .trim_matches(|c| c == '[' || c == ']')
-        .split(',')
-        .map(|s| s.trim().trim_matches('"').to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
+    let mut cfg = match NatsConfig::load(options.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jetrelay: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    if let Some(server) = &options.server {
+        cfg.servers = server
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+    }
     let raw: Vec<String> = std::env::args().collect();
     let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
         return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
-        let cfg = NatsConfig {
-            servers,
-            ..Default::default()
-        };
         let nats = jetrelay::nats::Nats::connect(&cfg, false)
             .await
             .map_err(AdminError::Nats)?;

@@ -283,3 +283,63 @@ async fn the_group_cli_creates_changes_shows_and_deletes_groups() {
     let (code, _, _) = cli(url, &["elastic", "rm", &stream, "eg"]).await;
     assert_eq!(code, Some(0), "deleting again is fine");
 }
+
+#[tokio::test]
+async fn the_group_cli_connects_with_the_nats_table_of_a_config_file() {
+    let nats = NatsServer::start_with(&["--user", "admin", "--pass", "s3cret"]);
+    let client =
+        async_nats::ConnectOptions::with_user_and_password("admin".into(), "s3cret".into())
+            .connect(nats.url())
+            .await
+            .unwrap();
+    let js = async_nats::jetstream::new(client);
+    let stream = unique("A");
+    create_stream(&js, &stream, &["a.*"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("password"), "s3cret\n").unwrap();
+    // Only [nats] is read: the rest of a member's config may be anything.
+    let config = write_config(
+        &dir,
+        &format!(
+            "[nats]\nservers = \"{}\"\nuser = \"admin\"\npassword_file = \"{}\"\n[source]\nkind = \"static\"\n",
+            nats.url(),
+            dir.path().join("password").display()
+        ),
+    );
+    let create = [
+        "group",
+        "elastic",
+        "create",
+        &stream,
+        "eg",
+        "2",
+        "--filter",
+        "a.*",
+        "--wildcards",
+        "1",
+    ];
+    let run = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(create)
+            .args(extra)
+            .env_remove("JETRELAY_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--server", nats.url()]);
+    assert_eq!(out.status.code(), Some(1), "no credentials: refused");
+    let out = run(&["--config", config.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kv = js.get_key_value("elastic-consumer-groups").await.unwrap();
+    assert!(kv.get(format!("{stream}.eg")).await.unwrap().is_some());
+    // A bad [nats] table is a usage error naming the key.
+    let bad = write_config(&dir, "[nats]\nuser = \"admin\"\n");
+    let out = run(&["--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nats.password_file"));
+}

@@ -10,6 +10,7 @@ pub struct NatsServer {
     dir: tempfile::TempDir,
     url: String,
     port: u16,
+    extra: Vec<String>,
 }
 
 fn binary() -> PathBuf {
@@ -25,13 +26,20 @@ fn binary() -> PathBuf {
 
 impl NatsServer {
     pub fn start() -> NatsServer {
+        Self::start_with(&[])
+    }
+
+    /// With extra command-line options (e.g. `--user u --pass p`).
+    pub fn start_with(extra: &[&str]) -> NatsServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (child, url, port) = spawn(dir.path(), None);
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, url, port) = spawn(dir.path(), None, &extra);
         NatsServer {
             child,
             dir,
             url,
             port,
+            extra,
         }
     }
 
@@ -42,7 +50,7 @@ impl NatsServer {
     /// Kills the server (SIGKILL) and starts it again on the same port and store.
     pub fn restart(&mut self) {
         self.kill();
-        let (child, url, _) = spawn(self.dir.path(), Some(self.port));
+        let (child, url, _) = spawn(self.dir.path(), Some(self.port), &self.extra);
         self.child = child;
         self.url = url;
     }
@@ -60,7 +68,7 @@ impl Drop for NatsServer {
     }
 }
 
-fn spawn(dir: &Path, port: Option<u16>) -> (Child, String, u16) {
+fn spawn(dir: &Path, port: Option<u16>, extra: &[String]) -> (Child, String, u16) {
     let bin = binary();
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -74,6 +82,7 @@ fn spawn(dir: &Path, port: Option<u16>) -> (Child, String, u16) {
         .arg(dir.join("js"))
         .arg("--ports_file_dir")
         .arg(dir)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
