@@ -6,6 +6,7 @@
 //! free slot, and reports when a message is finished. No I/O, no clocks.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use crate::config::Ordering;
 use crate::delivery::Delivery;
@@ -17,8 +18,9 @@ pub enum LaneKey {
     Free,
     /// One lane per partition number.
     Partition(u32),
-    /// One lane per subject (partition token stripped).
-    Subject(String),
+    /// One lane per subject (partition token stripped); shared, because the key is
+    /// kept in several places per held message.
+    Subject(Arc<str>),
 }
 
 impl LaneKey {
@@ -28,7 +30,7 @@ impl LaneKey {
         match mode {
             Ordering::None => LaneKey::Free,
             Ordering::Partition => d.partition.map_or(LaneKey::Free, LaneKey::Partition),
-            Ordering::Subject => LaneKey::Subject(d.app_subject.clone()),
+            Ordering::Subject => LaneKey::Subject(Arc::from(d.app_subject.as_str())),
         }
     }
 }

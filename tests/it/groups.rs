@@ -463,3 +463,108 @@ async fn a_partition_move_settles_in_flight_work_before_the_consumer_is_replaced
     ra.stop().await.unwrap();
     rb.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_static_group_whose_size_differs_from_the_streams_partitions_is_refused() {
+    // B9: the stream's transform partitions into 4; a group of 8 would leave half of
+    // its partitions empty and its members idle.
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let stream = unique("S");
+    partitioned_stream(&js, &stream, "o", 4).await;
+    let admin = admin(&nats).await;
+    let members = vec!["m1".to_string(), "m2".to_string()];
+    let err = admin
+        .create_static(
+            &stream,
+            "cg",
+            GroupConfig::new_static(8, vec![], members.clone(), vec![]),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("partitions its subjects into 4, not 8"),
+        "{err}"
+    );
+    // Nothing was written.
+    let kv = js.get_key_value("static-consumer-groups").await;
+    if let Ok(kv) = kv {
+        assert!(kv.get(format!("{stream}.cg")).await.unwrap().is_none());
+    }
+    admin
+        .create_static(
+            &stream,
+            "cg",
+            GroupConfig::new_static(4, vec![], members, vec![]),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn concurrent_membership_changes_from_several_admins_all_land() {
+    // X13: eight administrators add one member each at the same time; the
+    // compare-and-set loop re-reads and re-applies, so no write is lost.
+    let (nats, js, stream, _) = elastic_group(16, &[]).await;
+    let mut admins = Vec::new();
+    for _ in 0..8 {
+        admins.push(admin(&nats).await);
+    }
+    let adds = admins.iter().enumerate().map(|(i, a)| {
+        let stream = stream.clone();
+        async move { a.add(&stream, "eg", &[format!("w{i}")]).await }
+    });
+    for r in futures::future::join_all(adds).await {
+        r.unwrap();
+    }
+    let kv = js.get_key_value("elastic-consumer-groups").await.unwrap();
+    let stored: serde_json::Value =
+        serde_json::from_slice(&kv.get(format!("{stream}.eg")).await.unwrap().unwrap()).unwrap();
+    let want: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    assert_eq!(stored["members"], serde_json::json!(want));
+
+    // Concurrent creates of one group with different sizes: exactly one wins, the
+    // others are told it exists, and the stored config is the winner's, whole.
+    let creates = admins.iter().enumerate().map(|(i, a)| {
+        let stream = stream.clone();
+        async move {
+            let filters = vec![PartitioningFilter {
+                filter: "e.*".into(),
+                wildcards: vec![1],
+            }];
+            let n = 2 + i as u32;
+            (
+                n,
+                a.create_elastic(
+                    &stream,
+                    "race",
+                    GroupConfig::new_elastic(n, filters, -1, -1),
+                )
+                .await,
+            )
+        }
+    });
+    let results = futures::future::join_all(creates).await;
+    let winners: Vec<u32> = results
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let stored: serde_json::Value =
+        serde_json::from_slice(&kv.get(format!("{stream}.race")).await.unwrap().unwrap()).unwrap();
+    assert_eq!(stored["max_members"], winners[0]);
+    // And the group's stream partitions by the winner's size.
+    let info = js
+        .get_stream(format!("{stream}-race"))
+        .await
+        .unwrap()
+        .cached_info()
+        .clone();
+    let dest = &info.config.sources.as_ref().unwrap()[0].subject_transforms[0].destination;
+    assert!(
+        dest.contains(&format!("Partition({},", winners[0])),
+        "{dest}"
+    );
+}
