@@ -12,7 +12,7 @@
 //! A message is settled only after its outcome is known; a per-message failure never
 //! ends the loop.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +114,8 @@ enum Step {
 /// The loop's state: everything held, by id.
 struct Book {
     held: HashMap<u64, Entry>,
+    /// The stream sequences of what is held, to fold a redelivery of a held message.
+    seqs: HashSet<u64>,
     lanes: Lanes<u64>,
     due: VecDeque<u64>,
     timers: Timers,
@@ -121,6 +123,15 @@ struct Book {
     /// Which message each running task serves (to free its lane if it panics).
     running: HashMap<tokio::task::Id, u64>,
     next_id: u64,
+}
+
+impl Book {
+    /// Stops holding a message.
+    fn take(&mut self, id: u64) -> Option<Entry> {
+        let e = self.held.remove(&id)?;
+        self.seqs.remove(&e.delivery.stream_seq());
+        Some(e)
+    }
 }
 
 impl Dispatch {
@@ -135,6 +146,7 @@ impl Dispatch {
     ) -> Result<Ended, DispatchError> {
         let mut book = Book {
             held: HashMap::new(),
+            seqs: HashSet::new(),
             lanes: Lanes::default(),
             due: VecDeque::new(),
             timers: Timers::default(),
@@ -344,6 +356,19 @@ impl Dispatch {
     }
 
     fn hold(&self, book: &mut Book, delivery: Delivery, settler: Settler) {
+        let seq = delivery.stream_seq();
+        if seq != 0 && !book.seqs.insert(seq) {
+            // JetStream redelivered a message this loop still holds (its keep-alive
+            // was lost, e.g. across a reconnect). Acks and keep-alives name the stream
+            // sequence, so the held copy settles it; sending it again would only
+            // duplicate the request. This delivery's settler is dropped.
+            tracing::info!(
+                stream_seq = seq,
+                delivered = delivery.delivered(),
+                "a redelivery of a message still held is folded into it"
+            );
+            return;
+        }
         let id = book.next_id;
         book.next_id += 1;
         let now = Instant::now();
@@ -392,7 +417,7 @@ impl Dispatch {
     async fn finished(&self, book: &mut Book, id: u64, step: Step, draining: bool) {
         match step {
             Step::Settled => {
-                if let Some(e) = book.held.remove(&id) {
+                if let Some(e) = book.take(id) {
                     book.lanes.done(&e.lane);
                 }
             }
@@ -406,7 +431,7 @@ impl Dispatch {
                     // Shutting down: hand the retry to JetStream with the same delay.
                     let settler = e.settler.clone();
                     let lane = e.lane.clone();
-                    book.held.remove(&id);
+                    book.take(id);
                     book.lanes.done(&lane);
                     self.release(&settler, delay).await;
                 } else {
@@ -454,7 +479,7 @@ impl Dispatch {
         waiting.sort_unstable();
         waiting.dedup();
         for id in waiting {
-            if let Some(e) = book.held.remove(&id) {
+            if let Some(e) = book.take(id) {
                 let delay = e.retry_at.map_or(Duration::ZERO, |at| {
                     at.saturating_duration_since(now)
                         .max(crate::policy::MIN_RETRY_DELAY)

@@ -474,3 +474,50 @@ async fn pulling_waits_for_a_healthy_app_and_pauses_while_it_is_unhealthy() {
     app.wait_for("resumed", T, |r| r.len() == 5).await;
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_redelivery_of_a_message_still_in_flight_is_not_sent_again() {
+    // The app takes 3 s. The test NAKs the message's delivery itself (on the reply
+    // subject of the daemon's first +WPI), as when a keep-alive is lost: JetStream
+    // redelivers the message to the daemon while it still holds it.
+    let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(3000))).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["w.>"]).await;
+    let (snoop, _) = client(&nats).await;
+    let mut acks = snoop
+        .subscribe(format!("$JS.ACK.{stream}.{durable}.>"))
+        .await
+        .unwrap();
+    snoop.flush().await.unwrap();
+    let cfg = durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[consumer]\nack_wait_ms = 1000\n",
+    );
+    let relay = Relay::ready(cfg).await;
+    publish(&js, "w.x", 1).await;
+    let wpi = tokio::time::timeout(T, futures::StreamExt::next(&mut acks))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&wpi.payload[..], b"+WPI");
+    snoop
+        .publish(wpi.subject.clone(), "-NAK".into())
+        .await
+        .unwrap();
+    snoop.flush().await.unwrap();
+    eventually("redelivered, then acked", T, || async {
+        relay.metric("jetrelay_redeliveries_total").await >= 1.0
+            && consumer_drained(&js, &stream, &durable).await
+    })
+    .await;
+    assert_eq!(app.arrivals(), 1, "the app saw the message once");
+    assert_eq!(relay.metric("jetrelay_messages_received_total").await, 2.0);
+    relay.stop().await.unwrap();
+}
