@@ -195,22 +195,29 @@ struct Running {
     ready_after: Duration,
 }
 
+/// A jetrelay config file's text and the admin port it listens on.
+struct RelayConfig {
+    text: String,
+    admin: u16,
+}
+
 fn relay_config(
     env: &Env,
     source: &str,
     ordering: &str,
     sink: &Sink,
-    admin: u16,
     ack_wait_ms: u64,
-) -> String {
+) -> RelayConfig {
     let level = std::env::var("BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".into());
-    format!(
+    let admin = free_port();
+    let text = format!(
         "[nats]\nservers = [\"{}\"]\n[source]\n{source}\n[consumer]\nack_wait_ms = {ack_wait_ms}\nmax_deliver = -1\n\
          [delivery]\nmax_in_flight = {IN_FLIGHT}\nmax_buffered = 256\nmax_batch = 64\nordering = \"{ordering}\"\n\
          [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n[log]\nlevel = \"{level}\"\n",
         env.nats_url,
         sink.url()
-    )
+    );
+    RelayConfig { text, admin }
 }
 
 fn free_port() -> u16 {
@@ -219,15 +226,9 @@ fn free_port() -> u16 {
         .map_or(0, |a| a.port())
 }
 
-async fn start_relay(env: &Env, config: &str, name: &str) -> Result<Running, Error> {
+async fn start_relay(env: &Env, config: &RelayConfig, name: &str) -> Result<Running, Error> {
     let path = env.dir.join(format!("{name}.toml"));
-    std::fs::write(&path, config)?;
-    let admin = config
-        .split("listen = \"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .unwrap_or_default()
-        .to_string();
+    std::fs::write(&path, &config.text)?;
     let started = Instant::now();
     let child = Command::new(&env.relay_bin)
         .arg("run")
@@ -244,13 +245,13 @@ async fn start_relay(env: &Env, config: &str, name: &str) -> Result<Running, Err
         .kill_on_drop(true)
         .spawn()?;
     let http = reqwest::Client::new();
-    let ready = format!("http://{admin}/ready");
+    let ready = format!("http://127.0.0.1:{}/ready", config.admin);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(r) = http.get(&ready).send().await {
-            if r.status().is_success() {
-                break;
-            }
+        if let Ok(r) = http.get(&ready).send().await
+            && r.status().is_success()
+        {
+            break;
         }
         if Instant::now() > deadline {
             return Err(format!("{name} did not become ready").into());
@@ -338,7 +339,7 @@ async fn start_contender(
                 format!("stream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{durable}\"");
             start_relay(
                 env,
-                &relay_config(env, &source, ordering, sink, free_port(), 30_000),
+                &relay_config(env, &source, ordering, sink, 30_000),
                 &format!("run{run}"),
             )
             .await
@@ -352,7 +353,7 @@ async fn start_contender(
                 std::env::var("BENCH_GROUP_ORDERING").unwrap_or_else(|_| "partition".into());
             start_relay(
                 env,
-                &relay_config(env, &source, &ordering, sink, free_port(), 30_000),
+                &relay_config(env, &source, &ordering, sink, 30_000),
                 &format!("run{run}"),
             )
             .await
@@ -520,14 +521,14 @@ async fn handover(
     };
     let a = start_relay(
         env,
-        &relay_config(env, &source, "partition", &sink_a, free_port(), ack_wait),
+        &relay_config(env, &source, "partition", &sink_a, ack_wait),
         &format!("{group}-a"),
     )
     .await?;
     wait_for("A serves", Duration::from_secs(60), || sink_a.count() > 50).await?;
     let b = start_relay(
         env,
-        &relay_config(env, &source, "partition", &sink_b, free_port(), ack_wait),
+        &relay_config(env, &source, "partition", &sink_b, ack_wait),
         &format!("{group}-b"),
     )
     .await?;
@@ -549,7 +550,7 @@ async fn handover(
     let _ = a_child.wait().await;
     let a2 = start_relay(
         env,
-        &relay_config(env, &source, "partition", &sink_a, free_port(), ack_wait),
+        &relay_config(env, &source, "partition", &sink_a, ack_wait),
         &format!("{group}-a2"),
     )
     .await?;
@@ -648,10 +649,10 @@ async fn main() -> Result<(), Error> {
     let ports = dir.join(format!("nats-server_{}.ports", nats.id().unwrap_or(0)));
     let mut nats_url = String::new();
     wait_for("nats-server", Duration::from_secs(15), || {
-        if let Ok(t) = std::fs::read_to_string(&ports) {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&t) {
-                nats_url = v["nats"][0].as_str().unwrap_or_default().to_string();
-            }
+        if let Ok(t) = std::fs::read_to_string(&ports)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&t)
+        {
+            nats_url = v["nats"][0].as_str().unwrap_or_default().to_string();
         }
         !nats_url.is_empty()
     })
