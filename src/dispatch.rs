@@ -301,6 +301,10 @@ impl Dispatch {
                             grace.as_mut().reset(Instant::now() + self.shutdown_grace);
                         }
                     }
+                    PullEvent::Released { naked, failed } => {
+                        self.metrics.settled_by(SettleLabel::Nak, naked as u64);
+                        self.metrics.settle_failures.inc_by(failed as u64);
+                    }
                     PullEvent::ConsumerGone(reason) => {
                         source.stop();
                         // The consumer is gone: what is held cannot be settled any more;

@@ -384,12 +384,24 @@ impl GroupSource {
         self.pending.push_back(ev);
     }
 
+    /// NAKs messages that were delivered but never taken, and reports the count to
+    /// the dispatcher (which keeps the metrics).
     async fn release(&mut self, settlers: Vec<Settler>) {
+        if settlers.is_empty() {
+            return;
+        }
+        let (mut naked, mut failed) = (0, 0);
         for s in settlers {
-            if let Err(e) = s.nak(Duration::ZERO).await {
-                tracing::warn!(error = %e, "cannot release a message");
+            match s.nak(Duration::ZERO).await {
+                Ok(()) => naked += 1,
+                Err(e) => {
+                    failed += 1;
+                    tracing::warn!(error = %e, "cannot release a message; it comes back after ack_wait");
+                }
             }
         }
+        self.pending
+            .push_back(PullEvent::Released { naked, failed });
     }
 
     async fn drop_puller(&mut self) -> bool {

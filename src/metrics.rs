@@ -236,6 +236,11 @@ impl Metrics {
         self.settled[action as usize].inc();
     }
 
+    /// Counts `n` settled messages.
+    pub fn settled_by(&self, action: SettleLabel, n: u64) {
+        self.settled[action as usize].inc_by(n);
+    }
+
     /// Counts one `Jetrelay-Action` override (`invalid` for a value not understood).
     pub fn action_override(&self, action: &str) {
         self.action_overrides.with_label_values(&[action]).inc();

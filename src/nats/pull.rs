@@ -67,6 +67,14 @@ pub enum PullEvent {
     Quiesce,
     /// Group sources: the group was deleted; drain and stop cleanly.
     Ended(String),
+    /// Group sources: this many messages delivered to a consumer being replaced were
+    /// never taken, and were released (NAK) by the source; for the metrics.
+    Released {
+        /// NAKs sent.
+        naked: usize,
+        /// NAKs that could not be sent (the messages come back after `ack_wait`).
+        failed: usize,
+    },
 }
 
 #[derive(Debug)]
