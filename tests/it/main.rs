@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In the harness, a panic is the failure report.
 
 mod binary;
+mod faults;
 mod forwarding;
 mod groups;
 mod interop;

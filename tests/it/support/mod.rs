@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use app::{MockApp, Reply};
-pub use nats_server::NatsServer;
+pub use nats_server::{Cluster, NatsServer};
 
 /// Unique names per test, so tests never collide even on a shared server.
 pub fn unique(prefix: &str) -> String {
@@ -126,10 +126,21 @@ pub fn durable_config(
     durable: &str,
     extra: &str,
 ) -> Config {
+    durable_config_at(nats.url(), app, stream, durable, extra)
+}
+
+/// [`durable_config`] for any server list (comma-separated URLs).
+pub fn durable_config_at(
+    servers: &str,
+    app: &MockApp,
+    stream: &str,
+    durable: &str,
+    extra: &str,
+) -> Config {
     let base = format!(
         r#"
         [nats]
-        servers = ["{}"]
+        servers = "{servers}"
         [source]
         stream = "{stream}"
         kind = "durable"
@@ -142,7 +153,6 @@ pub fn durable_config(
         [log]
         level = "warn"
         "#,
-        nats.url(),
         app.url()
     );
     Config::from_figment(Figment::from(Toml::string(&base)).merge(Toml::string(extra)))

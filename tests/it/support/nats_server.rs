@@ -31,9 +31,14 @@ impl NatsServer {
 
     /// With extra command-line options (e.g. `--user u --pass p`).
     pub fn start_with(extra: &[&str]) -> NatsServer {
+        Self::start_on(None, extra)
+    }
+
+    /// On a given client port (`None`: any free one), with extra options.
+    pub fn start_on(port: Option<u16>, extra: &[&str]) -> NatsServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, url, port) = spawn(dir.path(), None, &extra);
+        let (child, url, port) = spawn(dir.path(), port, &extra);
         NatsServer {
             child,
             dir,
@@ -50,11 +55,17 @@ impl NatsServer {
     /// Kills the server (SIGKILL) and starts it again on the same port and store.
     pub fn restart(&mut self) {
         self.kill();
+        self.start_again();
+    }
+
+    /// Starts a killed server again on the same port, store and options.
+    pub fn start_again(&mut self) {
         let (child, url, _) = spawn(self.dir.path(), Some(self.port), &self.extra);
         self.child = child;
         self.url = url;
     }
 
+    /// Kills the server (SIGKILL) and waits until it is gone.
     pub fn kill(&mut self) {
         // Already dead is fine: kill, then reap.
         self.child.kill().ok();
@@ -119,5 +130,72 @@ fn spawn(dir: &Path, port: Option<u16>, extra: &[String]) -> (Child, String, u16
             "nats-server did not start in 15 s"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A free loopback port (released at once; the server binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Three clustered JetStream servers on loopback (`n1`..`n3`), each with its own
+/// store, routed to one another; any node can be killed and started again on the
+/// same ports.
+pub struct Cluster {
+    pub nodes: Vec<NatsServer>,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let name = crate::support::unique("c");
+        let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let routes = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes = cluster_ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let listen = format!("nats://127.0.0.1:{p}");
+                let server_name = format!("n{}", i + 1);
+                NatsServer::start_on(
+                    None,
+                    &[
+                        "--cluster",
+                        &listen,
+                        "--cluster_name",
+                        &name,
+                        "--server_name",
+                        &server_name,
+                        "--routes",
+                        &routes,
+                    ],
+                )
+            })
+            .collect();
+        Cluster { nodes }
+    }
+
+    /// Every node's client URL, comma-separated (what a client is given).
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.url().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The node of a server name (`n1`..`n3`).
+    pub fn node(&mut self, server_name: &str) -> &mut NatsServer {
+        let i: usize = server_name
+            .trim_start_matches('n')
+            .parse()
+            .expect("a node name");
+        &mut self.nodes[i - 1]
     }
 }
