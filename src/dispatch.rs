@@ -81,6 +81,8 @@ struct Standing {
     waiting: Option<String>,
     /// The assigned partitions, once known.
     assignment: Option<Vec<u32>>,
+    /// The member consumer cannot be created yet: why.
+    unavailable: Option<String>,
 }
 
 /// A failure that ends the process.
@@ -270,6 +272,7 @@ impl Dispatch {
                     PullEvent::Assignment(partitions) => {
                         self.health.set_partitions(partitions.clone());
                         standing.waiting = None;
+                        standing.unavailable = None;
                         standing.assignment = Some(partitions);
                         if !draining {
                             self.set_serving_state(healthy, &standing);
@@ -279,6 +282,12 @@ impl Dispatch {
                         self.health.set_partitions(Vec::new());
                         standing.waiting = Some(reason);
                         standing.assignment = None;
+                        if !draining {
+                            self.set_serving_state(healthy, &standing);
+                        }
+                    }
+                    PullEvent::Unavailable(reason) => {
+                        standing.unavailable = Some(reason);
                         if !draining {
                             self.set_serving_state(healthy, &standing);
                         }
@@ -344,6 +353,8 @@ impl Dispatch {
         if !app_healthy {
             self.health
                 .set(State::NotReady, "the app is not healthy (http.health_url)");
+        } else if let Some(why) = &standing.unavailable {
+            self.health.set(State::NotReady, why.clone());
         } else if let Some(why) = &standing.waiting {
             self.health.set(State::WaitingForMembership, why.clone());
         } else if standing.assignment.as_ref().is_some_and(Vec::is_empty) {

@@ -277,16 +277,23 @@ impl GroupSource {
         tracing::info!(member = %self.s.member, consumer = %spec.name, filters = ?filters, "joined the group");
         self.filters = filters;
         self.puller = Some(puller);
+        // Clears a previous `Unavailable` in the dispatcher's readiness.
+        self.pending
+            .push_back(PullEvent::Assignment(self.partitions()));
         Ok(())
     }
 
-    /// A join that failed for a reason retrying may fix waits for the next tick.
+    /// A join that failed for a reason retrying may fix waits for the next tick; the
+    /// member is not ready meanwhile.
     async fn join_or_log(&mut self) {
         match self.try_join().await {
             Ok(()) => {}
             Err(JoinError::Fatal(e)) => self.pending.push_back(PullEvent::Fatal(e)),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot join the group now; retrying on the next tick")
+                tracing::warn!(error = %e, "cannot join the group now; retrying on the next tick");
+                self.pending.push_back(PullEvent::Unavailable(format!(
+                    "the member consumer cannot be created: {e}"
+                )));
             }
         }
     }
@@ -456,7 +463,9 @@ impl Source for GroupSource {
                         // Deleted underneath us (another instance, an admin, the
                         // reaper): never a zombie (B15).
                         tracing::warn!(reason = %reason, member = %self.s.member, "the member consumer went away");
-                        self.drop_puller().await;
+                        if self.drop_puller().await {
+                            self.pending.push_back(PullEvent::Pinned(false));
+                        }
                         if self.s.flavour == Flavour::Static && !self.ended {
                             self.join_or_log().await;
                         }
@@ -464,7 +473,9 @@ impl Source for GroupSource {
                     PullEvent::Pinned(false) if self.stopped => {}
                     other => return other,
                 },
-                _ = self.tick.tick(), if elastic && !self.quiescing && self.join_at.is_none() => {
+                // Elastic members re-check their consumer on every tick; any member
+                // without one (a failed join) retries on it.
+                _ = self.tick.tick(), if (elastic || (self.puller.is_none() && !self.ended)) && !self.quiescing && self.join_at.is_none() => {
                     if self.puller.is_none() && !self.stopped {
                         self.join_or_log().await;
                     }

@@ -67,6 +67,10 @@ pub enum PullEvent {
     Quiesce,
     /// Group sources: the group was deleted; drain and stop cleanly.
     Ended(String),
+    /// Group sources: the member consumer is gone and cannot be created again yet
+    /// (JetStream unavailable, e.g. during a leader election): not ready until the
+    /// next `Assignment`, which follows a successful join.
+    Unavailable(String),
     /// Group sources: this many messages delivered to a consumer being replaced were
     /// never taken, and were released (NAK) by the source; for the metrics.
     Released {

@@ -1,5 +1,6 @@
-//! Faults of a three-node cluster while the daemon consumes: every node killed and
-//! started again in turn (a rolling restart), the consumer's leader first.
+//! Faults of a three-node cluster while the daemon consumes: every node killed
+//! (SIGKILL) and started again in turn, the consumer's leader first, under a steady
+//! publisher. Nothing may be lost, and the daemon must end ready.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -7,12 +8,71 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use jetrelay::pcg::model::GroupConfig;
 
-use crate::support::groups::bodies;
+use crate::support::groups::{admin_at, bodies, member_config_at};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(30);
 const N: usize = 600;
+
+/// A client of every node.
+async fn connect(cluster: &Cluster) -> jetstream::Context {
+    let addrs: Vec<async_nats::ServerAddr> = cluster
+        .urls()
+        .split(',')
+        .map(|u| u.parse().unwrap())
+        .collect();
+    jetstream::new(async_nats::connect(addrs).await.unwrap())
+}
+
+/// Creates a stream with three replicas once the cluster has a meta leader.
+async fn r3_stream(js: &jetstream::Context, config: jetstream::stream::Config) {
+    eventually("an R3 stream", T, || async {
+        js.create_stream(jetstream::stream::Config {
+            num_replicas: 3,
+            ..config.clone()
+        })
+        .await
+        .is_ok()
+    })
+    .await;
+}
+
+/// Publishes `m0`..`m{N-1}` to `subject(i)` every 40 ms; each is retried until the
+/// stream stores it (Nats-Msg-Id makes a retry after a lost PubAck harmless).
+fn publish_steadily(
+    js: &jetstream::Context,
+    subject: impl Fn(usize) -> String + Send + 'static,
+) -> (tokio::task::JoinHandle<()>, Arc<AtomicUsize>) {
+    let published = Arc::new(AtomicUsize::new(0));
+    let (js, count) = (js.clone(), published.clone());
+    let task = tokio::spawn(async move {
+        let mut pace = tokio::time::interval(Duration::from_millis(40));
+        for i in 0..N {
+            pace.tick().await;
+            let body = format!("m{i}");
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", body.as_str());
+            for attempt in 0.. {
+                let stored = match js
+                    .publish_with_headers(subject(i), headers.clone(), body.clone().into())
+                    .await
+                {
+                    Ok(ack) => ack.await.is_ok(),
+                    Err(_) => false,
+                };
+                if stored {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+                assert!(attempt < 300, "{body} could not be published");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    (task, published)
+}
 
 /// Whether every replica of a stream's or consumer's group is online and current.
 fn settled(cluster: Option<&jetstream::stream::ClusterInfo>) -> bool {
@@ -20,69 +80,18 @@ fn settled(cluster: Option<&jetstream::stream::ClusterInfo>) -> bool {
         .is_some_and(|c| c.leader.is_some() && c.replicas.iter().all(|r| r.current && !r.offline))
 }
 
-#[tokio::test]
-async fn a_rolling_restart_of_the_cluster_loses_nothing() {
-    let mut cluster = Cluster::start();
-    let addrs: Vec<async_nats::ServerAddr> = cluster
-        .urls()
-        .split(',')
-        .map(|u| u.parse().unwrap())
-        .collect();
-    let js = jetstream::new(async_nats::connect(addrs).await.unwrap());
-    let (stream, durable) = (unique("F"), unique("d"));
-    eventually("an R3 stream", T, || async {
-        js.create_stream(jetstream::stream::Config {
-            name: stream.clone(),
-            subjects: vec!["f.>".into()],
-            num_replicas: 3,
-            ..Default::default()
-        })
-        .await
-        .is_ok()
-    })
-    .await;
-    let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(5))).await;
-    let relay = Relay::ready(durable_config_at(
-        &cluster.urls(),
-        &app,
-        &stream,
-        &durable,
-        "[consumer]\nack_wait_ms = 2000\nmax_deliver = -1\n",
-    ))
-    .await;
-
-    // A steady publisher: each message is retried until the stream stores it
-    // (Nats-Msg-Id makes a retry after a lost PubAck harmless).
-    let published = Arc::new(AtomicUsize::new(0));
-    let publisher = {
-        let (js, published) = (js.clone(), published.clone());
-        tokio::spawn(async move {
-            let mut pace = tokio::time::interval(Duration::from_millis(40));
-            for i in 0..N {
-                pace.tick().await;
-                let body = format!("m{i}");
-                let mut headers = async_nats::HeaderMap::new();
-                headers.insert("Nats-Msg-Id", body.as_str());
-                for attempt in 0.. {
-                    let stored = match js
-                        .publish_with_headers("f.x", headers.clone(), body.clone().into())
-                        .await
-                    {
-                        Ok(ack) => ack.await.is_ok(),
-                        Err(_) => false,
-                    };
-                    if stored {
-                        published.fetch_add(1, Ordering::SeqCst);
-                        break;
-                    }
-                    assert!(attempt < 300, "{body} could not be published");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        })
-    };
-
-    let leader = consumer_info(&js, &stream, &durable)
+/// Kills and restarts every node, the consumer's leader first; before each kill the
+/// apps receive again (or everything is published), and each node catches up before
+/// the next one goes.
+async fn rolling_restart(
+    cluster: &mut Cluster,
+    js: &jetstream::Context,
+    stream: &str,
+    consumer: &str,
+    apps: &[&MockApp],
+    published: &AtomicUsize,
+) {
+    let leader = consumer_info(js, stream, consumer)
         .await
         .and_then(|i| i.cluster)
         .and_then(|c| c.leader)
@@ -94,37 +103,158 @@ async fn a_rolling_restart_of_the_cluster_loses_nothing() {
             .filter(|n| *n != leader)
             .map(String::from),
     );
+    let arrivals = || apps.iter().map(|a| a.arrivals()).sum::<usize>();
     for name in order {
-        // The daemon consumes again (or has taken everything) before the next kill.
-        let before = app.arrivals();
+        let before = arrivals();
         eventually("consuming before the kill", T, || async {
-            app.arrivals() > before || published.load(Ordering::SeqCst) == N
+            arrivals() > before || published.load(Ordering::SeqCst) == N
         })
         .await;
         cluster.node(&name).kill();
         cluster.node(&name).start_again();
-        // The next node goes only when this one has caught up.
         eventually("every replica current again", T, || async {
-            let Ok(mut s) = js.get_stream(&stream).await else {
+            let Ok(mut s) = js.get_stream(stream).await else {
                 return false;
             };
             let stream_ok = s.info().await.is_ok_and(|i| settled(i.cluster.as_ref()));
-            let consumer_ok = consumer_info(&js, &stream, &durable)
+            let consumer_ok = consumer_info(js, stream, consumer)
                 .await
                 .is_some_and(|i| settled(i.cluster.as_ref()));
             stream_ok && consumer_ok
         })
         .await;
     }
-    publisher.await.unwrap();
+}
 
+/// Every message reached an app and the consumer has nothing left.
+async fn everything_delivered(
+    js: &jetstream::Context,
+    stream: &str,
+    consumer: &str,
+    apps: &[&MockApp],
+) {
     let want: BTreeSet<String> = (0..N).map(|i| format!("m{i}")).collect();
     eventually(
         "every message delivered and acknowledged",
         Duration::from_secs(60),
-        || async { bodies(&[&app]) == want && consumer_drained(&js, &stream, &durable).await },
+        || async { bodies(apps) == want && consumer_drained(js, stream, consumer).await },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_durable_consumer_rides_out_a_rolling_restart_of_the_cluster() {
+    let mut cluster = Cluster::start();
+    let js = connect(&cluster).await;
+    let (stream, durable) = (unique("F"), unique("d"));
+    r3_stream(
+        &js,
+        jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec!["f.>".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(5))).await;
+    let relay = Relay::ready(durable_config_at(
+        &cluster.urls(),
+        &app,
+        &stream,
+        &durable,
+        "[consumer]\nack_wait_ms = 2000\nmax_deliver = -1\n",
+    ))
+    .await;
+    let (publisher, published) = publish_steadily(&js, |_| "f.x".to_string());
+    rolling_restart(&mut cluster, &js, &stream, &durable, &[&app], &published).await;
+    publisher.await.unwrap();
+    everything_delivered(&js, &stream, &durable, &[&app]).await;
     relay.wait_ready(T).await;
     relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_group_member_with_a_hot_standby_rides_out_a_rolling_restart_of_the_cluster() {
+    let mut cluster = Cluster::start();
+    let js = connect(&cluster).await;
+    let stream = unique("G");
+    r3_stream(
+        &js,
+        jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec!["o.*".into()],
+            subject_transform: Some(jetstream::stream::SubjectTransform {
+                source: "o.*".into(),
+                destination: "{{partition(2,1)}}.o.{{wildcard(1)}}".into(),
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    admin_at(&cluster.urls())
+        .await
+        .create_static(
+            &stream,
+            "cg",
+            GroupConfig::new_static(2, vec![], vec!["m1".into()], vec![]),
+        )
+        .await
+        .unwrap();
+    let (app1, app2) = (MockApp::ok().await, MockApp::ok().await);
+    let extra = "[consumer]\nmax_deliver = -1\n";
+    let urls = cluster.urls();
+    let i1 = Relay::ready(member_config_at(
+        &urls, &app1, "static", &stream, "cg", "m1", extra,
+    ))
+    .await;
+    let i2 = Relay::ready(member_config_at(
+        &urls, &app2, "static", &stream, "cg", "m1", extra,
+    ))
+    .await;
+    // What each instance's readiness said along the way.
+    let said = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    for relay in [&i1, &i2] {
+        let (mut rx, said) = (relay.health.subscribe(), said.clone());
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let s = rx.borrow_and_update().clone();
+                said.lock()
+                    .unwrap()
+                    .push(format!("{}: {}", s.ready, s.reason));
+            }
+        });
+    }
+    let (publisher, published) = publish_steadily(&js, |i| format!("o.k{}", i % 10));
+    let consumer = jetrelay::pcg::static_consumer("cg", "m1");
+    eventually("the member consumer exists", T, || async {
+        consumer_info(&js, &stream, &consumer).await.is_some()
+    })
+    .await;
+    rolling_restart(
+        &mut cluster,
+        &js,
+        &stream,
+        &consumer,
+        &[&app1, &app2],
+        &published,
+    )
+    .await;
+    publisher.await.unwrap();
+    everything_delivered(&js, &stream, &consumer, &[&app1, &app2]).await;
+    // While the consumer could not be created again, the instances said so.
+    assert!(
+        said.lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.starts_with("false: the member consumer cannot be created")),
+        "{:?}",
+        said.lock().unwrap()
+    );
+    // One of the two is served again, the other stands by.
+    eventually("one instance pinned", T, || async {
+        i1.health.status().pinned != i2.health.status().pinned
+    })
+    .await;
+    i1.stop().await.unwrap();
+    i2.stop().await.unwrap();
 }

@@ -7,8 +7,13 @@ use jetrelay::nats::Nats;
 use super::{MockApp, NatsServer};
 
 pub async fn admin(nats: &NatsServer) -> GroupAdmin {
+    admin_at(nats.url()).await
+}
+
+/// An administrator connected to any server list (comma-separated URLs).
+pub async fn admin_at(servers: &str) -> GroupAdmin {
     let cfg = jetrelay::config::NatsConfig {
-        servers: vec![nats.url().to_string()],
+        servers: servers.split(',').map(str::to_string).collect(),
         ..Default::default()
     };
     GroupAdmin::new(Nats::connect(&cfg, false).await.unwrap())
@@ -91,12 +96,24 @@ pub fn member_config(
     member: &str,
     extra: &str,
 ) -> jetrelay::config::Config {
+    member_config_at(nats.url(), app, kind, stream, group, member, extra)
+}
+
+/// [`member_config`] for any server list (comma-separated URLs).
+pub fn member_config_at(
+    servers: &str,
+    app: &MockApp,
+    kind: &str,
+    stream: &str,
+    group: &str,
+    member: &str,
+    extra: &str,
+) -> jetrelay::config::Config {
     use figment::providers::{Format, Toml};
     let base = format!(
-        "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{stream}\"\nkind = \"{kind}\"\ngroup = \"{group}\"\nmember = \"{member}\"\n\
+        "[nats]\nservers = \"{servers}\"\n[source]\nstream = \"{stream}\"\nkind = \"{kind}\"\ngroup = \"{group}\"\nmember = \"{member}\"\n\
          [consumer]\nack_wait_ms = 2000\n[topology]\nretry_initial_ms = 50\nretry_max_ms = 200\n\
          [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n",
-        nats.url(),
         app.url()
     );
     jetrelay::config::Config::from_figment(
