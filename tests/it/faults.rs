@@ -258,3 +258,59 @@ async fn a_group_member_with_a_hot_standby_rides_out_a_rolling_restart_of_the_cl
     i1.stop().await.unwrap();
     i2.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_elastic_member_rides_out_a_rolling_restart_of_the_cluster() {
+    let mut cluster = Cluster::start();
+    let js = connect(&cluster).await;
+    let stream = unique("E");
+    r3_stream(
+        &js,
+        jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec!["e.*".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let admin = admin_at(&cluster.urls()).await;
+    let filters = vec![jetrelay::pcg::model::PartitioningFilter {
+        filter: "e.*".into(),
+        wildcards: vec![1],
+    }];
+    admin
+        .create_elastic(&stream, "eg", GroupConfig::new_elastic(4, filters, -1, -1))
+        .await
+        .unwrap();
+    admin.add(&stream, "eg", &["m1".into()]).await.unwrap();
+    let (app1, app2) = (MockApp::ok().await, MockApp::ok().await);
+    let extra = "[consumer]\nmax_deliver = -1\n";
+    let urls = cluster.urls();
+    let i1 = Relay::ready(member_config_at(
+        &urls, &app1, "elastic", &stream, "eg", "m1", extra,
+    ))
+    .await;
+    let i2 = Relay::ready(member_config_at(
+        &urls, &app2, "elastic", &stream, "eg", "m1", extra,
+    ))
+    .await;
+    let (publisher, published) = publish_steadily(&js, |i| format!("e.k{}", i % 10));
+    let group_stream = jetrelay::pcg::elastic_stream(&stream, "eg");
+    eventually("the member consumer exists", T, || async {
+        consumer_info(&js, &group_stream, "m1").await.is_some()
+    })
+    .await;
+    rolling_restart(
+        &mut cluster,
+        &js,
+        &group_stream,
+        "m1",
+        &[&app1, &app2],
+        &published,
+    )
+    .await;
+    publisher.await.unwrap();
+    everything_delivered(&js, &group_stream, "m1", &[&app1, &app2]).await;
+    i1.stop().await.unwrap();
+    i2.stop().await.unwrap();
+}
