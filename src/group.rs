@@ -290,7 +290,8 @@ impl GroupSource {
             Ok(()) => {}
             Err(JoinError::Fatal(e)) => self.pending.push_back(PullEvent::Fatal(e)),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot join the group now; retrying on the next tick");
+                // Logged once per change, as the readiness reason; not per attempt.
+                tracing::debug!(error = %e, "cannot join the group now; retrying on the next tick");
                 self.pending.push_back(PullEvent::Unavailable(format!(
                     "the member consumer cannot be created: {e}"
                 )));
