@@ -544,7 +544,7 @@ impl Config {
     /// Every rule broken by this config, in key order of the file.
     pub fn problems(&self) -> Vec<Problem> {
         let mut p = Problems::default();
-        self.check_nats(&mut p);
+        nats_problems(&self.nats, &mut p);
         self.check_source(&mut p);
         self.check_topology(&mut p);
         self.check_consumer(&mut p);
@@ -568,10 +568,6 @@ impl Config {
             );
         }
         p.0
-    }
-
-    fn check_nats(&self, p: &mut Problems) {
-        nats_problems(&self.nats, p);
     }
 
     fn check_source(&self, p: &mut Problems) {
@@ -894,30 +890,13 @@ impl NatsConfig {
     /// # Errors
     /// [`ConfigError`] naming every bad `nats.*` key.
     pub fn load(file: Option<&Path>) -> Result<NatsConfig, ConfigError> {
-        let figment = layered(file)?;
-        let nats = if figment.contains("nats") {
-            figment.extract_inner::<NatsConfig>("nats").map_err(|e| {
-                // extract_inner reports paths below the table in its own order:
-                // rebuild them as `nats.<key>`.
-                let mut err = invalid(e);
-                if let ConfigError::Invalid(problems) = &mut err {
-                    for p in problems {
-                        let rest: Vec<&str> = p
-                            .key
-                            .split('.')
-                            .filter(|k| !matches!(*k, "nats" | "config"))
-                            .collect();
-                        p.key = std::iter::once("nats")
-                            .chain(rest)
-                            .collect::<Vec<_>>()
-                            .join(".");
-                    }
-                }
-                err
-            })?
-        } else {
-            NatsConfig::default()
-        };
+        /// The tree with every table but `[nats]` ignored.
+        #[derive(Deserialize)]
+        struct OnlyNats {
+            #[serde(default)]
+            nats: NatsConfig,
+        }
+        let nats = layered(file)?.extract::<OnlyNats>().map_err(invalid)?.nats;
         let mut p = Problems::default();
         nats_problems(&nats, &mut p);
         if p.0.is_empty() {
