@@ -90,6 +90,15 @@ impl Default for NatsConfig {
     }
 }
 
+/// Server URLs from one comma-separated string (`nats://a:4222, nats://b:4222`).
+pub fn split_servers(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// A list of strings, or one string split at commas.
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     #[derive(Deserialize)]
@@ -99,12 +108,7 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
         Many(Vec<String>),
     }
     Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(s) => s
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect(),
+        OneOrMany::One(s) => split_servers(&s),
         OneOrMany::Many(v) => v,
     })
 }

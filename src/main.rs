@@ -195,11 +195,7 @@ fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
         }
     };
     if let Some(server) = &options.server {
-        cfg.servers = server
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
+        cfg.servers = jetrelay::config::split_servers(server);
     }
     let raw: Vec<String> = std::env::args().collect();
     let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {

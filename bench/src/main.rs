@@ -94,6 +94,15 @@ impl Sink {
     fn count(&self) -> u64 {
         self.state.lock().unwrap().count
     }
+
+    /// Milliseconds from `t` to the first message received since the last reset.
+    fn first_ms_since(&self, t: Instant) -> f64 {
+        self.state
+            .lock()
+            .unwrap()
+            .first
+            .map_or(0.0, |f| f.duration_since(t).as_secs_f64() * 1000.0)
+    }
 }
 
 // === processes ===
@@ -540,12 +549,7 @@ async fn handover(
         sink_b.count() > 0
     })
     .await?;
-    let term = sink_b
-        .state
-        .lock()
-        .unwrap()
-        .first
-        .map_or(0.0, |f| f.duration_since(t).as_secs_f64() * 1000.0);
+    let term = sink_b.first_ms_since(t);
     let mut a_child = a.child;
     let _ = a_child.wait().await;
     let a2 = start_relay(
@@ -562,12 +566,7 @@ async fn handover(
         sink_a.count() > 0
     })
     .await?;
-    let kill = sink_a
-        .state
-        .lock()
-        .unwrap()
-        .first
-        .map_or(0.0, |f| f.duration_since(t).as_secs_f64() * 1000.0);
+    let kill = sink_a.first_ms_since(t);
     publishing.store(false, std::sync::atomic::Ordering::Relaxed);
     let _ = publisher.await;
     signal(&a2.child, "-TERM").await;

@@ -128,12 +128,7 @@ impl Nats {
     /// # Errors
     /// [`NatsError::Subscribe`].
     pub async fn puller(&self, cfg: PullerConfig) -> Result<Puller, NatsError> {
-        let prefix = self.client.new_inbox();
-        let sub = self
-            .client
-            .subscribe(format!("{prefix}.*"))
-            .await
-            .map_err(NatsError::Subscribe)?;
+        let (prefix, sub) = pull_inbox(&self.client).await?;
         let mut conn = self.state();
         let generation = conn.borrow_and_update().generation;
         Ok(Puller {
@@ -241,12 +236,7 @@ impl Puller {
     /// Moves to a fresh inbox: outstanding pulls lose their listener and die on the
     /// server; messages already delivered to the old inbox are released (NAK).
     async fn retire_pulls(&mut self) -> Result<(), NatsError> {
-        let prefix = self.client.new_inbox();
-        let fresh = self
-            .client
-            .subscribe(format!("{prefix}.*"))
-            .await
-            .map_err(NatsError::Subscribe)?;
+        let (prefix, fresh) = pull_inbox(&self.client).await?;
         let old = std::mem::replace(&mut self.sub, fresh);
         self.prefix = prefix;
         self.pulls.clear();
@@ -408,6 +398,17 @@ impl Puller {
             Some(message)
         }
     }
+}
+
+/// A fresh pull inbox: its prefix, and the one wildcard subscription every pull's
+/// reply subject (`<prefix>.<id>`) falls under.
+async fn pull_inbox(client: &Client) -> Result<(String, Subscriber), NatsError> {
+    let prefix = client.new_inbox();
+    let sub = client
+        .subscribe(format!("{prefix}.*"))
+        .await
+        .map_err(NatsError::Subscribe)?;
+    Ok((prefix, sub))
 }
 
 /// Unsubscribes a pull inbox and returns the settlers of the messages it had already
