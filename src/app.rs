@@ -15,12 +15,13 @@ use crate::config::{Config, OnMissing, SourceKind};
 use crate::dispatch::{Dispatch, DispatchError, Ended};
 use crate::forward::{ForwardError, Forwarder};
 use crate::group::{GroupSettings, GroupSource, JoinError};
-use crate::health::{Health, State};
+use crate::health::{Health, PinHolder, State};
 use crate::metrics::Metrics;
 use crate::nats::{Nats, NatsError, PullerConfig, TopologyError, TopologyRequest};
 use crate::pcg::model::Flavour;
 use crate::pcg::spec::Template;
 use crate::policy::{Policy, backoff};
+use crate::shutdown::{Deadline, bounded};
 use crate::topology::{ConsumerSpec, StreamSpec};
 
 /// A failure that ends the daemon.
@@ -53,6 +54,9 @@ pub enum AppError {
     /// The consumer group cannot be joined.
     #[error("consumer group: {0}")]
     Group(String),
+    /// The signal handlers could not be installed.
+    #[error("cannot listen for signals")]
+    Signals(#[source] std::io::Error),
 }
 
 impl AppError {
@@ -168,7 +172,9 @@ impl App {
     }
 
     /// Runs until `shutdown` is cancelled (then drains and returns `Ok`) or a fatal
-    /// error.
+    /// error. Once cancelled it returns within `delivery.shutdown_grace_ms` (plus a
+    /// moment), whatever NATS does: every step of the shutdown is bounded by the one
+    /// [`Deadline`], and a step that is still running after it is abandoned.
     ///
     /// # Errors
     /// [`AppError`].
@@ -180,14 +186,31 @@ impl App {
             self.metrics.clone(),
             admin_stop.clone(),
         ));
-        let result = Supervisor {
+        let deadline = Deadline::new(Duration::from_millis(
+            self.config.delivery.shutdown_grace_ms,
+        ));
+        let supervisor = Supervisor {
             config: self.config,
             metrics: self.metrics,
             health: self.health.clone(),
             forwarder: self.forwarder,
-        }
-        .run(&shutdown)
-        .await;
+            deadline: deadline.clone(),
+        };
+        let run = supervisor.run(&shutdown);
+        tokio::pin!(run);
+        // The backstop: the steps bound themselves; anything that still runs a moment
+        // after the deadline (a NATS call this code forgot to bound) is abandoned.
+        let backstop = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep_until(deadline.start() + BACKSTOP).await;
+        };
+        let result = tokio::select! {
+            result = &mut run => result,
+            () = backstop => {
+                tracing::error!("the shutdown grace is over and a step still runs: stopping without it");
+                Ok(())
+            }
+        };
         self.health.set(State::Draining, "stopped");
         // The admin endpoints stay up until everything else is done.
         admin_stop.cancel();
@@ -200,22 +223,30 @@ impl App {
     }
 }
 
+/// How long after the shutdown deadline the supervisor is abandoned if a step did
+/// not bound itself.
+const BACKSTOP: Duration = Duration::from_millis(500);
+
 struct Supervisor {
     config: Config,
     metrics: Metrics,
     health: Health,
     forwarder: Forwarder,
+    deadline: Deadline,
 }
 
 impl Supervisor {
     async fn run(self, shutdown: &CancellationToken) -> Result<(), AppError> {
         let cfg = &self.config;
-        self.health.set(State::NotReady, "connecting to NATS");
+        self.health.set(State::NotReady, "starting");
         let nats = Nats::connect(&cfg.nats, true).await?;
         let mirror = self.mirror_connection(&nats);
         let result = self.consume(&nats, shutdown).await;
         mirror.abort();
-        if let Err(e) = nats.flush().await {
+        // Acks are fire-and-forget publishes: flush them, but never wait on a
+        // connection that is down past the grace.
+        if let Some(Err(e)) = bounded(self.deadline.or_from_now(), "flush NATS", nats.flush()).await
+        {
             tracing::warn!(error = %e, "cannot flush NATS at shutdown");
         }
         result
@@ -227,8 +258,8 @@ impl Supervisor {
         let health = self.health.clone();
         tokio::spawn(async move {
             loop {
-                let connected = state.borrow_and_update().connected;
-                health.set_connected(connected);
+                let why = state.borrow_and_update().reason();
+                health.set_nats_down(why);
                 if state.changed().await.is_err() {
                     return;
                 }
@@ -238,7 +269,7 @@ impl Supervisor {
 
     async fn consume(&self, nats: &Nats, shutdown: &CancellationToken) -> Result<(), AppError> {
         let cfg = &self.config;
-        if !wait_connected(nats, shutdown).await {
+        if !wait_connected(nats, shutdown).await? {
             return Ok(());
         }
         nats.check_server_version()?;
@@ -249,7 +280,7 @@ impl Supervisor {
             metrics: self.metrics.clone(),
             health: self.health.clone(),
             max_in_flight: cfg.delivery.max_in_flight as usize,
-            shutdown_grace: Duration::from_millis(cfg.delivery.shutdown_grace_ms),
+            deadline: self.deadline.clone(),
             pinned_mode: cfg.kind().is_group(),
             ordering: cfg.ordering(),
             progress_every: crate::pcg::spec::ack_wait(cfg.consumer.ack_wait_ms) / 2,
@@ -447,22 +478,30 @@ impl Supervisor {
         rx
     }
 
-    /// Refreshes the consumer pending gauges every few seconds.
+    /// Refreshes the consumer pending gauges (and, for a pinned consumer, who holds
+    /// the pin) every few seconds.
     fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> JoinHandle<()> {
-        let (nats, metrics) = (nats.clone(), self.metrics.clone());
+        let (nats, metrics, health) = (nats.clone(), self.metrics.clone(), self.health.clone());
+        let pinned_mode = self.config.kind().is_group();
         let (stream, consumer) = (stream.to_string(), consumer.to_string());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tick.tick().await;
-                if let Some((pending, ack_pending)) = nats.consumer_counts(&stream, &consumer).await
-                {
+                if let Some(c) = nats.consumer_counts(&stream, &consumer).await {
                     metrics
                         .consumer_pending
-                        .set(i64::try_from(pending).unwrap_or(i64::MAX));
+                        .set(i64::try_from(c.pending).unwrap_or(i64::MAX));
                     metrics
                         .consumer_ack_pending
-                        .set(i64::try_from(ack_pending).unwrap_or(i64::MAX));
+                        .set(i64::try_from(c.ack_pending).unwrap_or(i64::MAX));
+                    if pinned_mode {
+                        health.set_pin_holder(if c.pinned {
+                            PinHolder::Someone
+                        } else {
+                            PinHolder::Nobody
+                        });
+                    }
                 }
             }
         })
@@ -493,15 +532,24 @@ fn group_consumer_names(cfg: &Config) -> (String, String) {
 }
 
 /// Waits until NATS is connected; `false` when shutdown came first.
-async fn wait_connected(nats: &Nats, shutdown: &CancellationToken) -> bool {
+///
+/// # Errors
+/// [`NatsError::Closed`] when the client gave up reconnecting.
+async fn wait_connected(nats: &Nats, shutdown: &CancellationToken) -> Result<bool, NatsError> {
     let mut state = nats.state();
     loop {
-        if state.borrow_and_update().connected {
-            return true;
+        {
+            let s = state.borrow_and_update();
+            if s.connected {
+                return Ok(true);
+            }
+            if s.closed {
+                return Err(NatsError::Closed);
+            }
         }
         tokio::select! {
-            () = shutdown.cancelled() => return false,
-            changed = state.changed() => if changed.is_err() { return false },
+            () = shutdown.cancelled() => return Ok(false),
+            changed = state.changed() => if changed.is_err() { return Ok(false) },
         }
     }
 }

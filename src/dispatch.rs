@@ -30,6 +30,7 @@ use crate::lanes::{LaneKey, Lanes};
 use crate::metrics::{HttpClass, Metrics, SettleLabel};
 use crate::nats::{DlqPublisher, NatsError, PullEvent, Settler};
 use crate::policy::{Disposition, Outcome, Policy, TermReason, backoff};
+use crate::shutdown::{Deadline, bounded};
 use crate::source::Source;
 use crate::timers::{Due, Timers};
 
@@ -46,8 +47,6 @@ pub struct Dispatch {
     pub health: Health,
     /// Concurrent requests at most.
     pub max_in_flight: usize,
-    /// How long in-flight requests may take to finish at shutdown.
-    pub shutdown_grace: Duration,
     /// Whether the source is a pinned consumer (standby until pinned).
     pub pinned_mode: bool,
     /// Lanes: `partition`, `subject` or `none`.
@@ -61,6 +60,9 @@ pub struct Dispatch {
     /// Pinned sources: how long the app may be unhealthy before this instance steps
     /// down so that a healthy instance of the member takes over.
     pub unhealthy_handover: Duration,
+    /// The end of the shutdown grace, shared with the supervisor: started when the
+    /// shutdown is seen; bounds the drain and every NATS step after it.
+    pub deadline: Deadline,
 }
 
 /// Why the loop ended.
@@ -193,11 +195,12 @@ impl Dispatch {
                 // Shutdown only stops intake: in-flight requests are never cancelled here.
                 () = shutdown.cancelled(), if !draining => {
                     draining = true;
+                    let deadline = self.deadline.start();
                     self.health.set(State::Draining, "shutting down");
                     source.stop();
-                    let released = self.release_waiting(&mut book).await;
+                    let released = bounded(deadline, "release queued messages", self.release_waiting(&mut book)).await;
                     tracing::info!(in_flight = book.tasks.len(), released, "draining");
-                    grace.as_mut().reset(Instant::now() + self.shutdown_grace);
+                    grace.as_mut().reset(deadline);
                 }
                 () = &mut grace, if draining => {
                     tracing::warn!(
@@ -306,8 +309,9 @@ impl Dispatch {
                             end_reason = Some(reason);
                             self.health.set(State::Draining, "the group ended");
                             source.stop();
-                            self.release_waiting(&mut book).await;
-                            grace.as_mut().reset(Instant::now() + self.shutdown_grace);
+                            let deadline = self.deadline.or_from_now();
+                            bounded(deadline, "release queued messages", self.release_waiting(&mut book)).await;
+                            grace.as_mut().reset(deadline);
                         }
                     }
                     PullEvent::Released { naked, failed } => {
@@ -331,15 +335,23 @@ impl Dispatch {
                 },
             }
         };
+        // Every step from here may talk to NATS, which may be gone: each is bounded by
+        // what is left of the grace (a source lost or failed gets a grace of its own).
+        let deadline = self.deadline.or_from_now();
         if self.pinned_mode && self.health.status().pinned {
             // Hand over at once: a standby instance of the member is served next,
             // without waiting for the pin timeout.
-            if source.step_down().await {
+            if bounded(deadline, "unpin", source.step_down()).await == Some(true) {
                 tracing::info!("unpinned: a standby instance takes over");
             }
         }
-        for settler in source.close().await {
-            self.release(&settler, Duration::ZERO).await;
+        if let Some(left) = bounded(deadline, "close the pull inbox", source.close()).await {
+            bounded(deadline, "release undelivered messages", async {
+                for settler in left {
+                    self.release(&settler, Duration::ZERO).await;
+                }
+            })
+            .await;
         }
         self.metrics.buffered.set(0);
         self.metrics.in_flight.set(0);
@@ -363,8 +375,8 @@ impl Dispatch {
                 "no partitions are assigned to this member",
             );
         } else if self.pinned_mode && !self.health.status().pinned {
-            self.health
-                .set(State::Standby, "another instance holds the pin");
+            // Health says whether another instance holds the pin or nobody does.
+            self.health.set(State::Standby, "");
         } else {
             self.health.set(State::Consuming, "");
         }
@@ -467,7 +479,8 @@ impl Dispatch {
             match due {
                 Due::Progress => {
                     match e.settler.progress().await {
-                        Ok(()) => self.metrics.progress_sent.inc(),
+                        Ok(true) => self.metrics.progress_sent.inc(),
+                        Ok(false) => {} // the connection is down: nobody would hear it
                         Err(err) => self.settle_failed(&err),
                     }
                     book.timers

@@ -1,6 +1,12 @@
 //! Readiness: the daemon's state, why it is (not) ready, and the group facts shown by
 //! `/ready`. Held in a `watch` so the admin endpoint and the metrics read one truth.
-//! Transitions are logged once each, here.
+//!
+//! The components report facts (what the supervisor or the dispatcher is doing, the
+//! NATS connection, who holds a pinned consumer's pin); what `/ready` shows is derived
+//! from them by one pure function, [`present`], so that it always says why: a lost
+//! connection is `not_ready` with the connection's reason whatever the dispatcher was
+//! doing, and an instance without the pin says whether another one holds it.
+//! Transitions of what is shown are logged once each, here.
 
 use std::sync::Arc;
 
@@ -10,21 +16,89 @@ use tokio::sync::watch;
 use crate::metrics::Metrics;
 
 /// What the daemon is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
-    /// Starting, or waiting for NATS or the topology (see the reason).
+    /// Starting, or waiting for NATS, the topology or the app (see the reason).
+    #[default]
     NotReady,
     /// Pulling and delivering.
     Consuming,
-    /// A hot standby of a pinned member: ready, not served.
+    /// A hot standby of a pinned member: another instance holds the pin.
     Standby,
+    /// A pinned consumer that no instance holds the pin of (nothing was delivered
+    /// yet): this instance pulls and is pinned by the next message.
+    Idle,
     /// An elastic group member not yet in the membership.
     WaitingForMembership,
     /// A member with no partitions assigned.
     NoPartitions,
     /// Shutting down: settling what it holds.
     Draining,
+}
+
+/// Who holds the pin of a pinned consumer, as last read from the consumer's info.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PinHolder {
+    /// Not read yet.
+    #[default]
+    Unknown,
+    /// No instance holds it.
+    Nobody,
+    /// Some instance holds it (this one, or another).
+    Someone,
+}
+
+/// What the components reported; `/ready` is derived from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// What the supervisor or the dispatcher says it is doing.
+    pub state: State,
+    /// Why, in its words.
+    pub reason: String,
+    /// Why NATS is not connected; `None` while connected.
+    pub nats_down: Option<String>,
+    /// Whether this instance holds the pin.
+    pub pinned: bool,
+    /// Who holds the pin (pinned consumers).
+    pub pin_holder: PinHolder,
+}
+
+/// The state and reason `/ready` shows for these facts. Draining wins (it is final);
+/// then a NATS connection that is down; an instance that reports standby says
+/// whether another instance holds the pin or nobody does.
+pub fn present(f: &Facts) -> (State, String) {
+    if f.state == State::Draining {
+        return (State::Draining, f.reason.clone());
+    }
+    if let Some(why) = &f.nats_down {
+        return (State::NotReady, why.clone());
+    }
+    if f.state == State::Standby && !f.pinned {
+        return match f.pin_holder {
+            PinHolder::Nobody => (
+                State::Idle,
+                "no instance of this member holds the pin (nothing was delivered yet); this \
+                 instance pulls and takes the pin with the next message"
+                    .into(),
+            ),
+            PinHolder::Someone => (State::Standby, "another instance holds the pin".into()),
+            PinHolder::Unknown => (State::Standby, "this instance does not hold the pin".into()),
+        };
+    }
+    (f.state, f.reason.clone())
+}
+
+/// Whether a shown state answers 200 on `/ready`.
+pub fn is_ready(state: State) -> bool {
+    matches!(
+        state,
+        State::Consuming
+            | State::Standby
+            | State::Idle
+            | State::WaitingForMembership
+            | State::NoPartitions
+    )
 }
 
 /// The readiness body of `/ready`.
@@ -42,22 +116,9 @@ pub struct Status {
     pub pinned: bool,
     /// This member's partitions, in group sources.
     pub partitions: Vec<u32>,
-    /// Whether NATS is connected.
+    /// What the state and reason are derived from.
     #[serde(skip)]
-    pub nats_connected: bool,
-}
-
-impl Status {
-    fn recompute(&mut self) {
-        self.ready = self.nats_connected
-            && matches!(
-                self.state,
-                State::Consuming
-                    | State::Standby
-                    | State::WaitingForMembership
-                    | State::NoPartitions
-            );
-    }
+    pub facts: Facts,
 }
 
 /// The shared readiness handle.
@@ -68,16 +129,22 @@ pub struct Health {
 }
 
 impl Health {
-    /// Starts not ready.
+    /// Starts not ready, not connected.
     pub fn new(member: Option<String>, metrics: Metrics) -> Health {
+        let facts = Facts {
+            reason: "starting".into(),
+            nats_down: Some("connecting to NATS".into()),
+            ..Facts::default()
+        };
+        let (state, reason) = present(&facts);
         let (tx, _) = watch::channel(Status {
             ready: false,
-            state: State::NotReady,
-            reason: "starting".into(),
+            state,
+            reason,
             member,
             pinned: false,
             partitions: Vec::new(),
-            nats_connected: false,
+            facts,
         });
         Health {
             tx: Arc::new(tx),
@@ -95,34 +162,35 @@ impl Health {
         self.tx.subscribe()
     }
 
-    /// Sets the state and reason; logs the transition once. Draining is final.
+    /// Sets what the daemon is doing and why. Draining is final.
     pub fn set(&self, state: State, reason: impl Into<String>) {
         let reason = reason.into();
-        self.update(|s| {
-            if s.state == State::Draining && state != State::Draining {
+        self.update(|f| {
+            if f.state == State::Draining && state != State::Draining {
                 return;
             }
-            if s.state != state || s.reason != reason {
-                tracing::info!(state = ?state, reason = %reason, "state changed");
-            }
-            s.state = state;
-            s.reason = reason;
+            f.state = state;
+            f.reason = reason;
         });
     }
 
-    /// Records whether NATS is connected.
-    pub fn set_connected(&self, connected: bool) {
-        self.update(|s| {
-            if s.nats_connected != connected {
-                if connected {
-                    tracing::info!("connected to NATS");
-                } else {
-                    tracing::warn!("disconnected from NATS");
+    /// Records the NATS connection: `None` when connected, else why not.
+    pub fn set_nats_down(&self, why: Option<String>) {
+        self.metrics.nats_connected.set(i64::from(why.is_none()));
+        self.update(|f| {
+            if f.nats_down.is_some() != why.is_some() {
+                match &why {
+                    None => tracing::info!("connected to NATS"),
+                    Some(why) => tracing::warn!(reason = %why, "not connected to NATS"),
                 }
             }
-            s.nats_connected = connected;
+            f.nats_down = why;
         });
-        self.metrics.nats_connected.set(i64::from(connected));
+    }
+
+    /// Records who holds the pin of a pinned consumer.
+    pub fn set_pin_holder(&self, holder: PinHolder) {
+        self.update(|f| f.pin_holder = holder);
     }
 
     /// Records this member's partitions.
@@ -130,29 +198,43 @@ impl Health {
         self.metrics
             .partitions_assigned
             .set(partitions.len() as i64);
-        self.update(|s| {
-            if s.partitions != partitions {
-                tracing::info!(partitions = ?partitions, "membership changed");
+        self.tx.send_if_modified(|s| {
+            if s.partitions == partitions {
+                return false;
             }
+            tracing::info!(partitions = ?partitions, "membership changed");
             s.partitions = partitions;
+            true
         });
     }
 
     /// Records whether this instance holds the pin.
     pub fn set_pinned(&self, pinned: bool) {
-        self.update(|s| {
-            if s.pinned != pinned {
+        self.metrics.pinned.set(i64::from(pinned));
+        self.update(|f| {
+            if f.pinned != pinned {
                 tracing::info!(pinned, "pin changed");
             }
-            s.pinned = pinned;
+            f.pinned = pinned;
         });
-        self.metrics.pinned.set(i64::from(pinned));
     }
 
-    fn update(&self, f: impl FnOnce(&mut Status)) {
-        self.tx.send_modify(|s| {
-            f(s);
-            s.recompute();
+    fn update(&self, change: impl FnOnce(&mut Facts)) {
+        self.tx.send_if_modified(|s| {
+            let before = s.facts.clone();
+            change(&mut s.facts);
+            if s.facts == before {
+                return false;
+            }
+            let (state, reason) = present(&s.facts);
+            if state != s.state || reason != s.reason {
+                tracing::info!(state = ?state, reason = %reason, "state changed");
+            }
+            s.state = state;
+            s.reason = reason;
+            s.ready = is_ready(state);
+            s.pinned = s.facts.pinned;
+            true
         });
         self.metrics.ready.set(i64::from(self.tx.borrow().ready));
     }
@@ -162,30 +244,118 @@ impl Health {
 mod tests {
     use super::*;
 
-    #[test]
-    fn readiness_table() {
-        let cases = [
-            (State::NotReady, true, false),
-            (State::Consuming, true, true),
-            (State::Consuming, false, false),
-            (State::Standby, true, true),
-            (State::WaitingForMembership, true, true),
-            (State::NoPartitions, true, true),
-            (State::Draining, true, false),
-        ];
-        for (state, connected, ready) in cases {
-            let h = Health::new(None, Metrics::new().unwrap());
-            h.set_connected(connected);
-            h.set(state, "");
-            assert_eq!(h.status().ready, ready, "{state:?} connected={connected}");
+    fn facts(state: State, nats_down: Option<&str>, pinned: bool, holder: PinHolder) -> Facts {
+        Facts {
+            state,
+            reason: "what it said".into(),
+            nats_down: nats_down.map(String::from),
+            pinned,
+            pin_holder: holder,
         }
+    }
+
+    #[test]
+    fn what_ready_shows_table() {
+        use PinHolder::*;
+        use State::*;
+        let said = "what it said";
+        let lost = Some("NATS connection lost");
+        let cases: &[(Facts, State, &str, bool)] = &[
+            (
+                facts(Consuming, None, false, Unknown),
+                Consuming,
+                said,
+                true,
+            ),
+            (
+                facts(Consuming, lost, false, Unknown),
+                NotReady,
+                "NATS connection lost",
+                false,
+            ),
+            (facts(Draining, lost, false, Unknown), Draining, said, false),
+            (facts(NotReady, None, false, Unknown), NotReady, said, false),
+            (
+                facts(Standby, None, false, Someone),
+                Standby,
+                "another instance holds the pin",
+                true,
+            ),
+            (
+                facts(Standby, None, false, Nobody),
+                Idle,
+                "no instance of this member holds the pin (nothing was delivered yet); this instance pulls and takes the pin with the next message",
+                true,
+            ),
+            (
+                facts(Standby, None, false, Unknown),
+                Standby,
+                "this instance does not hold the pin",
+                true,
+            ),
+            (
+                facts(
+                    Standby,
+                    Some("cannot connect to NATS: authorization violation"),
+                    false,
+                    Nobody,
+                ),
+                NotReady,
+                "cannot connect to NATS: authorization violation",
+                false,
+            ),
+            (
+                facts(WaitingForMembership, None, false, Unknown),
+                WaitingForMembership,
+                said,
+                true,
+            ),
+            (
+                facts(NoPartitions, None, false, Unknown),
+                NoPartitions,
+                said,
+                true,
+            ),
+        ];
+        for (f, state, reason, ready) in cases {
+            let (s, r) = present(f);
+            assert_eq!(
+                (s, r.as_str(), is_ready(s)),
+                (*state, *reason, *ready),
+                "{f:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_connection_shows_why_and_the_state_comes_back_after() {
+        let m = Metrics::new().unwrap();
+        let h = Health::new(None, m.clone());
+        assert_eq!(
+            (h.status().state, h.status().reason.as_str()),
+            (State::NotReady, "connecting to NATS")
+        );
+        h.set_nats_down(None);
+        h.set(State::Consuming, "");
+        assert!(h.status().ready);
+        assert_eq!(m.ready.get(), 1);
+        h.set_nats_down(Some("NATS connection lost".into()));
+        let s = h.status();
+        assert_eq!(
+            (s.ready, s.state, s.reason.as_str()),
+            (false, State::NotReady, "NATS connection lost")
+        );
+        assert_eq!((m.ready.get(), m.nats_connected.get()), (0, 0));
+        h.set_nats_down(None);
+        assert_eq!(h.status().state, State::Consuming);
+        assert_eq!(m.ready.get(), 1);
     }
 
     #[test]
     fn draining_is_final_and_ready_metric_follows() {
         let m = Metrics::new().unwrap();
         let h = Health::new(None, m.clone());
-        h.set_connected(true);
+        h.set_nats_down(None);
         h.set(State::Consuming, "");
         assert_eq!(m.ready.get(), 1);
         h.set(State::Draining, "shutting down");

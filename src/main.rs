@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use jetrelay::app::{self, App};
+use jetrelay::app::{self, App, AppError};
 use jetrelay::config::{Config, ConfigError, NatsConfig};
 use jetrelay::group_admin::{AdminError, GroupAdmin};
 use jetrelay::group_cli::{GroupCommand, GroupOptions};
@@ -52,6 +52,9 @@ enum Command {
 
 const EX_USAGE: u8 = 64;
 
+/// A second SIGTERM or SIGINT ended the process without the drain.
+const EXIT_FORCED: u8 = 1;
+
 #[allow(clippy::print_stderr, clippy::print_stdout)] // The process edge talks to the terminal.
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -88,6 +91,9 @@ fn main() -> ExitCode {
         Command::Run { .. } => runtime.block_on(run(config)),
         Command::Check { .. } | Command::Group { .. } => runtime.block_on(check(config)),
     };
+    // Tasks still waiting on the network (a reconnecting NATS client) must not hold
+    // the exit: they are dropped, not awaited.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -111,13 +117,18 @@ async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let app = App::build(config).await?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), admin = ?app.admin_addr(), "jetrelay starting");
     let shutdown = CancellationToken::new();
+    let mut signals = jetrelay::shutdown::Signals::install().map_err(AppError::Signals)?;
     let trigger = shutdown.clone();
     tokio::spawn(async move {
-        match jetrelay::shutdown::signal().await {
-            Ok(name) => tracing::info!(signal = name, "shutdown requested"),
-            Err(e) => tracing::error!(error = %e, "cannot listen for signals"),
-        }
+        let first = signals.next().await;
+        tracing::info!(signal = first, "shutdown requested");
         trigger.cancel();
+        let second = signals.next().await;
+        tracing::warn!(
+            signal = second,
+            "second signal: stopping at once; what was not settled is redelivered by JetStream after ack_wait"
+        );
+        std::process::exit(EXIT_FORCED.into());
     });
     app.run(shutdown).await?;
     tracing::info!("jetrelay stopped cleanly");

@@ -1,16 +1,119 @@
-//! OS signals: SIGTERM and SIGINT become one future. Nothing else touches signals.
+//! OS signals and the shutdown clock. SIGTERM and SIGINT are one stream of
+//! [`Signals`] (the first starts the shutdown, a second one ends the process at once);
+//! the [`Deadline`] bounds every step of the shutdown that follows, so that no step
+//! waits on NATS (or anything else) past `delivery.shutdown_grace_ms`. Nothing else
+//! touches signals.
 
-/// Completes on the first SIGTERM or SIGINT.
-///
-/// # Errors
-/// When the signal handlers cannot be installed.
-pub async fn signal() -> std::io::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    // Either branch completing ends the wait; the other is dropped, which is fine.
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// SIGTERM and SIGINT, listened to from the start so that none is missed between
+/// the first and the second.
+#[derive(Debug)]
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    ///
+    /// # Errors
+    /// When the signal handlers cannot be installed.
+    pub fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Completes on the next SIGTERM or SIGINT, with its name.
+    pub async fn next(&mut self) -> &'static str {
+        // Either branch completing ends the wait; the other is dropped, which is fine
+        // (`recv` is cancel-safe).
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// The end of the shutdown grace. The first component that sees the shutdown begin
+/// starts the clock (`start`); every later step (the drain, the unpin, releasing what
+/// is left, the final flush) is bounded by the same instant. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Deadline {
+    grace: Duration,
+    at: Arc<OnceLock<Instant>>,
+}
+
+impl Deadline {
+    /// A clock that will run for `grace` once started.
+    pub fn new(grace: Duration) -> Deadline {
+        Deadline {
+            grace,
+            at: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Starts the clock (only the first call does) and returns the deadline.
+    pub fn start(&self) -> Instant {
+        *self.at.get_or_init(|| Instant::now() + self.grace)
+    }
+
+    /// The deadline, once started.
+    pub fn get(&self) -> Option<Instant> {
+        self.at.get().copied()
+    }
+
+    /// The deadline if started, else `grace` from now (a drain that is not a process
+    /// shutdown, such as a deleted group, still gets its grace).
+    pub fn or_from_now(&self) -> Instant {
+        self.get().unwrap_or_else(|| Instant::now() + self.grace)
+    }
+}
+
+/// Runs one shutdown step until `deadline`; `None` (and a warning naming the step)
+/// when the grace ran out first. What the step would have settled is redelivered by
+/// JetStream after `ack_wait`.
+pub async fn bounded<F: Future>(deadline: Instant, step: &'static str, f: F) -> Option<F::Output> {
+    match tokio::time::timeout_at(deadline, f).await {
+        Ok(out) => Some(out),
+        Err(_) => {
+            tracing::warn!(
+                step,
+                "shutdown grace is over: step abandoned (JetStream redelivers what it would have settled)"
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_start_fixes_the_deadline() {
+        let d = Deadline::new(Duration::from_secs(5));
+        assert_eq!(d.get(), None);
+        let first = d.start();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(d.clone().start(), first, "clones share the clock");
+        assert_eq!(d.or_from_now(), first);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_is_abandoned_at_the_deadline() {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let never = std::future::pending::<()>();
+        let started = Instant::now();
+        assert_eq!(bounded(deadline, "wait", never).await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert_eq!(bounded(deadline, "ready", async { 7 }).await, Some(7));
+    }
 }

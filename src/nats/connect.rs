@@ -1,24 +1,50 @@
 //! Connecting: options from `[nats]`, secrets read from their files, and the
-//! connection state published on a `watch`.
+//! connection state published on a `watch` (with why the client is not connected,
+//! when it is not).
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use async_nats::{ConnectOptions, Event, ServerAddr};
+use async_nats::{ClientError, ConnectOptions, Event, ServerAddr};
 use tokio::sync::watch;
 
 use super::NatsError;
 use crate::config::NatsConfig;
 
 /// The connection as the rest of the daemon sees it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnState {
     /// Whether the client is connected now.
     pub connected: bool,
     /// Bumped on every (re)connect: pulls issued before it are gone with the old
     /// connection and must be sent again.
     pub generation: u64,
+    /// Why the last connection attempt failed (e.g. "authorization violation"),
+    /// cleared by a successful connect.
+    pub last_error: Option<String>,
+    /// The client gave up (`nats.max_reconnects` reached): it never connects again.
+    pub closed: bool,
+}
+
+impl ConnState {
+    /// Why the daemon is not connected, for readiness; `None` when connected.
+    pub fn reason(&self) -> Option<String> {
+        if self.connected {
+            return None;
+        }
+        let why = self.last_error.as_deref();
+        Some(match (self.closed, self.generation, why) {
+            (true, _, _) => {
+                "NATS connection closed: nats.max_reconnects reached, not reconnecting".into()
+            }
+            (false, 0, None) => "connecting to NATS".into(),
+            (false, 0, Some(e)) => format!("cannot connect to NATS: {e}"),
+            (false, _, None) => "NATS connection lost".into(),
+            (false, _, Some(e)) => format!("NATS connection lost (reconnecting: {e})"),
+        })
+    }
 }
 
 /// A connected client, its JetStream context and the connection state.
@@ -27,6 +53,24 @@ pub struct Nats {
     pub(super) client: async_nats::Client,
     pub(super) js: async_nats::jetstream::Context,
     state: watch::Receiver<ConnState>,
+    /// `state.connected` without a lock, for the per-message settle path.
+    pub(super) link: Link,
+    /// How long a send may wait for room in the client's buffer while connected.
+    pub(super) patience: Duration,
+}
+
+/// Whether the connection is up, shared with every [`super::Settler`].
+#[derive(Debug, Clone, Default)]
+pub(super) struct Link(Arc<AtomicBool>);
+
+impl Link {
+    pub(super) fn up(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, up: bool) {
+        self.0.store(up, Ordering::Relaxed);
+    }
 }
 
 impl Nats {
@@ -39,12 +83,14 @@ impl Nats {
     pub async fn connect(cfg: &NatsConfig, retry_initial: bool) -> Result<Nats, NatsError> {
         let (tx, rx) = watch::channel(ConnState::default());
         let tx = Arc::new(tx);
+        let link = Link::default();
         let mut opts = auth(ConnectOptions::new(), cfg).await?;
         let (first, max) = (
             Duration::from_millis(cfg.reconnect_delay_ms),
             Duration::from_millis(cfg.reconnect_delay_max_ms),
         );
         let events = Arc::clone(&tx);
+        let events_link = link.clone();
         opts = opts
             .name(&cfg.name)
             .connection_timeout(Duration::from_millis(cfg.connect_timeout_ms))
@@ -54,15 +100,40 @@ impl Nats {
                 crate::policy::reconnect_delay(first, max, attempts)
             })
             .event_callback(move |event| {
-                let tx = Arc::clone(&events);
+                let (tx, link) = (Arc::clone(&events), events_link.clone());
                 async move {
                     match event {
-                        Event::Connected => tx.send_modify(|s| {
-                            s.connected = true;
-                            s.generation += 1;
-                        }),
+                        Event::Connected => {
+                            link.set(true);
+                            tx.send_modify(|s| {
+                                s.connected = true;
+                                s.generation += 1;
+                                s.last_error = None;
+                            });
+                        }
                         Event::Disconnected | Event::Closed => {
+                            link.set(false);
                             tx.send_modify(|s| s.connected = false);
+                        }
+                        Event::ClientError(ClientError::MaxReconnects) => {
+                            link.set(false);
+                            tx.send_modify(|s| {
+                                s.connected = false;
+                                s.closed = true;
+                            });
+                        }
+                        // A failed (re)connect attempt: the client's text names the
+                        // kind ("authorization violation", "IO error", "TLS error").
+                        Event::ClientError(ClientError::Other(why)) => {
+                            tx.send_if_modified(|s| {
+                                let changed = s.last_error.as_deref() != Some(why.as_str());
+                                s.last_error = Some(why);
+                                changed
+                            });
+                        }
+                        Event::ServerError(e) => {
+                            tracing::warn!(error = %e, "the NATS server reports an error");
+                            tx.send_modify(|s| s.last_error = Some(e.to_string()));
                         }
                         Event::SlowConsumer(sid) => {
                             tracing::warn!(sid, "nats client reports a slow consumer");
@@ -97,12 +168,14 @@ impl Nats {
         let client = opts.connect(addrs).await.map_err(NatsError::Connect)?;
         // Events can be dropped (the client sends them with try_send), so the state is
         // also reconciled with the client's own view once a second.
-        tokio::spawn(reconcile(client.clone(), tx));
+        tokio::spawn(reconcile(client.clone(), tx, link.clone()));
         let js = async_nats::jetstream::new(client.clone());
         Ok(Nats {
             client,
             js,
             state: rx,
+            link,
+            patience: Duration::from_millis(cfg.request_timeout_ms),
         })
     }
 
@@ -123,7 +196,8 @@ impl Nats {
         }
     }
 
-    /// Flushes what is buffered (acks are fire-and-forget publishes).
+    /// Flushes what is buffered (acks are fire-and-forget publishes). While the
+    /// connection is down this waits for the reconnect: bound it.
     ///
     /// # Errors
     /// [`NatsError::Flush`].
@@ -132,7 +206,7 @@ impl Nats {
     }
 }
 
-async fn reconcile(client: async_nats::Client, tx: Arc<watch::Sender<ConnState>>) {
+async fn reconcile(client: async_nats::Client, tx: Arc<watch::Sender<ConnState>>, link: Link) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -141,6 +215,7 @@ async fn reconcile(client: async_nats::Client, tx: Arc<watch::Sender<ConnState>>
             return;
         }
         let connected = client.connection_state() == async_nats::connection::State::Connected;
+        link.set(connected);
         tx.send_if_modified(|s| {
             if s.connected == connected {
                 return false;
@@ -148,6 +223,7 @@ async fn reconcile(client: async_nats::Client, tx: Arc<watch::Sender<ConnState>>
             if connected {
                 // A Connected event was dropped: count the reconnect here.
                 s.generation += 1;
+                s.last_error = None;
             }
             s.connected = connected;
             true

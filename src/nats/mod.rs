@@ -23,7 +23,7 @@ pub use dlq::DlqPublisher;
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;
-pub use topology::{Bound, GroupConsumer, TopologyError, TopologyRequest};
+pub use topology::{Bound, ConsumerCounts, GroupConsumer, TopologyError, TopologyRequest};
 
 /// Failures at the NATS boundary that are not about topology.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,10 @@ pub enum NatsError {
     /// Publishing (a pull, an ack) failed.
     #[error("cannot publish to NATS")]
     Publish(#[source] async_nats::PublishError),
+    /// The connection is down and the client's buffer is full (or stayed full for
+    /// `nats.request_timeout_ms`): nothing was sent.
+    #[error("not sent: the NATS connection is down and its buffer is full")]
+    NotSent,
     /// A confirmed ack got no confirmation.
     #[error("the server did not confirm the ack")]
     AckNotConfirmed(#[source] async_nats::RequestError),
@@ -71,6 +75,9 @@ pub enum NatsError {
         /// What the server said.
         detail: String,
     },
+    /// The client gave up reconnecting (`nats.max_reconnects`).
+    #[error("the NATS connection is closed: nats.max_reconnects reached")]
+    Closed,
     /// Flushing at shutdown failed.
     #[error("cannot flush the NATS connection")]
     Flush(#[source] async_nats::client::FlushError),

@@ -11,6 +11,7 @@
 //! when the server's idle heartbeats stop.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use async_nats::{Client, Message, Subscriber};
 use futures::StreamExt;
@@ -18,6 +19,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::settle::Outbox;
 use super::{ConnState, Nats, NatsError, Settler};
 use crate::capacity::{Limits, PullTiming};
 use crate::delivery::{Delivery, Meta};
@@ -106,6 +108,7 @@ struct PullRequest<'a> {
 #[derive(Debug)]
 pub struct Puller {
     client: Client,
+    outbox: Arc<Outbox>,
     js: async_nats::jetstream::Context,
     cfg: PullerConfig,
     sub: Subscriber,
@@ -133,6 +136,7 @@ impl Nats {
         let generation = conn.borrow_and_update().generation;
         Ok(Puller {
             client: self.client.clone(),
+            outbox: self.outbox(cfg.confirmed_acks),
             js: self.js.clone(),
             api_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{}", cfg.stream, cfg.consumer),
             cfg,
@@ -178,7 +182,10 @@ impl Puller {
                     if changed.is_err() {
                         return PullEvent::Fatal("the NATS connection is gone".into());
                     }
-                    let s = *self.conn.borrow_and_update();
+                    let s = self.conn.borrow_and_update().clone();
+                    if s.closed {
+                        return PullEvent::Fatal(s.reason().unwrap_or_default());
+                    }
                     if s.generation != self.generation || !s.connected {
                         // The server forgot our pulls with the old connection.
                         self.generation = s.generation;
@@ -240,7 +247,7 @@ impl Puller {
         let old = std::mem::replace(&mut self.sub, fresh);
         self.prefix = prefix;
         self.pulls.clear();
-        for settler in leftovers(&self.client, old).await {
+        for settler in leftovers(&self.outbox, old).await {
             if let Err(e) = settler.nak(std::time::Duration::ZERO).await {
                 tracing::warn!(error = %e, "cannot release a message");
             }
@@ -251,7 +258,7 @@ impl Puller {
     /// Unsubscribes and returns the settlers of messages that were already delivered
     /// to the inbox but not yet taken, so that the caller can release them.
     pub async fn close(self) -> Vec<Settler> {
-        leftovers(&self.client, self.sub).await
+        leftovers(&self.outbox, self.sub).await
     }
 
     async fn top_up(&mut self, held: u32) {
@@ -388,7 +395,7 @@ impl Puller {
             tracing::warn!(subject = %m.subject, "a pulled message has no reply subject; it cannot be settled");
             return None;
         };
-        let settler = Settler::new(self.client.clone(), reply, self.cfg.confirmed_acks);
+        let settler = Settler::new(Arc::clone(&self.outbox), reply);
         let message = PullEvent::Message(Box::new(to_delivery(m, self.cfg.partitioned)), settler);
         if newly_pinned {
             // Pinned first, then the message it brought.
@@ -413,7 +420,7 @@ async fn pull_inbox(client: &Client) -> Result<(String, Subscriber), NatsError> 
 
 /// Unsubscribes a pull inbox and returns the settlers of the messages it had already
 /// received: after unsubscribe the subscription yields what it buffered, then ends.
-async fn leftovers(client: &Client, mut sub: Subscriber) -> Vec<Settler> {
+async fn leftovers(outbox: &Arc<Outbox>, mut sub: Subscriber) -> Vec<Settler> {
     if let Err(e) = sub.unsubscribe().await {
         tracing::warn!(error = %e, "cannot unsubscribe the pull inbox");
     }
@@ -421,7 +428,7 @@ async fn leftovers(client: &Client, mut sub: Subscriber) -> Vec<Settler> {
     let deadline = Instant::now() + std::time::Duration::from_millis(500);
     while let Ok(Some(m)) = tokio::time::timeout_at(deadline, sub.next()).await {
         if let (None, Some(reply)) = (m.status, m.reply) {
-            left.push(Settler::new(client.clone(), reply, false));
+            left.push(Settler::new(Arc::clone(outbox), reply));
         }
     }
     left

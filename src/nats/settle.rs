@@ -2,29 +2,54 @@
 //!
 //! ACK, NAK with delay, TERM with a reason, and in-progress, on the message's reply
 //! subject. With `delivery.ack = "confirmed"` the ACK waits for the server's answer.
+//!
+//! No send ever waits on a dead connection: while the client reconnects it does not
+//! read its command buffer, so a send would block until the reconnect (forever, if
+//! the server is gone). While disconnected a settle is queued only if the buffer has
+//! room (the client sends it after the reconnect) and fails at once otherwise, and a
+//! keep-alive is skipped (the server cannot hear it, and it would crowd out acks).
+//! While connected a send waits at most `nats.request_timeout_ms` for room.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::{Client, Subject};
 use bytes::Bytes;
 
 use super::NatsError;
+use super::connect::{Link, Nats};
 
-/// Settles one message. Cheap to clone (a client handle and a subject).
-#[derive(Debug, Clone)]
-pub struct Settler {
+/// What every settler of one consumer shares.
+#[derive(Debug)]
+pub(super) struct Outbox {
     client: Client,
-    reply: Subject,
+    link: Link,
+    patience: Duration,
     confirmed: bool,
 }
 
-impl Settler {
-    pub(super) fn new(client: Client, reply: Subject, confirmed: bool) -> Settler {
-        Settler {
-            client,
-            reply,
+impl Nats {
+    /// The shared part of the settlers of one consumer.
+    pub(super) fn outbox(&self, confirmed: bool) -> Arc<Outbox> {
+        Arc::new(Outbox {
+            client: self.client.clone(),
+            link: self.link.clone(),
+            patience: self.patience,
             confirmed,
-        }
+        })
+    }
+}
+
+/// Settles one message. Cheap to clone (a shared handle and a subject).
+#[derive(Debug, Clone)]
+pub struct Settler {
+    out: Arc<Outbox>,
+    reply: Subject,
+}
+
+impl Settler {
+    pub(super) fn new(out: Arc<Outbox>, reply: Subject) -> Settler {
+        Settler { out, reply }
     }
 
     /// `+ACK`; confirmed by the server when so configured.
@@ -33,12 +58,15 @@ impl Settler {
     /// [`NatsError`] when the ack could not be sent or was not confirmed: the message
     /// may be redelivered.
     pub async fn ack(&self) -> Result<(), NatsError> {
-        if self.confirmed {
-            self.client
-                .request(self.reply.clone(), Bytes::from_static(b"+ACK"))
-                .await
-                .map(drop)
-                .map_err(NatsError::AckNotConfirmed)
+        if self.out.confirmed {
+            let request = self
+                .out
+                .client
+                .request(self.reply.clone(), Bytes::from_static(b"+ACK"));
+            match tokio::time::timeout(self.out.patience, request).await {
+                Ok(answer) => answer.map(drop).map_err(NatsError::AckNotConfirmed),
+                Err(_) => Err(NatsError::NotSent),
+            }
         } else {
             self.send(Bytes::from_static(b"+ACK")).await
         }
@@ -61,19 +89,30 @@ impl Settler {
         self.send(term_payload(reason)).await
     }
 
-    /// `+WPI`: resets the ack wait.
+    /// `+WPI`: resets the ack wait. `Ok(false)` when skipped because the connection
+    /// is down.
     ///
     /// # Errors
-    /// [`NatsError::Publish`].
-    pub async fn progress(&self) -> Result<(), NatsError> {
-        self.send(Bytes::from_static(b"+WPI")).await
+    /// [`NatsError::Publish`], [`NatsError::NotSent`].
+    pub async fn progress(&self) -> Result<bool, NatsError> {
+        if !self.out.link.up() {
+            return Ok(false);
+        }
+        self.send(Bytes::from_static(b"+WPI")).await.map(|()| true)
     }
 
     async fn send(&self, payload: Bytes) -> Result<(), NatsError> {
-        self.client
-            .publish(self.reply.clone(), payload)
-            .await
-            .map_err(NatsError::Publish)
+        // Down: only if the buffer has room now (a zero timeout still polls once).
+        let patience = if self.out.link.up() {
+            self.out.patience
+        } else {
+            Duration::ZERO
+        };
+        let publish = self.out.client.publish(self.reply.clone(), payload);
+        match tokio::time::timeout(patience, publish).await {
+            Ok(sent) => sent.map_err(NatsError::Publish),
+            Err(_) => Err(NatsError::NotSent),
+        }
     }
 }
 

@@ -436,13 +436,31 @@ fn to_consumer_config(s: &ConsumerSpec) -> pull::Config {
     }
 }
 
+/// What the consumer's info says, for the gauges and readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerCounts {
+    /// Messages not yet delivered.
+    pub pending: u64,
+    /// Messages delivered and not yet acknowledged.
+    pub ack_pending: u64,
+    /// Whether some client holds the pin of one of its priority groups.
+    pub pinned: bool,
+}
+
 impl Nats {
-    /// The consumer's pending and ack-pending counts, for the gauges; `None` when the
-    /// info cannot be read now.
-    pub async fn consumer_counts(&self, stream: &str, name: &str) -> Option<(u64, u64)> {
+    /// The consumer's pending and ack-pending counts and pin, for the gauges and
+    /// readiness; `None` when the info cannot be read now.
+    pub async fn consumer_counts(&self, stream: &str, name: &str) -> Option<ConsumerCounts> {
         let s = self.js.get_stream_no_info(stream).await.ok()?;
         let info = s.consumer_info(name).await.ok()?;
-        Some((info.num_pending, info.num_ack_pending as u64))
+        Some(ConsumerCounts {
+            pending: info.num_pending,
+            ack_pending: info.num_ack_pending as u64,
+            pinned: info
+                .priority_groups
+                .iter()
+                .any(|g| g.pinned_client_id.is_some()),
+        })
     }
 }
 

@@ -8,6 +8,7 @@ mod faults;
 mod forwarding;
 mod groups;
 mod interop;
+mod outages;
 mod pull;
 mod semantics;
 mod shutdown;

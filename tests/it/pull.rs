@@ -238,6 +238,8 @@ fn instance(app: &MockApp, healthy: tokio::sync::watch::Receiver<bool>) -> (Arc<
     }
     let metrics = Metrics::new().unwrap();
     let health = Health::new(Some("m1".into()), metrics.clone());
+    // No supervisor mirrors the connection here: the puller's client is connected.
+    health.set_nats_down(None);
     let http = HttpConfig {
         url: app.url(),
         ..Default::default()
@@ -255,7 +257,7 @@ fn instance(app: &MockApp, healthy: tokio::sync::watch::Receiver<bool>) -> (Arc<
         metrics,
         health: health.clone(),
         max_in_flight: 2,
-        shutdown_grace: Duration::from_secs(5),
+        deadline: jetrelay::shutdown::Deadline::new(Duration::from_secs(5)),
         pinned_mode: true,
         ordering: Ordering::None,
         progress_every: Duration::from_secs(10),

@@ -2,6 +2,7 @@
 //! run in-process from a TOML config, as a user would write it.
 
 pub mod app;
+pub mod daemon;
 pub mod groups;
 pub mod nats_server;
 pub mod peer;
