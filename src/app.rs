@@ -333,6 +333,7 @@ impl Supervisor {
             timing: PullTiming::for_ack_wait(Duration::from_millis(cfg.consumer.ack_wait_ms)),
             confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed,
             partitioned: false,
+            origin_stream: None,
         }
     }
 

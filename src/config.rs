@@ -496,6 +496,13 @@ fn list(problems: &[Problem]) -> String {
 /// The environment variable prefix.
 pub const ENV_PREFIX: &str = "JETRELAY_";
 
+/// An hour in milliseconds: the bound of timeouts and delays that are about one
+/// connection or request.
+const HOUR: u64 = 3_600_000;
+/// A day in milliseconds: the bound of ack waits and retry delays (a NAK delay is
+/// sent in nanoseconds; an unbounded one overflowed into an immediate redelivery).
+const DAY: u64 = 86_400_000;
+
 impl Config {
     /// Loads the layered configuration: the TOML file (when given), then the
     /// `JETRELAY_` environment, then validates it.
@@ -652,7 +659,8 @@ impl Config {
                 );
             }
         }
-        p.min("topology.retry_initial_ms", t.retry_initial_ms, 1);
+        p.range("topology.retry_initial_ms", t.retry_initial_ms, 1, HOUR);
+        p.range("topology.retry_max_ms", t.retry_max_ms, 1, HOUR);
         if t.retry_max_ms < t.retry_initial_ms {
             p.add(
                 "topology.retry_max_ms",
@@ -705,16 +713,22 @@ impl Config {
 
     fn check_consumer(&self, p: &mut Problems) {
         let c = &self.consumer;
-        p.min("consumer.ack_wait_ms", c.ack_wait_ms, 500);
-        if c.max_deliver == 0 || c.max_deliver < -1 {
+        p.range("consumer.ack_wait_ms", c.ack_wait_ms, 500, DAY);
+        if c.max_deliver == 0 || c.max_deliver < -1 || c.max_deliver > 1_000_000 {
             p.add(
                 "consumer.max_deliver",
-                "must be -1 (unlimited) or at least 1",
+                "must be -1 (unlimited) or between 1 and 1000000",
             );
         }
         if !c.backoff_ms.is_empty() {
-            if c.backoff_ms.contains(&0) {
-                p.add("consumer.backoff_ms", "every delay must be at least 1");
+            if c.backoff_ms.iter().any(|d| !(1..=DAY).contains(d)) {
+                p.add(
+                    "consumer.backoff_ms",
+                    format!("every delay must be between 1 and {DAY}"),
+                );
+            }
+            if c.backoff_ms.len() > 100 {
+                p.add("consumer.backoff_ms", "at most 100 delays");
             }
             let len = i64::try_from(c.backoff_ms.len()).unwrap_or(i64::MAX);
             if c.max_deliver != -1 && c.max_deliver <= len {
@@ -728,15 +742,35 @@ impl Config {
 
     fn check_delivery(&self, p: &mut Problems) {
         let d = &self.delivery;
-        p.min("delivery.max_in_flight", u64::from(d.max_in_flight), 1);
-        p.min("delivery.max_batch", u64::from(d.max_batch), 1);
+        p.range(
+            "delivery.max_in_flight",
+            u64::from(d.max_in_flight),
+            1,
+            10_000,
+        );
+        p.range(
+            "delivery.max_buffered",
+            u64::from(d.max_buffered),
+            1,
+            100_000,
+        );
+        p.range("delivery.max_batch", u64::from(d.max_batch), 1, 10_000);
         if d.max_buffered < d.max_in_flight {
             p.add(
                 "delivery.max_buffered",
                 "must be at least delivery.max_in_flight",
             );
         }
-        p.min("delivery.retry_initial_ms", d.retry_initial_ms, 1);
+        p.range("delivery.retry_initial_ms", d.retry_initial_ms, 1, DAY);
+        p.range("delivery.retry_max_ms", d.retry_max_ms, 1, DAY);
+        p.range("delivery.retry_after_max_ms", d.retry_after_max_ms, 1, DAY);
+        if d.retry_after_max_ms < d.retry_initial_ms {
+            p.add(
+                "delivery.retry_after_max_ms",
+                "must be at least delivery.retry_initial_ms (no retry comes sooner than that)",
+            );
+        }
+        p.range("delivery.shutdown_grace_ms", d.shutdown_grace_ms, 0, HOUR);
         if d.retry_max_ms < d.retry_initial_ms {
             p.add(
                 "delivery.retry_max_ms",
@@ -764,11 +798,21 @@ impl Config {
         {
             p.add("http.health_url", e);
         }
-        p.min("http.timeout_ms", h.timeout_ms, 1);
-        p.min("http.health_interval_ms", h.health_interval_ms, 10);
-        p.min("http.health_timeout_ms", h.health_timeout_ms, 1);
-        p.min("http.health_threshold", u64::from(h.health_threshold), 1);
-        p.min("http.unhealthy_handover_ms", h.unhealthy_handover_ms, 1);
+        p.range("http.timeout_ms", h.timeout_ms, 1, HOUR);
+        p.range("http.health_interval_ms", h.health_interval_ms, 10, HOUR);
+        p.range("http.health_timeout_ms", h.health_timeout_ms, 1, HOUR);
+        p.range(
+            "http.health_threshold",
+            u64::from(h.health_threshold),
+            1,
+            1000,
+        );
+        p.range(
+            "http.unhealthy_handover_ms",
+            h.unhealthy_handover_ms,
+            1,
+            DAY,
+        );
         for (name, value) in &h.headers {
             if !crate::headers::is_valid_name(name) {
                 p.add(
@@ -844,9 +888,16 @@ fn nats_problems(n: &NatsConfig, p: &mut Problems) {
             "tls_cert_file and tls_key_file go together",
         );
     }
-    p.min("nats.connect_timeout_ms", n.connect_timeout_ms, 1);
-    p.min("nats.request_timeout_ms", n.request_timeout_ms, 1);
-    p.min("nats.reconnect_delay_ms", n.reconnect_delay_ms, 1);
+    p.range("nats.connect_timeout_ms", n.connect_timeout_ms, 1, HOUR);
+    p.range("nats.request_timeout_ms", n.request_timeout_ms, 1, HOUR);
+    p.range("nats.reconnect_delay_ms", n.reconnect_delay_ms, 1, HOUR);
+    p.range(
+        "nats.reconnect_delay_max_ms",
+        n.reconnect_delay_max_ms,
+        1,
+        HOUR,
+    );
+    p.range("nats.max_reconnects", n.max_reconnects, 0, 1_000_000_000);
     if n.reconnect_delay_max_ms < n.reconnect_delay_ms {
         p.add(
             "nats.reconnect_delay_max_ms",
@@ -922,9 +973,12 @@ impl Problems {
         });
     }
 
-    fn min(&mut self, key: &str, value: u64, min: u64) {
+    /// Between `min` and `max`, both included.
+    fn range(&mut self, key: &str, value: u64, min: u64, max: u64) {
         if value < min {
             self.add(key, format!("must be at least {min}"));
+        } else if value > max {
+            self.add(key, format!("must be at most {max}"));
         }
     }
 }
@@ -1022,6 +1076,54 @@ mod tests {
                 "delivery.max_buffered",
             ),
             ("[delivery]\nmax_batch = 0", "delivery.max_batch"),
+            ("[delivery]\nmax_batch = 10001", "delivery.max_batch"),
+            (
+                "[delivery]\nmax_buffered = 4000000000",
+                "delivery.max_buffered",
+            ),
+            (
+                "[delivery]\nmax_in_flight = 20000\nmax_buffered = 30000",
+                "delivery.max_in_flight",
+            ),
+            (
+                "[delivery]\nretry_after_max_ms = 0",
+                "delivery.retry_after_max_ms",
+            ),
+            (
+                "[delivery]\nretry_after_max_ms = 500",
+                "delivery.retry_after_max_ms",
+            ),
+            (
+                "[delivery]\nretry_after_max_ms = 9223372036854775807",
+                "delivery.retry_after_max_ms",
+            ),
+            (
+                "[delivery]\nretry_max_ms = 86400001",
+                "delivery.retry_max_ms",
+            ),
+            (
+                "[delivery]\nshutdown_grace_ms = 3600001",
+                "delivery.shutdown_grace_ms",
+            ),
+            (
+                "[consumer]\nack_wait_ms = 9223372036854775807",
+                "consumer.ack_wait_ms",
+            ),
+            ("[consumer]\nmax_deliver = 1000001", "consumer.max_deliver"),
+            (
+                "[consumer]\nbackoff_ms = [100, 86400001]\nmax_deliver = 5",
+                "consumer.backoff_ms",
+            ),
+            ("[http]\ntimeout_ms = 3600001", "http.timeout_ms"),
+            ("[http]\nhealth_threshold = 1001", "http.health_threshold"),
+            (
+                "[nats]\nrequest_timeout_ms = 3600001",
+                "nats.request_timeout_ms",
+            ),
+            (
+                "[topology]\nretry_max_ms = 3600001",
+                "topology.retry_max_ms",
+            ),
             (
                 "[delivery]\nretry_max_ms = 10\nretry_initial_ms = 20",
                 "delivery.retry_max_ms",

@@ -40,9 +40,43 @@ pub struct Delivery {
     pub partition: Option<u32>,
     /// The subject with the partition token stripped (= `subject` outside groups).
     pub app_subject: String,
+    /// Where a sourced message came from (elastic groups: the origin stream and its
+    /// sequence, from `Nats-Stream-Source`).
+    pub origin: Option<Origin>,
     /// Why the message breaks what the transport promises (no partition token in a
     /// group source, unreadable metadata); it is then terminated, never sent.
     pub invalid: Option<String>,
+}
+
+/// The stream and sequence a sourced message was first stored under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The origin stream.
+    pub stream: String,
+    /// Its stream sequence there.
+    pub sequence: u64,
+}
+
+impl Origin {
+    /// Reads the `Nats-Stream-Source` header a sourcing stream stores with each
+    /// message: `<index name> <sequence> <filter> <destination> <subject>`, where the
+    /// index name is the origin stream's name, followed by `:<hash>` when the source
+    /// has a filter or transforms (as an elastic group's has). `stream` is the origin
+    /// expected (the group's `source.stream`); a header naming another one, or in
+    /// another layout, gives `None`.
+    pub fn from_stream_source(value: &str, stream: &str) -> Option<Origin> {
+        let mut fields = value.split_ascii_whitespace();
+        let index_name = fields.next()?;
+        let sequence = fields.next()?.parse().ok()?;
+        let named = index_name == stream
+            || index_name
+                .strip_prefix(stream)
+                .is_some_and(|rest| rest.starts_with(':'));
+        named.then(|| Origin {
+            stream: stream.to_string(),
+            sequence,
+        })
+    }
 }
 
 impl Delivery {
@@ -107,6 +141,37 @@ impl Meta {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_source_table() {
+        let origin = |s: &str, n| {
+            Some(Origin {
+                stream: s.to_string(),
+                sequence: n,
+            })
+        };
+        let cases = [
+            (
+                "ORDERS:Yk4VdG4x 42 e.* {{partition(2,1)}}.e.{{wildcard(1)}} e.k",
+                origin("ORDERS", 42),
+            ),
+            ("ORDERS 7 > > e.k", origin("ORDERS", 7)),
+            ("ORDERS 7", origin("ORDERS", 7)),
+            ("ORDERS2:abc 7 > > x", None),
+            ("OTHER:abc 7 > > x", None),
+            ("ORDERS:abc seven > > x", None),
+            ("ORDERS:abc", None),
+            ("", None),
+            ("$JS.ACK.ORDERS.c.1.42.7.1700000000000000000.5", None),
+        ];
+        for (value, want) in cases {
+            assert_eq!(
+                Origin::from_stream_source(value, "ORDERS"),
+                want,
+                "{value:?}"
+            );
+        }
+    }
 
     #[test]
     fn ack_subject_table() {

@@ -90,6 +90,7 @@ mod tests {
             payload: Bytes::from_static(b"p"),
             partition: None,
             app_subject: "orders.eu".into(),
+            origin: None,
             invalid: None,
         };
         let h = headers(&DeadLetter {

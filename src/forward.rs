@@ -120,7 +120,7 @@ impl Forwarder {
 
     /// Offers one delivery to the app, once; `attempt` counts in-place retries too.
     pub async fn forward(&self, d: &Delivery, attempt: u32) -> Forwarded {
-        let mapped = crate::headers::map(d, attempt, None);
+        let mapped = crate::headers::map(d, attempt);
         let mut headers = HeaderMap::with_capacity(mapped.headers.len() + self.extra.len());
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {

@@ -267,6 +267,7 @@ impl GroupSource {
                 timing: PullTiming::for_ack_wait(wait),
                 confirmed_acks: self.s.confirmed_acks,
                 partitioned: true,
+                origin_stream: (self.s.flavour == Flavour::Elastic).then(|| self.s.stream.clone()),
             })
             .await
             .map_err(|e| JoinError::Unavailable(e.to_string()))?;

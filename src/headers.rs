@@ -43,7 +43,7 @@ pub struct Mapped {
 /// `Nats-*` message headers are never passed through: the server's own
 /// (`Nats-Pin-Id`, `Nats-Stream-Source`, ...) mean nothing to the app, and the
 /// publisher must not be able to forge the metadata headers set here.
-pub fn map(d: &Delivery, attempt: u32, stream_source: Option<(&str, u64)>) -> Mapped {
+pub fn map(d: &Delivery, attempt: u32) -> Mapped {
     let mut out = Mapped::default();
     for (name, value) in &d.headers {
         let lower = name.to_ascii_lowercase();
@@ -71,9 +71,9 @@ pub fn map(d: &Delivery, attempt: u32, stream_source: Option<(&str, u64)>) -> Ma
             add("nats-published", t);
         }
     }
-    if let Some((stream, seq)) = stream_source {
-        add("nats-origin-stream", stream.to_string());
-        add("nats-origin-sequence", seq.to_string());
+    if let Some(o) = &d.origin {
+        add("nats-origin-stream", o.stream.clone());
+        add("nats-origin-sequence", o.sequence.to_string());
     }
     if let Some(p) = d.partition {
         add("nats-partition", p.to_string());
@@ -111,6 +111,14 @@ mod tests {
     use time::OffsetDateTime;
 
     fn delivery(headers: &[(&str, &str)], partition: Option<u32>) -> Delivery {
+        delivery_from(headers, partition, None)
+    }
+
+    fn delivery_from(
+        headers: &[(&str, &str)],
+        partition: Option<u32>,
+        origin: Option<crate::delivery::Origin>,
+    ) -> Delivery {
         Delivery {
             subject: "3.orders.eu".into(),
             meta: Ok(Meta {
@@ -129,6 +137,7 @@ mod tests {
             payload: Bytes::from_static(b"x"),
             partition,
             app_subject: "orders.eu".into(),
+            origin,
             invalid: None,
         }
     }
@@ -143,7 +152,7 @@ mod tests {
 
     #[test]
     fn metadata_headers() {
-        let m = map(&delivery(&[("Nats-Msg-Id", "abc")], Some(3)), 2, None);
+        let m = map(&delivery(&[("Nats-Msg-Id", "abc")], Some(3)), 2);
         assert_eq!(get(&m, "Nats-Subject"), ["orders.eu"]);
         assert_eq!(get(&m, "Nats-Stream"), ["ORDERS"]);
         assert_eq!(get(&m, "Nats-Sequence"), ["42"]);
@@ -153,7 +162,11 @@ mod tests {
         assert_eq!(get(&m, "Nats-Msg-Id"), ["abc"]);
         assert_eq!(get(&m, "Content-Type"), ["application/octet-stream"]);
         assert!(get(&m, "Nats-Origin-Stream").is_empty());
-        let m = map(&delivery(&[], None), 5, Some(("ORIG", 9)));
+        let origin = crate::delivery::Origin {
+            stream: "ORIG".into(),
+            sequence: 9,
+        };
+        let m = map(&delivery_from(&[], None, Some(origin)), 5);
         assert_eq!(get(&m, "Nats-Origin-Stream"), ["ORIG"]);
         assert_eq!(get(&m, "Nats-Delivered"), ["5"], "in-place retries count");
         assert_eq!(get(&m, "Nats-Origin-Sequence"), ["9"]);
@@ -182,7 +195,6 @@ mod tests {
                 None,
             ),
             1,
-            None,
         );
         assert_eq!(get(&m, "X-Trace"), ["t1"]);
         assert_eq!(get(&m, "X-Multi"), ["a", "b"]);
@@ -221,7 +233,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn every_mapped_header_is_valid(name in "\\PC{0,12}", value in "\\PC{0,20}") {
-            let m = map(&delivery(&[(&name, &value)], None), 1, None);
+            let m = map(&delivery(&[(&name, &value)], None), 1);
             for (n, v) in &m.headers {
                 proptest::prop_assert!(is_valid_name(n) && is_valid_value(v));
             }

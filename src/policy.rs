@@ -165,7 +165,9 @@ pub struct Policy {
     pub max_attempts: Option<u32>,
 }
 
-/// The shortest delay a retry ever gets: a NAK without delay is never a retry.
+/// The shortest delay a NAK ever carries: a NAK without delay is never a retry (the
+/// policy's own floor is `retry_initial`; this one guards the remainder of a retry
+/// handed back at shutdown).
 pub const MIN_RETRY_DELAY: Duration = Duration::from_millis(1);
 
 impl Policy {
@@ -205,8 +207,10 @@ impl Policy {
             Some(d) => d.min(self.retry_after_max),
             None => backoff(self.retry_initial, self.retry_max, attempt),
         };
+        // Never sooner than the first retry delay: `Retry-After: 0` (or a date in the
+        // past) would otherwise spend every attempt in a few milliseconds.
         Disposition::Retry {
-            delay: delay.max(MIN_RETRY_DELAY),
+            delay: delay.max(self.retry_initial).max(MIN_RETRY_DELAY),
         }
     }
 
@@ -333,7 +337,8 @@ mod tests {
             (answered(503), 10, term(TermReason::MaxDeliver(10))),
             (Outcome::Timeout, 11, term(TermReason::MaxDeliver(11))),
             (with(503, Some(5), None), 1, retry(5000)),
-            (with(503, Some(0), None), 1, retry(1)),
+            (with(503, Some(0), None), 1, retry(1000)),
+            (with(503, Some(0), None), 4, retry(1000)),
             (with(429, Some(100_000), None), 1, retry(300_000)),
             (with(400, Some(5), None), 1, term(TermReason::Status(400))),
             (with(500, None, Some(AppAction::Ack)), 1, Disposition::Ack),
@@ -463,7 +468,7 @@ mod tests {
             let p = policy();
             let o = Outcome::Answered { status, retry_after: ra.map(Duration::from_secs), action: None };
             if let Disposition::Retry { delay } = p.decide(&o, attempt) {
-                proptest::prop_assert!(delay >= MIN_RETRY_DELAY);
+                proptest::prop_assert!(delay >= p.retry_initial);
             }
         }
     }

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::settle::Outbox;
 use super::{ConnState, Nats, NatsError, Settler};
 use crate::capacity::{Limits, PullTiming};
-use crate::delivery::{Delivery, Meta};
+use crate::delivery::{Delivery, Meta, Origin};
 use crate::subject::split_partition;
 
 /// At most this many pulls outstanding at once (the server's default `max_waiting`
@@ -46,6 +46,9 @@ pub struct PullerConfig {
     pub confirmed_acks: bool,
     /// Whether subjects carry a partition token (group sources).
     pub partitioned: bool,
+    /// The stream the consumer's stream sources from (elastic groups), whose
+    /// sequence `Nats-Stream-Source` carries.
+    pub origin_stream: Option<String>,
 }
 
 /// What the engine has to say.
@@ -396,7 +399,7 @@ impl Puller {
             return None;
         };
         let settler = Settler::new(Arc::clone(&self.outbox), reply);
-        let message = PullEvent::Message(Box::new(to_delivery(m, self.cfg.partitioned)), settler);
+        let message = PullEvent::Message(Box::new(to_delivery(m, &self.cfg)), settler);
         if newly_pinned {
             // Pinned first, then the message it brought.
             self.pending = Some(message);
@@ -441,7 +444,7 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-fn to_delivery(m: Message, partitioned: bool) -> Delivery {
+fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
     let subject = m.subject.to_string();
     let meta = m.reply.as_ref().map_or_else(
         || Err("no reply subject".to_string()),
@@ -455,7 +458,11 @@ fn to_delivery(m: Message, partitioned: bool) -> Delivery {
             }
         }
     }
-    let (partition, app_subject, mut invalid) = if partitioned {
+    let origin = cfg.origin_stream.as_deref().and_then(|stream| {
+        let source = m.headers.as_ref()?.get_last("Nats-Stream-Source")?;
+        Origin::from_stream_source(source.as_str(), stream)
+    });
+    let (partition, app_subject, mut invalid) = if cfg.partitioned {
         match split_partition(&subject) {
             Some((p, rest)) => (Some(p), rest.to_string(), None),
             None => (
@@ -477,6 +484,7 @@ fn to_delivery(m: Message, partitioned: bool) -> Delivery {
         payload: m.payload,
         partition,
         app_subject,
+        origin,
         invalid,
     }
 }

@@ -346,3 +346,31 @@ async fn headers_that_are_not_valid_http_are_skipped_and_counted_never_lost() {
     assert_eq!(relay.metric("jetrelay_headers_skipped_total").await, 2.0);
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn retry_after_zero_still_waits_the_first_retry_delay() {
+    let app = MockApp::start(|_, _| Reply::status(503).header("retry-after", "0")).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["z.>"]).await;
+    let extra = "[delivery]\nretry_initial_ms = 300\n[consumer]\nmax_deliver = 3\n";
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    publish(&js, "z.x", 1).await;
+    app.wait_for("three attempts", T, |r| r.len() == 3).await;
+    let r = app.requests();
+    for pair in r.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= Duration::from_millis(300), "retried after {gap:?}");
+    }
+    eventually("terminated", T, || async {
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await
+            == 1.0
+    })
+    .await;
+    relay.stop().await.unwrap();
+}

@@ -568,3 +568,55 @@ async fn concurrent_membership_changes_from_several_admins_all_land() {
         "{dest}"
     );
 }
+
+#[tokio::test]
+async fn an_elastic_member_tells_the_app_the_origin_stream_and_sequence() {
+    let (nats, js, stream, _admin) = elastic_group(2, &["a"]).await;
+    let app = MockApp::ok().await;
+    let relay = Relay::ready(member_config(
+        &nats, &app, "elastic", &stream, "eg", "a", "",
+    ))
+    .await;
+    // Messages outside the group's filter first, so that the origin sequences differ
+    // from the work-queue stream's.
+    let mut config = js
+        .get_stream(&stream)
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    config.subjects.push("z.*".into());
+    js.update_stream(config).await.unwrap();
+    publish(&js, "z.y", 3).await;
+    let mut origin_seq = std::collections::HashMap::new();
+    for i in 0..5 {
+        let ack = js
+            .publish(format!("e.k{i}"), format!("o{i}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        origin_seq.insert(format!("o{i}"), ack.sequence);
+    }
+    app.wait_for("5 requests", T, |r| r.len() == 5).await;
+    for r in app.requests() {
+        let body = String::from_utf8_lossy(&r.body).into_owned();
+        assert_eq!(
+            r.header("nats-stream"),
+            Some(format!("{stream}-eg").as_str())
+        );
+        assert_eq!(
+            r.header("nats-origin-stream"),
+            Some(stream.as_str()),
+            "{body}"
+        );
+        assert_eq!(
+            r.header("nats-origin-sequence"),
+            Some(origin_seq[&body].to_string().as_str()),
+            "{body}"
+        );
+        assert!(r.header("nats-stream-source").is_none());
+    }
+    relay.stop().await.unwrap();
+}

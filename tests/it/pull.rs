@@ -67,6 +67,7 @@ async fn puller(nats: &NatsServer, stream: &str, consumer: &str) -> Puller {
         },
         confirmed_acks: false,
         partitioned: false,
+        origin_stream: None,
     })
     .await
     .unwrap()
