@@ -513,6 +513,7 @@ fn limits(cfg: &Config) -> Limits {
     Limits {
         max_batch: cfg.delivery.max_batch,
         max_buffered: cfg.delivery.max_buffered,
+        max_bytes: cfg.delivery.max_buffered_bytes,
     }
 }
 

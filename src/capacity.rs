@@ -1,10 +1,16 @@
-//! Capacity arithmetic of the pull engine, as pure functions: how many messages the
-//! next pull may ask for, and how long pulls live.
+//! Capacity arithmetic of the pull engine, as pure functions: what the next pull may
+//! ask for (messages and bytes), and how long pulls live.
 //!
-//! The invariant: a pull never asks for more than the free buffer room
-//! (`max_buffered − held − already requested`); with no room and nothing outstanding,
-//! one pull of 1 is kept open so that a pin stays alive (the server holds it back
-//! because the consumer's `max_ack_pending` equals `max_buffered`).
+//! The invariants: a pull never asks for more than the free room, in messages
+//! (`max_buffered − held − already requested`) and in bytes (`max_buffered_bytes −
+//! held bytes − bytes already requested`), so the held payload stays within
+//! `max_buffered_bytes` (one message larger than the whole room, which the server
+//! refuses to a pull that asks for less, is then taken alone when nothing else is
+//! held, so that it can never be stuck). With no room and nothing
+//! outstanding, one pull is kept open so that a pin stays alive: when the messages
+//! are full the server holds it back (the consumer's `max_ack_pending` equals
+//! `max_buffered`); when the bytes are full it asks for one byte, which the server
+//! cannot fill, so it delivers nothing and only refreshes the pin.
 
 use std::time::Duration;
 
@@ -15,26 +21,102 @@ pub struct Limits {
     pub max_batch: u32,
     /// Messages held at most (= the consumer's `max_ack_pending`).
     pub max_buffered: u32,
+    /// Payload bytes held at most.
+    pub max_bytes: u64,
 }
 
+/// An amount of messages and their bytes: what the dispatcher holds, or what
+/// outstanding pulls may still deliver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Messages.
+    pub messages: u32,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// What to do about pulling now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextPull {
+    /// Send a pull for at most `batch` messages and `max_bytes` bytes.
+    Pull {
+        /// Messages.
+        batch: u32,
+        /// Bytes (as the server counts them: subject, reply, headers and payload).
+        max_bytes: u64,
+    },
+    /// No room in bytes for the next message: nothing can be pulled, but a pinned
+    /// consumer's pin needs a pull now and then (one that cannot be filled).
+    KeepAlive,
+    /// Enough is outstanding: wait.
+    Wait,
+}
+
+/// The pull that keeps a pin alive without delivering: the server counts a message
+/// as at least its subject and reply, so one byte is never enough.
+pub const KEEP_ALIVE_BYTES: u64 = 1;
+
 impl Limits {
-    /// The size of the next pull, or `None` to wait for more room.
-    ///
-    /// `held` is what the daemon holds (queued + in flight); `requested` what
-    /// outstanding pulls may still deliver.
-    pub fn next_pull(self, held: u32, requested: u32) -> Option<u32> {
+    /// The next pull. `held` is what the dispatcher holds (queued + in flight);
+    /// `outstanding` what outstanding pulls may still deliver; `max_message` the
+    /// largest message the server may send (its `max_payload` plus room for subject,
+    /// reply and headers); `refused` the byte room at which the server last refused
+    /// the next message as too large (409), while messages are still held.
+    pub fn next_pull(
+        self,
+        held: Held,
+        outstanding: Held,
+        max_message: u64,
+        refused: Option<u64>,
+    ) -> NextPull {
         let room = self
             .max_buffered
-            .saturating_sub(held.saturating_add(requested));
+            .saturating_sub(held.messages.saturating_add(outstanding.messages));
+        let room_bytes = self
+            .max_bytes
+            .saturating_sub(held.bytes.saturating_add(outstanding.bytes));
         let batch = self.max_batch.max(1);
-        if requested == 0 {
-            // Nothing outstanding: ask for what fits, or keep one pull open for the pin.
-            return Some(room.clamp(1, batch));
+        if outstanding.messages == 0 {
+            if held.messages == 0 {
+                if refused.is_some() {
+                    // Nothing held and the next message is larger than the whole room:
+                    // it goes alone, so that it is never stuck.
+                    return NextPull::Pull {
+                        batch: 1,
+                        max_bytes: room_bytes.max(max_message),
+                    };
+                }
+                return NextPull::Pull {
+                    batch: room.clamp(1, batch),
+                    max_bytes: room_bytes.max(1),
+                };
+            }
+            if room == 0 {
+                // Full in messages: the server holds this pull (max_ack_pending).
+                return NextPull::Pull {
+                    batch: 1,
+                    max_bytes: room_bytes.max(KEEP_ALIVE_BYTES),
+                };
+            }
+            if room_bytes == 0 || refused.is_some_and(|r| room_bytes <= r) {
+                return NextPull::KeepAlive;
+            }
+            return NextPull::Pull {
+                batch: room.min(batch),
+                max_bytes: room_bytes,
+            };
         }
         // Something is outstanding: top up only when a worthwhile batch fits, so that a
         // busy daemon does not send one pull per settled message.
         let worthwhile = (batch.min(self.max_buffered) / 2).max(1);
-        (room >= worthwhile).then_some(room.min(batch))
+        if room >= worthwhile && room_bytes > 0 && refused.is_none_or(|r| room_bytes > r) {
+            NextPull::Pull {
+                batch: room.min(batch),
+                max_bytes: room_bytes,
+            }
+        } else {
+            NextPull::Wait
+        }
     }
 }
 
@@ -68,27 +150,37 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const MIB: u64 = 1 << 20;
     const L: Limits = Limits {
         max_batch: 64,
         max_buffered: 256,
+        max_bytes: 64 * MIB,
     };
+
+    fn n(messages: u32) -> Held {
+        Held { messages, bytes: 0 }
+    }
+
+    fn pull(batch: u32, max_bytes: u64) -> NextPull {
+        NextPull::Pull { batch, max_bytes }
+    }
 
     #[test]
     fn pull_size_table() {
         let cases = [
             // held, requested, expected
-            (0, 0, Some(64)),
-            (250, 0, Some(6)),
-            (256, 0, Some(1)),    // full: keep the pin alive
-            (300, 0, Some(1)),    // over (acks in transit): still one pull
-            (0, 64, Some(64)),    // room for another whole batch
-            (100, 128, None),     // room 28 < 32: wait
-            (100, 124, Some(32)), // room 32: worthwhile
-            (256, 1, None),
+            (0, 0, pull(64, 64 * MIB)),
+            (250, 0, pull(6, 64 * MIB)),
+            (256, 0, pull(1, 64 * MIB)),    // full: keep the pin alive
+            (300, 0, pull(1, 64 * MIB)),    // over (acks in transit): still one pull
+            (0, 64, pull(64, 64 * MIB)),    // room for another whole batch
+            (100, 128, NextPull::Wait),     // room 28 < 32: wait
+            (100, 124, pull(32, 64 * MIB)), // room 32: worthwhile
+            (256, 1, NextPull::Wait),
         ];
         for (held, requested, want) in cases {
             assert_eq!(
-                L.next_pull(held, requested),
+                L.next_pull(n(held), n(requested), MIB, None),
                 want,
                 "held {held} requested {requested}"
             );
@@ -96,10 +188,52 @@ mod tests {
         let tiny = Limits {
             max_batch: 64,
             max_buffered: 1,
+            max_bytes: MIB,
         };
-        assert_eq!(tiny.next_pull(0, 0), Some(1));
-        assert_eq!(tiny.next_pull(1, 0), Some(1));
-        assert_eq!(tiny.next_pull(0, 1), None);
+        assert_eq!(tiny.next_pull(n(0), n(0), MIB, None), pull(1, MIB));
+        assert_eq!(tiny.next_pull(n(1), n(0), MIB, None), pull(1, MIB));
+        assert_eq!(tiny.next_pull(n(0), n(1), MIB, None), NextPull::Wait);
+    }
+
+    #[test]
+    fn byte_table() {
+        let held = |messages, mib: u64| Held {
+            messages,
+            bytes: mib * MIB,
+        };
+        let cases = [
+            // held, outstanding, refused, expected
+            (held(0, 0), held(0, 0), None, pull(64, 64 * MIB)),
+            (held(10, 60), held(0, 0), None, pull(64, 4 * MIB)),
+            (held(10, 64), held(0, 0), None, NextPull::KeepAlive), // bytes full
+            (held(10, 70), held(0, 0), None, NextPull::KeepAlive), // over
+            // The server refused the next message at 4 MiB of room: until more is free,
+            // pulling again would only be refused again.
+            (held(10, 60), held(0, 0), Some(4 * MIB), NextPull::KeepAlive),
+            (held(10, 59), held(0, 0), Some(4 * MIB), pull(64, 5 * MIB)),
+            (held(10, 34), held(64, 30), None, NextPull::Wait), // no bytes left to ask
+            (held(10, 20), held(32, 30), None, pull(64, 14 * MIB)),
+            (held(10, 20), held(32, 30), Some(20 * MIB), NextPull::Wait),
+            // Nothing held: a message bigger than the whole room goes alone.
+            (held(0, 0), held(0, 0), Some(64 * MIB), pull(1, 64 * MIB)),
+        ];
+        for (h, out, refused, want) in cases {
+            assert_eq!(
+                L.next_pull(h, out, MIB, refused),
+                want,
+                "{h:?} {out:?} {refused:?}"
+            );
+        }
+        let small = Limits {
+            max_bytes: 1000,
+            ..L
+        };
+        assert_eq!(small.next_pull(n(0), n(0), 8 * MIB, None), pull(64, 1000));
+        assert_eq!(
+            small.next_pull(n(0), n(0), 8 * MIB, Some(1000)),
+            pull(1, 8 * MIB),
+            "refused with nothing held: the largest message goes alone"
+        );
     }
 
     #[test]
@@ -124,19 +258,34 @@ mod tests {
     proptest! {
         #[test]
         fn a_pull_never_exceeds_the_free_room(batch in 1u32..200, buffered in 1u32..1000,
-                                              held in 0u32..1200, requested in 0u32..1200) {
-            let l = Limits { max_batch: batch, max_buffered: buffered };
-            if let Some(n) = l.next_pull(held, requested) {
-                prop_assert!(n >= 1 && n <= batch);
-                if requested > 0 {
-                    prop_assert!(held + requested + n <= buffered);
-                } else if held < buffered {
-                    prop_assert!(held + n <= buffered);
-                } else {
-                    prop_assert_eq!(n, 1);
+                                              max_bytes in 1u64..10_000, max_message in 1u64..5_000,
+                                              held in 0u32..1200, held_bytes in 0u64..12_000,
+                                              requested in 0u32..1200, requested_bytes in 0u64..12_000,
+                                              refused in proptest::option::of(0u64..12_000)) {
+            let l = Limits { max_batch: batch, max_buffered: buffered, max_bytes };
+            let h = Held { messages: held, bytes: if held == 0 { 0 } else { held_bytes } };
+            let out = Held { messages: requested, bytes: if requested == 0 { 0 } else { requested_bytes } };
+            match l.next_pull(h, out, max_message, refused) {
+                NextPull::Pull { batch: b, max_bytes: mb } => {
+                    prop_assert!(b >= 1 && b <= batch);
+                    prop_assert!(mb >= 1);
+                    if requested > 0 {
+                        prop_assert!(held + requested + b <= buffered);
+                        prop_assert!(h.bytes + out.bytes + mb <= max_bytes);
+                    } else if held == 0 && refused.is_some() {
+                        prop_assert_eq!(b, 1);
+                        prop_assert!(mb <= max_bytes.max(max_message));
+                    } else if held == 0 {
+                        prop_assert!(mb <= max_bytes && b <= buffered.max(1));
+                    } else if held < buffered {
+                        prop_assert!(held + b <= buffered);
+                        prop_assert!(h.bytes + mb <= max_bytes);
+                    } else {
+                        prop_assert_eq!(b, 1);
+                    }
                 }
-            } else {
-                prop_assert!(requested > 0, "with nothing outstanding a pull is always sent");
+                NextPull::KeepAlive => prop_assert!(requested == 0 && held > 0),
+                NextPull::Wait => prop_assert!(requested > 0, "with nothing outstanding a pull is always decided"),
             }
         }
 

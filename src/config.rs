@@ -337,6 +337,8 @@ pub struct DeliveryConfig {
     pub retry_after_max_ms: u64,
     pub ack: AckMode,
     pub shutdown_grace_ms: u64,
+    /// Payload bytes held at most; pulls ask for no more (`max_bytes`).
+    pub max_buffered_bytes: u64,
 }
 
 impl Default for DeliveryConfig {
@@ -351,6 +353,7 @@ impl Default for DeliveryConfig {
             retry_after_max_ms: 300_000,
             ack: AckMode::Fire,
             shutdown_grace_ms: 20_000,
+            max_buffered_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -771,6 +774,12 @@ impl Config {
             );
         }
         p.range("delivery.shutdown_grace_ms", d.shutdown_grace_ms, 0, HOUR);
+        p.range(
+            "delivery.max_buffered_bytes",
+            d.max_buffered_bytes,
+            1024,
+            64 * 1024 * 1024 * 1024,
+        );
         if d.retry_max_ms < d.retry_initial_ms {
             p.add(
                 "delivery.retry_max_ms",
@@ -1104,6 +1113,10 @@ mod tests {
             (
                 "[delivery]\nshutdown_grace_ms = 3600001",
                 "delivery.shutdown_grace_ms",
+            ),
+            (
+                "[delivery]\nmax_buffered_bytes = 100",
+                "delivery.max_buffered_bytes",
             ),
             (
                 "[consumer]\nack_wait_ms = 9223372036854775807",

@@ -4,8 +4,14 @@
 //! Server-interpreted `Nats-*` headers of the original are not copied (a copied
 //! `Nats-Expected-Last-Sequence` would make the publish fail, a copied `Nats-Msg-Id`
 //! would be deduplicated against unrelated messages). The DLQ publish carries its own
-//! `Nats-Msg-Id` of stream and sequence, so a repeated dead-lettering of the same
-//! message (after a crash between PubAck and TERM) is deduplicated by the DLQ stream.
+//! `Nats-Msg-Id` of stream, consumer and sequence, so a repeated dead-lettering of the
+//! same message by the same consumer (after a crash between PubAck and TERM) is
+//! deduplicated by the DLQ stream, while another consumer's dead letter of the same
+//! message is not.
+//!
+//! A letter that would not fit in one NATS message (headers and payload over the
+//! server's `max_payload`) goes without its payload, saying so in
+//! `Jetrelay-Dlq-Payload-Omitted: <bytes>`; the original stays in its stream.
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -44,7 +50,7 @@ pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
         add("Jetrelay-Dlq-Sequence", m.stream_seq.to_string());
         add(
             "Nats-Msg-Id",
-            format!("jetrelay-dlq:{}:{}", m.stream, m.stream_seq),
+            format!("jetrelay-dlq:{}:{}:{}", m.stream, m.consumer, m.stream_seq),
         );
     }
     add("Jetrelay-Dlq-Delivered", dl.attempts.to_string());
@@ -61,6 +67,43 @@ pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
         add("Jetrelay-Dlq-Msg-Id", id.to_string());
     }
     out
+}
+
+/// The header that says the payload was left out, and how big it was.
+pub const PAYLOAD_OMITTED: &str = "Jetrelay-Dlq-Payload-Omitted";
+
+/// What is published to the DLQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Letter {
+    /// Its headers.
+    pub headers: Vec<(String, String)>,
+    /// Whether the original payload goes with it.
+    pub with_payload: bool,
+}
+
+/// The letter for `dl`, with its payload when headers and payload fit in
+/// `max_payload` (the server's limit for one message), without it otherwise.
+pub fn letter(dl: &DeadLetter<'_>, max_payload: usize) -> Letter {
+    let mut headers = headers(dl);
+    let payload = dl.delivery.payload.len();
+    if header_block_len(&headers).saturating_add(payload) <= max_payload {
+        return Letter {
+            headers,
+            with_payload: true,
+        };
+    }
+    headers.push((PAYLOAD_OMITTED.to_string(), payload.to_string()));
+    Letter {
+        headers,
+        with_payload: false,
+    }
+}
+
+/// The size of the header block NATS sends for these headers: `NATS/1.0\r\n`, one
+/// `name: value\r\n` line each, and a closing `\r\n`.
+pub fn header_block_len(headers: &[(String, String)]) -> usize {
+    let lines: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    "NATS/1.0\r\n".len() + lines + 2
 }
 
 #[cfg(test)]
@@ -107,7 +150,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(get("X-Trace"), ["t"]);
-        assert_eq!(get("Nats-Msg-Id"), ["jetrelay-dlq:ORDERS:42"]);
+        assert_eq!(get("Nats-Msg-Id"), ["jetrelay-dlq:ORDERS:w:42"]);
         assert!(get("Nats-Expected-Last-Sequence").is_empty());
         assert_eq!(get("Jetrelay-Dlq-Subject"), ["orders.eu"]);
         assert_eq!(get("Jetrelay-Dlq-Stream"), ["ORDERS"]);
@@ -120,5 +163,40 @@ mod tests {
         );
         assert_eq!(get("Jetrelay-Dlq-Time"), ["2023-11-14T22:13:20Z"]);
         assert_eq!(get("Jetrelay-Dlq-Msg-Id"), ["orig"]);
+    }
+
+    #[test]
+    fn a_letter_too_large_goes_without_its_payload() {
+        let d = Delivery {
+            subject: "s".into(),
+            meta: Err("none".into()),
+            headers: vec![("X-A".into(), "b".into())],
+            payload: Bytes::from(vec![7u8; 1000]),
+            partition: None,
+            app_subject: "s".into(),
+            origin: None,
+            invalid: None,
+        };
+        let dl = DeadLetter {
+            delivery: &d,
+            attempts: 1,
+            last_status: None,
+            reason: "r",
+            at: OffsetDateTime::UNIX_EPOCH,
+        };
+        let exact = header_block_len(&headers(&dl)) + 1000;
+        let fits = letter(&dl, exact);
+        assert!(fits.with_payload);
+        assert!(!fits.headers.iter().any(|(n, _)| n == PAYLOAD_OMITTED));
+        let over = letter(&dl, exact - 1);
+        assert!(!over.with_payload);
+        assert_eq!(
+            over.headers.last(),
+            Some(&(PAYLOAD_OMITTED.to_string(), "1000".to_string()))
+        );
+        assert_eq!(
+            header_block_len(&[("A".into(), "bc".into())]),
+            "NATS/1.0\r\nA: bc\r\n\r\n".len()
+        );
     }
 }

@@ -59,6 +59,18 @@ pub struct Forwarded {
     pub elapsed: Duration,
     /// A `Jetrelay-Action` value that was not understood (it is ignored).
     pub bad_action: bool,
+    /// Why no answer came, when none did.
+    pub failure: Option<NoAnswer>,
+}
+
+/// Why a request got no answer: a short kind for logs, and the innermost cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoAnswer {
+    /// `connection refused`, `cannot connect`, `connection reset`, `connection
+    /// closed`, `timeout`, `request failed`, ...
+    pub kind: &'static str,
+    /// The innermost error's text (never the app's body).
+    pub cause: String,
 }
 
 /// Sends deliveries to the app.
@@ -150,7 +162,7 @@ impl Forwarder {
             .timeout(self.timeout)
             .send()
             .await;
-        let (outcome, class, bad_action) = match result {
+        let (outcome, class, bad_action, failure) = match result {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
                 let retry_after = resp
@@ -180,10 +192,13 @@ impl Forwarder {
                     },
                     HttpClass::Status(status),
                     bad_action,
+                    None,
                 )
             }
-            Err(e) if e.is_timeout() => (Outcome::Timeout, HttpClass::Timeout, false),
-            Err(_) => (Outcome::TransportError, HttpClass::Error, false),
+            Err(e) => {
+                let (outcome, class, failure) = no_answer(&e);
+                (outcome, class, false, Some(failure))
+            }
         };
         Forwarded {
             outcome,
@@ -191,6 +206,7 @@ impl Forwarder {
             skipped_headers: skipped,
             elapsed: start.elapsed(),
             bad_action,
+            failure,
         }
     }
 
@@ -205,4 +221,44 @@ impl Forwarder {
             Err(_) => false,
         }
     }
+}
+
+/// Classifies a request that got no answer. A connection that could not be made
+/// means the app is not there ([`Outcome::Unreachable`]); a connection that broke
+/// before the answer may be the message's doing (an app that crashes on it), so it
+/// counts as an attempt ([`Outcome::TransportError`]).
+fn no_answer(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
+    use std::io::ErrorKind;
+    let mut io = None;
+    let mut innermost: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = innermost.source() {
+        innermost = next;
+        if let Some(err) = next.downcast_ref::<std::io::Error>() {
+            io = Some(err.kind());
+        }
+    }
+    let cause = innermost.to_string();
+    let failure = |kind| NoAnswer {
+        kind,
+        cause: cause.clone(),
+    };
+    if e.is_timeout() {
+        return (Outcome::Timeout, HttpClass::Timeout, failure("timeout"));
+    }
+    if e.is_connect() {
+        let kind = match io {
+            Some(ErrorKind::ConnectionRefused) => "connection refused",
+            _ => "cannot connect",
+        };
+        return (Outcome::Unreachable, HttpClass::Error, failure(kind));
+    }
+    let kind = match io {
+        Some(ErrorKind::ConnectionReset) => "connection reset",
+        Some(ErrorKind::ConnectionAborted) => "connection aborted",
+        Some(ErrorKind::BrokenPipe) => "broken pipe",
+        Some(ErrorKind::UnexpectedEof) => "connection closed",
+        _ if e.is_body() => "request body",
+        _ => "request failed",
+    };
+    (Outcome::TransportError, HttpClass::Error, failure(kind))
 }

@@ -25,7 +25,7 @@ use crate::nats::{
 use crate::pcg::model::{Flavour, GroupConfig};
 use crate::pcg::spec::{self, Template};
 use crate::pcg::{self as pcgc, assign};
-use crate::source::Source;
+use crate::source::{Held, Source};
 use crate::topology::Table;
 
 /// What a member needs to know.
@@ -445,7 +445,7 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 impl Source for GroupSource {
-    async fn next(&mut self, held: u32) -> PullEvent {
+    async fn next(&mut self, held: Held) -> PullEvent {
         loop {
             if let Some(ev) = self.pending.pop_front() {
                 return ev;

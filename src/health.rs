@@ -163,14 +163,17 @@ impl Health {
     }
 
     /// Sets what the daemon is doing and why. Draining is final.
-    pub fn set(&self, state: State, reason: impl Into<String>) {
-        let reason = reason.into();
+    pub fn set(&self, state: State, reason: impl AsRef<str>) {
+        let reason = reason.as_ref();
         self.update(|f| {
-            if f.state == State::Draining && state != State::Draining {
-                return;
+            if (f.state == State::Draining && state != State::Draining)
+                || (f.state == state && f.reason == reason)
+            {
+                return false;
             }
             f.state = state;
-            f.reason = reason;
+            reason.clone_into(&mut f.reason);
+            true
         });
     }
 
@@ -178,6 +181,9 @@ impl Health {
     pub fn set_nats_down(&self, why: Option<String>) {
         self.metrics.nats_connected.set(i64::from(why.is_none()));
         self.update(|f| {
+            if f.nats_down == why {
+                return false;
+            }
             if f.nats_down.is_some() != why.is_some() {
                 match &why {
                     None => tracing::info!("connected to NATS"),
@@ -185,12 +191,13 @@ impl Health {
                 }
             }
             f.nats_down = why;
+            true
         });
     }
 
     /// Records who holds the pin of a pinned consumer.
     pub fn set_pin_holder(&self, holder: PinHolder) {
-        self.update(|f| f.pin_holder = holder);
+        self.update(|f| std::mem::replace(&mut f.pin_holder, holder) != holder);
     }
 
     /// Records this member's partitions.
@@ -212,18 +219,20 @@ impl Health {
     pub fn set_pinned(&self, pinned: bool) {
         self.metrics.pinned.set(i64::from(pinned));
         self.update(|f| {
-            if f.pinned != pinned {
-                tracing::info!(pinned, "pin changed");
+            if f.pinned == pinned {
+                return false;
             }
+            tracing::info!(pinned, "pin changed");
             f.pinned = pinned;
+            true
         });
     }
 
-    fn update(&self, change: impl FnOnce(&mut Facts)) {
+    /// Applies `change` (which says whether it changed anything) and derives what is
+    /// shown.
+    fn update(&self, change: impl FnOnce(&mut Facts) -> bool) {
         self.tx.send_if_modified(|s| {
-            let before = s.facts.clone();
-            change(&mut s.facts);
-            if s.facts == before {
+            if !change(&mut s.facts) {
                 return false;
             }
             let (state, reason) = present(&s.facts);

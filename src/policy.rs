@@ -92,7 +92,11 @@ pub enum Outcome {
         /// A valid `Jetrelay-Action`.
         action: Option<AppAction>,
     },
-    /// No answer: connection refused or reset, or the request could not be sent.
+    /// The app is not there: the connection could not be made (refused, or no route).
+    /// Not the message's fault: no attempt is counted.
+    Unreachable,
+    /// No answer on a connection that was made (reset, closed before the answer), or
+    /// the request could not be sent.
     TransportError,
     /// No answer within `http.timeout_ms`.
     Timeout,
@@ -146,6 +150,9 @@ pub enum Disposition {
         /// Why.
         reason: TermReason,
     },
+    /// The app is unreachable: keep the message (alive with `+WPI`) and offer it again
+    /// when the app is back, without counting an attempt.
+    Hold,
 }
 
 /// The rules that turn outcomes into dispositions.
@@ -180,6 +187,7 @@ impl Policy {
                     reason: TermReason::Invalid(why.clone()),
                 };
             }
+            Outcome::Unreachable => return Disposition::Hold,
             Outcome::TransportError | Outcome::Timeout => None,
             Outcome::Answered {
                 status,
@@ -246,6 +254,26 @@ impl From<AppAction> for Class {
             AppAction::Retry => Class::Retry,
             AppAction::Term | AppAction::Dlq => Class::Term(Some(TermReason::AppAction(a))),
         }
+    }
+}
+
+/// The longest wait between two offers while the app is unreachable: when it comes
+/// back, delivery resumes within this.
+pub const UNREACHABLE_MAX_DELAY: Duration = Duration::from_secs(5);
+
+impl Policy {
+    /// How long to wait before offering a message again after the app was found
+    /// unreachable `streak` times in a row: the retry backoff, capped at
+    /// [`UNREACHABLE_MAX_DELAY`] (and never above `retry_max`).
+    pub fn unreachable_delay(&self, streak: u32) -> Duration {
+        let cap = self.retry_max.min(UNREACHABLE_MAX_DELAY);
+        backoff(self.retry_initial.min(cap), cap, streak)
+    }
+
+    /// Whether a NAK on this delivery would never be redelivered: JetStream counts
+    /// deliveries, and stops at `max_deliver`.
+    pub fn is_last_delivery(&self, delivered: u32) -> bool {
+        self.max_attempts.is_some_and(|max| delivered >= max)
     }
 }
 
@@ -333,6 +361,9 @@ mod tests {
             (answered(422), 1, term(TermReason::Status(422))),
             (answered(301), 1, retry(1000)),
             (Outcome::TransportError, 1, retry(1000)),
+            (Outcome::Unreachable, 1, Disposition::Hold),
+            (Outcome::Unreachable, 10, Disposition::Hold),
+            (Outcome::Unreachable, 1000, Disposition::Hold),
             (Outcome::Timeout, 2, retry(2000)),
             (answered(503), 10, term(TermReason::MaxDeliver(10))),
             (Outcome::Timeout, 11, term(TermReason::MaxDeliver(11))),
@@ -367,6 +398,22 @@ mod tests {
                 "{outcome:?} attempt {attempt}"
             );
         }
+    }
+
+    #[test]
+    fn unreachable_delays_and_the_last_delivery() {
+        let p = policy();
+        let ms = |streak| p.unreachable_delay(streak).as_millis();
+        assert_eq!(
+            [ms(1), ms(2), ms(3), ms(4), ms(100)],
+            [1000, 2000, 4000, 5000, 5000]
+        );
+        let mut short = policy();
+        short.retry_max = Duration::from_millis(300);
+        assert_eq!(short.unreachable_delay(9), Duration::from_millis(300));
+        assert!(!p.is_last_delivery(9) && p.is_last_delivery(10) && p.is_last_delivery(11));
+        short.max_attempts = None;
+        assert!(!short.is_last_delivery(u32::MAX));
     }
 
     #[test]

@@ -4,13 +4,15 @@
 
 use std::future::Future;
 
+pub use crate::capacity::Held;
 use crate::nats::{PullEvent, Puller, Settler};
 
 /// A stream of deliveries sized by what the dispatcher holds.
 pub trait Source: Send {
-    /// The next event; `held` is the number of messages the dispatcher holds.
-    /// Must be cancel-safe: the dispatcher polls it inside `select!`.
-    fn next(&mut self, held: u32) -> impl Future<Output = PullEvent> + Send;
+    /// The next event; `held` is what the dispatcher holds (messages and payload
+    /// bytes), for sizing pulls. Must be cancel-safe: the dispatcher polls it inside
+    /// `select!`.
+    fn next(&mut self, held: Held) -> impl Future<Output = PullEvent> + Send;
 
     /// Stops asking for more messages (shutdown).
     fn stop(&mut self);
@@ -34,7 +36,7 @@ pub trait Source: Send {
 }
 
 impl Source for Puller {
-    fn next(&mut self, held: u32) -> impl Future<Output = PullEvent> + Send {
+    fn next(&mut self, held: Held) -> impl Future<Output = PullEvent> + Send {
         Puller::next(self, held)
     }
 

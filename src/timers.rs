@@ -1,11 +1,10 @@
-//! One timer structure for every held message: a min-heap of (deadline, id, kind).
-//! The dispatcher schedules in-progress (`+WPI`) keep-alives and in-place retries
-//! here and sleeps until the earliest one; there is no task or timer per message.
-//! Entries of messages already settled are skipped when they come due (lazy removal),
-//! so the heap holds at most a few entries per held message.
+//! One timer structure for every held message: an ordered set of (deadline, id,
+//! kind). The dispatcher schedules in-progress (`+WPI`) keep-alives and in-place
+//! retries here and sleeps until the earliest one; there is no task or timer per
+//! message. A settled message's entries are cancelled with it, so the set holds at
+//! most one keep-alive and one retry per held message.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeSet;
 
 use tokio::time::Instant;
 
@@ -14,25 +13,31 @@ use tokio::time::Instant;
 pub enum Due {
     /// Send `+WPI` for the message, then schedule the next one.
     Progress,
-    /// Call the app again for the message (ordered lanes).
+    /// Call the app again for the message (ordered lanes, an unreachable app), or try
+    /// its dead letter again.
     Retry,
 }
 
-/// The heap.
+/// The deadlines.
 #[derive(Debug, Default)]
 pub struct Timers {
-    heap: BinaryHeap<Reverse<(Instant, u64, Due)>>,
+    set: BTreeSet<(Instant, u64, Due)>,
 }
 
 impl Timers {
     /// Schedules `due` for message `id` at `at`.
     pub fn schedule(&mut self, at: Instant, id: u64, due: Due) {
-        self.heap.push(Reverse((at, id, due)));
+        self.set.insert((at, id, due));
+    }
+
+    /// Removes what [`Timers::schedule`] added with the same arguments.
+    pub fn cancel(&mut self, at: Instant, id: u64, due: Due) {
+        self.set.remove(&(at, id, due));
     }
 
     /// The earliest deadline.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.heap.peek().map(|Reverse((at, _, _))| *at)
+        self.set.first().map(|(at, _, _)| *at)
     }
 
     /// Takes one entry that is due at `now`.
@@ -40,17 +45,12 @@ impl Timers {
         if self.next_deadline()? > now {
             return None;
         }
-        self.heap.pop().map(|Reverse((_, id, due))| (id, due))
+        self.set.pop_first().map(|(_, id, due)| (id, due))
     }
 
-    /// Entries in the heap (for the bound checks in tests).
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    /// Whether nothing is scheduled.
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.set.len()
     }
 }
 
@@ -73,5 +73,20 @@ mod tests {
         assert_eq!(t.pop_due(now), Some((3, Due::Progress)));
         assert_eq!(t.pop_due(now), None);
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn cancelled_entries_are_gone() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        t.schedule(t0, 1, Due::Progress);
+        t.schedule(t0, 1, Due::Retry);
+        t.schedule(t0, 2, Due::Progress);
+        t.cancel(t0, 1, Due::Progress);
+        t.cancel(t0, 1, Due::Retry);
+        t.cancel(t0, 9, Due::Retry); // absent: nothing happens
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.pop_due(t0), Some((2, Due::Progress)));
+        assert_eq!(t.next_deadline(), None);
     }
 }

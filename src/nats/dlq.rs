@@ -1,6 +1,10 @@
 //! Publishing to the dead-letter subject and awaiting the JetStream PubAck.
 
+use std::time::Duration;
+
 use async_nats::HeaderMap;
+use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use bytes::Bytes;
 
 use super::{Nats, NatsError};
@@ -8,26 +12,43 @@ use super::{Nats, NatsError};
 /// Publishes dead letters to one subject.
 #[derive(Debug, Clone)]
 pub struct DlqPublisher {
+    client: async_nats::Client,
     js: async_nats::jetstream::Context,
     subject: String,
+    patience: Duration,
 }
 
 impl Nats {
     /// A publisher for `subject`.
     pub fn dlq(&self, subject: &str) -> DlqPublisher {
         DlqPublisher {
+            client: self.client.clone(),
             js: self.js.clone(),
             subject: subject.to_string(),
+            patience: self.patience,
         }
     }
 }
 
+/// What a server takes when it has not said (its default).
+const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
 impl DlqPublisher {
-    /// Publishes and waits for the stream's PubAck.
+    /// The largest message (headers and payload) the server takes.
+    pub fn max_payload(&self) -> usize {
+        match self.client.server_info().max_payload {
+            0 => DEFAULT_MAX_PAYLOAD,
+            n => n,
+        }
+    }
+
+    /// Publishes and waits for the stream's PubAck, for at most the request timeout.
     ///
     /// # Errors
-    /// [`NatsError::DeadLetter`] when no stream stored it (no stream captures the
-    /// subject, a limit refused it, or no answer in time).
+    /// [`NatsError::DeadLetterTooLarge`] when the server or the DLQ stream refuses it
+    /// for its size; [`NatsError::DeadLetter`] when no stream stored it (no stream
+    /// captures the subject, a limit refused it, no answer in time);
+    /// [`NatsError::NotSent`] when nothing could be sent in time.
     pub async fn publish(
         &self,
         headers: &[(String, String)],
@@ -44,13 +65,36 @@ impl DlqPublisher {
                 map.append(n, v);
             }
         }
-        let ack = self
-            .js
-            .publish_with_headers(self.subject.clone(), map, payload)
-            .await
-            .map_err(|e| NatsError::DeadLetter(e.to_string()))?;
-        ack.await
-            .map(drop)
-            .map_err(|e| NatsError::DeadLetter(e.to_string()))
+        let publish = async {
+            let ack = self
+                .js
+                .publish_with_headers(self.subject.clone(), map, payload)
+                .await
+                .map_err(refused)?;
+            ack.await.map(drop).map_err(refused)
+        };
+        match tokio::time::timeout(self.patience, publish).await {
+            Ok(stored) => stored,
+            Err(_) => Err(NatsError::NotSent),
+        }
+    }
+}
+
+/// Tells a letter refused for its size from other failures.
+fn refused(e: PublishError) -> NatsError {
+    let too_large = e.kind() == PublishErrorKind::MaxPayloadExceeded
+        || std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>())
+            .is_some_and(|je| {
+                [
+                    ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM,
+                    ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM,
+                ]
+                .contains(&je.error_code())
+            });
+    if too_large {
+        NatsError::DeadLetterTooLarge(e)
+    } else {
+        NatsError::DeadLetter(e)
     }
 }

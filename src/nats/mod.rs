@@ -62,8 +62,11 @@ pub enum NatsError {
     #[error("cannot subscribe to the pull inbox")]
     Subscribe(#[source] async_nats::SubscribeError),
     /// The dead-letter publish was not stored.
-    #[error("the dead-letter publish failed: {0}")]
-    DeadLetter(String),
+    #[error("the dead-letter publish failed")]
+    DeadLetter(#[source] async_nats::jetstream::context::PublishError),
+    /// The dead letter is larger than the server or the DLQ stream takes.
+    #[error("the dead letter is too large for the DLQ")]
+    DeadLetterTooLarge(#[source] async_nats::jetstream::context::PublishError),
     /// A consumer-group config bucket operation failed.
     #[error("consumer-group config store: {0}")]
     Kv(String),

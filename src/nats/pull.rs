@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::settle::Outbox;
 use super::{ConnState, Nats, NatsError, Settler};
-use crate::capacity::{Limits, PullTiming};
+use crate::capacity::{Held, KEEP_ALIVE_BYTES, Limits, NextPull, PullTiming};
 use crate::delivery::{Delivery, Meta, Origin};
 use crate::subject::split_partition;
 
@@ -90,13 +90,18 @@ pub enum PullEvent {
 struct Pull {
     id: u64,
     remaining: u32,
+    /// Bytes the server may still send on it (as it counts them).
+    bytes_left: u64,
     deadline: Instant,
+    /// A pull that cannot be filled (one byte), sent only to keep the pin alive.
+    keep_alive: bool,
 }
 
 /// The pull request body (ADR-42 fields included); durations in nanoseconds.
 #[derive(Serialize)]
 struct PullRequest<'a> {
     batch: u32,
+    max_bytes: u64,
     expires: u128,
     idle_heartbeat: u128,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -126,7 +131,21 @@ pub struct Puller {
     stopped: bool,
     paused: bool,
     pending: Option<PullEvent>,
+    /// The largest message the server may send (its `max_payload`, plus subject and
+    /// reply).
+    max_message: u64,
+    /// The byte room at which the server last refused the next message as too large
+    /// (409): no pull with less room is sent until less is held.
+    refused: Option<u64>,
+    /// When the last keep-alive pull was sent (they go at most every half expiry).
+    keep_alive_sent: Option<Instant>,
+    /// Bytes are full and the next keep-alive pull may go then: wake for it.
+    keep_alive_wake: Option<Instant>,
 }
+
+/// Room for a message's subject and reply subject beyond the server's `max_payload`
+/// (which counts headers and payload).
+const SUBJECTS_ROOM: u64 = 4096;
 
 impl Nats {
     /// Starts a pull engine on `cfg.consumer`.
@@ -154,14 +173,24 @@ impl Nats {
             stopped: false,
             paused: false,
             pending: None,
+            max_message: self.client.server_info().max_payload as u64 + SUBJECTS_ROOM,
+            refused: None,
+            keep_alive_sent: None,
+            keep_alive_wake: None,
         })
     }
 }
 
 impl Puller {
-    /// Messages outstanding pulls may still deliver.
-    pub fn requested(&self) -> u32 {
-        self.pulls.iter().map(|p| p.remaining).sum()
+    /// What outstanding pulls may still deliver (keep-alive pulls deliver nothing).
+    pub fn requested(&self) -> Held {
+        self.pulls
+            .iter()
+            .filter(|p| !p.keep_alive)
+            .fold(Held::default(), |acc, p| Held {
+                messages: acc.messages.saturating_add(p.remaining),
+                bytes: acc.bytes.saturating_add(p.bytes_left),
+            })
     }
 
     /// Whether this instance holds the pin of a pinned consumer.
@@ -170,7 +199,7 @@ impl Puller {
     }
 
     /// The next event; `held` is what the dispatcher holds now, for sizing pulls.
-    pub async fn next(&mut self, held: u32) -> PullEvent {
+    pub async fn next(&mut self, held: Held) -> PullEvent {
         loop {
             if let Some(ev) = self.pending.take() {
                 return ev;
@@ -264,15 +293,38 @@ impl Puller {
         leftovers(&self.outbox, self.sub).await
     }
 
-    async fn top_up(&mut self, held: u32) {
+    async fn top_up(&mut self, held: Held) {
+        self.keep_alive_wake = None;
         if self.stopped || self.paused || !self.conn.borrow().connected {
             return;
         }
         while self.pulls.len() < MAX_OUTSTANDING {
-            let Some(batch) = self.cfg.limits.next_pull(held, self.requested()) else {
-                return;
-            };
+            let next =
+                self.cfg
+                    .limits
+                    .next_pull(held, self.requested(), self.max_message, self.refused);
             let now = Instant::now();
+            let (batch, max_bytes, keep_alive) = match next {
+                NextPull::Wait => return,
+                NextPull::KeepAlive => {
+                    // Only a pin needs keeping; one such pull at a time, and at most
+                    // every half expiry (the server answers it at once when a message
+                    // is waiting).
+                    if self.cfg.group.is_none() || self.pulls.iter().any(|p| p.keep_alive) {
+                        return;
+                    }
+                    let allowed = self
+                        .keep_alive_sent
+                        .map(|at| at + self.cfg.timing.expires / 2);
+                    if let Some(at) = allowed.filter(|at| now < *at) {
+                        self.keep_alive_wake = Some(at);
+                        return;
+                    }
+                    self.keep_alive_sent = Some(now);
+                    (1, KEEP_ALIVE_BYTES, true)
+                }
+                NextPull::Pull { batch, max_bytes } => (batch, max_bytes, false),
+            };
             if self.pulls.is_empty() {
                 self.last_heard = now;
             }
@@ -282,10 +334,13 @@ impl Puller {
             self.pulls.push_back(Pull {
                 id,
                 remaining: batch,
+                bytes_left: max_bytes,
                 deadline: now + self.cfg.timing.expires + self.cfg.timing.heartbeat,
+                keep_alive,
             });
             let body = PullRequest {
                 batch,
+                max_bytes,
                 expires: self.cfg.timing.expires.as_nanos(),
                 idle_heartbeat: self.cfg.timing.heartbeat.as_nanos(),
                 group: self.cfg.group.as_deref(),
@@ -304,12 +359,23 @@ impl Puller {
                 self.pulls.retain(|p| p.id != id);
                 return;
             }
+            if keep_alive {
+                return;
+            }
         }
     }
 
     fn next_wake(&self) -> Option<Instant> {
-        let first_deadline = self.pulls.iter().map(|p| p.deadline).min()?;
-        Some(first_deadline.min(self.last_heard + self.cfg.timing.missed_heartbeat_after()))
+        let pulls = self
+            .pulls
+            .iter()
+            .map(|p| p.deadline)
+            .min()
+            .map(|first| first.min(self.last_heard + self.cfg.timing.missed_heartbeat_after()));
+        match (pulls, self.keep_alive_wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn expire(&mut self) {
@@ -327,14 +393,14 @@ impl Puller {
         }
     }
 
-    fn end_pull(&mut self, subject: &str) {
+    /// Ends the pull a status answered; returns it.
+    fn end_pull(&mut self, subject: &str) -> Option<Pull> {
         let id = subject
             .strip_prefix(self.prefix.as_str())
             .and_then(|s| s.strip_prefix('.'))
-            .and_then(|s| s.parse::<u64>().ok());
-        if let Some(id) = id {
-            self.pulls.retain(|p| p.id != id);
-        }
+            .and_then(|s| s.parse::<u64>().ok())?;
+        let at = self.pulls.iter().position(|p| p.id == id)?;
+        self.pulls.remove(at)
     }
 
     fn handle(&mut self, m: Message) -> Option<PullEvent> {
@@ -347,6 +413,14 @@ impl Puller {
             100 => None,
             404 | 408 => {
                 self.end_pull(&m.subject);
+                None
+            }
+            409 if description.eq_ignore_ascii_case("message size exceeds maxbytes") => {
+                // The next message needs more room than the pull had; a keep-alive is
+                // meant to be refused.
+                if let Some(p) = self.end_pull(&m.subject).filter(|p| !p.keep_alive) {
+                    self.refused = Some(p.bytes_left);
+                }
                 None
             }
             409 => {
@@ -380,10 +454,15 @@ impl Puller {
     }
 
     fn message(&mut self, m: Message) -> Option<PullEvent> {
-        if let Some(front) = self.pulls.front_mut() {
-            front.remaining = front.remaining.saturating_sub(1);
-            if front.remaining == 0 {
-                self.pulls.pop_front();
+        // Messages come in stream order: the one the server refused is through.
+        self.refused = None;
+        // Counted against the oldest pull that can deliver.
+        if let Some(at) = self.pulls.iter().position(|p| !p.keep_alive) {
+            let p = &mut self.pulls[at];
+            p.remaining = p.remaining.saturating_sub(1);
+            p.bytes_left = p.bytes_left.saturating_sub(m.length as u64);
+            if p.remaining == 0 || p.bytes_left == 0 {
+                self.pulls.remove(at);
             }
         }
         let newly_pinned = self.cfg.group.is_some() && {

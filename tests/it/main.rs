@@ -8,6 +8,7 @@ mod faults;
 mod forwarding;
 mod groups;
 mod interop;
+mod nothing_lost;
 mod outages;
 mod pull;
 mod semantics;

@@ -59,6 +59,7 @@ async fn puller(nats: &NatsServer, stream: &str, consumer: &str) -> Puller {
         limits: Limits {
             max_batch: 2,
             max_buffered: 2,
+            max_bytes: 1 << 20,
         },
         // Pulls expire well inside the 1 s pin timeout, so the pin is refreshed.
         timing: PullTiming {
@@ -73,10 +74,19 @@ async fn puller(nats: &NatsServer, stream: &str, consumer: &str) -> Puller {
     .unwrap()
 }
 
+/// `n` small messages held.
+fn count(n: u32) -> jetrelay::capacity::Held {
+    jetrelay::capacity::Held {
+        messages: n,
+        bytes: u64::from(n),
+    }
+}
+
 /// Polls `p` with `held` for `d`, collecting events.
 async fn poll_for(p: &mut Puller, held: u32, d: Duration) -> Vec<PullEvent> {
     let mut events = Vec::new();
     let deadline = tokio::time::Instant::now() + d;
+    let held = count(held);
     while let Ok(ev) = tokio::time::timeout_at(deadline, p.next(held)).await {
         events.push(ev);
     }
@@ -87,7 +97,7 @@ async fn poll_for(p: &mut Puller, held: u32, d: Duration) -> Vec<PullEvent> {
 async fn take_messages(p: &mut Puller, mut held: u32, n: usize) -> (Vec<Settler>, Vec<PullEvent>) {
     let (mut settlers, mut others) = (Vec::new(), Vec::new());
     while settlers.len() < n {
-        match tokio::time::timeout(T, p.next(held))
+        match tokio::time::timeout(T, p.next(count(held)))
             .await
             .expect("messages")
         {
@@ -135,7 +145,7 @@ async fn one_instance_is_served_and_keeps_the_pin_through_a_full_buffer() {
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return b,
-                    ev = b.next(0) => b_events.lock().unwrap().push(ev),
+                    ev = b.next(count(0)) => b_events.lock().unwrap().push(ev),
                 }
             }
         })

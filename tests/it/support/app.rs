@@ -103,6 +103,14 @@ impl MockApp {
     pub async fn start(
         script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> MockApp {
+        Self::start_on(0, script).await
+    }
+
+    /// On a given loopback port (0: any free one).
+    pub async fn start_on(
+        port: u16,
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
         let inner = Arc::new(Mutex::new(Inner::default()));
         let notify = Arc::new(tokio::sync::Notify::new());
         let state = AppState {
@@ -129,7 +137,9 @@ impl MockApp {
                     }
                 }),
             );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, router).await });
         MockApp {

@@ -138,6 +138,17 @@ pub fn durable_config_at(
     durable: &str,
     extra: &str,
 ) -> Config {
+    durable_config_for(servers, &app.url(), stream, durable, extra)
+}
+
+/// [`durable_config`] for any server list and any app URL (an app not started yet).
+pub fn durable_config_for(
+    servers: &str,
+    app_url: &str,
+    stream: &str,
+    durable: &str,
+    extra: &str,
+) -> Config {
     let base = format!(
         r#"
         [nats]
@@ -147,14 +158,13 @@ pub fn durable_config_at(
         kind = "durable"
         durable = "{durable}"
         [http]
-        url = "{}"
+        url = "{app_url}"
         timeout_ms = 5000
         [admin]
         listen = "127.0.0.1:0"
         [log]
         level = "warn"
         "#,
-        app.url()
     );
     Config::from_figment(Figment::from(Toml::string(&base)).merge(Toml::string(extra)))
         .unwrap_or_else(|e| panic!("test config: {e}"))

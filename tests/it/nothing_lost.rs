@@ -1,0 +1,345 @@
+//! Nothing lost: an app that is down burns no attempts, a dead letter that cannot be
+//! published yet is kept, one too large goes without its payload, dead letters of two
+//! consumers are both kept, and the bytes held stay within `max_buffered_bytes`.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use jetrelay::health::State;
+
+use crate::support::groups::member_config;
+use crate::support::groups::static_group;
+use crate::support::nats_server::free_port;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+async fn dlq_stream(js: &jetstream::Context, name: &str, subject: &str) {
+    create_stream(js, name, &[subject]).await;
+}
+
+async fn stream_messages(
+    js: &jetstream::Context,
+    stream: &str,
+) -> Vec<jetstream::message::StreamMessage> {
+    let s = js.get_stream(stream).await.unwrap();
+    let last = s.cached_info().state.last_sequence;
+    let mut out = Vec::new();
+    for seq in 1..=last {
+        if let Ok(m) = s.get_raw_message(seq).await {
+            out.push(m);
+        }
+    }
+    out
+}
+
+async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
+    js.get_stream(stream)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages
+}
+
+#[tokio::test]
+async fn an_app_that_is_down_burns_no_attempts_and_delivery_resumes_when_it_is_back() {
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["u.>"]).await;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/messages");
+    // max_deliver 3 would terminate everything within a second if refused connections
+    // counted; ack_wait 2 s is shorter than the outage, so only +WPI keeps them.
+    let extra = "[delivery]\nretry_initial_ms = 100\nretry_max_ms = 400\n\
+                 [consumer]\nmax_deliver = 3\nack_wait_ms = 2000\n";
+    let relay = Relay::ready(durable_config_for(
+        nats.url(),
+        &url,
+        &stream,
+        &durable,
+        extra,
+    ))
+    .await;
+    publish(&js, "u.x", 20).await;
+
+    let mut status = relay.health.subscribe();
+    let down = tokio::time::timeout(T, status.wait_for(|s| !s.ready))
+        .await
+        .expect("not ready while the app is down")
+        .unwrap()
+        .clone();
+    assert_eq!(down.state, State::NotReady);
+    assert_eq!(down.reason, "app unreachable: connection refused");
+    // Probes keep failing for longer than the ack wait and max_deliver allow.
+    eventually("several refused probes", T, || async {
+        relay
+            .metric("jetrelay_http_requests_total{class=\"error\"}")
+            .await
+            >= 6.0
+    })
+    .await;
+    // Three rounds of keep-alives: held for longer than the ack wait.
+    eventually("keep-alives sent", T, || async {
+        relay.metric("jetrelay_progress_sent_total").await >= 60.0
+    })
+    .await;
+    for action in ["term", "dlq", "nak"] {
+        let sample = format!("jetrelay_messages_settled_total{{action=\"{action}\"}}");
+        assert_eq!(relay.metric(&sample).await, 0.0, "{action}");
+    }
+
+    let app = MockApp::start_on(port, |_, _| Reply::status(200)).await;
+    eventually("every message acked", T, || async {
+        app.acked_seqs().len() == 20
+    })
+    .await;
+    eventually("drained", T, || consumer_drained(&js, &stream, &durable)).await;
+    assert!(
+        app.requests()
+            .iter()
+            .all(|r| r.header("nats-delivered") == Some("1")),
+        "no attempt was counted and nothing was redelivered"
+    );
+    assert_eq!(relay.metric("jetrelay_redeliveries_total").await, 0.0);
+    tokio::time::timeout(
+        T,
+        status.wait_for(|s| s.ready && s.state == State::Consuming),
+    )
+    .await
+    .expect("ready again")
+    .unwrap();
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_letter_that_cannot_be_published_on_the_last_delivery_is_kept_until_it_can() {
+    let app = MockApp::start(|_, _| Reply::status(400)).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["l.>"]).await;
+    // No stream captures the DLQ subject yet; the first delivery is the last one.
+    let extra = "[dlq]\nsubject = \"dead.l\"\n[consumer]\nmax_deliver = 1\n\
+                 [delivery]\nretry_initial_ms = 100\nretry_max_ms = 300\n";
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    publish(&js, "l.x", 1).await;
+    eventually("the dead letter failed a few times", T, || async {
+        relay.metric("jetrelay_dlq_failures_total").await >= 3.0
+    })
+    .await;
+    assert_eq!(app.requests().len(), 1, "the app is not asked again");
+
+    let dead = unique("DLQ");
+    dlq_stream(&js, &dead, "dead.l").await;
+    eventually("dead-lettered", T, || async {
+        stored(&js, &dead).await == 1
+    })
+    .await;
+    eventually("terminated", T, || consumer_drained(&js, &stream, &durable)).await;
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"dlq\"}")
+            .await,
+        1.0
+    );
+    let letter = &stream_messages(&js, &dead).await[0];
+    assert_eq!(letter.payload.as_ref(), b"m0");
+    assert_eq!(
+        letter
+            .headers
+            .get("Jetrelay-Dlq-Status")
+            .map(|v| v.as_str()),
+        Some("400")
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_letter_too_large_for_its_headers_goes_without_its_payload() {
+    let app = MockApp::start(|_, _| Reply::status(400)).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["big.>"]).await;
+    let dead = unique("DLQ");
+    dlq_stream(&js, &dead, "dead.big").await;
+    let extra = "[dlq]\nsubject = \"dead.big\"\n";
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    // Fits the server's 1 MiB alone, not with the dead letter's headers.
+    let payload = vec![b'x'; 1_048_570];
+    js.publish("big.x", payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    eventually("dead-lettered", T, || async {
+        stored(&js, &dead).await == 1
+    })
+    .await;
+    eventually("terminated", T, || consumer_drained(&js, &stream, &durable)).await;
+    let letter = &stream_messages(&js, &dead).await[0];
+    assert!(letter.payload.is_empty());
+    assert_eq!(
+        letter
+            .headers
+            .get("Jetrelay-Dlq-Payload-Omitted")
+            .map(|v| v.as_str()),
+        Some("1048570")
+    );
+    assert_eq!(
+        letter
+            .headers
+            .get("Jetrelay-Dlq-Sequence")
+            .map(|v| v.as_str()),
+        Some("1"),
+        "the original stays in its stream under this sequence"
+    );
+    assert_eq!(stored(&js, &stream).await, 1);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_dead_letters_of_two_consumers_of_one_message_are_both_kept() {
+    let app = MockApp::start(|_, _| Reply::status(400)).await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["two.>"]).await;
+    let dead = unique("DLQ");
+    dlq_stream(&js, &dead, "dead.two").await;
+    let extra = "[dlq]\nsubject = \"dead.two\"\n";
+    let other = unique("d");
+    let a = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    let b = Relay::ready(durable_config(&nats, &app, &stream, &other, extra)).await;
+    publish(&js, "two.x", 1).await;
+    eventually("both dead-lettered", T, || async {
+        stored(&js, &dead).await == 2
+    })
+    .await;
+    let ids: std::collections::BTreeSet<String> = stream_messages(&js, &dead)
+        .await
+        .iter()
+        .map(|m| m.headers.get("Nats-Msg-Id").unwrap().to_string())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            format!("jetrelay-dlq:{stream}:{durable}:1"),
+            format!("jetrelay-dlq:{stream}:{other}:1")
+        ]
+        .into_iter()
+        .collect()
+    );
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
+
+const KB100: usize = 100_000;
+
+#[tokio::test]
+async fn the_payload_bytes_held_stay_within_max_buffered_bytes() {
+    let gate = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let open = gate.clone();
+    // Slow until the gate opens, so that everything the daemon can hold is held.
+    let app = MockApp::start(move |_, _| {
+        let slow = !open.load(std::sync::atomic::Ordering::SeqCst);
+        Reply::status(200).after(Duration::from_millis(if slow { 1500 } else { 0 }))
+    })
+    .await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["b.>"]).await;
+    let extra = "[delivery]\nmax_in_flight = 32\nmax_buffered = 256\nmax_buffered_bytes = 500000\n";
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    for _ in 0..40 {
+        js.publish("b.x", vec![b'p'; KB100].into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let mut most = 0;
+    let until = tokio::time::Instant::now() + Duration::from_secs(4);
+    while tokio::time::Instant::now() < until {
+        let info = consumer_info(&js, &stream, &durable).await.unwrap();
+        most = most.max(info.num_ack_pending);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(most >= 1, "something was held");
+    assert!(
+        most <= 500_000 / KB100,
+        "{most} messages of 100 kB were held with max_buffered_bytes = 500000"
+    );
+    assert!(app.max_in_flight() <= 5, "{}", app.max_in_flight());
+    gate.store(true, std::sync::atomic::Ordering::SeqCst);
+    eventually("all delivered", T, || async {
+        app.acked_seqs().len() == 40
+    })
+    .await;
+    eventually("drained", T, || consumer_drained(&js, &stream, &durable)).await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_member_full_in_bytes_keeps_its_pin() {
+    let (nats, js, stream, _admin) = static_group(1, &["m1"]).await;
+    let gate = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let open = gate.clone();
+    let app_a = MockApp::start(move |_, _| {
+        let slow = !open.load(std::sync::atomic::Ordering::SeqCst);
+        Reply::status(200).after(Duration::from_millis(if slow { 7000 } else { 0 }))
+    })
+    .await;
+    let app_b = MockApp::ok().await;
+    // Two messages fill the bytes; the pin timeout (= ack_wait) is 2 s, far shorter
+    // than the app's answers.
+    let extra = "[delivery]\nmax_buffered_bytes = 250000\n[http]\ntimeout_ms = 20000\n\
+                 [consumer]\nack_wait_ms = 2000\n";
+    let a = Relay::ready(member_config(
+        &nats, &app_a, "static", &stream, "cg", "m1", extra,
+    ))
+    .await;
+    for _ in 0..10 {
+        js.publish("o.k", vec![b'p'; KB100].into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    eventually("A pinned and busy", T, || async {
+        a.health.status().pinned && app_a.arrivals() >= 1
+    })
+    .await;
+    let b = Relay::ready(member_config(
+        &nats, &app_b, "static", &stream, "cg", "m1", extra,
+    ))
+    .await;
+    // Three pin timeouts with A full in bytes: its keep-alive pulls keep the pin. What
+    // must not happen (a takeover) can only be waited out.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(a.health.status().pinned, "A lost its pin while full");
+    assert_eq!(app_b.arrivals(), 0, "B was served while A held the pin");
+    assert!(app_a.arrivals() <= 2, "{} held", app_a.arrivals());
+    gate.store(true, std::sync::atomic::Ordering::SeqCst);
+    eventually("all delivered by A", T, || async {
+        app_a.acked_seqs().len() == 10
+    })
+    .await;
+    b.stop().await.unwrap();
+    a.stop().await.unwrap();
+}
