@@ -43,9 +43,45 @@ pub struct Delivery {
     /// Where a sourced message came from (elastic groups: the origin stream and its
     /// sequence, from `Nats-Stream-Source`).
     pub origin: Option<Origin>,
-    /// Why the message breaks what the transport promises (no partition token in a
-    /// group source, unreadable metadata); it is then terminated, never sent.
-    pub invalid: Option<String>,
+    /// Why the message breaks what the transport promises; it is then terminated
+    /// (dead-lettered first when a DLQ is configured), never sent.
+    pub invalid: Option<Invalid>,
+}
+
+/// What makes a delivered message one that cannot be offered to the app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalid {
+    /// The JetStream metadata (from the ack subject) does not parse.
+    Metadata(String),
+    /// A group message whose subject has no partition token.
+    NoPartition(String),
+    /// The header block could not be parsed (a header name that is not valid, a line
+    /// without `:`, bytes that are not UTF-8): the lines that could be parsed are
+    /// kept, the others are dropped.
+    MalformedHeaders(String),
+}
+
+impl Invalid {
+    /// Its name: the `reason` label of `jetrelay_invalid_messages_total` and the
+    /// first word of the `+TERM` reason.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Invalid::Metadata(_) => "bad_metadata",
+            Invalid::NoPartition(_) => "no_partition",
+            Invalid::MalformedHeaders(_) => "malformed_headers",
+        }
+    }
+
+    /// Every name, for the metric's closed label set.
+    pub const NAMES: [&'static str; 3] = ["bad_metadata", "no_partition", "malformed_headers"];
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (Invalid::Metadata(why) | Invalid::NoPartition(why) | Invalid::MalformedHeaders(why)) =
+            self;
+        write!(f, "{}: {why}", self.name())
+    }
 }
 
 /// The stream and sequence a sourced message was first stored under.

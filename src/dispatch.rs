@@ -770,7 +770,10 @@ impl Dispatch {
         received: Instant,
     ) -> Done {
         let (outcome, status, http_ms, failure) = match &d.invalid {
-            Some(why) => (Outcome::Invalid(why.clone()), None, None, None),
+            Some(why) => {
+                self.metrics.invalid(why);
+                (Outcome::Invalid(why.clone()), None, None, None)
+            }
             None => {
                 let f = self.forwarder.forward(d, attempt).await;
                 self.metrics.http_request(f.class);

@@ -85,6 +85,8 @@ pub struct Metrics {
     pub progress_sent: IntCounter,
     pub dlq_failures: IntCounter,
     action_overrides: IntCounterVec,
+    /// Per reason (`crate::delivery::Invalid::NAMES`), resolved once.
+    invalid: [IntCounter; 3],
     pub app_healthy: IntGauge,
 }
 
@@ -160,6 +162,15 @@ impl Metrics {
         for a in ["ack", "retry", "term", "dlq", "invalid"] {
             action_overrides.with_label_values(&[a]);
         }
+        let invalid = IntCounterVec::new(
+            Opts::new(
+                "jetrelay_invalid_messages_total",
+                "Messages that could not be offered to the app (terminated, dead-lettered first when a DLQ is set), by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(invalid.clone()))?;
+        let invalid = crate::delivery::Invalid::NAMES.map(|r| invalid.with_label_values(&[r]));
         let http_requests = ["2xx", "3xx", "4xx", "5xx", "error", "timeout"]
             .map(|c| http_requests.with_label_values(&[c]));
         Ok(Metrics {
@@ -228,6 +239,7 @@ impl Metrics {
             settled,
             http_requests,
             action_overrides,
+            invalid,
         })
     }
 
@@ -244,6 +256,15 @@ impl Metrics {
     /// Counts one `Jetrelay-Action` override (`invalid` for a value not understood).
     pub fn action_override(&self, action: &str) {
         self.action_overrides.with_label_values(&[action]).inc();
+    }
+
+    /// Counts one message that could not be offered to the app.
+    pub fn invalid(&self, why: &crate::delivery::Invalid) {
+        let at = crate::delivery::Invalid::NAMES
+            .iter()
+            .position(|n| *n == why.name())
+            .unwrap_or(0);
+        self.invalid[at].inc();
     }
 
     /// Counts one request to the app.
@@ -299,6 +320,7 @@ mod tests {
             "jetrelay_dlq_failures_total",
             "jetrelay_action_overrides_total{action=\"dlq\"} 0",
             "jetrelay_app_healthy",
+            "jetrelay_invalid_messages_total{reason=\"malformed_headers\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use crate::delivery::Invalid;
+
 /// A set of HTTP statuses written as `"503"` or `"5xx"`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StatusSet {
@@ -101,8 +103,8 @@ pub enum Outcome {
     /// No answer within `http.timeout_ms`.
     Timeout,
     /// The message broke what the transport promises (bad metadata, no partition
-    /// token); it is never sent.
-    Invalid(String),
+    /// token, malformed headers); it is never sent.
+    Invalid(Invalid),
 }
 
 /// Why a message is terminated; the text goes into `+TERM <reason>`.
@@ -115,7 +117,7 @@ pub enum TermReason {
     /// A retry would exceed `consumer.max_deliver`.
     MaxDeliver(u32),
     /// The message failed validation.
-    Invalid(String),
+    Invalid(Invalid),
 }
 
 impl fmt::Display for TermReason {
@@ -130,7 +132,7 @@ impl fmt::Display for TermReason {
                 )
             }
             TermReason::MaxDeliver(n) => write!(f, "jetrelay: {n} attempts exhausted"),
-            TermReason::Invalid(why) => write!(f, "jetrelay: invalid message: {why}"),
+            TermReason::Invalid(why) => write!(f, "jetrelay: {why}"),
         }
     }
 }
@@ -386,9 +388,9 @@ mod tests {
                 term(TermReason::AppAction(AppAction::Dlq)),
             ),
             (
-                Outcome::Invalid("x".into()),
+                Outcome::Invalid(Invalid::NoPartition("x".into())),
                 1,
-                term(TermReason::Invalid("x".into())),
+                term(TermReason::Invalid(Invalid::NoPartition("x".into()))),
             ),
         ];
         for (outcome, attempt, want) in cases {
@@ -498,6 +500,11 @@ mod tests {
         assert_eq!(
             TermReason::AppAction(AppAction::Dlq).to_string(),
             "jetrelay: app asked for dlq"
+        );
+        assert_eq!(
+            TermReason::Invalid(Invalid::MalformedHeaders("invalid header name".into()))
+                .to_string(),
+            "jetrelay: malformed_headers: invalid header name"
         );
     }
 

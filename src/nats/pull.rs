@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::settle::Outbox;
 use super::{ConnState, Nats, NatsError, Settler};
 use crate::capacity::{Held, KEEP_ALIVE_BYTES, Limits, NextPull, PullTiming};
-use crate::delivery::{Delivery, Meta, Origin};
+use crate::delivery::{Delivery, Invalid, Meta, Origin};
 use crate::subject::split_partition;
 
 /// At most this many pulls outstanding at once (the server's default `max_waiting`
@@ -142,6 +142,9 @@ pub struct Puller {
     /// Bytes are full and the next keep-alive pull may go then: wake for it.
     keep_alive_wake: Option<Instant>,
 }
+
+/// How the (patched) client marks a message whose header block did not parse.
+const MALFORMED_HEADERS: &str = "malformed headers: ";
 
 /// Room for a message's subject and reply subject beyond the server's `max_payload`
 /// (which counts headers and payload).
@@ -547,14 +550,25 @@ fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
             None => (
                 None,
                 subject.clone(),
-                Some(format!("subject {subject:?} has no partition token")),
+                Some(Invalid::NoPartition(format!(
+                    "subject {subject:?} has no partition token"
+                ))),
             ),
         }
     } else {
         (None, subject.clone(), None)
     };
     if let Err(e) = &meta {
-        invalid.get_or_insert_with(|| e.clone());
+        invalid.get_or_insert_with(|| Invalid::Metadata(e.clone()));
+    }
+    // The client delivers a message whose header block does not parse with the lines
+    // that did, and says so in the description (vendor/README.md).
+    if let Some(why) = m
+        .description
+        .as_deref()
+        .and_then(|d| d.strip_prefix(MALFORMED_HEADERS))
+    {
+        invalid.get_or_insert_with(|| Invalid::MalformedHeaders(why.to_string()));
     }
     Delivery {
         subject,

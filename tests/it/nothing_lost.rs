@@ -343,3 +343,76 @@ async fn a_member_full_in_bytes_keeps_its_pin() {
     b.stop().await.unwrap();
     a.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn messages_whose_headers_do_not_parse_are_dead_lettered_and_the_rest_flows() {
+    let app = MockApp::ok().await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["mh.>"]).await;
+    let dead = unique("DLQ");
+    dlq_stream(&js, &dead, "dead.mh").await;
+    let bad: [&[u8]; 4] = [
+        b"NATS/1.0\r\nBad Name: v\r\nGood: yes\r\n\r\n",
+        b"NATS/1.0\r\nN\xc3\xa4me: v\r\nGood: yes\r\n\r\n",
+        b"NATS/1.0\r\nno colon here\r\nGood: yes\r\n\r\n",
+        b"NATS/1.0\r\nX-Latin1: caf\xe9\r\nGood: yes\r\n\r\n",
+    ];
+    for (i, block) in bad.iter().enumerate() {
+        raw_publish(nats.url(), "mh.bad", block, format!("bad{i}").as_bytes()).await;
+    }
+    publish(&js, "mh.good", 20).await;
+    let extra = "[dlq]\nsubject = \"dead.mh\"\n";
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+
+    eventually("the good ones delivered", T, || async {
+        app.acked_seqs().len() == 20
+    })
+    .await;
+    eventually("the bad ones dead-lettered", T, || async {
+        stored(&js, &dead).await == 4
+    })
+    .await;
+    eventually("all settled", T, || {
+        consumer_drained(&js, &stream, &durable)
+    })
+    .await;
+    assert!(
+        app.requests().iter().all(|r| r.seq() > 4),
+        "no malformed message reached the app"
+    );
+    let letters = stream_messages(&js, &dead).await;
+    for (i, letter) in letters.iter().enumerate() {
+        assert_eq!(letter.payload.as_ref(), format!("bad{i}").as_bytes());
+        let reason = letter
+            .headers
+            .get("Jetrelay-Dlq-Reason")
+            .unwrap()
+            .to_string();
+        assert!(
+            reason.starts_with("jetrelay: malformed_headers: "),
+            "{reason}"
+        );
+        assert_eq!(
+            letter.headers.get("Good").map(|v| v.as_str()),
+            Some("yes"),
+            "the lines that parse are kept"
+        );
+    }
+    assert_eq!(
+        relay
+            .metric("jetrelay_invalid_messages_total{reason=\"malformed_headers\"}")
+            .await,
+        4.0
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"dlq\"}")
+            .await,
+        4.0
+    );
+    relay.stop().await.unwrap();
+}

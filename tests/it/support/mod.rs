@@ -240,3 +240,38 @@ impl Relay {
             .unwrap_or(0.0)
     }
 }
+
+/// Publishes one message with a raw header block (which a client library would refuse
+/// to build: a bad name, a line without `:`, bytes that are not UTF-8) over the NATS
+/// protocol itself, and waits for the server's PONG.
+pub async fn raw_publish(url: &str, subject: &str, header_block: &[u8], payload: &[u8]) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let addr = url.trim_start_matches("nats://");
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let info = lines.next_line().await.unwrap().unwrap();
+    assert!(info.starts_with("INFO"), "{info}");
+    let mut out =
+        b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}\r\n"
+            .to_vec();
+    out.extend_from_slice(
+        format!(
+            "HPUB {subject} {} {}\r\n",
+            header_block.len(),
+            header_block.len() + payload.len()
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(header_block);
+    out.extend_from_slice(payload);
+    out.extend_from_slice(b"\r\nPING\r\n");
+    write.write_all(&out).await.unwrap();
+    loop {
+        let line = lines.next_line().await.unwrap().unwrap();
+        assert!(!line.starts_with("-ERR"), "{line}");
+        if line == "PONG" {
+            return;
+        }
+    }
+}
