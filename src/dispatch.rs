@@ -403,6 +403,7 @@ impl Dispatch {
                     PullEvent::Waiting(reason) => {
                         self.health.set_partitions(Vec::new());
                         gate.standing.waiting = Some(reason);
+                        gate.standing.unavailable = None;
                         gate.standing.assignment = None;
                         refresh = true;
                     }

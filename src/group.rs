@@ -56,6 +56,9 @@ pub enum JoinError {
     /// NATS or JetStream is not available.
     #[error("JetStream is not available ({0})")]
     Unavailable(String),
+    /// The stored group config does not parse or breaks a rule: waits for a valid one.
+    #[error("{0}")]
+    Invalid(String),
     /// A reason retrying cannot fix.
     #[error("{0}")]
     Fatal(String),
@@ -91,6 +94,10 @@ pub struct GroupSource {
     stopped: bool,
     paused: bool,
     ended: bool,
+    /// Set while the stored config cannot be followed (it does not parse, breaks a
+    /// rule, or changed in a way this member cannot follow): why. Pulling stops and
+    /// the member is not ready until a config it can follow appears.
+    suspended: Option<String>,
 }
 
 fn bucket(f: Flavour) -> &'static str {
@@ -132,7 +139,9 @@ impl GroupSource {
             .await
             .map_err(|e| JoinError::Unavailable(e.to_string()))?
             .ok_or_else(not_found)?;
-        let config = read_config(s.flavour, &value).map_err(JoinError::Fatal)?;
+        let config = read_config(s.flavour, value)
+            .await
+            .map_err(JoinError::Invalid)?;
         let in_membership =
             assign::in_membership(&config.members, &config.member_mappings, &s.member);
         if s.flavour == Flavour::Static && !in_membership {
@@ -166,6 +175,7 @@ impl GroupSource {
             stopped: false,
             paused: false,
             ended: false,
+            suspended: None,
             s,
         };
         source.announce();
@@ -271,7 +281,7 @@ impl GroupSource {
             })
             .await
             .map_err(|e| JoinError::Unavailable(e.to_string()))?;
-        puller.set_paused(self.paused);
+        puller.set_paused(self.paused || self.suspended.is_some());
         if self.stopped {
             puller.stop();
         }
@@ -324,10 +334,10 @@ impl GroupSource {
             return; // the current value, seen at join
         }
         self.revision = revision;
-        let new = match read_config(self.s.flavour, &value) {
+        let new = match read_config(self.s.flavour, value).await {
             Ok(c) => c,
             Err(e) => {
-                self.finish(PullEvent::Fatal(e)).await;
+                self.suspend(e);
                 return;
             }
         };
@@ -336,23 +346,26 @@ impl GroupSource {
                 let same = new.same_shape(&self.config)
                     && new.members == self.config.members
                     && new.member_mappings == self.config.member_mappings;
-                if !same {
-                    self.finish(PullEvent::Fatal(format!(
-                        "the configuration of static group {} changed: restart the members",
+                if same {
+                    self.resume();
+                } else {
+                    // The reference deletes the member consumer here, and a restart
+                    // then replays the whole stream to the app. The consumer is kept.
+                    self.suspend(format!(
+                        "the configuration of static group {} changed (revision {revision}); a static group's layout is fixed: this member keeps its consumer and stops pulling until the original configuration is back (to change the layout: stop the members, `jetrelay group static rm`, create the group again, start the members)",
                         self.s.group
-                    )))
-                    .await;
+                    ));
                 }
             }
             Flavour::Elastic => {
                 if !new.same_shape(&self.config) {
-                    self.finish(PullEvent::Fatal(format!(
-                        "bad change in the configuration of elastic group {}: only the membership may change",
+                    self.suspend(format!(
+                        "bad change in the configuration of elastic group {} (revision {revision}): only the membership may change; not pulling until a configuration of the same shape is back",
                         self.s.group
-                    )))
-                    .await;
+                    ));
                     return;
                 }
+                self.resume();
                 self.config = new;
                 let wanted = self.wanted_filters();
                 self.announce();
@@ -370,6 +383,32 @@ impl GroupSource {
                     self.join_or_log().await;
                 }
             }
+        }
+    }
+
+    /// Stops pulling and reports why (not ready), until [`GroupSource::resume`].
+    fn suspend(&mut self, why: String) {
+        if self.suspended.as_deref() != Some(why.as_str()) {
+            tracing::warn!(group = %self.s.group, reason = %why, "the group config cannot be followed: not pulling");
+        }
+        self.suspended = Some(why.clone());
+        self.apply_pause();
+        self.pending.push_back(PullEvent::Unavailable(why));
+    }
+
+    /// A config this member can follow is back: pulling resumes.
+    fn resume(&mut self) {
+        if self.suspended.take().is_some() {
+            tracing::info!(group = %self.s.group, "the group config can be followed again");
+            self.apply_pause();
+            self.announce();
+        }
+    }
+
+    fn apply_pause(&mut self) {
+        let paused = self.paused || self.suspended.is_some();
+        if let Some(p) = self.puller.as_mut() {
+            p.set_paused(paused);
         }
     }
 
@@ -424,17 +463,13 @@ impl GroupSource {
     }
 }
 
-fn read_config(flavour: Flavour, value: &[u8]) -> Result<GroupConfig, String> {
-    let config = GroupConfig::parse(flavour, value).map_err(|e| e.to_string())?;
-    let problems = config.problems();
-    if problems.is_empty() {
-        Ok(config)
-    } else {
-        Err(format!(
-            "the group config is invalid: {}",
-            problems.join("; ")
-        ))
-    }
+/// Reads and checks a stored config off the runtime's threads: it is input anyone
+/// with access to the bucket may write, and can be large.
+async fn read_config(flavour: Flavour, value: bytes::Bytes) -> Result<GroupConfig, String> {
+    tokio::task::spawn_blocking(move || GroupConfig::read(flavour, &value))
+        .await
+        .map_err(|e| format!("cannot read the group config: {e}"))?
+        .map_err(|problems| format!("the group config is invalid: {}", problems.join("; ")))
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -477,7 +512,7 @@ impl Source for GroupSource {
                 },
                 // Elastic members re-check their consumer on every tick; any member
                 // without one (a failed join) retries on it.
-                _ = self.tick.tick(), if (elastic || (self.puller.is_none() && !self.ended)) && !self.quiescing && self.join_at.is_none() => {
+                _ = self.tick.tick(), if (elastic || (self.puller.is_none() && !self.ended)) && !self.quiescing && self.join_at.is_none() && self.suspended.is_none() => {
                     if self.puller.is_none() && !self.stopped {
                         self.join_or_log().await;
                     }
@@ -501,9 +536,7 @@ impl Source for GroupSource {
 
     fn set_paused(&mut self, paused: bool) {
         self.paused = paused;
-        if let Some(p) = self.puller.as_mut() {
-            p.set_paused(paused);
-        }
+        self.apply_pause();
     }
 
     async fn step_down(&mut self) -> bool {

@@ -23,6 +23,10 @@ pub enum AdminError {
     /// The group exists with another configuration.
     #[error("{0}")]
     Exists(String),
+    /// The stored config does not parse or breaks a rule or a limit: nothing is
+    /// computed from it (it may have been written to cost memory or time).
+    #[error("the stored group config is invalid: {}", .0.join("; "))]
+    Stored(Vec<String>),
     /// Another writer kept winning the compare-and-set.
     #[error("the group config kept changing concurrently; try again")]
     Contended,
@@ -420,6 +424,10 @@ impl GroupAdmin {
         group: &str,
     ) -> Result<GroupReport, AdminError> {
         let (_, c, _) = self.read(f, stream, group).await?;
+        let problems = c.problems();
+        if !problems.is_empty() {
+            return Err(AdminError::Stored(problems));
+        }
         let (consumer_stream, _) = Self::consumer_of(f, stream, group, "");
         let states = self
             .nats

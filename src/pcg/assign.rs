@@ -5,6 +5,7 @@ use super::model::MemberMapping;
 /// The partitions `member` owns, given the membership. Balanced when `members` is
 /// non-empty (deduplicate, sort byte-wise, cap at N, contiguous runs then a
 /// round-robin remainder); otherwise the member's mapping, in the mapping's order.
+/// Linear in the members and in the partitions returned, never in N alone.
 pub fn partitions(
     max_members: u32,
     members: &[String],
@@ -13,21 +14,20 @@ pub fn partitions(
 ) -> Vec<u32> {
     if !members.is_empty() {
         let sorted = balanced_members(members, max_members);
-        let Some(index) = sorted.iter().position(|m| m == member) else {
+        let Ok(index) = sorted.binary_search_by(|m| m.as_str().cmp(member)) else {
             return Vec::new();
         };
-        let m = sorted.len() as u32;
-        if m == 0 {
-            return Vec::new();
-        }
+        // `sorted` is capped at N, so it has at most N members: m <= N, per >= 1.
+        let (m, index) = (sorted.len() as u32, index as u32);
         let per = max_members / m;
         let full = m * per;
-        return (0..max_members)
-            .filter(|&p| {
-                let owner = if p < full { p / per } else { (p - full) % m };
-                owner as usize == index
-            })
-            .collect();
+        // Its contiguous run, then the one remainder partition it may get
+        // (`full + index`: there are fewer than m remainders).
+        let mut own: Vec<u32> = (index * per..(index + 1) * per).collect();
+        if full + index < max_members {
+            own.push(full + index);
+        }
+        return own;
     }
     mappings
         .iter()
@@ -38,13 +38,9 @@ pub fn partitions(
 
 /// The member list after deduplication, byte-wise sorting and capping at N.
 pub fn balanced_members(members: &[String], max_members: u32) -> Vec<String> {
-    let mut sorted: Vec<String> = Vec::new();
-    for m in members {
-        if !sorted.contains(m) {
-            sorted.push(m.clone());
-        }
-    }
-    sorted.sort();
+    let mut sorted: Vec<String> = members.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
     sorted.truncate(max_members as usize);
     sorted
 }
@@ -70,6 +66,7 @@ pub fn filters(partitions: &[u32], filters: &[String], mapped: bool) -> Vec<Stri
         filters
     };
     let mut out: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for f in filters {
         for p in partitions {
             let s = if mapped {
@@ -77,7 +74,7 @@ pub fn filters(partitions: &[u32], filters: &[String], mapped: bool) -> Vec<Stri
             } else {
                 format!("{p}.{f}")
             };
-            if !out.contains(&s) {
+            if seen.insert(s.clone()) {
                 out.push(s);
             }
         }
@@ -160,7 +157,43 @@ mod tests {
         assert!(partitions(4, &[], &mappings, "m9").is_empty());
     }
 
+    /// The reference's definition, partition by partition (spec §6): the model for
+    /// the linear computation.
+    fn owner_by_owner(n: u32, members: &[String], member: &str) -> Vec<u32> {
+        let sorted = balanced_members(members, n);
+        let Some(index) = sorted.iter().position(|m| m == member) else {
+            return Vec::new();
+        };
+        let m = sorted.len() as u32;
+        let per = n / m;
+        let full = m * per;
+        (0..n)
+            .filter(|&p| (if p < full { p / per } else { (p - full) % m }) as usize == index)
+            .collect()
+    }
+
+    #[test]
+    fn a_huge_or_crowded_membership_costs_what_it_returns() {
+        // 100 000 members: sorted once, not searched member by member.
+        let many: Vec<String> = (0..100_000).map(|i| format!("m{i}")).collect();
+        assert_eq!(partitions(100_000, &many, &[], "m99999").len(), 1);
+        assert_eq!(balanced_members(&many, 10).len(), 10);
+        // A member capped out of a huge N's membership: nothing to compute.
+        assert!(partitions(u32::MAX, &many, &[], "nobody").is_empty());
+    }
+
     proptest! {
+        #[test]
+        fn the_linear_assignment_is_the_reference_one(
+            n in 1u32..300,
+            names in proptest::collection::vec("[a-z]{1,3}", 1..40),
+            pick in any::<usize>(),
+        ) {
+            let member = &names[pick % names.len()];
+            prop_assert_eq!(partitions(n, &names, &[], member), owner_by_owner(n, &names, member));
+            prop_assert!(partitions(n, &names, &[], "not-a-member").is_empty());
+        }
+
         #[test]
         fn balanced_assignment_is_a_partition_with_contiguous_runs_and_order_independent(
             n in 1u32..40,

@@ -5,8 +5,16 @@
 //! spurious change.
 
 use serde_json::{Map, Value, json};
+use std::collections::HashSet;
 
 use crate::subject;
+
+/// The most partitions (N) a group may have, on write and on read.
+pub const MAX_PARTITIONS: u32 = 100_000;
+/// The most members a balanced membership may list.
+pub const MAX_MEMBERS: usize = 100_000;
+/// The most filters a group may have.
+pub const MAX_FILTERS: usize = 1_000;
 
 /// Static or elastic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +357,22 @@ impl GroupConfig {
         if n < 1 {
             p.push("the max number of members must be >= 1".to_string());
         }
+        // The config comes from a bucket anyone with access may write: the limits of
+        // what this implementation writes hold on read too, so that a hostile or
+        // broken value costs bounded memory and time.
+        if n > MAX_PARTITIONS {
+            p.push(format!("max members must be at most {MAX_PARTITIONS}"));
+        }
+        if self.members.len() > MAX_MEMBERS {
+            p.push(format!("at most {MAX_MEMBERS} members"));
+        }
+        if self.partitioning.len() > MAX_FILTERS || self.filters.len() > MAX_FILTERS {
+            p.push(format!("at most {MAX_FILTERS} filters"));
+        }
+        if !p.is_empty() && n > MAX_PARTITIONS {
+            // The checks below are linear in N: not with this N.
+            return p;
+        }
         if !self.members.is_empty() && !self.member_mappings.is_empty() {
             p.push("either members or member mappings must be provided, not both".into());
         }
@@ -359,24 +383,20 @@ impl GroupConfig {
                         .into(),
                 );
             }
-            let mut names = Vec::new();
-            let mut seen = Vec::new();
+            let mut names = HashSet::new();
+            let mut seen = HashSet::new();
             for m in &self.member_mappings {
-                if names.contains(&&m.member) {
+                if !names.insert(&m.member) {
                     p.push("member names must be unique".into());
                 }
-                names.push(&m.member);
                 for part in &m.partitions {
-                    if seen.contains(part) {
-                        p.push("partition numbers must be used only once".into());
-                    } else if *part >= n {
+                    if *part >= n {
                         p.push("partition numbers must be between 0 and one less than the max number of members".into());
+                    } else if !seen.insert(*part) {
+                        p.push("partition numbers must be used only once".into());
                     }
-                    seen.push(*part);
                 }
             }
-            seen.sort_unstable();
-            seen.dedup();
             if seen.len() != n as usize {
                 p.push("the number of unique partition numbers in the mappings must be equal to the max number of members".into());
             }
@@ -397,27 +417,39 @@ impl GroupConfig {
             if f.wildcards.len() > stars {
                 p.push("the number of partitioning wildcards must not be larger than the total number of * wildcards in the filter".into());
             }
-            let mut seen = Vec::new();
+            let mut seen = HashSet::new();
             for w in &f.wildcards {
-                if seen.contains(w) {
+                if !seen.insert(*w) {
                     p.push("partitioning wildcard indexes must be unique".into());
                 } else if *w < 1 || *w as usize > stars {
                     p.push("partitioning wildcard indexes must be between 1 and the number of * wildcards in the filter".into());
                 }
-                seen.push(*w);
             }
         }
         p.dedup();
         p
     }
 
+    /// Reads a stored config and checks it: what a member or the admin commands may
+    /// act on. A value that does not parse, or breaks a rule or a limit, is refused
+    /// with every problem, and nothing is computed from it.
+    ///
+    /// # Errors
+    /// The problems, one sentence each.
+    pub fn read(flavour: Flavour, bytes: &[u8]) -> Result<GroupConfig, Vec<String>> {
+        let config = GroupConfig::parse(flavour, bytes).map_err(|e| vec![e.to_string()])?;
+        let problems = config.problems();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(problems)
+        }
+    }
+
     /// [`GroupConfig::problems`] plus what this implementation also requires of what
-    /// it writes: names, subject syntax, no overlapping filters, N ≤ 100 000.
+    /// it writes: names, subject syntax, no overlapping filters.
     pub fn strict_problems(&self) -> Vec<String> {
         let mut p = self.problems();
-        if self.max_members > 100_000 {
-            p.push("max members must be at most 100000".into());
-        }
         let names = self
             .members
             .iter()

@@ -343,3 +343,26 @@ async fn the_group_cli_connects_with_the_nats_table_of_a_config_file() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nats.password_file"));
 }
+
+#[tokio::test]
+async fn the_group_cli_refuses_a_hostile_stored_config_quickly() {
+    let (nats, js, stream, _) = crate::support::groups::static_group(2, &["m1"]).await;
+    let kv = js.get_key_value("static-consumer-groups").await.unwrap();
+    kv.put(
+        format!("{stream}.cg"),
+        r#"{"max_members":4294967295,"members":["m1"]}"#.into(),
+    )
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    let (code, out, err) = cli(nats.url(), &["static", "info", &stream, "cg"]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("the stored group config is invalid: max members must be at most 100000"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Removing a broken group still works.
+    let (code, _, err) = cli(nats.url(), &["static", "rm", &stream, "cg"]).await;
+    assert_eq!(code, Some(0), "{err}");
+}

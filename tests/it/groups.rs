@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use jetrelay::health::State;
 use jetrelay::pcg::model::{GroupConfig, PartitioningFilter};
 
@@ -76,7 +76,7 @@ async fn static_members_share_the_partitions_in_order_and_stop_when_the_group_is
 }
 
 #[tokio::test]
-async fn a_static_config_change_stops_the_member_with_an_error_and_a_capped_member_says_so() {
+async fn a_changed_or_hostile_static_config_keeps_the_consumer_and_says_why_until_it_is_back() {
     let (nats, js, stream, _) = static_group(1, &["m1", "m2"]).await;
     let app = MockApp::ok().await;
     // m2 is in the membership but N = 1 caps it out.
@@ -89,23 +89,91 @@ async fn a_static_config_change_stops_the_member_with_an_error_and_a_capped_memb
         &nats, &app, "static", &stream, "cg", "m1", "",
     ))
     .await;
+    publish_keys(&js, "o", 3, 1).await;
+    eventually("3 delivered", T, || async { bodies(&[&app]).len() == 3 }).await;
 
-    // Rewrite the config with another membership.
     let kv = js.get_key_value("static-consumer-groups").await.unwrap();
+    let key = format!("{stream}.cg");
+    let original = kv.get(&key).await.unwrap().unwrap();
+    let not_ready_because = |r: &Relay, why: &'static str| {
+        let mut status = r.health.subscribe();
+        async move {
+            tokio::time::timeout(T, status.wait_for(|s| !s.ready && s.reason.contains(why)))
+                .await
+                .unwrap_or_else(|_| panic!("not ready because {why}"))
+                .unwrap()
+                .clone()
+        }
+    };
+    // Another membership, then a value that does not parse, then one a hostile writer
+    // made to cost a 16 GiB allocation: each time not ready, with the reason.
+    let hostile: [(&str, &'static str); 3] = [
+        (r#"{"max_members":1,"members":["m1"]}"#, "changed"),
+        ("not json", "the group config is invalid"),
+        (
+            r#"{"max_members":4294967295,"members":["m1"]}"#,
+            "max members must be at most 100000",
+        ),
+    ];
+    for (value, why) in hostile {
+        kv.put(&key, value.into()).await.unwrap();
+        for r in [&r1, &r2] {
+            let s = not_ready_because(r, why).await;
+            assert_eq!(s.state, State::NotReady, "{value}");
+        }
+        let consumers: Vec<String> = js
+            .get_stream(&stream)
+            .await
+            .unwrap()
+            .consumer_names()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            consumers,
+            ["cg-m1".to_string()],
+            "the member consumer is kept"
+        );
+    }
+    // 100 000 members: read, refused as a change, and the daemon stays responsive.
+    let crowd: Vec<String> = (0..100_000).map(|i| format!("m{i}")).collect();
+    let value = serde_json::json!({"max_members": 1, "members": crowd}).to_string();
+    kv.put(&key, value.into()).await.unwrap();
+    not_ready_because(&r1, "changed").await;
+    publish_keys(&js, "o", 3, 1).await;
+
+    // The original is back: consumption resumes where it stopped.
+    kv.put(&key, original).await.unwrap();
+    r1.wait_ready(T).await;
+    eventually("the next 3 delivered", T, || async {
+        bodies(&[&app]).len() == 6
+    })
+    .await;
+    assert_eq!(app.requests().len(), 6, "nothing replayed");
+    r2.wait_ready(T).await;
+    assert_eq!(r2.health.status().state, State::NoPartitions);
+
+    // A member started on a hostile config waits, not ready, for a valid one.
     kv.put(
-        format!("{stream}.cg"),
-        r#"{"max_members":1,"members":["m1"]}"#.into(),
+        &key,
+        r#"{"max_members":4294967295,"members":["m1"]}"#.into(),
     )
     .await
     .unwrap();
-    for r in [r1, r2] {
-        let err = tokio::time::timeout(T, r.handle)
-            .await
-            .expect("the member stops")
-            .unwrap()
-            .unwrap_err();
-        assert!(err.to_string().contains("changed"), "{err}");
-    }
+    let r3 = Relay::start(member_config(
+        &nats, &app, "static", &stream, "cg", "m2", "",
+    ))
+    .await;
+    not_ready_because(&r3, "max members must be at most 100000").await;
+    let started = tokio::time::Instant::now();
+    r1.stop().await.unwrap();
+    r2.stop().await.unwrap();
+    r3.stop().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
