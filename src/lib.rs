@@ -1,30 +1,31 @@
 //! jetrelay: a sidecar that consumes NATS JetStream and delivers each message to a
 //! local app over HTTP, mapping the app's answer to ack, delayed nak, term or
 //! in-progress. See `ARCHITECTURE.md` for the code map.
+//!
+//! The modules in reading order: the pure core first (no I/O, table and property
+//! tests at the bottom of each), then the boundaries to the outside crates, then the
+//! wiring.
 
-pub mod admin;
-pub mod app;
-pub mod app_health;
+// The pure core: decisions and data, no I/O.
 pub mod capacity;
-pub mod check;
-pub mod config;
+pub mod dead_letter;
 pub mod delivery;
-pub mod dispatch;
-pub mod dlq;
-pub mod forward;
-pub mod group;
-pub mod group_admin;
-pub mod group_cli;
-pub mod headers;
-pub mod health;
-pub mod lanes;
-pub mod metrics;
-pub mod nats;
-pub mod pcg;
 pub mod policy;
-pub mod shutdown;
-pub mod source;
 pub mod subject;
-pub mod telemetry;
-pub mod timers;
 pub mod topology;
+
+// Configuration: the tree, its layering and its rules.
+pub mod config;
+
+// The boundaries: NATS (async-nats), the app (reqwest), operations (axum, prometheus).
+pub mod http;
+pub mod nats;
+pub mod ops;
+
+// Consumer groups: the wire contract (pure) and a member's protocol.
+pub mod group;
+
+// The wiring: the dispatcher, the daemon's supervisor, the command line.
+pub mod cli;
+pub mod daemon;
+pub mod dispatch;

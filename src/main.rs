@@ -2,14 +2,16 @@
 //! exit codes (0 clean stop, 64 bad config or usage, 1 runtime failure). The only
 //! place that reads argv or exits.
 
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use jetrelay::app::{self, App, AppError};
+use jetrelay::cli::group::{GroupCommand, GroupOptions};
 use jetrelay::config::{Config, ConfigError, NatsConfig};
-use jetrelay::group_admin::{AdminError, GroupAdmin};
-use jetrelay::group_cli::{GroupCommand, GroupOptions};
+use jetrelay::daemon::shutdown::Signals;
+use jetrelay::daemon::{Daemon, DaemonError};
+use jetrelay::group::admin::{AdminError, GroupAdmin};
 use tokio_util::sync::CancellationToken;
 
 /// mimalloc instead of the system allocator: per message the daemon makes a few dozen
@@ -55,7 +57,7 @@ const EX_USAGE: u8 = 64;
 /// A second SIGTERM or SIGINT ended the process without the drain.
 const EXIT_FORCED: u8 = 1;
 
-#[allow(clippy::print_stderr, clippy::print_stdout)] // The process edge talks to the terminal.
+#[allow(clippy::print_stderr)] // The process edge talks to the terminal.
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -70,27 +72,33 @@ fn main() -> ExitCode {
             };
         }
     };
-    if let Command::Group { options, command } = cli.command {
-        return group(options, command);
+    match cli.command {
+        Command::Group { options, command } => group(options, command),
+        Command::Run { config } => with_config(config.as_deref(), run),
+        Command::Check { config } => with_config(config.as_deref(), check),
     }
-    let (Command::Run { config } | Command::Check { config }) = &cli.command else {
-        return ExitCode::from(EX_USAGE);
-    };
-    let config = match Config::load(config.as_deref()) {
+}
+
+/// Loads the config, starts logging and the runtime, runs `job` on it, and maps its
+/// result to the exit code.
+#[allow(clippy::print_stderr)] // The process edge talks to the terminal.
+fn with_config<F, Fut>(file: Option<&Path>, job: F) -> ExitCode
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: Future<Output = anyhow::Result<ExitCode>>,
+{
+    let config = match Config::load(file) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("jetrelay: {e}");
             return ExitCode::from(EX_USAGE);
         }
     };
-    jetrelay::telemetry::init(&config.log);
+    jetrelay::ops::telemetry::init(&config.log);
     let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
         return ExitCode::FAILURE;
     };
-    let result = match cli.command {
-        Command::Run { .. } => runtime.block_on(run(config)),
-        Command::Check { .. } | Command::Group { .. } => runtime.block_on(check(config)),
-    };
+    let result = runtime.block_on(job(config));
     // Tasks still waiting on the network (a reconnecting NATS client) must not hold
     // the exit: they are dropped, not awaited.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -101,8 +109,8 @@ fn main() -> ExitCode {
             tracing::error!(error = %chain, "jetrelay stopped");
             eprintln!("jetrelay: {chain}");
             let config_error = e
-                .downcast_ref::<app::AppError>()
-                .is_some_and(app::AppError::is_config)
+                .downcast_ref::<DaemonError>()
+                .is_some_and(DaemonError::is_config)
                 || e.downcast_ref::<ConfigError>().is_some();
             if config_error {
                 ExitCode::from(EX_USAGE)
@@ -114,10 +122,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(config: Config) -> anyhow::Result<ExitCode> {
-    let app = App::build(config).await?;
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), admin = ?app.admin_addr(), "jetrelay starting");
+    let daemon = Daemon::build(config).await?;
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), admin = ?daemon.admin_addr(), "jetrelay starting");
     let shutdown = CancellationToken::new();
-    let mut signals = jetrelay::shutdown::Signals::install().map_err(AppError::Signals)?;
+    let mut signals = Signals::install().map_err(DaemonError::Signals)?;
     let trigger = shutdown.clone();
     tokio::spawn(async move {
         let first = signals.next().await;
@@ -130,57 +138,15 @@ async fn run(config: Config) -> anyhow::Result<ExitCode> {
         );
         std::process::exit(EXIT_FORCED.into());
     });
-    app.run(shutdown).await?;
+    daemon.run(shutdown).await?;
     tracing::info!("jetrelay stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }
 
+/// `jetrelay check`: 0 when `run` could proceed, 1 when it would stop.
 #[allow(clippy::print_stdout)] // `check` reports to the terminal.
 async fn check(config: Config) -> anyhow::Result<ExitCode> {
-    let request = app::topology_request(&config);
-    println!(
-        "config: ok (source.kind = {:?}, stream {})",
-        config.kind(),
-        request.stream
-    );
-    let nats = jetrelay::nats::Nats::connect(&config.nats, false).await?;
-    nats.check_server_version()?;
-    if config.kind().is_group() {
-        // A member's consumer is the group's business: report the group and this
-        // member's share instead of a durable plan.
-        let flavour = if config.kind() == jetrelay::config::SourceKind::Static {
-            jetrelay::pcg::model::Flavour::Static
-        } else {
-            jetrelay::pcg::model::Flavour::Elastic
-        };
-        let s = &config.source;
-        let admin = GroupAdmin::new(nats);
-        return Ok(
-            match admin
-                .member_info(flavour, &s.stream, &s.group, &s.member)
-                .await
-            {
-                Ok(m) => {
-                    println!(
-                        "group {}: member {} in membership {}, partitions {:?}, consumer {}, active {}, pinned {}",
-                        s.group,
-                        m.member,
-                        m.in_membership,
-                        m.partitions,
-                        m.consumer,
-                        m.active,
-                        m.pinned
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    println!("group {}: {e}", s.group);
-                    ExitCode::FAILURE
-                }
-            },
-        );
-    }
-    let report = jetrelay::check::report(&nats, &request).await;
+    let report = jetrelay::cli::check::check(&config).await?;
     for line in &report.lines {
         println!("{line}");
     }
@@ -194,7 +160,7 @@ async fn check(config: Config) -> anyhow::Result<ExitCode> {
 /// `jetrelay group …`: 0 done, 64 invalid request, 1 failure.
 #[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
 fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
-    jetrelay::telemetry::init(&jetrelay::config::LogConfig {
+    jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
         format: jetrelay::config::LogFormat::Text,
         level: "warn".into(),
     });
@@ -216,7 +182,7 @@ fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
         let nats = jetrelay::nats::Nats::connect(&cfg, false)
             .await
             .map_err(AdminError::Nats)?;
-        jetrelay::group_cli::run(&GroupAdmin::new(nats), command, options.json, &raw).await
+        jetrelay::cli::group::run(&GroupAdmin::new(nats), command, options.json, &raw).await
     });
     match result {
         Ok(text) => {

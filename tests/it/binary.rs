@@ -366,3 +366,45 @@ async fn the_group_cli_refuses_a_hostile_stored_config_quickly() {
     let (code, _, err) = cli(nats.url(), &["static", "rm", &stream, "cg"]).await;
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[tokio::test]
+async fn check_fails_where_run_would_stop_on_a_missing_stream() {
+    let nats = NatsServer::start();
+    let app = MockApp::ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{}\"\nkind = \"durable\"\ndurable = \"d\"\n\
+         [http]\nurl = \"{}\"\n",
+        nats.url(),
+        unique("NOPE"),
+        app.url()
+    );
+    let retry = write_config(&dir, &text);
+    let out = Command::new(BIN)
+        .arg("check")
+        .arg("--config")
+        .arg(&retry)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "on_missing = retry: run waits\n{said}"
+    );
+    assert!(said.contains("run waits for it"), "{said}");
+    let fail = write_config(&dir, &format!("{text}[topology]\non_missing = \"fail\"\n"));
+    let out = Command::new(BIN)
+        .arg("check")
+        .arg("--config")
+        .arg(&fail)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "on_missing = fail: run would stop\n{said}"
+    );
+    assert!(said.contains("run would stop"), "{said}");
+}

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use jetrelay::pcg::model::GroupConfig;
+use jetrelay::group::model::GroupConfig;
 
 use crate::support::groups::{admin_at, bodies, member_config_at};
 use crate::support::*;
@@ -225,7 +225,7 @@ async fn a_group_member_with_a_hot_standby_rides_out_a_rolling_restart_of_the_cl
         });
     }
     let (publisher, published) = publish_steadily(&js, |i| format!("o.k{}", i % 10));
-    let consumer = jetrelay::pcg::static_consumer("cg", "m1");
+    let consumer = jetrelay::group::static_consumer("cg", "m1");
     eventually("the member consumer exists", T, || async {
         consumer_info(&js, &stream, &consumer).await.is_some()
     })
@@ -274,7 +274,7 @@ async fn an_elastic_member_rides_out_a_rolling_restart_of_the_cluster() {
     )
     .await;
     let admin = admin_at(&cluster.urls()).await;
-    let filters = vec![jetrelay::pcg::model::PartitioningFilter {
+    let filters = vec![jetrelay::group::model::PartitioningFilter {
         filter: "e.*".into(),
         wildcards: vec![1],
     }];
@@ -295,7 +295,7 @@ async fn an_elastic_member_rides_out_a_rolling_restart_of_the_cluster() {
     ))
     .await;
     let (publisher, published) = publish_steadily(&js, |i| format!("e.k{}", i % 10));
-    let group_stream = jetrelay::pcg::elastic_stream(&stream, "eg");
+    let group_stream = jetrelay::group::elastic_stream(&stream, "eg");
     eventually("the member consumer exists", T, || async {
         consumer_info(&js, &group_stream, "m1").await.is_some()
     })

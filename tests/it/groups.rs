@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use jetrelay::health::State;
-use jetrelay::pcg::model::{GroupConfig, PartitioningFilter};
+use jetrelay::group::model::{GroupConfig, PartitioningFilter};
+use jetrelay::ops::readiness::State;
 
 use crate::support::groups::*;
 use crate::support::*;
@@ -55,7 +55,7 @@ async fn static_members_share_the_partitions_in_order_and_stop_when_the_group_is
     assert_eq!(r1.metric("jetrelay_pinned").await, 1.0);
 
     admin
-        .remove(jetrelay::pcg::model::Flavour::Static, &stream, "cg")
+        .remove(jetrelay::group::model::Flavour::Static, &stream, "cg")
         .await
         .unwrap();
     for r in [r1, r2] {
@@ -429,7 +429,7 @@ async fn deleting_a_static_group_removes_exactly_its_consumers() {
     ))
     .await;
     admin
-        .remove(jetrelay::pcg::model::Flavour::Static, &stream, "a")
+        .remove(jetrelay::group::model::Flavour::Static, &stream, "a")
         .await
         .unwrap();
     tokio::time::timeout(T, ra.handle)

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use jetrelay::health::State;
+use jetrelay::ops::readiness::State;
 
 use crate::support::groups::member_config;
 use crate::support::groups::static_group;

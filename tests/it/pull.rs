@@ -9,10 +9,10 @@ use jetrelay::capacity::{Limits, PullTiming};
 use jetrelay::config::NatsConfig;
 use jetrelay::config::{HttpConfig, Ordering};
 use jetrelay::dispatch::Dispatch;
-use jetrelay::forward::Forwarder;
-use jetrelay::health::{Health, State};
-use jetrelay::metrics::Metrics;
+use jetrelay::http::forward::Forwarder;
 use jetrelay::nats::{Nats, PullEvent, Puller, PullerConfig, Settler};
+use jetrelay::ops::metrics::Metrics;
+use jetrelay::ops::readiness::{Readiness, State};
 use jetrelay::policy::{Policy, StatusSet};
 use tokio_util::sync::CancellationToken;
 
@@ -240,15 +240,18 @@ async fn a_pin_taken_away_is_noticed_and_regained() {
 
 /// A dispatcher for one instance of a pinned member, delivering to `app`, whose app
 /// health the test controls.
-fn instance(app: &MockApp, healthy: tokio::sync::watch::Receiver<bool>) -> (Arc<Dispatch>, Health) {
+fn instance(
+    app: &MockApp,
+    healthy: tokio::sync::watch::Receiver<bool>,
+) -> (Arc<Dispatch>, Readiness) {
     if std::env::var_os("TEST_LOG").is_some() {
-        jetrelay::telemetry::init(&jetrelay::config::LogConfig {
+        jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
             format: jetrelay::config::LogFormat::Text,
             level: "jetrelay=debug".into(),
         });
     }
     let metrics = Metrics::new().unwrap();
-    let health = Health::new(Some("m1".into()), metrics.clone());
+    let health = Readiness::new(Some("m1".into()), metrics.clone());
     // No supervisor mirrors the connection here: the puller's client is connected.
     health.set_nats_down(None);
     let http = HttpConfig {
@@ -266,9 +269,9 @@ fn instance(app: &MockApp, healthy: tokio::sync::watch::Receiver<bool>) -> (Arc<
             max_attempts: None,
         },
         metrics,
-        health: health.clone(),
+        readiness: health.clone(),
         max_in_flight: 2,
-        deadline: jetrelay::shutdown::Deadline::new(Duration::from_secs(5)),
+        deadline: jetrelay::daemon::shutdown::Deadline::new(Duration::from_secs(5)),
         pinned_mode: true,
         ordering: Ordering::None,
         progress_every: Duration::from_secs(10),

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use jetrelay::health::State;
+use jetrelay::ops::readiness::State;
 
 use crate::support::*;
 

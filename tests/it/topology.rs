@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use jetrelay::app::{AppError, topology_request};
+use jetrelay::daemon::{DaemonError, topology_request};
 use jetrelay::nats::{Nats, TopologyError};
 
 use crate::support::*;
@@ -87,7 +87,7 @@ async fn an_external_stream_is_never_created() {
     let relay = Relay::start(cfg).await;
     let err = relay.handle.await.unwrap().unwrap_err();
     assert!(
-        matches!(&err, AppError::Topology(TopologyError::Stream(_)) if err.to_string().contains("does not exist")),
+        matches!(&err, DaemonError::Topology(TopologyError::Stream(_)) if err.to_string().contains("does not exist")),
         "{err}"
     );
     assert!(
@@ -114,7 +114,7 @@ async fn an_external_stream_that_does_not_cover_the_filter_is_fatal_and_unchange
     );
     let err = Relay::start(cfg).await.handle.await.unwrap().unwrap_err();
     assert!(
-        matches!(err, AppError::Topology(TopologyError::Stream(_))),
+        matches!(err, DaemonError::Topology(TopologyError::Stream(_))),
         "{err}"
     );
     let info = js.get_stream(&stream).await.unwrap().cached_info().clone();
@@ -170,7 +170,10 @@ async fn bind_only_never_creates_the_consumer() {
     );
     let err = Relay::start(cfg).await.handle.await.unwrap().unwrap_err();
     assert!(
-        matches!(err, AppError::Topology(TopologyError::ConsumerMissing(_))),
+        matches!(
+            err,
+            DaemonError::Topology(TopologyError::ConsumerMissing(_))
+        ),
         "{err}"
     );
     assert!(consumer_info(&js, &stream, &durable).await.is_none());
@@ -202,7 +205,7 @@ async fn an_incompatible_consumer_stops_startup_and_is_left_alone() {
         .unwrap()
         .unwrap_err();
     match &err {
-        AppError::Topology(TopologyError::Conflict { rows, table, .. }) => {
+        DaemonError::Topology(TopologyError::Conflict { rows, table, .. }) => {
             assert!(rows.iter().any(|r| r.field == "max_ack_pending"
                 && r.current == "1000"
                 && r.required == "256"));

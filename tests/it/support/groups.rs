@@ -1,7 +1,7 @@
 //! Consumer-group test helpers.
 
 use async_nats::jetstream;
-use jetrelay::group_admin::GroupAdmin;
+use jetrelay::group::admin::GroupAdmin;
 use jetrelay::nats::Nats;
 
 use super::{MockApp, NatsServer};
@@ -35,7 +35,7 @@ pub async fn static_group(
         .create_static(
             &stream,
             "cg",
-            jetrelay::pcg::model::GroupConfig::new_static(n, vec![], members, vec![]),
+            jetrelay::group::model::GroupConfig::new_static(n, vec![], members, vec![]),
         )
         .await
         .unwrap();
@@ -53,7 +53,7 @@ pub async fn elastic_group(
     let stream = super::unique("E");
     super::create_stream(&js, &stream, &["e.*"]).await;
     let admin = admin(&nats).await;
-    let filters = vec![jetrelay::pcg::model::PartitioningFilter {
+    let filters = vec![jetrelay::group::model::PartitioningFilter {
         filter: "e.*".into(),
         wildcards: vec![1],
     }];
@@ -61,7 +61,7 @@ pub async fn elastic_group(
         .create_elastic(
             &stream,
             "eg",
-            jetrelay::pcg::model::GroupConfig::new_elastic(n, filters, -1, -1),
+            jetrelay::group::model::GroupConfig::new_elastic(n, filters, -1, -1),
         )
         .await
         .unwrap();

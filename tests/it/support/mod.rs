@@ -15,9 +15,9 @@ use std::time::Duration;
 use async_nats::jetstream;
 use figment::Figment;
 use figment::providers::{Format, Toml};
-use jetrelay::app::{App, AppError};
 use jetrelay::config::Config;
-use jetrelay::health::Health;
+use jetrelay::daemon::{Daemon, DaemonError};
+use jetrelay::ops::readiness::Readiness;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -173,25 +173,25 @@ pub fn durable_config_for(
 /// The daemon running in-process.
 pub struct Relay {
     pub admin: SocketAddr,
-    pub health: Health,
+    pub health: Readiness,
     pub shutdown: CancellationToken,
-    pub handle: JoinHandle<Result<(), AppError>>,
+    pub handle: JoinHandle<Result<(), DaemonError>>,
 }
 
 impl Relay {
     pub async fn start(config: Config) -> Relay {
         // TEST_LOG=1 shows the daemon's log lines (text) for a failing test.
         if std::env::var_os("TEST_LOG").is_some() {
-            jetrelay::telemetry::init(&jetrelay::config::LogConfig {
+            jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
                 format: jetrelay::config::LogFormat::Text,
                 level: "jetrelay=debug".into(),
             });
         }
-        let app = App::build(config).await.unwrap();
+        let app = Daemon::build(config).await.unwrap();
         let shutdown = CancellationToken::new();
         Relay {
             admin: app.admin_addr().unwrap(),
-            health: app.health(),
+            health: app.readiness(),
             handle: tokio::spawn(app.run(shutdown.clone())),
             shutdown,
         }
@@ -205,7 +205,7 @@ impl Relay {
     }
 
     /// Cancels and waits for the run to end.
-    pub async fn stop(self) -> Result<(), AppError> {
+    pub async fn stop(self) -> Result<(), DaemonError> {
         self.shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(60), self.handle)
             .await

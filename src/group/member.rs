@@ -18,14 +18,14 @@ use std::time::Duration;
 use tokio::time::{Instant, Interval};
 
 use crate::capacity::{Limits, PullTiming};
+use crate::dispatch::source::{Held, Source};
+use crate::group::model::{Flavour, GroupConfig};
+use crate::group::spec::{self, Template};
+use crate::group::{self as pcgc, assign};
 use crate::nats::{
     GroupConsumer, GroupStore, KvEvent, KvWatch, Nats, PullEvent, Puller, PullerConfig, Settler,
     TopologyError,
 };
-use crate::pcg::model::{Flavour, GroupConfig};
-use crate::pcg::spec::{self, Template};
-use crate::pcg::{self as pcgc, assign};
-use crate::source::{Held, Source};
 use crate::topology::Table;
 
 /// What a member needs to know.

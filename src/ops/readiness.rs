@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// What the daemon is doing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -123,14 +123,14 @@ pub struct Status {
 
 /// The shared readiness handle.
 #[derive(Debug, Clone)]
-pub struct Health {
+pub struct Readiness {
     tx: Arc<watch::Sender<Status>>,
     metrics: Metrics,
 }
 
-impl Health {
+impl Readiness {
     /// Starts not ready, not connected.
-    pub fn new(member: Option<String>, metrics: Metrics) -> Health {
+    pub fn new(member: Option<String>, metrics: Metrics) -> Readiness {
         let facts = Facts {
             reason: "starting".into(),
             nats_down: Some("connecting to NATS".into()),
@@ -146,7 +146,7 @@ impl Health {
             partitions: Vec::new(),
             facts,
         });
-        Health {
+        Readiness {
             tx: Arc::new(tx),
             metrics,
         }
@@ -339,7 +339,7 @@ mod tests {
     #[test]
     fn a_lost_connection_shows_why_and_the_state_comes_back_after() {
         let m = Metrics::new().unwrap();
-        let h = Health::new(None, m.clone());
+        let h = Readiness::new(None, m.clone());
         assert_eq!(
             (h.status().state, h.status().reason.as_str()),
             (State::NotReady, "connecting to NATS")
@@ -363,7 +363,7 @@ mod tests {
     #[test]
     fn draining_is_final_and_ready_metric_follows() {
         let m = Metrics::new().unwrap();
-        let h = Health::new(None, m.clone());
+        let h = Readiness::new(None, m.clone());
         h.set_nats_down(None);
         h.set(State::Consuming, "");
         assert_eq!(m.ready.get(), 1);

@@ -575,7 +575,7 @@ impl Config {
                 "must be an address and port, like 0.0.0.0:9090",
             );
         }
-        if !crate::telemetry::is_valid_filter(&self.log.level) {
+        if !crate::ops::telemetry::is_valid_filter(&self.log.level) {
             p.add(
                 "log.level",
                 "must be a level (error, warn, info, debug, trace) or a filter directive",
@@ -823,12 +823,12 @@ impl Config {
             DAY,
         );
         for (name, value) in &h.headers {
-            if !crate::headers::is_valid_name(name) {
+            if !crate::http::headers::is_valid_name(name) {
                 p.add(
                     format!("http.headers.{name}"),
                     "is not a valid HTTP header name",
                 );
-            } else if !crate::headers::is_valid_value(value) {
+            } else if !crate::http::headers::is_valid_value(value) {
                 p.add(
                     format!("http.headers.{name}"),
                     "is not a valid HTTP header value",

@@ -10,25 +10,25 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::health::Health;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
+use crate::ops::readiness::Readiness;
 
 #[derive(Clone)]
 struct AdminState {
-    health: Health,
+    readiness: Readiness,
     metrics: Metrics,
 }
 
-fn router(health: Health, metrics: Metrics) -> Router {
+fn router(readiness: Readiness, metrics: Metrics) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics_text))
-        .with_state(AdminState { health, metrics })
+        .with_state(AdminState { readiness, metrics })
 }
 
 async fn ready(State(s): State<AdminState>) -> impl IntoResponse {
-    let status = s.health.status();
+    let status = s.readiness.status();
     let code = if status.ready {
         StatusCode::OK
     } else {
@@ -53,11 +53,11 @@ async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
 /// The server's I/O error.
 pub async fn serve(
     listener: TcpListener,
-    health: Health,
+    readiness: Readiness,
     metrics: Metrics,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(health, metrics))
+    axum::serve(listener, router(readiness, metrics))
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
 }

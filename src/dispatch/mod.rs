@@ -16,6 +16,10 @@
 //! that is unreachable costs no attempts (the messages wait, kept alive), and a dead
 //! letter that cannot be published on a message's last delivery is kept and retried.
 
+pub mod lanes;
+pub mod source;
+pub mod timers;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,17 +30,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Ordering;
+use crate::daemon::shutdown::{Deadline, bounded};
+use crate::dead_letter::{self, DeadLetter};
 use crate::delivery::Delivery;
-use crate::dlq::{self, DeadLetter};
-use crate::forward::{Forwarder, NoAnswer};
-use crate::health::{Health, State};
-use crate::lanes::{LaneKey, Lanes};
-use crate::metrics::{HttpClass, Metrics, SettleLabel};
+use crate::dispatch::lanes::{LaneKey, Lanes};
+use crate::dispatch::source::{Held, Source};
+use crate::dispatch::timers::{Due, Timers};
+use crate::http::forward::{Forwarder, NoAnswer};
 use crate::nats::{DlqPublisher, NatsError, PullEvent, Settler};
+use crate::ops::metrics::{HttpClass, Metrics, SettleLabel};
+use crate::ops::readiness::{Readiness, State};
 use crate::policy::{Disposition, Outcome, Policy, TermReason, backoff};
-use crate::shutdown::{Deadline, bounded};
-use crate::source::{Held, Source};
-use crate::timers::{Due, Timers};
 
 /// What the dispatcher needs, shared with every message task.
 #[derive(Debug)]
@@ -48,7 +52,7 @@ pub struct Dispatch {
     /// Collectors.
     pub metrics: Metrics,
     /// Readiness.
-    pub health: Health,
+    pub readiness: Readiness,
     /// Concurrent requests at most.
     pub max_in_flight: usize,
     /// Whether the source is a pinned consumer (standby until pinned).
@@ -322,7 +326,7 @@ impl Dispatch {
                 () = shutdown.cancelled(), if !draining => {
                     draining = true;
                     let deadline = self.deadline.start();
-                    self.health.set(State::Draining, "shutting down");
+                    self.readiness.set(State::Draining, "shutting down");
                     source.stop();
                     let released = bounded(deadline, "release queued messages", self.release_waiting(&mut book, true)).await;
                     tracing::info!(in_flight = book.tasks.len(), released, "draining");
@@ -372,7 +376,7 @@ impl Dispatch {
                             unhealthy_for_ms = self.unhealthy_handover.as_millis(),
                             "the app stayed unhealthy or unreachable: stepping down so that another instance is served"
                         );
-                        self.health.set_pinned(false);
+                        self.readiness.set_pinned(false);
                         refresh = true;
                     }
                 }
@@ -390,18 +394,18 @@ impl Dispatch {
                         }
                     }
                     PullEvent::Pinned(pinned) => {
-                        self.health.set_pinned(pinned);
+                        self.readiness.set_pinned(pinned);
                         refresh = true;
                     }
                     PullEvent::Assignment(partitions) => {
-                        self.health.set_partitions(partitions.clone());
+                        self.readiness.set_partitions(partitions.clone());
                         gate.standing.waiting = None;
                         gate.standing.unavailable = None;
                         gate.standing.assignment = Some(partitions);
                         refresh = true;
                     }
                     PullEvent::Waiting(reason) => {
-                        self.health.set_partitions(Vec::new());
+                        self.readiness.set_partitions(Vec::new());
                         gate.standing.waiting = Some(reason);
                         gate.standing.unavailable = None;
                         gate.standing.assignment = None;
@@ -423,7 +427,7 @@ impl Dispatch {
                             tracing::info!(reason = %reason, "the group ended: draining");
                             draining = true;
                             end_reason = Some(reason);
-                            self.health.set(State::Draining, "the group ended");
+                            self.readiness.set(State::Draining, "the group ended");
                             source.stop();
                             let deadline = self.deadline.or_from_now();
                             bounded(deadline, "release queued messages", self.release_waiting(&mut book, true)).await;
@@ -469,7 +473,7 @@ impl Dispatch {
         // Every step from here may talk to NATS, which may be gone: each is bounded by
         // what is left of the grace (a source lost or failed gets a grace of its own).
         let deadline = self.deadline.or_from_now();
-        if self.pinned_mode && self.health.status().pinned {
+        if self.pinned_mode && self.readiness.status().pinned {
             // Hand over at once: a standby instance of the member is served next,
             // without waiting for the pin timeout.
             if bounded(deadline, "unpin", source.step_down()).await == Some(true) {
@@ -486,7 +490,7 @@ impl Dispatch {
         }
         self.metrics.buffered.set(0);
         self.metrics.in_flight.set(0);
-        self.health.set_pinned(false);
+        self.readiness.set_pinned(false);
         Ok(ended)
     }
 
@@ -520,25 +524,25 @@ impl Dispatch {
     fn set_serving_state(&self, gate: &Gate) {
         let standing = &gate.standing;
         if !gate.healthy {
-            self.health
+            self.readiness
                 .set(State::NotReady, "the app is not healthy (http.health_url)");
         } else if let Some(u) = &gate.unreachable {
-            self.health
+            self.readiness
                 .set(State::NotReady, format!("app unreachable: {}", u.kind));
         } else if let Some(why) = &standing.unavailable {
-            self.health.set(State::NotReady, why);
+            self.readiness.set(State::NotReady, why);
         } else if let Some(why) = &standing.waiting {
-            self.health.set(State::WaitingForMembership, why);
+            self.readiness.set(State::WaitingForMembership, why);
         } else if standing.assignment.as_ref().is_some_and(Vec::is_empty) {
-            self.health.set(
+            self.readiness.set(
                 State::NoPartitions,
                 "no partitions are assigned to this member",
             );
-        } else if self.pinned_mode && !self.health.status().pinned {
-            // Health says whether another instance holds the pin or nobody does.
-            self.health.set(State::Standby, "");
+        } else if self.pinned_mode && !self.readiness.status().pinned {
+            // Readiness says whether another instance holds the pin or nobody does.
+            self.readiness.set(State::Standby, "");
         } else {
-            self.health.set(State::Consuming, "");
+            self.readiness.set(State::Consuming, "");
         }
     }
 
@@ -961,7 +965,7 @@ impl Dispatch {
         letter: &DeadLetter<'_>,
         max_payload: usize,
     ) -> Result<(), NatsError> {
-        let l = dlq::letter(letter, max_payload);
+        let l = dead_letter::letter(letter, max_payload);
         let payload = if l.with_payload {
             letter.delivery.payload.clone()
         } else {

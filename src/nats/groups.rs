@@ -136,7 +136,7 @@ impl Nats {
             .config
             .subject_transform
             .as_ref()
-            .and_then(|t| crate::pcg::spec::partition_count(&t.destination)))
+            .and_then(|t| crate::group::spec::partition_count(&t.destination)))
     }
 
     /// Every consumer of a stream with its waiting pulls and pin.
@@ -159,7 +159,7 @@ impl Nats {
                 pinned: info
                     .priority_groups
                     .iter()
-                    .find(|g| g.group == crate::pcg::PRIORITY_GROUP)
+                    .find(|g| g.group == crate::group::PRIORITY_GROUP)
                     .and_then(|g| g.pinned_client_id.clone()),
             });
         }
@@ -176,7 +176,7 @@ impl Nats {
             .get_stream_no_info(stream)
             .await
             .map_err(|e| group_err("read the stream", e))?;
-        s.unpin_consumer(consumer, crate::pcg::PRIORITY_GROUP)
+        s.unpin_consumer(consumer, crate::group::PRIORITY_GROUP)
             .await
             .map_err(|e| group_err("unpin", e))
     }

@@ -2,6 +2,8 @@
 //! connect → topology (with a stop-aware retry) → consume, and the ordered shutdown
 //! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last).
 
+pub mod shutdown;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,21 +14,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::capacity::{Limits, PullTiming};
 use crate::config::{Config, OnMissing, SourceKind};
+use crate::daemon::shutdown::{Deadline, bounded};
 use crate::dispatch::{Dispatch, DispatchError, Ended};
-use crate::forward::{ForwardError, Forwarder};
-use crate::group::{GroupSettings, GroupSource, JoinError};
-use crate::health::{Health, PinHolder, State};
-use crate::metrics::Metrics;
+use crate::group::member::{GroupSettings, GroupSource, JoinError};
+use crate::group::model::Flavour;
+use crate::group::spec::Template;
+use crate::http::forward::{ForwardError, Forwarder};
 use crate::nats::{Nats, NatsError, PullerConfig, TopologyError, TopologyRequest};
-use crate::pcg::model::Flavour;
-use crate::pcg::spec::Template;
+use crate::ops::metrics::Metrics;
+use crate::ops::readiness::{PinHolder, Readiness, State};
 use crate::policy::{Policy, backoff};
-use crate::shutdown::{Deadline, bounded};
 use crate::topology::{ConsumerSpec, StreamSpec};
 
 /// A failure that ends the daemon.
 #[derive(Debug, thiserror::Error)]
-pub enum AppError {
+pub enum DaemonError {
     /// The admin listener could not be bound.
     #[error("cannot listen on admin.listen {addr}")]
     AdminBind {
@@ -59,24 +61,24 @@ pub enum AppError {
     Signals(#[source] std::io::Error),
 }
 
-impl AppError {
+impl DaemonError {
     /// Whether the error is the user's configuration (exit 64) rather than a runtime
     /// failure (exit 1).
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            AppError::Forward(ForwardError::BearerToken { .. } | ForwardError::Header(_))
-                | AppError::Nats(NatsError::Secret { .. } | NatsError::ServerAddress(_))
+            DaemonError::Forward(ForwardError::BearerToken { .. } | ForwardError::Header(_))
+                | DaemonError::Nats(NatsError::Secret { .. } | NatsError::ServerAddress(_))
         )
     }
 }
 
 /// The built daemon, not yet running.
 #[derive(Debug)]
-pub struct App {
+pub struct Daemon {
     config: Config,
     metrics: Metrics,
-    health: Health,
+    readiness: Readiness,
     admin: TcpListener,
     forwarder: Forwarder,
 }
@@ -121,13 +123,13 @@ pub fn topology_request(config: &Config) -> TopologyRequest {
     }
 }
 
-impl App {
+impl Daemon {
     /// Builds the daemon: metrics, readiness, the admin listener and the HTTP client.
     /// Nothing touches NATS yet.
     ///
     /// # Errors
-    /// [`AppError`].
-    pub async fn build(config: Config) -> Result<App, AppError> {
+    /// [`DaemonError`].
+    pub async fn build(config: Config) -> Result<Daemon, DaemonError> {
         if config.kind().is_group() && config.consumer.ack_wait_ms < 2000 {
             tracing::warn!(
                 ack_wait_ms = config.consumer.ack_wait_ms,
@@ -139,18 +141,18 @@ impl App {
             .kind()
             .is_group()
             .then(|| config.source.member.clone());
-        let health = Health::new(member, metrics.clone());
+        let readiness = Readiness::new(member, metrics.clone());
         let admin = TcpListener::bind(&config.admin.listen)
             .await
-            .map_err(|source| AppError::AdminBind {
+            .map_err(|source| DaemonError::AdminBind {
                 addr: config.admin.listen.clone(),
                 source,
             })?;
         let forwarder = Forwarder::new(&config.http, config.delivery.max_in_flight as usize)?;
-        Ok(App {
+        Ok(Daemon {
             config,
             metrics,
-            health,
+            readiness,
             admin,
             forwarder,
         })
@@ -162,8 +164,8 @@ impl App {
     }
 
     /// The readiness handle.
-    pub fn health(&self) -> Health {
-        self.health.clone()
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.clone()
     }
 
     /// The metrics.
@@ -177,12 +179,12 @@ impl App {
     /// [`Deadline`], and a step that is still running after it is abandoned.
     ///
     /// # Errors
-    /// [`AppError`].
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), AppError> {
+    /// [`DaemonError`].
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), DaemonError> {
         let admin_stop = CancellationToken::new();
-        let admin = tokio::spawn(crate::admin::serve(
+        let admin = tokio::spawn(crate::ops::endpoints::serve(
             self.admin,
-            self.health.clone(),
+            self.readiness.clone(),
             self.metrics.clone(),
             admin_stop.clone(),
         ));
@@ -192,7 +194,7 @@ impl App {
         let supervisor = Supervisor {
             config: self.config,
             metrics: self.metrics,
-            health: self.health.clone(),
+            readiness: self.readiness.clone(),
             forwarder: self.forwarder,
             deadline: deadline.clone(),
         };
@@ -211,7 +213,7 @@ impl App {
                 Ok(())
             }
         };
-        self.health.set(State::Draining, "stopped");
+        self.readiness.set(State::Draining, "stopped");
         // The admin endpoints stay up until everything else is done.
         admin_stop.cancel();
         match admin.await {
@@ -230,15 +232,15 @@ const BACKSTOP: Duration = Duration::from_millis(500);
 struct Supervisor {
     config: Config,
     metrics: Metrics,
-    health: Health,
+    readiness: Readiness,
     forwarder: Forwarder,
     deadline: Deadline,
 }
 
 impl Supervisor {
-    async fn run(self, shutdown: &CancellationToken) -> Result<(), AppError> {
+    async fn run(self, shutdown: &CancellationToken) -> Result<(), DaemonError> {
         let cfg = &self.config;
-        self.health.set(State::NotReady, "starting");
+        self.readiness.set(State::NotReady, "starting");
         let nats = Nats::connect(&cfg.nats, true).await?;
         let mirror = self.mirror_connection(&nats);
         let result = self.consume(&nats, shutdown).await;
@@ -255,11 +257,11 @@ impl Supervisor {
     /// Mirrors the connection state into readiness and metrics.
     fn mirror_connection(&self, nats: &Nats) -> JoinHandle<()> {
         let mut state = nats.state();
-        let health = self.health.clone();
+        let readiness = self.readiness.clone();
         tokio::spawn(async move {
             loop {
                 let why = state.borrow_and_update().reason();
-                health.set_nats_down(why);
+                readiness.set_nats_down(why);
                 if state.changed().await.is_err() {
                     return;
                 }
@@ -267,7 +269,7 @@ impl Supervisor {
         })
     }
 
-    async fn consume(&self, nats: &Nats, shutdown: &CancellationToken) -> Result<(), AppError> {
+    async fn consume(&self, nats: &Nats, shutdown: &CancellationToken) -> Result<(), DaemonError> {
         let cfg = &self.config;
         if !wait_connected(nats, shutdown).await? {
             return Ok(());
@@ -278,14 +280,18 @@ impl Supervisor {
             forwarder: self.forwarder.clone(),
             policy: policy(cfg),
             metrics: self.metrics.clone(),
-            health: self.health.clone(),
+            readiness: self.readiness.clone(),
             max_in_flight: cfg.delivery.max_in_flight as usize,
             deadline: self.deadline.clone(),
             pinned_mode: cfg.kind().is_group(),
             ordering: cfg.ordering(),
-            progress_every: crate::pcg::spec::ack_wait(cfg.consumer.ack_wait_ms) / 2,
+            progress_every: crate::group::spec::ack_wait(cfg.consumer.ack_wait_ms) / 2,
             dlq: (!cfg.dlq.subject.is_empty()).then(|| nats.dlq(&cfg.dlq.subject)),
-            app_healthy: self.app_health(),
+            app_healthy: crate::http::probe::watch(
+                self.forwarder.clone(),
+                &cfg.http,
+                self.metrics.clone(),
+            ),
             unhealthy_handover: Duration::from_millis(cfg.http.unhealthy_handover_ms),
         });
         loop {
@@ -316,7 +322,7 @@ impl Supervisor {
                 }
                 Ended::SourceLost(reason) => {
                     tracing::warn!(reason = %reason, "the consumer went away; checking the topology again");
-                    self.health
+                    self.readiness
                         .set(State::NotReady, format!("consumer lost: {reason}"));
                 }
             }
@@ -344,7 +350,7 @@ impl Supervisor {
         &self,
         nats: &Nats,
         shutdown: &CancellationToken,
-    ) -> Result<Option<GroupSource>, AppError> {
+    ) -> Result<Option<GroupSource>, DaemonError> {
         let cfg = &self.config;
         let t = &cfg.topology;
         let settings = GroupSettings {
@@ -377,14 +383,14 @@ impl Supervisor {
             }
             let retry = match GroupSource::join(nats, settings.clone()).await {
                 Ok(source) => return Ok(Some(source)),
-                Err(JoinError::Fatal(e)) => return Err(AppError::Group(e)),
+                Err(JoinError::Fatal(e)) => return Err(DaemonError::Group(e)),
                 Err(e @ JoinError::NotFound(_)) if t.on_missing == OnMissing::Fail => {
-                    return Err(AppError::Group(e.to_string()));
+                    return Err(DaemonError::Group(e.to_string()));
                 }
                 Err(e) => e,
             };
             attempt = attempt.saturating_add(1);
-            self.health
+            self.readiness
                 .set(State::NotReady, format!("consumer group: {retry}"));
             let delay = backoff(
                 Duration::from_millis(t.retry_initial_ms),
@@ -405,7 +411,7 @@ impl Supervisor {
         nats: &Nats,
         request: &TopologyRequest,
         shutdown: &CancellationToken,
-    ) -> Result<bool, AppError> {
+    ) -> Result<bool, DaemonError> {
         let t = &self.config.topology;
         let mut attempt = 0u32;
         loop {
@@ -426,8 +432,9 @@ impl Supervisor {
                         || (e.is_missing() && t.on_missing == OnMissing::Retry) =>
                 {
                     attempt = attempt.saturating_add(1);
-                    // Logged once per change by Health::set, not once per attempt.
-                    self.health.set(State::NotReady, format!("topology: {e}"));
+                    // Logged once per change by Readiness::set, not once per attempt.
+                    self.readiness
+                        .set(State::NotReady, format!("topology: {e}"));
                     let delay = backoff(
                         Duration::from_millis(t.retry_initial_ms),
                         Duration::from_millis(t.retry_max_ms),
@@ -443,46 +450,11 @@ impl Supervisor {
         }
     }
 
-    /// Probes `http.health_url` and publishes whether the app is healthy; without a
-    /// health URL the app is always healthy.
-    fn app_health(&self) -> tokio::sync::watch::Receiver<bool> {
-        let h = &self.config.http;
-        let (tx, rx) = tokio::sync::watch::channel(h.health_url.is_empty());
-        self.metrics
-            .app_healthy
-            .set(i64::from(h.health_url.is_empty()));
-        if h.health_url.is_empty() {
-            return rx;
-        }
-        let (forwarder, metrics) = (self.forwarder.clone(), self.metrics.clone());
-        let interval = Duration::from_millis(h.health_interval_ms);
-        let timeout = Duration::from_millis(h.health_timeout_ms);
-        let mut tracker = crate::app_health::HealthTracker::new(h.health_threshold);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if tx.is_closed() {
-                    return; // the dispatcher is gone
-                }
-                let ok = forwarder.healthy(timeout).await;
-                if let Some(healthy) = tracker.observe(ok) {
-                    tracing::info!(healthy, "app health changed");
-                    metrics.app_healthy.set(i64::from(healthy));
-                    if tx.send(healthy).is_err() {
-                        return; // the dispatcher is gone
-                    }
-                }
-            }
-        });
-        rx
-    }
-
     /// Refreshes the consumer pending gauges (and, for a pinned consumer, who holds
     /// the pin) every few seconds.
     fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> JoinHandle<()> {
-        let (nats, metrics, health) = (nats.clone(), self.metrics.clone(), self.health.clone());
+        let (nats, metrics, readiness) =
+            (nats.clone(), self.metrics.clone(), self.readiness.clone());
         let pinned_mode = self.config.kind().is_group();
         let (stream, consumer) = (stream.to_string(), consumer.to_string());
         tokio::spawn(async move {
@@ -497,7 +469,7 @@ impl Supervisor {
                         .consumer_ack_pending
                         .set(i64::try_from(c.ack_pending).unwrap_or(i64::MAX));
                     if pinned_mode {
-                        health.set_pin_holder(if c.pinned {
+                        readiness.set_pin_holder(if c.pinned {
                             PinHolder::Someone
                         } else {
                             PinHolder::Nobody
@@ -523,11 +495,11 @@ fn group_consumer_names(cfg: &Config) -> (String, String) {
     if cfg.kind() == SourceKind::Static {
         (
             s.stream.clone(),
-            crate::pcg::static_consumer(&s.group, &s.member),
+            crate::group::static_consumer(&s.group, &s.member),
         )
     } else {
         (
-            crate::pcg::elastic_stream(&s.stream, &s.group),
+            crate::group::elastic_stream(&s.stream, &s.group),
             s.member.clone(),
         )
     }

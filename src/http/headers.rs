@@ -1,7 +1,7 @@
 //! The header contract of the request to the app, as a pure function: which message
 //! headers pass through, which are dropped, and the metadata headers we add.
 //!
-//! Works on strings only; `forward.rs` turns the result into HTTP types.
+//! Works on strings only; `http::forward` turns the result into HTTP types.
 
 use std::borrow::Cow;
 

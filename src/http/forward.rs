@@ -1,7 +1,7 @@
 //! The HTTP boundary: the only module that names `reqwest` types.
 //!
 //! Builds exactly one POST per attempt from a [`Delivery`] (body = payload unchanged,
-//! headers from `crate::headers`), sends it through a keep-alive pool with
+//! headers from `crate::http::headers`), sends it through a keep-alive pool with
 //! `http.timeout_ms`, and turns the answer into a policy [`Outcome`]. The response
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it
 //! is never logged.
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::config::HttpConfig;
 use crate::delivery::Delivery;
-use crate::metrics::HttpClass;
+use crate::ops::metrics::HttpClass;
 use crate::policy::{AppAction, Outcome, parse_retry_after};
 
 /// The response header by which the app overrides the status mapping.
@@ -132,14 +132,14 @@ impl Forwarder {
 
     /// Offers one delivery to the app, once; `attempt` counts in-place retries too.
     pub async fn forward(&self, d: &Delivery, attempt: u32) -> Forwarded {
-        let mapped = crate::headers::map(d, attempt);
+        let mapped = crate::http::headers::map(d, attempt);
         let mut headers = HeaderMap::with_capacity(mapped.headers.len() + self.extra.len());
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {
             // headers::map only returns valid names and values; a mismatch between
             // its rules and the http crate's is counted, never a crash.
             let name = match name {
-                // Static names are lowercase tokens (headers.rs), so from_static holds.
+                // Static names are lowercase tokens (`http::headers`), so from_static holds.
                 Cow::Borrowed(n) => Ok(HeaderName::from_static(n)),
                 Cow::Owned(n) => HeaderName::from_bytes(n.as_bytes()),
             };

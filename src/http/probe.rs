@@ -1,6 +1,48 @@
-//! App health gating as a pure state machine: consecutive failed probes past a
-//! threshold make the app unhealthy; one good probe makes it healthy again. The app
-//! starts unknown (= not healthy), so the first pull waits for a good probe.
+//! App health gating: the probe loop on `http.health_url`, and the pure state machine
+//! behind it (consecutive failed probes past a threshold make the app unhealthy; one
+//! good probe makes it healthy again). The app starts unknown (= not healthy), so the
+//! first pull waits for a good probe.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::HttpConfig;
+use crate::http::forward::Forwarder;
+use crate::ops::metrics::Metrics;
+
+/// Probes `http.health_url` and publishes whether the app is healthy; without a
+/// health URL the app is always healthy and nothing is probed. The probe stops when
+/// the receiver is dropped.
+pub fn watch(forwarder: Forwarder, h: &HttpConfig, metrics: Metrics) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(h.health_url.is_empty());
+    metrics.app_healthy.set(i64::from(h.health_url.is_empty()));
+    if h.health_url.is_empty() {
+        return rx;
+    }
+    let interval = Duration::from_millis(h.health_interval_ms);
+    let timeout = Duration::from_millis(h.health_timeout_ms);
+    let mut tracker = HealthTracker::new(h.health_threshold);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if tx.is_closed() {
+                return; // the dispatcher is gone
+            }
+            let ok = forwarder.healthy(timeout).await;
+            if let Some(healthy) = tracker.observe(ok) {
+                tracing::info!(healthy, "app health changed");
+                metrics.app_healthy.set(i64::from(healthy));
+                if tx.send(healthy).is_err() {
+                    return; // the dispatcher is gone
+                }
+            }
+        }
+    });
+    rx
+}
 
 /// The tracker.
 #[derive(Debug, Clone)]
@@ -36,7 +78,8 @@ impl HealthTracker {
     }
 
     /// The current state.
-    pub fn healthy(&self) -> bool {
+    #[cfg(test)]
+    fn healthy(&self) -> bool {
         self.healthy
     }
 }

@@ -7,9 +7,9 @@
 
 use serde::Serialize;
 
+use crate::group::model::{Flavour, GroupConfig, MemberMapping, member_name};
+use crate::group::{self as pcgc, assign, spec};
 use crate::nats::{GroupStore, GroupStreamSpec, KvWriteError, Nats, NatsError};
-use crate::pcg::model::{Flavour, GroupConfig, MemberMapping, member_name};
-use crate::pcg::{self as pcgc, assign, spec};
 
 /// Why an admin command failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,10 +1,14 @@
 //! Partitioned consumer groups, wire-compatible with orbit.go `pcgroups` and
-//! `natsio-pcgroups`: the pure half. Config JSON (lenient read, strict write,
-//! representation-preserving rewrite), validation, partition assignment, the elastic
-//! stream's transforms and the member consumer configs. No I/O here; `nats/` carries
-//! these to the server and `group.rs` runs the member protocol.
+//! `natsio-pcgroups`. The pure half: config JSON (`model`: lenient read, strict write,
+//! representation-preserving rewrite), validation, partition assignment (`assign`),
+//! the elastic stream's transforms and the member consumer configs (`spec`). The
+//! running half: one member's protocol behind the dispatcher's source seam (`member`)
+//! and the administration behind `jetrelay group` (`admin`); `nats/` carries both to
+//! the server.
 
+pub mod admin;
 pub mod assign;
+pub mod member;
 pub mod model;
 pub mod spec;
 

@@ -1,12 +1,12 @@
 //! `jetrelay group static|elastic …`: the admin commands, with orbit.go `cg`'s
 //! argument shapes, printing tables or JSON. Parsing and printing only; the work is
-//! in `group_admin`.
+//! in `group::admin`.
 
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::group_admin::{AdminError, GroupAdmin, GroupReport, MemberReport};
-use crate::pcg::model::{Flavour, GroupConfig, MemberMapping, PartitioningFilter};
+use crate::group::admin::{AdminError, GroupAdmin, GroupReport, MemberReport};
+use crate::group::model::{Flavour, GroupConfig, MemberMapping, PartitioningFilter};
 
 /// Options every group command takes.
 #[derive(Debug, Args)]

@@ -1,0 +1,62 @@
+//! [`NatsError`]: the failures at the NATS boundary that are not about topology.
+
+/// Failures at the NATS boundary that are not about topology.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsError {
+    /// A credentials, key, token or password file could not be read.
+    #[error("cannot read nats.{key} ({path})")]
+    Secret {
+        /// The config key.
+        key: &'static str,
+        /// The path.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A server address did not parse.
+    #[error("nats.servers: {0:?} is not a server address")]
+    ServerAddress(String),
+    /// The connection could not be set up.
+    #[error("cannot connect to NATS")]
+    Connect(#[source] async_nats::ConnectError),
+    /// The server is older than 2.11 (no priority groups).
+    #[error("nats-server {0} is too old: jetrelay needs 2.11 or newer")]
+    ServerTooOld(String),
+    /// Publishing (a pull, an ack) failed.
+    #[error("cannot publish to NATS")]
+    Publish(#[source] async_nats::PublishError),
+    /// The connection is down and the client's buffer is full (or stayed full for
+    /// `nats.request_timeout_ms`): nothing was sent.
+    #[error("not sent: the NATS connection is down and its buffer is full")]
+    NotSent,
+    /// A confirmed ack got no confirmation.
+    #[error("the server did not confirm the ack")]
+    AckNotConfirmed(#[source] async_nats::RequestError),
+    /// Subscribing to the pull inbox failed.
+    #[error("cannot subscribe to the pull inbox")]
+    Subscribe(#[source] async_nats::SubscribeError),
+    /// The dead-letter publish was not stored.
+    #[error("the dead-letter publish failed")]
+    DeadLetter(#[source] async_nats::jetstream::context::PublishError),
+    /// The dead letter is larger than the server or the DLQ stream takes.
+    #[error("the dead letter is too large for the DLQ")]
+    DeadLetterTooLarge(#[source] async_nats::jetstream::context::PublishError),
+    /// A consumer-group config bucket operation failed.
+    #[error("consumer-group config store: {0}")]
+    Kv(String),
+    /// A stream or consumer operation of the group protocol failed.
+    #[error("consumer-group {step}: {detail}")]
+    Group {
+        /// What we tried.
+        step: &'static str,
+        /// What the server said.
+        detail: String,
+    },
+    /// The client gave up reconnecting (`nats.max_reconnects`).
+    #[error("the NATS connection is closed: nats.max_reconnects reached")]
+    Closed,
+    /// Flushing at shutdown failed.
+    #[error("cannot flush the NATS connection")]
+    Flush(#[source] async_nats::client::FlushError),
+}
