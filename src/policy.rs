@@ -70,6 +70,16 @@ pub enum AppAction {
 }
 
 impl AppAction {
+    /// Its name, as the header spells it (and the metric label).
+    pub fn name(self) -> &'static str {
+        match self {
+            AppAction::Ack => "ack",
+            AppAction::Retry => "retry",
+            AppAction::Term => "term",
+            AppAction::Dlq => "dlq",
+        }
+    }
+
     /// Parses the header value, case-insensitively; `None` for anything else.
     pub fn parse(value: &str) -> Option<AppAction> {
         match value.trim().to_ascii_lowercase().as_str() {
@@ -124,13 +134,7 @@ impl fmt::Display for TermReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TermReason::Status(s) => write!(f, "jetrelay: app answered {s}"),
-            TermReason::AppAction(a) => {
-                write!(
-                    f,
-                    "jetrelay: app asked for {}",
-                    format!("{a:?}").to_lowercase()
-                )
-            }
+            TermReason::AppAction(a) => write!(f, "jetrelay: app asked for {}", a.name()),
             TermReason::MaxDeliver(n) => write!(f, "jetrelay: {n} attempts exhausted"),
             TermReason::Invalid(why) => write!(f, "jetrelay: {why}"),
         }

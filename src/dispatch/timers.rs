@@ -48,9 +48,18 @@ impl Timers {
         self.set.pop_first().map(|(_, id, due)| (id, due))
     }
 
+    /// Entries scheduled.
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.set.len()
+    }
+}
+
+/// Sleeps until `at`; forever when there is nothing to wait for.
+pub async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -90,13 +90,6 @@ pub struct GroupAdmin {
     nats: Nats,
 }
 
-fn bucket(f: Flavour) -> &'static str {
-    match f {
-        Flavour::Static => pcgc::STATIC_BUCKET,
-        Flavour::Elastic => pcgc::ELASTIC_BUCKET,
-    }
-}
-
 fn check_names(stream: &str, group: &str) -> Result<(), AdminError> {
     let mut p = Vec::new();
     for (what, n) in [("stream", stream), ("group", group)] {
@@ -138,7 +131,7 @@ impl GroupAdmin {
     }
 
     async fn store(&self, f: Flavour) -> Result<Option<GroupStore>, AdminError> {
-        Ok(self.nats.group_store(bucket(f)).await?)
+        Ok(self.nats.group_store(f.bucket()).await?)
     }
 
     async fn read(
@@ -168,7 +161,7 @@ impl GroupAdmin {
     ) -> Result<(), AdminError> {
         let store = self
             .nats
-            .group_store_or_create(bucket(config.flavour), replicas as usize)
+            .group_store_or_create(config.flavour.bucket(), replicas as usize)
             .await?;
         let key = pcgc::key(stream, group);
         match store.create(&key, config.to_json()).await {

@@ -18,7 +18,8 @@ use std::time::Duration;
 use tokio::time::{Instant, Interval};
 
 use crate::capacity::{Limits, PullTiming};
-use crate::dispatch::source::{Held, Source};
+use crate::dispatch::seam::{Held, Source};
+use crate::dispatch::timers::sleep_until;
 use crate::group::model::{Flavour, GroupConfig};
 use crate::group::spec::{self, Template};
 use crate::group::{self as pcgc, assign};
@@ -100,13 +101,6 @@ pub struct GroupSource {
     suspended: Option<String>,
 }
 
-fn bucket(f: Flavour) -> &'static str {
-    match f {
-        Flavour::Static => pcgc::STATIC_BUCKET,
-        Flavour::Elastic => pcgc::ELASTIC_BUCKET,
-    }
-}
-
 impl GroupSource {
     /// Reads the group, checks it, and joins when this member has partitions.
     ///
@@ -130,7 +124,7 @@ impl GroupSource {
             ))
         };
         let store: GroupStore = nats
-            .group_store(bucket(s.flavour))
+            .group_store(s.flavour.bucket())
             .await
             .map_err(|e| JoinError::Unavailable(e.to_string()))?
             .ok_or_else(not_found)?;
@@ -472,14 +466,9 @@ async fn read_config(flavour: Flavour, value: bytes::Bytes) -> Result<GroupConfi
         .map_err(|problems| format!("the group config is invalid: {}", problems.join("; ")))
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 impl Source for GroupSource {
+    type Settler = Settler;
+
     async fn next(&mut self, held: Held) -> PullEvent {
         loop {
             if let Some(ev) = self.pending.pop_front() {

@@ -25,6 +25,16 @@ pub enum Flavour {
     Elastic,
 }
 
+impl Flavour {
+    /// The KV bucket of this flavour's group configs.
+    pub fn bucket(self) -> &'static str {
+        match self {
+            Flavour::Static => super::STATIC_BUCKET,
+            Flavour::Elastic => super::ELASTIC_BUCKET,
+        }
+    }
+}
+
 /// An explicit assignment of partitions to a member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberMapping {

@@ -7,6 +7,7 @@
 //! is never logged.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::config::HttpConfig;
 use crate::delivery::Delivery;
+use crate::dispatch::seam::Forward;
 use crate::ops::metrics::HttpClass;
 use crate::policy::{AppAction, Outcome, parse_retry_after};
 
@@ -220,6 +222,12 @@ impl Forwarder {
             Ok(r) => r.status().is_success(),
             Err(_) => false,
         }
+    }
+}
+
+impl Forward for Forwarder {
+    fn forward(&self, d: &Delivery, attempt: u32) -> impl Future<Output = Forwarded> + Send {
+        Forwarder::forward(self, d, attempt)
     }
 }
 

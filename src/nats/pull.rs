@@ -11,6 +11,7 @@
 //! when the server's idle heartbeats stop.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 
 use async_nats::{Client, Message, Subscriber};
@@ -23,6 +24,8 @@ use super::settle::Outbox;
 use super::{ConnState, Nats, NatsError, Settler};
 use crate::capacity::{Held, KEEP_ALIVE_BYTES, Limits, NextPull, PullTiming};
 use crate::delivery::{Delivery, Invalid, Meta, Origin};
+use crate::dispatch::seam::{Event, Source};
+use crate::dispatch::timers::sleep_until;
 use crate::subject::split_partition;
 
 /// At most this many pulls outstanding at once (the server's default `max_waiting`
@@ -51,40 +54,9 @@ pub struct PullerConfig {
     pub origin_stream: Option<String>,
 }
 
-/// What the engine has to say.
-#[derive(Debug)]
-pub enum PullEvent {
-    /// A message to dispatch.
-    Message(Box<Delivery>, Settler),
-    /// This instance became pinned (`true`) or lost its pin (`false`).
-    Pinned(bool),
-    /// The consumer or JetStream is gone: go back to topology.
-    ConsumerGone(String),
-    /// A pull was refused for a reason retrying cannot fix.
-    Fatal(String),
-    /// Group sources: this member's partitions (empty = in the membership but none
-    /// assigned).
-    Assignment(Vec<u32>),
-    /// Group sources: not (yet) in the membership; waiting.
-    Waiting(String),
-    /// Group sources: the assignment changes; stop starting work, settle or release
-    /// what is held, then call `Source::quiesced` (the consumer is recreated after).
-    Quiesce,
-    /// Group sources: the group was deleted; drain and stop cleanly.
-    Ended(String),
-    /// Group sources: the member consumer is gone and cannot be created again yet
-    /// (JetStream unavailable, e.g. during a leader election): not ready until the
-    /// next `Assignment`, which follows a successful join.
-    Unavailable(String),
-    /// Group sources: this many messages delivered to a consumer being replaced were
-    /// never taken, and were released (NAK) by the source; for the metrics.
-    Released {
-        /// NAKs sent.
-        naked: usize,
-        /// NAKs that could not be sent (the messages come back after `ack_wait`).
-        failed: usize,
-    },
-}
+/// What the engine has to say: the dispatcher's events, with this boundary's settle
+/// handle.
+pub type PullEvent = Event<Settler>;
 
 #[derive(Debug)]
 struct Pull {
@@ -519,13 +491,6 @@ async fn leftovers(outbox: &Arc<Outbox>, mut sub: Subscriber) -> Vec<Settler> {
     left
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
     let subject = m.subject.to_string();
     let meta = m.reply.as_ref().map_or_else(
@@ -579,5 +544,29 @@ fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
         app_subject,
         origin,
         invalid,
+    }
+}
+
+impl Source for Puller {
+    type Settler = Settler;
+
+    fn next(&mut self, held: Held) -> impl Future<Output = PullEvent> + Send {
+        Puller::next(self, held)
+    }
+
+    fn stop(&mut self) {
+        Puller::stop(self);
+    }
+
+    fn set_paused(&mut self, paused: bool) {
+        Puller::set_paused(self, paused);
+    }
+
+    fn step_down(&mut self) -> impl Future<Output = bool> + Send {
+        Puller::step_down(self)
+    }
+
+    fn close(self) -> impl Future<Output = Vec<Settler>> + Send {
+        Puller::close(self)
     }
 }

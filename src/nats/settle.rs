@@ -10,6 +10,7 @@
 //! keep-alive is skipped (the server cannot hear it, and it would crowd out acks).
 //! While connected a send waits at most `nats.request_timeout_ms` for room.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use bytes::Bytes;
 
 use super::NatsError;
 use super::connect::{Link, Nats};
+use crate::dispatch::seam::Settle;
 
 /// What every settler of one consumer shares.
 #[derive(Debug)]
@@ -113,6 +115,26 @@ impl Settler {
             Ok(sent) => sent.map_err(NatsError::Publish),
             Err(_) => Err(NatsError::NotSent),
         }
+    }
+}
+
+impl Settle for Settler {
+    type Error = NatsError;
+
+    fn ack(&self) -> impl Future<Output = Result<(), NatsError>> + Send {
+        Settler::ack(self)
+    }
+
+    fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), NatsError>> + Send {
+        Settler::nak(self, delay)
+    }
+
+    fn term(&self, reason: &str) -> impl Future<Output = Result<(), NatsError>> + Send {
+        Settler::term(self, reason)
+    }
+
+    fn progress(&self) -> impl Future<Output = Result<bool, NatsError>> + Send {
+        Settler::progress(self)
     }
 }
 

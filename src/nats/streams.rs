@@ -276,12 +276,33 @@ impl Nats {
         stream: &str,
         spec: &ConsumerSpec,
     ) -> Result<bool, TopologyError> {
+        match self.create_strict(stream, spec, false).await? {
+            Created::New => Ok(true),
+            Created::Exists | Created::Overlap => Ok(false),
+        }
+    }
+
+    /// Creates a consumer with action "create" (never an update). `overlap_ok`: a
+    /// work-queue stream refusing it for another consumer's overlapping filters (10100)
+    /// is an outcome, not an error.
+    async fn create_strict(
+        &self,
+        stream: &str,
+        spec: &ConsumerSpec,
+        overlap_ok: bool,
+    ) -> Result<Created, TopologyError> {
         let s = self.stream_handle(stream).await?;
         match s.create_consumer_strict(to_consumer_config(spec)).await {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Created::New),
             Err(e) => match e.kind() {
                 // Another instance won the race; the read-back compares.
-                ConsumerCreateStrictErrorKind::AlreadyExists => Ok(false),
+                ConsumerCreateStrictErrorKind::AlreadyExists => Ok(Created::Exists),
+                ConsumerCreateStrictErrorKind::JetStream(js)
+                    if overlap_ok
+                        && js.error_code() == ErrorCode::CONSUMER_WQ_CONSUMER_NOT_UNIQUE =>
+                {
+                    Ok(Created::Overlap)
+                }
                 ConsumerCreateStrictErrorKind::TimedOut
                 | ConsumerCreateStrictErrorKind::Request => {
                     Err(TopologyError::Unavailable(e.to_string()))
@@ -290,6 +311,13 @@ impl Nats {
             },
         }
     }
+}
+
+/// What a strict create came to.
+enum Created {
+    New,
+    Exists,
+    Overlap,
 }
 
 fn conflict(name: &str, rows: Vec<Row>) -> TopologyError {
@@ -487,22 +515,10 @@ impl Nats {
         stream: &str,
         spec: &ConsumerSpec,
     ) -> Result<GroupConsumer, TopologyError> {
-        let s = self.stream_handle(stream).await?;
-        match s.create_consumer_strict(to_consumer_config(spec)).await {
-            Ok(_) => return Ok(GroupConsumer::Ready),
-            Err(e) => match e.kind() {
-                ConsumerCreateStrictErrorKind::AlreadyExists => {}
-                ConsumerCreateStrictErrorKind::JetStream(js)
-                    if js.error_code() == ErrorCode::CONSUMER_WQ_CONSUMER_NOT_UNIQUE =>
-                {
-                    return Ok(GroupConsumer::Overlap);
-                }
-                ConsumerCreateStrictErrorKind::TimedOut
-                | ConsumerCreateStrictErrorKind::Request => {
-                    return Err(TopologyError::Unavailable(e.to_string()));
-                }
-                _ => return Err(refused("create the member consumer", e)),
-            },
+        match self.create_strict(stream, spec, true).await? {
+            Created::New => return Ok(GroupConsumer::Ready),
+            Created::Overlap => return Ok(GroupConsumer::Overlap),
+            Created::Exists => {}
         }
         let current = self
             .read_consumer(stream, &spec.name)

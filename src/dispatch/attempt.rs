@@ -1,0 +1,295 @@
+//! One message's work, run as a task: one offer to the app, one decision, then one
+//! final action (ack, delayed nak, dead letter then term) and one log line; or a retry
+//! in place, a hold (the app is unreachable), or a dead letter to try again, reported
+//! back to the loop.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Dispatch;
+use super::book::{Step, Verdict};
+use super::gate::Reach;
+use super::seam::{Forward, Settle};
+use crate::config::Ordering;
+use crate::dead_letter::{self, DeadLetter};
+use crate::delivery::Delivery;
+use crate::http::forward::NoAnswer;
+use crate::nats::{DlqPublisher, NatsError};
+use crate::ops::metrics::{HttpClass, SettleLabel};
+use crate::policy::{Disposition, Outcome, backoff};
+
+/// What one attempt learned, for the log line.
+pub(super) struct Record<'a> {
+    attempt: u32,
+    status: Option<u16>,
+    http_ms: Option<u128>,
+    action: Option<&'static str>,
+    failure: Option<&'a NoAnswer>,
+    received: Instant,
+}
+
+impl<F: Forward> Dispatch<F> {
+    /// One attempt: one request, one decision, then either one final action and one
+    /// log line, or a retry in place, or a hold, reported back.
+    pub(super) async fn attempt<T: Settle>(
+        &self,
+        d: &Delivery,
+        settler: &T,
+        attempt: u32,
+        received: Instant,
+    ) -> (Step, Reach) {
+        let (outcome, status, http_ms, failure) = match &d.invalid {
+            Some(why) => {
+                self.metrics.invalid(why);
+                (Outcome::Invalid(why.clone()), None, None, None)
+            }
+            None => {
+                let f = self.forwarder.forward(d, attempt).await;
+                self.metrics.http_request(f.class);
+                self.metrics.http_duration.observe(f.elapsed.as_secs_f64());
+                if f.skipped_headers > 0 {
+                    self.metrics
+                        .headers_skipped
+                        .inc_by(f.skipped_headers as u64);
+                }
+                if f.bad_action {
+                    self.metrics.action_override("invalid");
+                    tracing::warn!(
+                        stream_seq = d.stream_seq(),
+                        "ignoring an unknown Jetrelay-Action value"
+                    );
+                }
+                let status = match f.class {
+                    HttpClass::Status(s) => Some(s),
+                    _ => None,
+                };
+                (f.outcome, status, Some(f.elapsed.as_millis()), f.failure)
+            }
+        };
+        let reach = match (&outcome, &failure) {
+            (Outcome::Invalid(_), _) => Reach::NotAsked,
+            (Outcome::Unreachable, Some(f)) => Reach::Unreachable(f.kind),
+            (Outcome::Unreachable, None) => Reach::Unreachable("cannot connect"),
+            _ => Reach::Reached,
+        };
+        let action = match &outcome {
+            Outcome::Answered {
+                action: Some(a), ..
+            } => {
+                self.metrics.action_override(a.name());
+                Some(a.name())
+            }
+            _ => None,
+        };
+        let record = Record {
+            attempt,
+            status,
+            http_ms,
+            action,
+            failure: failure.as_ref(),
+            received,
+        };
+        let step = match self.policy.decide(&outcome, attempt) {
+            Disposition::Ack => {
+                let result = settler.ack().await;
+                self.record(d, &record, SettleLabel::Ack, &result, None, None);
+                Step::Settled
+            }
+            Disposition::Retry { delay } if self.ordering != Ordering::None => {
+                tracing::warn!(
+                    stream_seq = d.stream_seq(),
+                    attempt,
+                    status,
+                    http_ms,
+                    delay_ms = delay.as_millis(),
+                    action,
+                    error = failure.as_ref().map(|f| f.kind),
+                    "message will be retried in its lane"
+                );
+                Step::RetryIn(delay)
+            }
+            Disposition::Retry { delay } => {
+                let result = settler.nak(delay).await;
+                self.record(d, &record, SettleLabel::Nak, &result, Some(delay), None);
+                Step::Settled
+            }
+            Disposition::Hold => {
+                tracing::debug!(
+                    stream_seq = d.stream_seq(),
+                    error = failure.as_ref().map(|f| f.kind),
+                    cause = failure.as_ref().map(|f| f.cause.as_str()),
+                    "the app is unreachable: message kept"
+                );
+                Step::Hold
+            }
+            Disposition::Term { reason } => {
+                let verdict = Verdict {
+                    reason,
+                    status,
+                    attempts: attempt,
+                    tries: 0,
+                };
+                self.terminate(d, settler, verdict, &record).await
+            }
+        };
+        (step, reach)
+    }
+
+    /// A held dead letter's retry: no request to the app, only the dead-lettering.
+    pub(super) async fn dead_letter_again<T: Settle>(
+        &self,
+        d: &Delivery,
+        settler: &T,
+        verdict: Verdict,
+        received: Instant,
+    ) -> Step {
+        let record = Record {
+            attempt: verdict.attempts,
+            status: verdict.status,
+            http_ms: None,
+            action: None,
+            failure: None,
+            received,
+        };
+        self.terminate(d, settler, verdict, &record).await
+    }
+
+    /// Dead-letters (when configured) then TERMs. When the dead-letter publish fails,
+    /// the message is NAKed with backoff; on its last delivery (a NAK would never be
+    /// redelivered) it is kept and the dead letter tried again: nothing is lost.
+    async fn terminate<T: Settle>(
+        &self,
+        d: &Delivery,
+        settler: &T,
+        verdict: Verdict,
+        record: &Record<'_>,
+    ) -> Step {
+        let text = verdict.reason.to_string();
+        let Some(dlq) = &self.dlq else {
+            let result = settler.term(&text).await;
+            self.record(d, record, SettleLabel::Term, &result, None, Some(&text));
+            return Step::Settled;
+        };
+        let letter = DeadLetter {
+            delivery: d,
+            attempts: verdict.attempts,
+            last_status: verdict.status,
+            reason: &text,
+            at: time::OffsetDateTime::now_utc(),
+        };
+        let mut published = publish_dead_letter(dlq, &letter, dlq.max_payload()).await;
+        if let Err(NatsError::DeadLetterTooLarge(_)) = published {
+            // The DLQ stream takes less than the server: go without the payload.
+            published = publish_dead_letter(dlq, &letter, 0).await;
+        }
+        match published {
+            Ok(()) => {
+                let result = settler.term(&text).await;
+                self.record(d, record, SettleLabel::Dlq, &result, None, Some(&text));
+                Step::Settled
+            }
+            Err(e) => {
+                self.metrics.dlq_failures.inc();
+                let tries = verdict.tries.saturating_add(1);
+                if self.policy.is_last_delivery(d.delivered()) {
+                    let delay = backoff(self.policy.retry_initial, self.policy.retry_max, tries);
+                    tracing::error!(
+                        error = %e, stream_seq = d.stream_seq(), tries, retry_in_ms = delay.as_millis(),
+                        "dead-letter publish failed on the message's last delivery: kept, and tried again"
+                    );
+                    return Step::DeadLetterIn(delay, Verdict { tries, ..verdict });
+                }
+                let delay = backoff(
+                    self.policy.retry_initial,
+                    self.policy.retry_max,
+                    verdict.attempts,
+                );
+                tracing::error!(error = %e, stream_seq = d.stream_seq(), "dead-letter publish failed; the message is retried instead");
+                let result = settler.nak(delay).await;
+                self.record(
+                    d,
+                    record,
+                    SettleLabel::Nak,
+                    &result,
+                    Some(delay),
+                    Some(&text),
+                );
+                Step::Settled
+            }
+        }
+    }
+
+    /// The metrics and the one log line of a settled message; never the payload.
+    fn record<E: std::fmt::Display>(
+        &self,
+        d: &Delivery,
+        r: &Record<'_>,
+        label: SettleLabel,
+        result: &Result<(), E>,
+        delay: Option<Duration>,
+        reason: Option<&str>,
+    ) {
+        let elapsed = r.received.elapsed();
+        self.metrics.message_duration.observe(elapsed.as_secs_f64());
+        match result {
+            Ok(()) => self.metrics.settled(label),
+            Err(e) if label == SettleLabel::Ack => {
+                self.metrics.ack_failures.inc();
+                tracing::warn!(error = %e, stream_seq = d.stream_seq(), "the ack was not confirmed: the message may be redelivered");
+            }
+            Err(e) => self.settle_failed(e),
+        }
+        let stream = d.meta.as_ref().map(|m| m.stream.as_str()).unwrap_or("");
+        let delay_ms = delay.map(|d| d.as_millis());
+        macro_rules! settled_event {
+            ($level:expr, $message:literal) => {
+                tracing::event!(
+                    $level,
+                    stream,
+                    stream_seq = d.stream_seq(),
+                    delivered = d.delivered(),
+                    attempt = r.attempt,
+                    partition = d.partition,
+                    outcome = label.as_str(),
+                    status = r.status,
+                    http_ms = r.http_ms,
+                    duration_ms = elapsed.as_millis(),
+                    settled = result.is_ok(),
+                    action = r.action,
+                    delay_ms,
+                    reason,
+                    error = r.failure.map(|f| f.kind),
+                    $message
+                )
+            };
+        }
+        match label {
+            SettleLabel::Term | SettleLabel::Dlq => {
+                settled_event!(tracing::Level::ERROR, "message terminated");
+            }
+            SettleLabel::Nak => settled_event!(tracing::Level::WARN, "message will be retried"),
+            SettleLabel::Ack => settled_event!(tracing::Level::INFO, "message delivered"),
+        }
+    }
+}
+
+/// Publishes one dead letter, with its payload when it fits in `max_payload`.
+async fn publish_dead_letter(
+    dlq: &DlqPublisher,
+    letter: &DeadLetter<'_>,
+    max_payload: usize,
+) -> Result<(), NatsError> {
+    let l = dead_letter::letter(letter, max_payload);
+    let payload = if l.with_payload {
+        letter.delivery.payload.clone()
+    } else {
+        tracing::warn!(
+            stream_seq = letter.delivery.stream_seq(),
+            bytes = letter.delivery.payload.len(),
+            "the dead letter is too large: published without its payload (the original stays in its stream)"
+        );
+        bytes::Bytes::new()
+    };
+    dlq.publish(&l.headers, payload).await
+}

@@ -1,0 +1,208 @@
+//! The dispatcher's book: every message it holds (queued, in flight, waiting for a
+//! retry, or for its dead letter), by id, with its lane, its timers and the payload
+//! bytes held. A message leaves the book with everything that points at it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::gate::Reach;
+use super::lanes::{LaneKey, Lanes};
+use super::seam::Held;
+use super::timers::{Due, Timers};
+use crate::delivery::Delivery;
+use crate::policy::TermReason;
+
+/// The app's permanent verdict on a message whose dead letter is still to be
+/// published.
+#[derive(Debug, Clone)]
+pub(super) struct Verdict {
+    pub(super) reason: TermReason,
+    /// The app's last HTTP status, if it answered.
+    pub(super) status: Option<u16>,
+    /// Attempts made.
+    pub(super) attempts: u32,
+    /// Dead-letter publishes tried so far.
+    pub(super) tries: u32,
+}
+
+/// One held message.
+pub(super) struct Entry<T> {
+    pub(super) delivery: Arc<Delivery>,
+    pub(super) settler: T,
+    pub(super) lane: LaneKey,
+    pub(super) received: Instant,
+    /// The attempt the next request makes (delivery count + in-place retries).
+    pub(super) attempt: u32,
+    /// When its next `+WPI` is scheduled.
+    pub(super) progress_at: Instant,
+    /// Set while it waits for a retry (in place, or of its dead letter).
+    pub(super) retry_at: Option<Instant>,
+    /// Set when only its dead-lettering remains (the publish failed on its last
+    /// delivery: a NAK would never be redelivered).
+    pub(super) verdict: Option<Verdict>,
+}
+
+/// What a message task reports back.
+pub(super) enum Step {
+    /// Settled (or given up at the grace deadline): the message is no longer held.
+    Settled,
+    /// Ordered lane: call the app again after the delay (one more attempt); the
+    /// message stays held.
+    RetryIn(Duration),
+    /// The app was unreachable: keep the message and offer it again when the app is
+    /// back; no attempt is counted.
+    Hold,
+    /// Its last delivery, and the dead letter could not be published: keep it and try
+    /// the dead letter again after the delay.
+    DeadLetterIn(Duration, Verdict),
+}
+
+/// A task's report.
+pub(super) struct Done {
+    pub(super) id: u64,
+    pub(super) step: Step,
+    pub(super) reach: Reach,
+}
+
+/// What may start now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fill {
+    /// Due retries first, then lanes, up to `max_in_flight`.
+    All,
+    /// The app is unreachable: one due retry at a time, as a probe.
+    Probe,
+}
+
+/// The book.
+pub(super) struct Book<T> {
+    pub(super) held: HashMap<u64, Entry<T>>,
+    /// The stream sequences of what is held, to fold a redelivery of a held message.
+    seqs: HashSet<u64>,
+    /// Payload bytes held.
+    bytes: u64,
+    pub(super) lanes: Lanes<u64>,
+    pub(super) due: VecDeque<u64>,
+    pub(super) timers: Timers,
+    pub(super) tasks: JoinSet<Done>,
+    /// Which message each running task serves (to free its lane if it panics).
+    pub(super) running: HashMap<tokio::task::Id, u64>,
+    next_id: u64,
+}
+
+impl<T> Book<T> {
+    pub(super) fn new() -> Book<T> {
+        Book {
+            held: HashMap::new(),
+            seqs: HashSet::new(),
+            bytes: 0,
+            lanes: Lanes::default(),
+            due: VecDeque::new(),
+            timers: Timers::default(),
+            tasks: JoinSet::new(),
+            running: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    /// Takes a delivery in: queued in its lane, its first keep-alive scheduled.
+    /// `None` when it is a redelivery of a message already held (JetStream settles by
+    /// stream sequence, so the held copy settles it too).
+    pub(super) fn hold(
+        &mut self,
+        delivery: Delivery,
+        settler: T,
+        lane: LaneKey,
+        progress_at: Instant,
+    ) -> Option<u64> {
+        let seq = delivery.stream_seq();
+        if seq != 0 && !self.seqs.insert(seq) {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.lanes.push(lane.clone(), id);
+        self.timers.schedule(progress_at, id, Due::Progress);
+        self.bytes = self.bytes.saturating_add(delivery.payload.len() as u64);
+        self.held.insert(
+            id,
+            Entry {
+                attempt: delivery.delivered(),
+                delivery: Arc::new(delivery),
+                settler,
+                lane,
+                received: Instant::now(),
+                progress_at,
+                retry_at: None,
+                verdict: None,
+            },
+        );
+        Some(id)
+    }
+
+    /// Stops holding a message; its timers go with it.
+    pub(super) fn take(&mut self, id: u64) -> Option<Entry<T>> {
+        let e = self.held.remove(&id)?;
+        self.seqs.remove(&e.delivery.stream_seq());
+        self.bytes = self.bytes.saturating_sub(e.delivery.payload.len() as u64);
+        self.timers.cancel(e.progress_at, id, Due::Progress);
+        if let Some(at) = e.retry_at {
+            self.timers.cancel(at, id, Due::Retry);
+        }
+        Some(e)
+    }
+
+    /// Schedules a held message's retry.
+    pub(super) fn retry_at(&mut self, id: u64, at: Instant) {
+        if let Some(e) = self.held.get_mut(&id) {
+            if let Some(old) = e.retry_at.replace(at) {
+                self.timers.cancel(old, id, Due::Retry);
+            }
+            self.timers.schedule(at, id, Due::Retry);
+        }
+    }
+
+    /// The next message that may start under `mode` while `running` tasks run out
+    /// of `max_in_flight`: a due retry first, then the lanes (never while probing).
+    pub(super) fn next_startable(&mut self, mode: Fill, max_in_flight: usize) -> Option<u64> {
+        let limit = match mode {
+            Fill::All => max_in_flight,
+            Fill::Probe => 1,
+        };
+        while self.tasks.len() < limit {
+            let id = match self.due.pop_front() {
+                Some(id) => id,
+                None if mode == Fill::Probe => return None,
+                None => self.lanes.pop()?.1,
+            };
+            if let Some(e) = self.held.get_mut(&id) {
+                if let Some(at) = e.retry_at.take() {
+                    self.timers.cancel(at, id, Due::Retry);
+                }
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    pub(super) fn held(&self) -> Held {
+        Held {
+            messages: u32::try_from(self.held.len()).unwrap_or(u32::MAX),
+            bytes: self.bytes,
+        }
+    }
+
+    /// Messages whose dead letter is still to be published.
+    pub(super) fn verdicts(&self) -> usize {
+        self.held.values().filter(|e| e.verdict.is_some()).count()
+    }
+
+    /// Entries in the timer set: at most a keep-alive and a retry per held message.
+    #[cfg(test)]
+    pub(super) fn timer_entries(&self) -> usize {
+        self.timers.len()
+    }
+}

@@ -1,0 +1,103 @@
+//! The dispatcher's seams: where messages come from ([`Source`], whose messages come
+//! with a [`Settle`] handle each) and where they go ([`Forward`]). The NATS boundary
+//! implements the first two (a durable's pull engine, a group member), the HTTP
+//! boundary the third; the dispatcher's own tests run it against fakes of all three.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::time::Duration;
+
+pub use crate::capacity::Held;
+use crate::delivery::Delivery;
+use crate::http::forward::Forwarded;
+
+/// What a source has to say. `T` is its settle handle.
+#[derive(Debug)]
+pub enum Event<T> {
+    /// A message to dispatch, with the handle that settles it.
+    Message(Box<Delivery>, T),
+    /// This instance became pinned (`true`) or lost its pin (`false`).
+    Pinned(bool),
+    /// The consumer or JetStream is gone: go back to topology.
+    ConsumerGone(String),
+    /// The source failed for a reason retrying cannot fix.
+    Fatal(String),
+    /// Group sources: this member's partitions (empty = in the membership but none
+    /// assigned).
+    Assignment(Vec<u32>),
+    /// Group sources: not (yet) in the membership; waiting.
+    Waiting(String),
+    /// Group sources: the assignment changes; stop starting work, settle or release
+    /// what is held, then call [`Source::quiesced`] (the consumer is recreated after).
+    Quiesce,
+    /// Group sources: the group was deleted; drain and stop cleanly.
+    Ended(String),
+    /// Group sources: not serving, for a reason that may pass (the member consumer
+    /// cannot be created yet, the group config cannot be followed): not ready until
+    /// the next `Assignment` or `Waiting`.
+    Unavailable(String),
+    /// Group sources: this many messages delivered to a consumer being replaced were
+    /// never taken, and were released (NAK) by the source; for the metrics.
+    Released {
+        /// NAKs sent.
+        naked: usize,
+        /// NAKs that could not be sent (the messages come back after `ack_wait`).
+        failed: usize,
+    },
+}
+
+/// The settle handle of one delivered message: ACK, NAK with a delay, TERM with a
+/// reason, and in-progress.
+pub trait Settle: Clone + Send + Sync + 'static {
+    /// Why a settle failed (JetStream then redelivers after `ack_wait`).
+    type Error: Display + Send;
+
+    /// `+ACK`.
+    fn ack(&self) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// `-NAK` with a delay (zero: at once).
+    fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// `+TERM <reason>`.
+    fn term(&self, reason: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// `+WPI`; `Ok(false)` when skipped (nobody could hear it).
+    fn progress(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+}
+
+/// A stream of deliveries sized by what the dispatcher holds.
+pub trait Source: Send {
+    /// The settle handle of its messages.
+    type Settler: Settle;
+
+    /// The next event; `held` is what the dispatcher holds (messages and payload
+    /// bytes), for sizing pulls. Must be cancel-safe: the dispatcher polls it inside
+    /// `select!`.
+    fn next(&mut self, held: Held) -> impl Future<Output = Event<Self::Settler>> + Send;
+
+    /// Stops asking for more messages (shutdown).
+    fn stop(&mut self);
+
+    /// Pauses or resumes asking for messages (the app is unhealthy or unreachable).
+    fn set_paused(&mut self, paused: bool);
+
+    /// Gives up being served (a pinned member's instance unpins) so that a healthy
+    /// instance takes over; pulling stays paused. Returns whether anything was given up.
+    fn step_down(&mut self) -> impl Future<Output = bool> + Send;
+
+    /// Everything held was settled or released after a `Quiesce`: the source may now
+    /// replace its consumer.
+    fn quiesced(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
+    /// Releases the source; returns the settlers of messages that were delivered but
+    /// never taken, for the caller to release.
+    fn close(self) -> impl Future<Output = Vec<Self::Settler>> + Send;
+}
+
+/// Where messages go: one offer of one delivery to the app per call.
+pub trait Forward: Send + Sync + 'static {
+    /// Offers `d` to the app, once; `attempt` counts in-place retries too.
+    fn forward(&self, d: &Delivery, attempt: u32) -> impl Future<Output = Forwarded> + Send;
+}
