@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use jetrelay::cli::check::CheckError;
 use jetrelay::cli::group::{GroupCommand, GroupOptions};
 use jetrelay::config::{Config, ConfigError, NatsConfig};
 use jetrelay::daemon::shutdown::Signals;
@@ -111,7 +112,8 @@ where
             let config_error = e
                 .downcast_ref::<DaemonError>()
                 .is_some_and(DaemonError::is_config)
-                || e.downcast_ref::<ConfigError>().is_some();
+                || e.downcast_ref::<ConfigError>().is_some()
+                || matches!(e.downcast_ref::<CheckError>(), Some(CheckError::Config(_)));
             if config_error {
                 ExitCode::from(EX_USAGE)
             } else {

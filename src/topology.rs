@@ -11,6 +11,21 @@ use std::fmt;
 use crate::config::{ConsumerMode, Discard, Retention, Storage, StreamMode};
 use crate::subject;
 
+/// Everything the topology step needs to know.
+#[derive(Debug, Clone)]
+pub struct TopologyRequest {
+    /// The stream name.
+    pub stream: String,
+    /// Who owns the stream.
+    pub stream_mode: StreamMode,
+    /// The stream config when managed.
+    pub managed: Option<StreamSpec>,
+    /// The consumer this daemon needs.
+    pub consumer: ConsumerSpec,
+    /// Who owns the consumer.
+    pub consumer_mode: ConsumerMode,
+}
+
 /// A stream's configuration, as far as this daemon cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(missing_docs)]

@@ -1,10 +1,10 @@
 //! `jetrelay check`: the config checked, then the topology plan (a durable) or the
 //! member's share of its group, as text, changing nothing.
 
-use crate::config::{Config, OnMissing, SourceKind};
+use crate::config::{Config, OnMissing, Settings, SourceSettings};
 use crate::group::admin::GroupAdmin;
-use crate::group::model::Flavour;
-use crate::nats::{Nats, NatsError, TopologyRequest};
+use crate::nats::{Nats, NatsError};
+use crate::topology::TopologyRequest;
 use crate::topology::{ConsumerPlan, StreamAction, Table};
 
 /// What `check` prints and whether `run` could proceed.
@@ -19,49 +19,62 @@ pub struct Report {
 /// Connects (once, no retry) and reports what `run` would find.
 ///
 /// # Errors
-/// [`NatsError`] when the server cannot be reached or is too old.
-pub async fn check(config: &Config) -> Result<Report, NatsError> {
-    let request = crate::daemon::topology_request(config);
+/// [`CheckError`] when the config does not parse, or the server cannot be reached
+/// or is too old.
+pub async fn check(config: &Config) -> Result<Report, CheckError> {
+    let settings = Settings::from_config(config)?;
     let mut lines = vec![format!(
         "config: ok (source.kind = {:?}, stream {})",
-        config.kind(),
-        request.stream
+        config.source.kind, config.source.stream
     )];
     let nats = Nats::connect(&config.nats, false).await?;
     nats.check_server_version()?;
-    if !config.kind().is_group() {
-        let mut report = report(&nats, &request, config.topology.on_missing).await;
-        lines.append(&mut report.lines);
-        return Ok(Report {
-            lines,
-            ok: report.ok,
-        });
-    }
+    let member = match &settings.source {
+        SourceSettings::Durable(request) => {
+            let mut report = report(&nats, request, settings.retry.on_missing).await;
+            lines.append(&mut report.lines);
+            return Ok(Report {
+                lines,
+                ok: report.ok,
+            });
+        }
+        SourceSettings::Group(member) => member,
+    };
     // A member's consumer is the group's business: report the group and this member's
     // share instead of a durable plan.
-    let flavour = if config.kind() == SourceKind::Static {
-        Flavour::Static
-    } else {
-        Flavour::Elastic
-    };
-    let s = &config.source;
     let ok = match GroupAdmin::new(nats)
-        .member_info(flavour, &s.stream, &s.group, &s.member)
+        .member_info(
+            member.flavour,
+            &member.stream,
+            &member.group,
+            &member.member,
+        )
         .await
     {
         Ok(m) => {
             lines.push(format!(
                 "group {}: member {} in membership {}, partitions {:?}, consumer {}, active {}, pinned {}",
-                s.group, m.member, m.in_membership, m.partitions, m.consumer, m.active, m.pinned
+                member.group, m.member, m.in_membership, m.partitions, m.consumer, m.active, m.pinned
             ));
             true
         }
         Err(e) => {
-            lines.push(format!("group {}: {e}", s.group));
+            lines.push(format!("group {}: {e}", member.group));
             false
         }
     };
     Ok(Report { lines, ok })
+}
+
+/// Why `check` could not report.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The config does not parse into settings.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// NATS cannot be reached, or is too old.
+    #[error(transparent)]
+    Nats(#[from] NatsError),
 }
 
 /// Reads the topology and describes the plan; `ok` is false where `run` would stop

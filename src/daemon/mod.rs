@@ -4,6 +4,7 @@
 
 pub mod shutdown;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,19 +13,17 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::capacity::{Limits, PullTiming};
-use crate::config::{Config, OnMissing, SourceKind};
+use crate::config::{Config, ConfigError, OnMissing, Settings, SourceSettings};
 use crate::daemon::shutdown::{Deadline, bounded};
 use crate::dispatch::{Dispatch, DispatchError, Ended};
-use crate::group::member::{GroupSettings, GroupSource, JoinError};
-use crate::group::model::Flavour;
-use crate::group::spec::Template;
+use crate::group::member::{GroupSource, JoinError};
+use crate::group::spec::Member;
 use crate::http::forward::{ForwardError, Forwarder};
-use crate::nats::{Nats, NatsError, PullerConfig, TopologyError, TopologyRequest};
+use crate::nats::{Nats, NatsError, PullerConfig, TopologyError};
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{PinHolder, Readiness, State};
-use crate::policy::{Policy, backoff};
-use crate::topology::{ConsumerSpec, StreamSpec};
+use crate::policy::backoff;
+use crate::topology::TopologyRequest;
 
 /// A failure that ends the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +55,9 @@ pub enum DaemonError {
     /// The consumer group cannot be joined.
     #[error("consumer group: {0}")]
     Group(String),
+    /// The config does not parse into settings.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// The signal handlers could not be installed.
     #[error("cannot listen for signals")]
     Signals(#[source] std::io::Error),
@@ -69,6 +71,7 @@ impl DaemonError {
             self,
             DaemonError::Forward(ForwardError::BearerToken { .. } | ForwardError::Header(_))
                 | DaemonError::Nats(NatsError::Secret { .. } | NatsError::ServerAddress(_))
+                | DaemonError::Config(_)
         )
     }
 }
@@ -77,50 +80,11 @@ impl DaemonError {
 #[derive(Debug)]
 pub struct Daemon {
     config: Config,
+    settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
     admin: TcpListener,
     forwarder: Forwarder,
-}
-
-/// The consumer this daemon requires, from the config.
-pub fn topology_request(config: &Config) -> TopologyRequest {
-    let managed = config.topology.managed_stream.as_ref().map(|m| StreamSpec {
-        name: config.source.stream.clone(),
-        subjects: m.subjects.clone(),
-        storage: m.storage,
-        replicas: m.replicas,
-        retention: m.retention,
-        discard: m.discard,
-        max_age_ms: m.max_age_ms,
-        max_msgs: m.max_msgs,
-        max_bytes: m.max_bytes,
-        duplicate_window_ms: m.duplicate_window_ms,
-    });
-    let deliver_policy = serde_json::to_value(config.consumer.deliver_policy)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| "all".into());
-    TopologyRequest {
-        stream: config.source.stream.clone(),
-        stream_mode: config.topology.stream,
-        managed,
-        consumer: ConsumerSpec {
-            name: config.source.durable.clone(),
-            durable: true,
-            filter_subjects: config.source.filter_subjects.clone(),
-            deliver_policy,
-            ack_explicit: true,
-            ack_wait_ms: config.consumer.ack_wait_ms,
-            max_deliver: config.consumer.max_deliver,
-            max_ack_pending: i64::from(config.delivery.max_buffered),
-            backoff_ms: config.consumer.backoff_ms.clone(),
-            priority: None,
-            inactive_threshold_ms: 0,
-            pull: true,
-        },
-        consumer_mode: config.topology.consumer,
-    }
 }
 
 impl Daemon {
@@ -130,17 +94,18 @@ impl Daemon {
     /// # Errors
     /// [`DaemonError`].
     pub async fn build(config: Config) -> Result<Daemon, DaemonError> {
-        if config.kind().is_group() && config.consumer.ack_wait_ms < 2000 {
+        let settings = Settings::from_config(&config)?;
+        if settings.pinned() && config.consumer.ack_wait_ms < 2000 {
             tracing::warn!(
                 ack_wait_ms = config.consumer.ack_wait_ms,
                 "consumer.ack_wait_ms below 2000 in a consumer group: pull expiry and pin timeout meet, and the pin may flap while idle"
             );
         }
         let metrics = Metrics::new()?;
-        let member = config
-            .kind()
-            .is_group()
-            .then(|| config.source.member.clone());
+        let member = match &settings.source {
+            SourceSettings::Group(m) => Some(m.member.clone()),
+            SourceSettings::Durable(_) => None,
+        };
         let readiness = Readiness::new(member, metrics.clone());
         let admin = TcpListener::bind(&config.admin.listen)
             .await
@@ -148,9 +113,10 @@ impl Daemon {
                 addr: config.admin.listen.clone(),
                 source,
             })?;
-        let forwarder = Forwarder::new(&config.http, config.delivery.max_in_flight as usize)?;
+        let forwarder = Forwarder::new(&config.http, settings.max_in_flight)?;
         Ok(Daemon {
             config,
+            settings,
             metrics,
             readiness,
             admin,
@@ -188,11 +154,10 @@ impl Daemon {
             self.metrics.clone(),
             admin_stop.clone(),
         ));
-        let deadline = Deadline::new(Duration::from_millis(
-            self.config.delivery.shutdown_grace_ms,
-        ));
+        let deadline = Deadline::new(self.settings.shutdown_grace);
         let supervisor = Supervisor {
             config: self.config,
+            settings: self.settings,
             metrics: self.metrics,
             readiness: self.readiness.clone(),
             forwarder: self.forwarder,
@@ -231,6 +196,7 @@ const BACKSTOP: Duration = Duration::from_millis(500);
 
 struct Supervisor {
     config: Config,
+    settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
     forwarder: Forwarder,
@@ -270,49 +236,52 @@ impl Supervisor {
     }
 
     async fn consume(&self, nats: &Nats, shutdown: &CancellationToken) -> Result<(), DaemonError> {
-        let cfg = &self.config;
+        let (cfg, set) = (&self.config, &self.settings);
         if !wait_connected(nats, shutdown).await? {
             return Ok(());
         }
         nats.check_server_version()?;
-        let request = topology_request(cfg);
         let dispatch = Arc::new(Dispatch {
             forwarder: self.forwarder.clone(),
-            policy: policy(cfg),
+            policy: set.policy.clone(),
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
-            max_in_flight: cfg.delivery.max_in_flight as usize,
+            max_in_flight: set.max_in_flight,
             deadline: self.deadline.clone(),
-            pinned_mode: cfg.kind().is_group(),
-            ordering: cfg.ordering(),
-            progress_every: crate::group::spec::ack_wait(cfg.consumer.ack_wait_ms) / 2,
-            dlq: (!cfg.dlq.subject.is_empty()).then(|| nats.dlq(&cfg.dlq.subject)),
+            pinned_mode: set.pinned(),
+            ordering: set.ordering,
+            progress_every: set.progress_every,
+            dlq: set.dlq_subject.as_deref().map(|subject| nats.dlq(subject)),
             app_healthy: crate::http::probe::watch(
                 self.forwarder.clone(),
                 &cfg.http,
                 self.metrics.clone(),
             ),
-            unhealthy_handover: Duration::from_millis(cfg.http.unhealthy_handover_ms),
+            unhealthy_handover: set.unhealthy_handover,
         });
         loop {
-            let ended = if cfg.kind().is_group() {
-                let Some(source) = self.join_group(nats, shutdown).await? else {
-                    return Ok(());
-                };
-                let (stream, consumer) = group_consumer_names(cfg);
-                let gauges = self.consumer_gauges(nats, &stream, &consumer);
-                let ended = dispatch.run(source, shutdown.clone()).await;
-                gauges.abort();
-                ended
-            } else {
-                if !self.bind_topology(nats, &request, shutdown).await? {
-                    return Ok(());
+            let ended = match &set.source {
+                SourceSettings::Group(member) => {
+                    let Some(source) = self.join_group(nats, member, shutdown).await? else {
+                        return Ok(());
+                    };
+                    let (stream, consumer) = member.consumer();
+                    let gauges = self.consumer_gauges(nats, &stream, &consumer);
+                    let ended = dispatch.run(source, shutdown.clone()).await;
+                    gauges.abort();
+                    ended
                 }
-                let puller = nats.puller(self.puller_config(&request)).await?;
-                let gauges = self.consumer_gauges(nats, &request.stream, &request.consumer.name);
-                let ended = dispatch.run(puller, shutdown.clone()).await;
-                gauges.abort();
-                ended
+                SourceSettings::Durable(request) => {
+                    if !self.bind_topology(nats, request, shutdown).await? {
+                        return Ok(());
+                    }
+                    let puller = nats.puller(self.puller_config(request)).await?;
+                    let gauges =
+                        self.consumer_gauges(nats, &request.stream, &request.consumer.name);
+                    let ended = dispatch.run(puller, shutdown.clone()).await;
+                    gauges.abort();
+                    ended
+                }
             };
             match ended? {
                 Ended::Shutdown => return Ok(()),
@@ -330,78 +299,40 @@ impl Supervisor {
     }
 
     fn puller_config(&self, request: &TopologyRequest) -> PullerConfig {
-        let cfg = &self.config;
+        let set = &self.settings;
         PullerConfig {
             stream: request.stream.clone(),
             consumer: request.consumer.name.clone(),
             group: None,
-            limits: limits(cfg),
-            timing: PullTiming::for_ack_wait(Duration::from_millis(cfg.consumer.ack_wait_ms)),
-            confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed,
+            limits: set.limits,
+            timing: set.timing,
+            confirmed_acks: set.confirmed_acks,
             partitioned: false,
             origin_stream: None,
         }
     }
 
     /// Joins the consumer group, retrying while the group, its bucket or its stream is
-    /// missing (when allowed) or NATS is unavailable. `Ok(None)` when shutdown came
-    /// first.
+    /// missing (when allowed), its config cannot be followed, or NATS is unavailable.
+    /// `Ok(None)` when shutdown came first.
     async fn join_group(
         &self,
         nats: &Nats,
+        member: &Member,
         shutdown: &CancellationToken,
     ) -> Result<Option<GroupSource>, DaemonError> {
-        let cfg = &self.config;
-        let t = &cfg.topology;
-        let settings = GroupSettings {
-            flavour: if cfg.kind() == SourceKind::Static {
-                Flavour::Static
-            } else {
-                Flavour::Elastic
-            },
-            stream: cfg.source.stream.clone(),
-            group: cfg.source.group.clone(),
-            member: cfg.source.member.clone(),
-            template: Template {
-                ack_wait_ms: cfg.consumer.ack_wait_ms,
-                max_deliver: cfg.consumer.max_deliver,
-                max_ack_pending: i64::from(cfg.delivery.max_buffered),
-                backoff_ms: cfg.consumer.backoff_ms.clone(),
-                deliver_policy: topology_request(cfg).consumer.deliver_policy,
-            },
-            limits: limits(cfg),
-            // An elastic member's consumer is deleted when its partitions move: an ack
-            // the server has not processed yet would be lost with it, and the message
-            // handed to the next owner. Its acks are always confirmed.
-            confirmed_acks: cfg.delivery.ack == crate::config::AckMode::Confirmed
-                || cfg.kind() == SourceKind::Elastic,
-        };
-        let mut attempt = 0u32;
-        loop {
-            if shutdown.is_cancelled() {
-                return Ok(None);
-            }
-            let retry = match GroupSource::join(nats, settings.clone()).await {
-                Ok(source) => return Ok(Some(source)),
-                Err(JoinError::Fatal(e)) => return Err(DaemonError::Group(e)),
-                Err(e @ JoinError::NotFound(_)) if t.on_missing == OnMissing::Fail => {
-                    return Err(DaemonError::Group(e.to_string()));
+        let on_missing = self.settings.retry.on_missing;
+        self.until_ready(shutdown, "consumer group", || async {
+            match GroupSource::join(nats, member.clone()).await {
+                Ok(source) => Ok(source),
+                Err(JoinError::Fatal(e)) => Err(Try::Fail(DaemonError::Group(e))),
+                Err(e @ JoinError::NotFound(_)) if on_missing == OnMissing::Fail => {
+                    Err(Try::Fail(DaemonError::Group(e.to_string())))
                 }
-                Err(e) => e,
-            };
-            attempt = attempt.saturating_add(1);
-            self.readiness
-                .set(State::NotReady, format!("consumer group: {retry}"));
-            let delay = backoff(
-                Duration::from_millis(t.retry_initial_ms),
-                Duration::from_millis(t.retry_max_ms),
-                attempt,
-            );
-            tokio::select! {
-                () = shutdown.cancelled() => return Ok(None),
-                () = tokio::time::sleep(delay) => {}
+                Err(e) => Err(Try::Again(e.to_string())),
             }
-        }
+        })
+        .await
     }
 
     /// Checks and binds the topology, retrying while it is missing (when allowed) or
@@ -412,40 +343,63 @@ impl Supervisor {
         request: &TopologyRequest,
         shutdown: &CancellationToken,
     ) -> Result<bool, DaemonError> {
-        let t = &self.config.topology;
+        let on_missing = self.settings.retry.on_missing;
+        let bound = self
+            .until_ready(shutdown, "topology", || async {
+                match nats.ensure(request).await {
+                    Ok(bound) => Ok(bound),
+                    Err(e)
+                        if e.is_unavailable()
+                            || (e.is_missing() && on_missing == OnMissing::Retry) =>
+                    {
+                        Err(Try::Again(e.to_string()))
+                    }
+                    Err(e) => Err(Try::Fail(e.into())),
+                }
+            })
+            .await?;
+        if let Some(bound) = &bound {
+            tracing::info!(
+                stream = %request.stream, consumer = %request.consumer.name,
+                created = bound.consumer_created, stream_action = ?bound.stream_action,
+                "topology ready"
+            );
+        }
+        Ok(bound.is_some())
+    }
+
+    /// Runs `step` until it succeeds (`Some`), fails for good, or shutdown comes
+    /// (`None`). Between tries the daemon is not ready, saying why (logged once per
+    /// change by `Readiness::set`, not once per try), and waits the topology backoff;
+    /// the wait ends at once on shutdown.
+    async fn until_ready<T, F, Fut>(
+        &self,
+        shutdown: &CancellationToken,
+        what: &str,
+        mut step: F,
+    ) -> Result<Option<T>, DaemonError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Try>>,
+    {
+        let retry = self.settings.retry;
         let mut attempt = 0u32;
         loop {
             if shutdown.is_cancelled() {
-                return Ok(false);
+                return Ok(None);
             }
-            match nats.ensure(request).await {
-                Ok(bound) => {
-                    tracing::info!(
-                        stream = %request.stream, consumer = %request.consumer.name,
-                        created = bound.consumer_created, stream_action = ?bound.stream_action,
-                        "topology ready"
-                    );
-                    return Ok(true);
-                }
-                Err(e)
-                    if e.is_unavailable()
-                        || (e.is_missing() && t.on_missing == OnMissing::Retry) =>
-                {
-                    attempt = attempt.saturating_add(1);
-                    // Logged once per change by Readiness::set, not once per attempt.
-                    self.readiness
-                        .set(State::NotReady, format!("topology: {e}"));
-                    let delay = backoff(
-                        Duration::from_millis(t.retry_initial_ms),
-                        Duration::from_millis(t.retry_max_ms),
-                        attempt,
-                    );
-                    tokio::select! {
-                        () = shutdown.cancelled() => return Ok(false),
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                }
-                Err(e) => return Err(e.into()),
+            let why = match step().await {
+                Ok(done) => return Ok(Some(done)),
+                Err(Try::Fail(e)) => return Err(e),
+                Err(Try::Again(why)) => why,
+            };
+            attempt = attempt.saturating_add(1);
+            self.readiness
+                .set(State::NotReady, format!("{what}: {why}"));
+            let delay = backoff(retry.initial, retry.max, attempt);
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(None),
+                () = tokio::time::sleep(delay) => {}
             }
         }
     }
@@ -455,7 +409,7 @@ impl Supervisor {
     fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> JoinHandle<()> {
         let (nats, metrics, readiness) =
             (nats.clone(), self.metrics.clone(), self.readiness.clone());
-        let pinned_mode = self.config.kind().is_group();
+        let pinned_mode = self.settings.pinned();
         let (stream, consumer) = (stream.to_string(), consumer.to_string());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -481,28 +435,12 @@ impl Supervisor {
     }
 }
 
-fn limits(cfg: &Config) -> Limits {
-    Limits {
-        max_batch: cfg.delivery.max_batch,
-        max_buffered: cfg.delivery.max_buffered,
-        max_bytes: cfg.delivery.max_buffered_bytes,
-    }
-}
-
-/// The stream and name of a group member's consumer, for the gauges.
-fn group_consumer_names(cfg: &Config) -> (String, String) {
-    let s = &cfg.source;
-    if cfg.kind() == SourceKind::Static {
-        (
-            s.stream.clone(),
-            crate::group::static_consumer(&s.group, &s.member),
-        )
-    } else {
-        (
-            crate::group::elastic_stream(&s.stream, &s.group),
-            s.member.clone(),
-        )
-    }
+/// One try of a step the daemon waits for.
+enum Try {
+    /// Not yet, for this reason: try again after the backoff.
+    Again(String),
+    /// Never: the daemon stops.
+    Fail(DaemonError),
 }
 
 /// Waits until NATS is connected; `false` when shutdown came first.
@@ -525,19 +463,5 @@ async fn wait_connected(nats: &Nats, shutdown: &CancellationToken) -> Result<boo
             () = shutdown.cancelled() => return Ok(false),
             changed = state.changed() => if changed.is_err() { return Ok(false) },
         }
-    }
-}
-
-/// The retry policy from the config.
-pub fn policy(cfg: &Config) -> Policy {
-    Policy {
-        retry: cfg.retry_statuses(),
-        term: cfg.term_statuses(),
-        retry_initial: Duration::from_millis(cfg.delivery.retry_initial_ms),
-        retry_max: Duration::from_millis(cfg.delivery.retry_max_ms),
-        retry_after_max: Duration::from_millis(cfg.delivery.retry_after_max_ms),
-        max_attempts: u32::try_from(cfg.consumer.max_deliver)
-            .ok()
-            .filter(|n| *n > 0),
     }
 }

@@ -17,36 +17,17 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Interval};
 
-use crate::capacity::{Limits, PullTiming};
+use crate::capacity::PullTiming;
 use crate::dispatch::seam::{Held, Source};
 use crate::dispatch::timers::sleep_until;
 use crate::group::model::{Flavour, GroupConfig};
-use crate::group::spec::{self, Template};
+use crate::group::spec::{self, Member};
 use crate::group::{self as pcgc, assign};
 use crate::nats::{
     GroupConsumer, GroupStore, KvEvent, KvWatch, Nats, PullEvent, Puller, PullerConfig, Settler,
     TopologyError,
 };
 use crate::topology::Table;
-
-/// What a member needs to know.
-#[derive(Debug, Clone)]
-pub struct GroupSettings {
-    /// Static or elastic.
-    pub flavour: Flavour,
-    /// The origin stream (`source.stream`).
-    pub stream: String,
-    /// The group.
-    pub group: String,
-    /// This member.
-    pub member: String,
-    /// The member consumer template.
-    pub template: Template,
-    /// Capacity limits (`max_buffered` = the template's `max_ack_pending`).
-    pub limits: Limits,
-    /// Confirmed acks.
-    pub confirmed_acks: bool,
-}
 
 /// Why a member cannot start (yet).
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +60,7 @@ impl From<TopologyError> for JoinError {
 #[derive(Debug)]
 pub struct GroupSource {
     nats: Nats,
-    s: GroupSettings,
+    s: Member,
     consumer_stream: String,
     watch: KvWatch,
     config: GroupConfig,
@@ -106,7 +87,7 @@ impl GroupSource {
     ///
     /// # Errors
     /// [`JoinError`]: `NotFound`/`Unavailable` may be retried.
-    pub async fn join(nats: &Nats, s: GroupSettings) -> Result<GroupSource, JoinError> {
+    pub async fn join(nats: &Nats, s: Member) -> Result<GroupSource, JoinError> {
         let key = pcgc::key(&s.stream, &s.group);
         let consumer_stream = match s.flavour {
             Flavour::Static => s.stream.clone(),

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use super::model::PartitioningFilter;
+use super::model::{Flavour, PartitioningFilter};
+use crate::capacity::Limits;
 use crate::topology::{ConsumerSpec, Priority};
 
 /// The transform destination of one partitioning filter: the i-th `*` becomes
@@ -138,6 +139,41 @@ fn member_consumer(
         }),
         inactive_threshold_ms,
         pull: true,
+    }
+}
+
+/// What a member of a group needs to know to join it.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Static or elastic.
+    pub flavour: Flavour,
+    /// The origin stream (`source.stream`).
+    pub stream: String,
+    /// The group.
+    pub group: String,
+    /// This member.
+    pub member: String,
+    /// The member consumer template.
+    pub template: Template,
+    /// Capacity limits (`max_buffered` = the template's `max_ack_pending`).
+    pub limits: Limits,
+    /// Confirmed acks.
+    pub confirmed_acks: bool,
+}
+
+impl Member {
+    /// The stream and name of this member's consumer.
+    pub fn consumer(&self) -> (String, String) {
+        match self.flavour {
+            Flavour::Static => (
+                self.stream.clone(),
+                super::static_consumer(&self.group, &self.member),
+            ),
+            Flavour::Elastic => (
+                super::elastic_stream(&self.stream, &self.group),
+                self.member.clone(),
+            ),
+        }
     }
 }
 

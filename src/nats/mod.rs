@@ -29,4 +29,4 @@ pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
 pub use publish::DlqPublisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;
-pub use streams::{Bound, ConsumerCounts, GroupConsumer, TopologyError, TopologyRequest};
+pub use streams::{Bound, ConsumerCounts, GroupConsumer, TopologyError};

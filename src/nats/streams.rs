@@ -14,26 +14,11 @@ use async_nats::jetstream::stream::{
 use async_nats::jetstream::{ErrorCode, context::ConsumerInfoErrorKind};
 
 use super::Nats;
-use crate::config::{ConsumerMode, Discard, Retention, Storage, StreamMode};
+use crate::config::{Discard, Retention, Storage};
 use crate::topology::{
     ConsumerPlan, ConsumerSpec, Priority, Row, StreamAction, StreamPlan, StreamProblem, StreamSpec,
-    Table, plan_consumer, plan_stream,
+    Table, TopologyRequest, plan_consumer, plan_stream,
 };
-
-/// Everything the topology step needs to know.
-#[derive(Debug, Clone)]
-pub struct TopologyRequest {
-    /// The stream name.
-    pub stream: String,
-    /// Who owns the stream.
-    pub stream_mode: StreamMode,
-    /// The stream config when managed.
-    pub managed: Option<StreamSpec>,
-    /// The consumer this daemon needs.
-    pub consumer: ConsumerSpec,
-    /// Who owns the consumer.
-    pub consumer_mode: ConsumerMode,
-}
 
 /// The topology, checked and bound.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use jetrelay::daemon::{DaemonError, topology_request};
+use jetrelay::config::topology_request;
+use jetrelay::daemon::DaemonError;
 use jetrelay::nats::{Nats, TopologyError};
 
 use crate::support::*;

@@ -1,0 +1,119 @@
+//! `[delivery]`: concurrency, bounds, ordering, retries, acks and the shutdown grace.
+
+use serde::{Deserialize, Serialize};
+
+use super::source::SourceKind;
+use super::{Config, DAY, HOUR, Problems};
+
+/// `delivery.ordering`
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// One lane per partition number.
+    Partition,
+    /// One lane per subject (partition token stripped).
+    Subject,
+    /// No order: full concurrency.
+    None,
+}
+
+/// `delivery.ack`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AckMode {
+    /// Publish the ack and move on.
+    #[default]
+    Fire,
+    /// Wait for the server's confirmation.
+    Confirmed,
+}
+
+/// `[delivery]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+#[allow(missing_docs)]
+pub struct DeliveryConfig {
+    pub max_in_flight: u32,
+    pub max_buffered: u32,
+    pub max_batch: u32,
+    /// `None` = the default for the source kind (see [`Config::ordering`]).
+    pub ordering: Option<Ordering>,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    pub retry_after_max_ms: u64,
+    pub ack: AckMode,
+    pub shutdown_grace_ms: u64,
+    /// Payload bytes held at most; pulls ask for no more (`max_bytes`).
+    pub max_buffered_bytes: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 32,
+            max_buffered: 256,
+            max_batch: 64,
+            ordering: None,
+            retry_initial_ms: 1000,
+            retry_max_ms: 60_000,
+            retry_after_max_ms: 300_000,
+            ack: AckMode::Fire,
+            shutdown_grace_ms: 20_000,
+            max_buffered_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl Config {
+    pub(super) fn check_delivery(&self, p: &mut Problems) {
+        let d = &self.delivery;
+        p.range(
+            "delivery.max_in_flight",
+            u64::from(d.max_in_flight),
+            1,
+            10_000,
+        );
+        p.range(
+            "delivery.max_buffered",
+            u64::from(d.max_buffered),
+            1,
+            100_000,
+        );
+        p.range("delivery.max_batch", u64::from(d.max_batch), 1, 10_000);
+        if d.max_buffered < d.max_in_flight {
+            p.add(
+                "delivery.max_buffered",
+                "must be at least delivery.max_in_flight",
+            );
+        }
+        p.range("delivery.retry_initial_ms", d.retry_initial_ms, 1, DAY);
+        p.range("delivery.retry_max_ms", d.retry_max_ms, 1, DAY);
+        p.range("delivery.retry_after_max_ms", d.retry_after_max_ms, 1, DAY);
+        if d.retry_after_max_ms < d.retry_initial_ms {
+            p.add(
+                "delivery.retry_after_max_ms",
+                "must be at least delivery.retry_initial_ms (no retry comes sooner than that)",
+            );
+        }
+        p.range("delivery.shutdown_grace_ms", d.shutdown_grace_ms, 0, HOUR);
+        p.range(
+            "delivery.max_buffered_bytes",
+            d.max_buffered_bytes,
+            1024,
+            64 * 1024 * 1024 * 1024,
+        );
+        if d.retry_max_ms < d.retry_initial_ms {
+            p.add(
+                "delivery.retry_max_ms",
+                "must be at least delivery.retry_initial_ms",
+            );
+        }
+        if d.ordering == Some(Ordering::Partition) && self.source.kind == Some(SourceKind::Durable)
+        {
+            p.add(
+                "delivery.ordering",
+                "\"partition\" needs a group source; use \"subject\" or \"none\" with a durable",
+            );
+        }
+    }
+}

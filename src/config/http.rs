@@ -1,0 +1,116 @@
+//! `[http]`: the app's URL and timeout, extra headers and the bearer token file, the
+//! health probe, and which statuses retry or terminate.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Config, DAY, HOUR, Problems};
+use crate::policy::StatusSet;
+
+/// `[http]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+#[allow(missing_docs)]
+pub struct HttpConfig {
+    pub url: String,
+    pub timeout_ms: u64,
+    pub headers: BTreeMap<String, String>,
+    pub bearer_token_file: String,
+    pub health_url: String,
+    pub health_interval_ms: u64,
+    pub health_timeout_ms: u64,
+    /// Consecutive failed probes that make the app unhealthy.
+    pub health_threshold: u32,
+    /// Group sources: how long the app may be unhealthy before this instance steps
+    /// down so that a healthy instance of the member takes over.
+    pub unhealthy_handover_ms: u64,
+    pub retry_statuses: Vec<String>,
+    pub term_statuses: Vec<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            timeout_ms: 30_000,
+            headers: BTreeMap::new(),
+            bearer_token_file: String::new(),
+            health_url: String::new(),
+            health_interval_ms: 2000,
+            health_timeout_ms: 1000,
+            health_threshold: 3,
+            unhealthy_handover_ms: 30_000,
+            retry_statuses: ["408", "409", "425", "429", "5xx", "404"]
+                .map(String::from)
+                .to_vec(),
+            term_statuses: vec!["4xx".into()],
+        }
+    }
+}
+
+impl Config {
+    pub(super) fn check_http(&self, p: &mut Problems) {
+        let h = &self.http;
+        if h.url.is_empty() {
+            p.add("http.url", "is required");
+        } else if let Err(e) = check_http_url(&h.url) {
+            p.add("http.url", e);
+        }
+        if !h.health_url.is_empty()
+            && let Err(e) = check_http_url(&h.health_url)
+        {
+            p.add("http.health_url", e);
+        }
+        p.range("http.timeout_ms", h.timeout_ms, 1, HOUR);
+        p.range("http.health_interval_ms", h.health_interval_ms, 10, HOUR);
+        p.range("http.health_timeout_ms", h.health_timeout_ms, 1, HOUR);
+        p.range(
+            "http.health_threshold",
+            u64::from(h.health_threshold),
+            1,
+            1000,
+        );
+        p.range(
+            "http.unhealthy_handover_ms",
+            h.unhealthy_handover_ms,
+            1,
+            DAY,
+        );
+        for (name, value) in &h.headers {
+            if !crate::http::headers::is_valid_name(name) {
+                p.add(
+                    format!("http.headers.{name}"),
+                    "is not a valid HTTP header name",
+                );
+            } else if !crate::http::headers::is_valid_value(value) {
+                p.add(
+                    format!("http.headers.{name}"),
+                    "is not a valid HTTP header value",
+                );
+            }
+        }
+        let retry = StatusSet::parse(&h.retry_statuses);
+        let term = StatusSet::parse(&h.term_statuses);
+        for (key, set) in [
+            ("http.retry_statuses", &retry),
+            ("http.term_statuses", &term),
+        ] {
+            match set {
+                Err(e) => p.add(key, e.to_string()),
+                Ok(s) if s.contains(200) => p.add(key, "cannot contain 2xx statuses: 2xx is ack"),
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+fn check_http_url(url: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(format!(
+            "{url:?} must be an http:// or https:// URL with a host"
+        ));
+    }
+    Ok(())
+}

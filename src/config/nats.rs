@@ -1,0 +1,159 @@
+//! `[nats]`: the servers, the credentials (file paths only), TLS and the reconnect
+//! timings; and the `[nats]` table alone, for `jetrelay group`.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, HOUR, Problems, invalid, layered};
+
+/// `[nats]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+#[allow(missing_docs)]
+pub struct NatsConfig {
+    /// A list, or one string of comma-separated URLs (handy in environment variables).
+    #[serde(deserialize_with = "one_or_many")]
+    pub servers: Vec<String>,
+    pub name: String,
+    pub creds_file: String,
+    pub nkey_seed_file: String,
+    pub token_file: String,
+    pub user: String,
+    pub password_file: String,
+    pub tls_ca_file: String,
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    pub tls_required: bool,
+    pub connect_timeout_ms: u64,
+    pub request_timeout_ms: u64,
+    pub reconnect_delay_ms: u64,
+    pub reconnect_delay_max_ms: u64,
+    pub max_reconnects: u64,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        Self {
+            servers: vec!["nats://127.0.0.1:4222".into()],
+            name: "jetrelay".into(),
+            creds_file: String::new(),
+            nkey_seed_file: String::new(),
+            token_file: String::new(),
+            user: String::new(),
+            password_file: String::new(),
+            tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            tls_required: false,
+            connect_timeout_ms: 5000,
+            request_timeout_ms: 5000,
+            reconnect_delay_ms: 250,
+            reconnect_delay_max_ms: 8000,
+            max_reconnects: 0,
+        }
+    }
+}
+
+/// Server URLs from one comma-separated string (`nats://a:4222, nats://b:4222`).
+pub fn split_servers(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// A list of strings, or one string split at commas.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => split_servers(&s),
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// The rules of `[nats]`.
+pub(super) fn nats_problems(n: &NatsConfig, p: &mut Problems) {
+    if n.servers.is_empty() {
+        p.add("nats.servers", "must name at least one server");
+    }
+    for s in &n.servers {
+        let ok = ["nats://", "tls://", "ws://", "wss://"]
+            .iter()
+            .any(|scheme| s.starts_with(scheme) && s.len() > scheme.len());
+        if !ok {
+            p.add(
+                "nats.servers",
+                format!("{s:?} must be a URL like nats://host:4222"),
+            );
+        }
+    }
+    let auth = [
+        !n.creds_file.is_empty(),
+        !n.nkey_seed_file.is_empty(),
+        !n.token_file.is_empty(),
+        !n.user.is_empty(),
+    ];
+    if auth.iter().filter(|x| **x).count() > 1 {
+        p.add(
+            "nats",
+            "set only one of creds_file, nkey_seed_file, token_file, user",
+        );
+    }
+    if n.user.is_empty() != n.password_file.is_empty() {
+        p.add("nats.password_file", "user and password_file go together");
+    }
+    if n.tls_cert_file.is_empty() != n.tls_key_file.is_empty() {
+        p.add(
+            "nats.tls_key_file",
+            "tls_cert_file and tls_key_file go together",
+        );
+    }
+    p.range("nats.connect_timeout_ms", n.connect_timeout_ms, 1, HOUR);
+    p.range("nats.request_timeout_ms", n.request_timeout_ms, 1, HOUR);
+    p.range("nats.reconnect_delay_ms", n.reconnect_delay_ms, 1, HOUR);
+    p.range(
+        "nats.reconnect_delay_max_ms",
+        n.reconnect_delay_max_ms,
+        1,
+        HOUR,
+    );
+    p.range("nats.max_reconnects", n.max_reconnects, 0, 1_000_000_000);
+    if n.reconnect_delay_max_ms < n.reconnect_delay_ms {
+        p.add(
+            "nats.reconnect_delay_max_ms",
+            "must be at least nats.reconnect_delay_ms",
+        );
+    }
+}
+
+impl NatsConfig {
+    /// Only the `[nats]` table of the layered configuration (the file, then
+    /// `JETRELAY_NATS__*`), validated: how `jetrelay group` connects like the daemon.
+    /// The other tables are not read.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming every bad `nats.*` key.
+    pub fn load(file: Option<&Path>) -> Result<NatsConfig, ConfigError> {
+        /// The tree with every table but `[nats]` ignored.
+        #[derive(Deserialize)]
+        struct OnlyNats {
+            #[serde(default)]
+            nats: NatsConfig,
+        }
+        let nats = layered(file)?.extract::<OnlyNats>().map_err(invalid)?.nats;
+        let mut p = Problems::default();
+        nats_problems(&nats, &mut p);
+        if p.0.is_empty() {
+            Ok(nats)
+        } else {
+            Err(ConfigError::Invalid(p.0))
+        }
+    }
+}

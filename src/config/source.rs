@@ -1,0 +1,100 @@
+//! `[source]`: the stream and where messages come from (a durable, or a member of a
+//! static or elastic group).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Config, Problems};
+use crate::subject;
+
+/// `source.kind`
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// A plain durable pull consumer.
+    Durable,
+    /// A member of a static partitioned consumer group.
+    Static,
+    /// A member of an elastic partitioned consumer group.
+    Elastic,
+}
+
+impl SourceKind {
+    /// Whether messages carry a partition token.
+    pub fn is_group(self) -> bool {
+        !matches!(self, SourceKind::Durable)
+    }
+}
+
+/// `[source]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+#[allow(missing_docs)]
+pub struct SourceConfig {
+    pub stream: String,
+    pub kind: Option<SourceKind>,
+    pub group: String,
+    pub member: String,
+    pub durable: String,
+    pub filter_subjects: Vec<String>,
+}
+
+impl Config {
+    pub(super) fn check_source(&self, p: &mut Problems) {
+        let s = &self.source;
+        if s.stream.is_empty() {
+            p.add("source.stream", "is required");
+        } else if let Err(e) = subject::validate_name(&s.stream) {
+            p.add("source.stream", e);
+        }
+        let Some(kind) = s.kind else {
+            p.add(
+                "source.kind",
+                "is required: \"durable\", \"static\" or \"elastic\"",
+            );
+            return;
+        };
+        match kind {
+            SourceKind::Durable => {
+                if s.durable.is_empty() {
+                    p.add(
+                        "source.durable",
+                        "is required when source.kind = \"durable\"",
+                    );
+                } else if let Err(e) = subject::validate_name(&s.durable) {
+                    p.add("source.durable", e);
+                }
+                for key in [("source.group", &s.group), ("source.member", &s.member)] {
+                    if !key.1.is_empty() {
+                        p.add(key.0, "is only for group sources (static, elastic)");
+                    }
+                }
+                for f in &s.filter_subjects {
+                    if let Err(e) = subject::validate_filter(f) {
+                        p.add("source.filter_subjects", format!("{f:?}: {e}"));
+                    }
+                }
+                if let Some(e) = subject::first_overlap(&s.filter_subjects) {
+                    p.add("source.filter_subjects", e);
+                }
+            }
+            SourceKind::Static | SourceKind::Elastic => {
+                for (key, v) in [("source.group", &s.group), ("source.member", &s.member)] {
+                    if v.is_empty() {
+                        p.add(key, "is required for group sources");
+                    } else if let Err(e) = subject::validate_name(v) {
+                        p.add(key, e);
+                    }
+                }
+                if !s.durable.is_empty() {
+                    p.add("source.durable", "is only for source.kind = \"durable\"");
+                }
+                if !s.filter_subjects.is_empty() {
+                    p.add(
+                        "source.filter_subjects",
+                        "is only for source.kind = \"durable\": a group's filters are in its config",
+                    );
+                }
+            }
+        }
+    }
+}

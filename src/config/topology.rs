@@ -1,0 +1,199 @@
+//! `[topology]`: who owns the stream and the consumer, what to do while they are
+//! missing, and the complete config of a managed stream.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Config, HOUR, Problems};
+use crate::subject;
+
+/// `topology.stream`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamMode {
+    /// The publisher owns the stream; it is only checked.
+    #[default]
+    External,
+    /// This daemon owns the stream: it creates it and adds missing subjects.
+    Managed,
+}
+
+/// `topology.consumer`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsumerMode {
+    /// Create the consumer when missing, then validate it.
+    #[default]
+    Ensure,
+    /// Only read, validate and bind.
+    Bind,
+}
+
+/// `topology.on_missing`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMissing {
+    /// Not ready; wait with backoff until the topology appears.
+    #[default]
+    Retry,
+    /// Stop with an error.
+    Fail,
+}
+
+/// `[topology]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+#[allow(missing_docs)]
+pub struct TopologyConfig {
+    pub stream: StreamMode,
+    pub consumer: ConsumerMode,
+    pub on_missing: OnMissing,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    pub managed_stream: Option<ManagedStreamConfig>,
+}
+
+impl Default for TopologyConfig {
+    fn default() -> Self {
+        Self {
+            stream: StreamMode::External,
+            consumer: ConsumerMode::Ensure,
+            on_missing: OnMissing::Retry,
+            retry_initial_ms: 500,
+            retry_max_ms: 30_000,
+            managed_stream: None,
+        }
+    }
+}
+
+/// `[topology.managed_stream]`: the complete config of a stream this daemon owns.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+#[allow(missing_docs)]
+pub struct ManagedStreamConfig {
+    pub subjects: Vec<String>,
+    pub storage: Storage,
+    pub replicas: u32,
+    pub retention: Retention,
+    pub discard: Discard,
+    /// 0 = unlimited.
+    pub max_age_ms: u64,
+    /// -1 = unlimited.
+    pub max_msgs: i64,
+    /// -1 = unlimited.
+    pub max_bytes: i64,
+    pub duplicate_window_ms: u64,
+}
+
+impl Default for ManagedStreamConfig {
+    fn default() -> Self {
+        Self {
+            subjects: Vec::new(),
+            storage: Storage::File,
+            replicas: 1,
+            retention: Retention::Limits,
+            discard: Discard::Old,
+            max_age_ms: 0,
+            max_msgs: -1,
+            max_bytes: -1,
+            duplicate_window_ms: 120_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum Storage {
+    File,
+    Memory,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum Retention {
+    Limits,
+    Interest,
+    Workqueue,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum Discard {
+    Old,
+    New,
+}
+
+impl Config {
+    pub(super) fn check_topology(&self, p: &mut Problems) {
+        let t = &self.topology;
+        if self.kind().is_group() {
+            // The group owns its topology: the static stream is the publisher's, the
+            // elastic one is made by `jetrelay group elastic create`, and member
+            // consumers are created and replaced by the group protocol.
+            if t.stream == StreamMode::Managed {
+                p.add(
+                    "topology.stream",
+                    "must be \"external\" for a group member: the group's stream is created with the group",
+                );
+            }
+            if t.consumer == ConsumerMode::Bind {
+                p.add(
+                    "topology.consumer",
+                    "must be \"ensure\" for a group member: the group protocol owns member consumers",
+                );
+            }
+        }
+        p.range("topology.retry_initial_ms", t.retry_initial_ms, 1, HOUR);
+        p.range("topology.retry_max_ms", t.retry_max_ms, 1, HOUR);
+        if t.retry_max_ms < t.retry_initial_ms {
+            p.add(
+                "topology.retry_max_ms",
+                "must be at least topology.retry_initial_ms",
+            );
+        }
+        match (t.stream, &t.managed_stream) {
+            (StreamMode::Managed, None) => p.add(
+                "topology.managed_stream",
+                "is required when topology.stream = \"managed\"",
+            ),
+            (StreamMode::External, Some(_)) => p.add(
+                "topology.managed_stream",
+                "is only for topology.stream = \"managed\"",
+            ),
+            (StreamMode::Managed, Some(m)) => {
+                if m.subjects.is_empty() {
+                    p.add(
+                        "topology.managed_stream.subjects",
+                        "must name at least one subject",
+                    );
+                }
+                for s in &m.subjects {
+                    if let Err(e) = subject::validate_filter(s) {
+                        p.add("topology.managed_stream.subjects", format!("{s:?}: {e}"));
+                    }
+                }
+                if !(1..=5).contains(&m.replicas) {
+                    p.add(
+                        "topology.managed_stream.replicas",
+                        "must be between 1 and 5",
+                    );
+                }
+                if m.max_msgs < -1 || m.max_msgs == 0 {
+                    p.add(
+                        "topology.managed_stream.max_msgs",
+                        "must be -1 (unlimited) or positive",
+                    );
+                }
+                if m.max_bytes < -1 || m.max_bytes == 0 {
+                    p.add(
+                        "topology.managed_stream.max_bytes",
+                        "must be -1 (unlimited) or positive",
+                    );
+                }
+            }
+            (StreamMode::External, None) => {}
+        }
+    }
+}
