@@ -22,6 +22,7 @@ use crate::http::forward::{ForwardError, Forwarder};
 use crate::nats::{Nats, NatsError, PullerConfig, TopologyError};
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{PinHolder, Readiness, State};
+use crate::ops::telemetry::chain;
 use crate::policy::backoff;
 use crate::topology::TopologyRequest;
 
@@ -53,8 +54,8 @@ pub enum DaemonError {
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
     /// The consumer group cannot be joined.
-    #[error("consumer group: {0}")]
-    Group(String),
+    #[error("cannot join the consumer group")]
+    Group(#[source] JoinError),
     /// The config does not parse into settings.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -325,11 +326,11 @@ impl Supervisor {
         self.until_ready(shutdown, "consumer group", || async {
             match GroupSource::join(nats, member.clone()).await {
                 Ok(source) => Ok(source),
-                Err(JoinError::Fatal(e)) => Err(Try::Fail(DaemonError::Group(e))),
+                Err(e) if e.is_fatal() => Err(Try::Fail(DaemonError::Group(e))),
                 Err(e @ JoinError::NotFound(_)) if on_missing == OnMissing::Fail => {
-                    Err(Try::Fail(DaemonError::Group(e.to_string())))
+                    Err(Try::Fail(DaemonError::Group(e)))
                 }
-                Err(e) => Err(Try::Again(e.to_string())),
+                Err(e) => Err(Try::Again(chain(&e))),
             }
         })
         .await
@@ -352,7 +353,7 @@ impl Supervisor {
                         if e.is_unavailable()
                             || (e.is_missing() && on_missing == OnMissing::Retry) =>
                     {
-                        Err(Try::Again(e.to_string()))
+                        Err(Try::Again(chain(&e)))
                     }
                     Err(e) => Err(Try::Fail(e.into())),
                 }

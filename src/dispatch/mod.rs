@@ -94,8 +94,8 @@ pub enum Ended {
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
     /// The source refused for a reason retrying cannot fix.
-    #[error("the message source failed: {0}")]
-    Source(String),
+    #[error("the message source failed")]
+    Source(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// The loop's state besides the book and the gate.

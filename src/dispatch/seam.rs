@@ -21,7 +21,7 @@ pub enum Event<T> {
     /// The consumer or JetStream is gone: go back to topology.
     ConsumerGone(String),
     /// The source failed for a reason retrying cannot fix.
-    Fatal(String),
+    Fatal(Box<dyn std::error::Error + Send + Sync>),
     /// Group sources: this member's partitions (empty = in the membership but none
     /// assigned).
     Assignment(Vec<u32>),

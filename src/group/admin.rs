@@ -27,21 +27,21 @@ pub enum AdminError {
     /// computed from it (it may have been written to cost memory or time).
     #[error("the stored group config is invalid: {}", .0.join("; "))]
     Stored(Vec<String>),
+    /// The stored config does not parse.
+    #[error("the stored group config cannot be read")]
+    Unreadable(#[source] crate::group::model::ModelError),
     /// Another writer kept winning the compare-and-set.
     #[error("the group config kept changing concurrently; try again")]
     Contended,
     /// NATS failed.
     #[error(transparent)]
     Nats(#[from] NatsError),
-}
-
-impl From<crate::nats::TopologyError> for AdminError {
-    fn from(e: crate::nats::TopologyError) -> AdminError {
-        AdminError::Nats(NatsError::Group {
-            step: "read the topology",
-            detail: e.to_string(),
-        })
-    }
+    /// The group config could not be written.
+    #[error("cannot write the group config")]
+    Write(#[source] KvWriteError),
+    /// The topology could not be read.
+    #[error("cannot read the topology")]
+    Topology(#[from] crate::nats::TopologyError),
 }
 
 /// What `info` and `member-info` report.
@@ -147,8 +147,7 @@ impl GroupAdmin {
             .get(&pcgc::key(stream, group))
             .await?
             .ok_or_else(missing)?;
-        let config =
-            GroupConfig::parse(f, &value).map_err(|e| AdminError::Invalid(vec![e.to_string()]))?;
+        let config = GroupConfig::parse(f, &value).map_err(AdminError::Unreadable)?;
         Ok((store, config, rev))
     }
 
@@ -178,7 +177,7 @@ impl GroupAdmin {
                     )))
                 }
             }
-            Err(e) => Err(AdminError::Nats(NatsError::Kv(e.to_string()))),
+            Err(e) => Err(AdminError::Write(e)),
         }
     }
 
@@ -279,7 +278,7 @@ impl GroupAdmin {
             {
                 Ok(_) => return Ok(config),
                 Err(KvWriteError::Conflict) => continue,
-                Err(e) => return Err(AdminError::Nats(NatsError::Kv(e.to_string()))),
+                Err(e) => return Err(AdminError::Write(e)),
             }
         }
         Err(AdminError::Contended)

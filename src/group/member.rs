@@ -24,8 +24,8 @@ use crate::group::model::{Flavour, GroupConfig};
 use crate::group::spec::{self, Member};
 use crate::group::{self as pcgc, assign};
 use crate::nats::{
-    GroupConsumer, GroupStore, KvEvent, KvWatch, Nats, PullEvent, Puller, PullerConfig, Settler,
-    TopologyError,
+    GroupConsumer, GroupStore, KvEvent, KvWatch, Nats, NatsError, PullEvent, Puller, PullerConfig,
+    Settler, TopologyError,
 };
 use crate::topology::Table;
 
@@ -35,23 +35,28 @@ pub enum JoinError {
     /// The group, its bucket or its stream does not exist (yet).
     #[error("{0}")]
     NotFound(String),
-    /// NATS or JetStream is not available.
-    #[error("JetStream is not available ({0})")]
-    Unavailable(String),
+    /// The group store or the pull inbox is not available.
+    #[error("JetStream is not available")]
+    Unavailable(#[source] NatsError),
     /// The stored group config does not parse or breaks a rule: waits for a valid one.
     #[error("{0}")]
     Invalid(String),
-    /// A reason retrying cannot fix.
+    /// The member cannot join this group as configured (not in a static group's
+    /// membership, a member consumer with another configuration).
     #[error("{0}")]
-    Fatal(String),
+    Refused(String),
+    /// Reading or creating the topology failed.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
 }
 
-impl From<TopologyError> for JoinError {
-    fn from(e: TopologyError) -> JoinError {
-        if e.is_unavailable() {
-            JoinError::Unavailable(e.to_string())
-        } else {
-            JoinError::Fatal(e.to_string())
+impl JoinError {
+    /// Whether retrying cannot fix it.
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            JoinError::Refused(_) => true,
+            JoinError::Topology(e) => !e.is_unavailable(),
+            JoinError::NotFound(_) | JoinError::Unavailable(_) | JoinError::Invalid(_) => false,
         }
     }
 }
@@ -107,12 +112,12 @@ impl GroupSource {
         let store: GroupStore = nats
             .group_store(s.flavour.bucket())
             .await
-            .map_err(|e| JoinError::Unavailable(e.to_string()))?
+            .map_err(JoinError::Unavailable)?
             .ok_or_else(not_found)?;
         let (value, revision) = store
             .get(&key)
             .await
-            .map_err(|e| JoinError::Unavailable(e.to_string()))?
+            .map_err(JoinError::Unavailable)?
             .ok_or_else(not_found)?;
         let config = read_config(s.flavour, value)
             .await
@@ -120,15 +125,12 @@ impl GroupSource {
         let in_membership =
             assign::in_membership(&config.members, &config.member_mappings, &s.member);
         if s.flavour == Flavour::Static && !in_membership {
-            return Err(JoinError::Fatal(format!(
+            return Err(JoinError::Refused(format!(
                 "member {} is not in the membership of static group {}",
                 s.member, s.group
             )));
         }
-        let watch = store
-            .watch(&key)
-            .await
-            .map_err(|e| JoinError::Unavailable(e.to_string()))?;
+        let watch = store.watch(&key).await.map_err(JoinError::Unavailable)?;
         let wait = spec::ack_wait(s.template.ack_wait_ms);
         let mut tick = tokio::time::interval_at(
             Instant::now() + wait + Duration::from_millis(500),
@@ -234,7 +236,7 @@ impl GroupSource {
                 } else {
                     ""
                 };
-                return Err(JoinError::Fatal(format!(
+                return Err(JoinError::Refused(format!(
                     "member consumer {} exists with a different configuration{hint}:\n{}",
                     spec.name,
                     Table(&rows)
@@ -255,7 +257,7 @@ impl GroupSource {
                 origin_stream: (self.s.flavour == Flavour::Elastic).then(|| self.s.stream.clone()),
             })
             .await
-            .map_err(|e| JoinError::Unavailable(e.to_string()))?;
+            .map_err(JoinError::Unavailable)?;
         puller.set_paused(self.paused || self.suspended.is_some());
         if self.stopped {
             puller.stop();
@@ -274,7 +276,7 @@ impl GroupSource {
     async fn join_or_log(&mut self) {
         match self.try_join().await {
             Ok(()) => {}
-            Err(JoinError::Fatal(e)) => self.pending.push_back(PullEvent::Fatal(e)),
+            Err(e) if e.is_fatal() => self.pending.push_back(PullEvent::Fatal(e.into())),
             Err(e) => {
                 // Logged once per change, as the readiness reason; not per attempt.
                 tracing::debug!(error = %e, "cannot join the group now; retrying on the next tick");

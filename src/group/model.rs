@@ -76,11 +76,14 @@ pub struct GroupConfig {
 }
 
 /// Why a stored config cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    /// Not JSON, or not an object.
-    #[error("the group config is not a JSON object: {0}")]
-    Json(String),
+    /// Not JSON.
+    #[error("the group config is not JSON")]
+    Json(#[source] serde_json::Error),
+    /// JSON, but not an object.
+    #[error("the group config is not a JSON object")]
+    NotAnObject,
     /// A field has a type Go would refuse.
     #[error("the group config field {key} {problem}")]
     Field {
@@ -174,10 +177,9 @@ impl GroupConfig {
     /// # Errors
     /// [`ModelError`] for what Go would also refuse, and for the legacy schema.
     pub fn parse(flavour: Flavour, bytes: &[u8]) -> Result<GroupConfig, ModelError> {
-        let value: Value =
-            serde_json::from_slice(bytes).map_err(|e| ModelError::Json(e.to_string()))?;
+        let value: Value = serde_json::from_slice(bytes).map_err(ModelError::Json)?;
         let Value::Object(raw) = value else {
-            return Err(ModelError::Json("not an object".into()));
+            return Err(ModelError::NotAnObject);
         };
         if raw.contains_key("filter") {
             return Err(ModelError::Legacy);
@@ -447,7 +449,8 @@ impl GroupConfig {
     /// # Errors
     /// The problems, one sentence each.
     pub fn read(flavour: Flavour, bytes: &[u8]) -> Result<GroupConfig, Vec<String>> {
-        let config = GroupConfig::parse(flavour, bytes).map_err(|e| vec![e.to_string()])?;
+        let config = GroupConfig::parse(flavour, bytes)
+            .map_err(|e| vec![crate::ops::telemetry::chain(&e)])?;
         let problems = config.problems();
         if problems.is_empty() {
             Ok(config)
@@ -549,24 +552,24 @@ mod tests {
 
     #[test]
     fn what_go_refuses_is_refused() {
-        for (c, want) in [
-            (r#"{"max_members":-1}"#, "max_members"),
-            (r#"{"max_members":2.5}"#, "max_members"),
-            (r#"{"max_members":2,"members":"m1"}"#, "members"),
-            (r#"[1]"#, "object"),
-            (r#"not json"#, "JSON"),
-        ] {
-            let err = GroupConfig::parse(Flavour::Static, c.as_bytes()).unwrap_err();
-            assert!(err.to_string().contains(want), "{c}: {err}");
+        let field =
+            |key| move |e: &ModelError| matches!(e, ModelError::Field { key: k, .. } if *k == key);
+        type Is<'a> = &'a dyn Fn(&ModelError) -> bool;
+        let cases: [(&str, Is); 6] = [
+            (r#"{"max_members":-1}"#, &field("max_members")),
+            (r#"{"max_members":2.5}"#, &field("max_members")),
+            (r#"{"max_members":2,"members":"m1"}"#, &field("members")),
+            (r#"[1]"#, &|e| matches!(e, ModelError::NotAnObject)),
+            (r#"not json"#, &|e| matches!(e, ModelError::Json(_))),
+            (
+                r#"{"max_members":2,"filter":"foo.*","partitioning_wildcards":[1]}"#,
+                &|e| matches!(e, ModelError::Legacy),
+            ),
+        ];
+        for (c, is) in cases {
+            let err = GroupConfig::parse(Flavour::Elastic, c.as_bytes()).unwrap_err();
+            assert!(is(&err), "{c}: {err:?}");
         }
-        assert_eq!(
-            GroupConfig::parse(
-                Flavour::Elastic,
-                br#"{"max_members":2,"filter":"foo.*","partitioning_wildcards":[1]}"#
-            )
-            .unwrap_err(),
-            ModelError::Legacy
-        );
     }
 
     #[test]

@@ -41,8 +41,8 @@ pub enum ForwardError {
     #[error("http.headers.{0}: not a valid header")]
     Header(String),
     /// The URL does not parse.
-    #[error("http.url: {0}")]
-    Url(String),
+    #[error("http.url {0:?} is not a URL")]
+    Url(String, #[source] url::ParseError),
     /// The client could not be built.
     #[error("cannot build the HTTP client")]
     Client(#[source] reqwest::Error),
@@ -111,7 +111,8 @@ impl Forwarder {
             v.set_sensitive(true);
             extra.insert(AUTHORIZATION, v);
         }
-        let parse = |u: &str| reqwest::Url::parse(u).map_err(|e| ForwardError::Url(e.to_string()));
+        let parse =
+            |u: &str| reqwest::Url::parse(u).map_err(|e| ForwardError::Url(u.to_string(), e));
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(pool)
             .pool_idle_timeout(Duration::from_secs(60))

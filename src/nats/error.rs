@@ -1,4 +1,9 @@
-//! [`NatsError`]: the failures at the NATS boundary that are not about topology.
+//! [`NatsError`]: the failures at the NATS boundary that are not about topology. Each
+//! keeps its cause as its `source()`, never flattened into text.
+
+/// The cause of a failure, kept whole: async-nats has a distinct error type per
+/// operation, and the step that failed is named by the variant that holds it.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 /// Failures at the NATS boundary that are not about topology.
 #[derive(Debug, thiserror::Error)]
@@ -43,16 +48,26 @@ pub enum NatsError {
     #[error("the dead letter is too large for the DLQ")]
     DeadLetterTooLarge(#[source] async_nats::jetstream::context::PublishError),
     /// A consumer-group config bucket operation failed.
-    #[error("consumer-group config store: {0}")]
-    Kv(String),
+    #[error("the consumer-group config store cannot {step}")]
+    Kv {
+        /// What we tried.
+        step: &'static str,
+        /// Why.
+        #[source]
+        source: Cause,
+    },
     /// A stream or consumer operation of the group protocol failed.
-    #[error("consumer-group {step}: {detail}")]
+    #[error("cannot {step}")]
     Group {
         /// What we tried.
         step: &'static str,
         /// What the server said.
-        detail: String,
+        #[source]
+        source: Cause,
     },
+    /// The elastic group's stream name is taken by a stream with another configuration.
+    #[error("stream {0} exists with another configuration")]
+    GroupStreamExists(String),
     /// The client gave up reconnecting (`nats.max_reconnects`).
     #[error("the NATS connection is closed: nats.max_reconnects reached")]
     Closed,

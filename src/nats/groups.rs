@@ -8,7 +8,7 @@ use async_nats::jetstream::stream::{
 };
 use futures::StreamExt;
 
-use super::{Nats, NatsError};
+use super::{Cause, Nats, NatsError};
 use crate::config::Storage;
 
 /// A consumer as the admin commands report it.
@@ -41,10 +41,10 @@ pub struct GroupStreamSpec {
     pub transforms: Vec<(String, String)>,
 }
 
-fn group_err(step: &'static str, e: impl std::fmt::Display) -> NatsError {
+fn group_err(step: &'static str, e: impl Into<Cause>) -> NatsError {
     NatsError::Group {
         step,
-        detail: e.to_string(),
+        source: e.into(),
     }
 }
 
@@ -93,10 +93,7 @@ impl Nats {
                 CreateStreamErrorKind::JetStream(js)
                     if js.error_code() == ErrorCode::STREAM_NAME_EXIST =>
                 {
-                    Err(group_err(
-                        "create the group stream",
-                        format!("stream {} exists with another configuration", g.name),
-                    ))
+                    Err(NatsError::GroupStreamExists(g.name.clone()))
                 }
                 _ => Err(group_err("create the group stream", e)),
             },

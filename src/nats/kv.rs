@@ -5,7 +5,7 @@ use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
 use futures::StreamExt;
 
-use super::{Nats, NatsError};
+use super::{Cause, Nats, NatsError};
 
 /// One group-config bucket.
 #[derive(Debug, Clone)]
@@ -50,8 +50,15 @@ pub enum KvWriteError {
     #[error("the key was changed concurrently (compare-and-set failed)")]
     Conflict,
     /// Anything else.
-    #[error("the KV write failed: {0}")]
-    Other(String),
+    #[error("the KV write failed")]
+    Other(#[source] Cause),
+}
+
+fn kv_err(step: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> NatsError {
+    NatsError::Kv {
+        step,
+        source: Box::new(e),
+    }
 }
 
 impl Nats {
@@ -70,7 +77,7 @@ impl Nats {
             {
                 Ok(None)
             }
-            Err(e) => Err(NatsError::Kv(e.to_string())),
+            Err(e) => Err(kv_err("open the bucket", e)),
         }
     }
 
@@ -103,7 +110,7 @@ impl Nats {
             Err(e) => self
                 .group_store(bucket)
                 .await?
-                .ok_or_else(|| NatsError::Kv(e.to_string())),
+                .ok_or_else(|| kv_err("create the bucket", e)),
         }
     }
 }
@@ -117,7 +124,7 @@ impl GroupStore {
         match self.kv.entry(key).await {
             Ok(Some(e)) if e.operation == Operation::Put => Ok(Some((e.value, e.revision))),
             Ok(_) => Ok(None),
-            Err(e) => Err(NatsError::Kv(e.to_string())),
+            Err(e) => Err(kv_err("read the key", e)),
         }
     }
 
@@ -131,7 +138,7 @@ impl GroupStore {
             .await
             .map_err(|e| match e.kind() {
                 kv::CreateErrorKind::AlreadyExists => KvWriteError::Exists,
-                _ => KvWriteError::Other(e.to_string()),
+                _ => KvWriteError::Other(Box::new(e)),
             })
     }
 
@@ -150,7 +157,7 @@ impl GroupStore {
             .await
             .map_err(|e| match e.kind() {
                 kv::UpdateErrorKind::WrongLastRevision => KvWriteError::Conflict,
-                _ => KvWriteError::Other(e.to_string()),
+                _ => KvWriteError::Other(Box::new(e)),
             })
     }
 
@@ -162,7 +169,7 @@ impl GroupStore {
         self.kv
             .delete(key)
             .await
-            .map_err(|e| NatsError::Kv(e.to_string()))
+            .map_err(|e| kv_err("delete the key", e))
     }
 
     /// Every live key.
@@ -174,10 +181,10 @@ impl GroupStore {
             .kv
             .keys()
             .await
-            .map_err(|e| NatsError::Kv(e.to_string()))?;
+            .map_err(|e| kv_err("list the keys", e))?;
         let mut out = Vec::new();
         while let Some(k) = keys.next().await {
-            out.push(k.map_err(|e| NatsError::Kv(e.to_string()))?);
+            out.push(k.map_err(|e| kv_err("list the keys", e))?);
         }
         Ok(out)
     }
@@ -191,7 +198,7 @@ impl GroupStore {
             .kv
             .watch_with_history(key)
             .await
-            .map_err(|e| NatsError::Kv(e.to_string()))?;
+            .map_err(|e| kv_err("watch the key", e))?;
         Ok(KvWatch { inner })
     }
 }

@@ -23,7 +23,7 @@ mod settle;
 mod streams;
 
 pub use connect::{ConnState, Nats};
-pub use error::NatsError;
+pub use error::{Cause, NatsError};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
 pub use publish::DlqPublisher;

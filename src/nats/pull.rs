@@ -191,7 +191,7 @@ impl Puller {
                     }
                     let s = self.conn.borrow_and_update().clone();
                     if s.closed {
-                        return PullEvent::Fatal(s.reason().unwrap_or_default());
+                        return PullEvent::Fatal(NatsError::Closed.into());
                     }
                     if s.generation != self.generation || !s.connected {
                         // The server forgot our pulls with the old connection.
@@ -404,7 +404,9 @@ impl Puller {
                 } else if description.starts_with("Exceeded MaxRequest")
                     || description.contains("push based")
                 {
-                    Some(PullEvent::Fatal(format!("pull refused: {description}")))
+                    Some(PullEvent::Fatal(
+                        format!("pull refused: {description}").into(),
+                    ))
                 } else {
                     // Leadership change, server shutdown, max waiting: pull again.
                     tracing::debug!(description, "pull ended by the server");
@@ -419,7 +421,9 @@ impl Puller {
             503 => Some(PullEvent::ConsumerGone(
                 "no responders: JetStream or the consumer is not available".into(),
             )),
-            400 => Some(PullEvent::Fatal(format!("pull refused: {description}"))),
+            400 => Some(PullEvent::Fatal(
+                format!("pull refused: {description}").into(),
+            )),
             other => {
                 tracing::warn!(status = other, description, "unexpected pull status");
                 self.end_pull(&m.subject);

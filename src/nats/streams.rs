@@ -13,7 +13,7 @@ use async_nats::jetstream::stream::{
 };
 use async_nats::jetstream::{ErrorCode, context::ConsumerInfoErrorKind};
 
-use super::Nats;
+use super::{Cause, Nats};
 use crate::config::{Discard, Retention, Storage};
 use crate::topology::{
     ConsumerPlan, ConsumerSpec, Priority, Row, StreamAction, StreamPlan, StreamProblem, StreamSpec,
@@ -60,15 +60,16 @@ pub enum TopologyError {
         table: String,
     },
     /// NATS or JetStream did not answer.
-    #[error("JetStream is not available ({0})")]
-    Unavailable(String),
+    #[error("JetStream is not available")]
+    Unavailable(#[source] Cause),
     /// JetStream refused a request for a reason retrying cannot fix.
-    #[error("JetStream refused to {step}: {detail}")]
+    #[error("JetStream refused to {step}")]
     Refused {
         /// What we tried.
         step: &'static str,
         /// What the server said.
-        detail: String,
+        #[source]
+        source: Cause,
     },
 }
 
@@ -87,11 +88,15 @@ impl TopologyError {
     }
 }
 
-fn refused(step: &'static str, e: impl std::fmt::Display) -> TopologyError {
+fn refused(step: &'static str, e: impl Into<Cause>) -> TopologyError {
     TopologyError::Refused {
         step,
-        detail: e.to_string(),
+        source: e.into(),
     }
+}
+
+fn unavailable(e: impl Into<Cause>) -> TopologyError {
+    TopologyError::Unavailable(e.into())
 }
 
 impl Nats {
@@ -195,7 +200,7 @@ impl Nats {
                 {
                     Ok(None)
                 }
-                GetStreamErrorKind::Request => Err(TopologyError::Unavailable(e.to_string())),
+                GetStreamErrorKind::Request => Err(unavailable(e)),
                 _ => Err(refused("read the stream", e)),
             },
         }
@@ -214,7 +219,7 @@ impl Nats {
                 ConsumerInfoErrorKind::TimedOut
                 | ConsumerInfoErrorKind::NoResponders
                 | ConsumerInfoErrorKind::Offline
-                | ConsumerInfoErrorKind::Request => Err(TopologyError::Unavailable(e.to_string())),
+                | ConsumerInfoErrorKind::Request => Err(unavailable(e)),
                 _ => Err(refused("read the consumer", e)),
             },
         }
@@ -231,7 +236,7 @@ impl Nats {
                     Ok(())
                 }
                 CreateStreamErrorKind::TimedOut | CreateStreamErrorKind::JetStreamUnavailable => {
-                    Err(TopologyError::Unavailable(e.to_string()))
+                    Err(unavailable(e))
                 }
                 _ => Err(refused("create the stream", e)),
             },
@@ -289,9 +294,7 @@ impl Nats {
                     Ok(Created::Overlap)
                 }
                 ConsumerCreateStrictErrorKind::TimedOut
-                | ConsumerCreateStrictErrorKind::Request => {
-                    Err(TopologyError::Unavailable(e.to_string()))
-                }
+                | ConsumerCreateStrictErrorKind::Request => Err(unavailable(e)),
                 _ => Err(refused("create the consumer", e)),
             },
         }

@@ -8,6 +8,7 @@ use async_nats::jetstream;
 use jetrelay::config::topology_request;
 use jetrelay::daemon::DaemonError;
 use jetrelay::nats::{Nats, TopologyError};
+use jetrelay::topology::StreamProblem;
 
 use crate::support::*;
 
@@ -88,7 +89,10 @@ async fn an_external_stream_is_never_created() {
     let relay = Relay::start(cfg).await;
     let err = relay.handle.await.unwrap().unwrap_err();
     assert!(
-        matches!(&err, DaemonError::Topology(TopologyError::Stream(_)) if err.to_string().contains("does not exist")),
+        matches!(
+            &err,
+            DaemonError::Topology(TopologyError::Stream(StreamProblem::Missing(s))) if *s == stream
+        ),
         "{err}"
     );
     assert!(

@@ -12,6 +12,23 @@ pub fn is_valid_filter(level: &str) -> bool {
     !level.trim().is_empty() && EnvFilter::try_new(level).is_ok()
 }
 
+/// An error and its causes on one line, `outer: inner: innermost`, for log fields
+/// and readiness reasons (the errors keep their causes as `source()`).
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        // A wrapper that repeats its cause's text adds nothing.
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// Installs the global subscriber; later calls are ignored (tests call it often).
 pub fn init(cfg: &LogConfig) {
     let filter = EnvFilter::try_new(&cfg.level).unwrap_or_else(|_| EnvFilter::new("info"));
@@ -29,6 +46,17 @@ pub fn init(cfg: &LogConfig) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_chain_reads_outer_to_inner_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("JetStream is not available")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::other("timed out"));
+        assert_eq!(super::chain(&e), "JetStream is not available: timed out");
+        let plain = std::io::Error::other("alone");
+        assert_eq!(super::chain(&plain), "alone");
+    }
+
     use std::io::Write;
     use std::sync::{Arc, Mutex};
 
