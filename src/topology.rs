@@ -28,17 +28,26 @@ pub struct TopologyRequest {
 
 /// A stream's configuration, as far as this daemon cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub struct StreamSpec {
+    /// The name.
     pub name: String,
+    /// Its subjects.
     pub subjects: Vec<String>,
+    /// File or memory.
     pub storage: Storage,
+    /// Replicas.
     pub replicas: u32,
+    /// Retention policy.
     pub retention: Retention,
+    /// Discard policy.
     pub discard: Discard,
+    /// Maximum age; 0 = unlimited.
     pub max_age_ms: u64,
+    /// Maximum messages; -1 = unlimited.
     pub max_msgs: i64,
+    /// Maximum bytes; -1 = unlimited.
     pub max_bytes: i64,
+    /// The `Nats-Msg-Id` deduplication window.
     pub duplicate_window_ms: u64,
 }
 
@@ -209,20 +218,26 @@ pub struct Priority {
 
 /// A pull consumer's configuration, as far as this daemon cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub struct ConsumerSpec {
+    /// The name.
     pub name: String,
     /// Durable (`durable_name`) or named only (`name`, reaped when inactive).
     pub durable: bool,
+    /// Its filters.
     pub filter_subjects: Vec<String>,
     /// `all`, `new`, `last`, `last_per_subject`, or what the server reports.
     pub deliver_policy: String,
+    /// Explicit acks.
     pub ack_explicit: bool,
+    /// The ack wait.
     pub ack_wait_ms: u64,
     /// -1 = unlimited.
     pub max_deliver: i64,
+    /// Unacknowledged messages at most.
     pub max_ack_pending: i64,
+    /// Server-side redelivery delays.
     pub backoff_ms: Vec<u64>,
+    /// The ADR-42 priority group settings, for group member consumers.
     pub priority: Option<Priority>,
     /// 0 = never reaped.
     pub inactive_threshold_ms: u64,

@@ -7,12 +7,15 @@ use super::{Config, DAY, Problems};
 /// `consumer.deliver_policy`
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
 pub enum DeliverPolicy {
     #[default]
+    /// Every message in the stream.
     All,
+    /// Only messages stored after the consumer was created.
     New,
+    /// The last message, then new ones.
     Last,
+    /// The last message of each subject, then new ones.
     LastPerSubject,
 }
 
@@ -31,12 +34,14 @@ impl DeliverPolicy {
 /// `[consumer]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct ConsumerConfig {
+    /// How long the server waits for a settle before redelivering (kept alive with `+WPI` while held).
     pub ack_wait_ms: u64,
     /// -1 = unlimited.
     pub max_deliver: i64,
+    /// Where a new consumer starts.
     pub deliver_policy: DeliverPolicy,
+    /// Server-side redelivery delays after `ack_wait` runs out.
     pub backoff_ms: Vec<u64>,
 }
 

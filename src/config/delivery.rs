@@ -31,17 +31,24 @@ pub enum AckMode {
 /// `[delivery]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct DeliveryConfig {
+    /// Concurrent requests to the app.
     pub max_in_flight: u32,
+    /// Messages held at most (= the consumer's `max_ack_pending`).
     pub max_buffered: u32,
+    /// The largest single pull.
     pub max_batch: u32,
     /// `None` = the default for the source kind (see [`Config::ordering`]).
     pub ordering: Option<Ordering>,
+    /// The first retry delay; it doubles per attempt. No retry comes sooner.
     pub retry_initial_ms: u64,
+    /// The longest retry delay.
     pub retry_max_ms: u64,
+    /// The cap on the app's `Retry-After`.
     pub retry_after_max_ms: u64,
+    /// Fire-and-forget or confirmed acks.
     pub ack: AckMode,
+    /// How long the drain may take; also bounds every NATS step of the shutdown.
     pub shutdown_grace_ms: u64,
     /// Payload bytes held at most; pulls ask for no more (`max_bytes`).
     pub max_buffered_bytes: u64,

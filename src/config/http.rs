@@ -11,21 +11,29 @@ use crate::policy::StatusSet;
 /// `[http]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct HttpConfig {
+    /// Where messages are POSTed.
     pub url: String,
+    /// How long one request may take.
     pub timeout_ms: u64,
+    /// Static headers added to every request.
     pub headers: BTreeMap<String, String>,
+    /// A file holding a token sent as `Authorization: Bearer <token>`.
     pub bearer_token_file: String,
+    /// The app's health URL (GET, 2xx = healthy); empty = no gating.
     pub health_url: String,
+    /// How often the health URL is probed.
     pub health_interval_ms: u64,
+    /// How long a probe may take.
     pub health_timeout_ms: u64,
     /// Consecutive failed probes that make the app unhealthy.
     pub health_threshold: u32,
     /// Group sources: how long the app may be unhealthy before this instance steps
     /// down so that a healthy instance of the member takes over.
     pub unhealthy_handover_ms: u64,
+    /// Statuses that retry (`"503"` or `"5xx"`).
     pub retry_statuses: Vec<String>,
+    /// Statuses that terminate (dead-lettered first when a DLQ is set).
     pub term_statuses: Vec<String>,
 }
 

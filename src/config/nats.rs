@@ -10,25 +10,39 @@ use super::{ConfigError, HOUR, Problems, invalid, layered};
 /// `[nats]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct NatsConfig {
     /// A list, or one string of comma-separated URLs (handy in environment variables).
     #[serde(deserialize_with = "one_or_many")]
     pub servers: Vec<String>,
+    /// The connection name the server shows.
     pub name: String,
+    /// A `.creds` file (JWT and NKey seed).
     pub creds_file: String,
+    /// A file holding an NKey seed.
     pub nkey_seed_file: String,
+    /// A file holding an auth token.
     pub token_file: String,
+    /// The user, with `password_file`.
     pub user: String,
+    /// A file holding the user's password.
     pub password_file: String,
+    /// The CA bundle that verifies the server.
     pub tls_ca_file: String,
+    /// The client certificate (mutual TLS), with `tls_key_file`.
     pub tls_cert_file: String,
+    /// The client certificate's key.
     pub tls_key_file: String,
+    /// Refuse a connection that is not TLS.
     pub tls_required: bool,
+    /// How long one connection attempt may take.
     pub connect_timeout_ms: u64,
+    /// How long a request (a JetStream API call, a confirmed ack) may take; also bounds a send waiting for room in the client's buffer.
     pub request_timeout_ms: u64,
+    /// The first reconnect delay; it doubles up to `reconnect_delay_max_ms`.
     pub reconnect_delay_ms: u64,
+    /// The longest reconnect delay.
     pub reconnect_delay_max_ms: u64,
+    /// Reconnect attempts before giving up; 0 = forever.
     pub max_reconnects: u64,
 }
 

@@ -11,16 +11,16 @@ use crate::subject;
 /// `[dlq]`
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct DlqConfig {
+    /// The dead-letter subject; empty = no DLQ (a stream must capture it).
     pub subject: String,
 }
 
 /// `[admin]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct AdminConfig {
+    /// Where `/healthz`, `/ready` and `/metrics` listen.
     pub listen: String,
 }
 
@@ -35,19 +35,21 @@ impl Default for AdminConfig {
 /// `log.format`
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
 pub enum LogFormat {
     #[default]
+    /// One JSON object per line.
     Json,
+    /// Human-readable text.
     Text,
 }
 
 /// `[log]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct LogConfig {
+    /// JSON lines or text.
     pub format: LogFormat,
+    /// A level or a filter directive (`info`, `jetrelay=debug,async_nats=warn`).
     pub level: String,
 }
 

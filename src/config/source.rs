@@ -28,13 +28,18 @@ impl SourceKind {
 /// `[source]`
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct SourceConfig {
+    /// The stream messages come from (a group's origin stream).
     pub stream: String,
+    /// Durable, static group member or elastic group member.
     pub kind: Option<SourceKind>,
+    /// The consumer group (group kinds).
     pub group: String,
+    /// This member (group kinds).
     pub member: String,
+    /// The durable consumer's name (`durable`).
     pub durable: String,
+    /// The durable consumer's filters (`durable`).
     pub filter_subjects: Vec<String>,
 }
 

@@ -42,13 +42,18 @@ pub enum OnMissing {
 /// `[topology]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct TopologyConfig {
+    /// Who owns the stream.
     pub stream: StreamMode,
+    /// Who owns the consumer.
     pub consumer: ConsumerMode,
+    /// Wait for a missing stream or consumer, or stop.
     pub on_missing: OnMissing,
+    /// The first wait for a missing topology.
     pub retry_initial_ms: u64,
+    /// The longest wait.
     pub retry_max_ms: u64,
+    /// The complete config of a managed stream.
     pub managed_stream: Option<ManagedStreamConfig>,
 }
 
@@ -68,12 +73,16 @@ impl Default for TopologyConfig {
 /// `[topology.managed_stream]`: the complete config of a stream this daemon owns.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-#[allow(missing_docs)]
 pub struct ManagedStreamConfig {
+    /// Its subjects (missing ones are added to an existing stream).
     pub subjects: Vec<String>,
+    /// File or memory.
     pub storage: Storage,
+    /// Replicas (1 to 5).
     pub replicas: u32,
+    /// Limits, interest or work queue.
     pub retention: Retention,
+    /// What a full stream discards.
     pub discard: Discard,
     /// 0 = unlimited.
     pub max_age_ms: u64,
@@ -81,6 +90,7 @@ pub struct ManagedStreamConfig {
     pub max_msgs: i64,
     /// -1 = unlimited.
     pub max_bytes: i64,
+    /// The `Nats-Msg-Id` deduplication window.
     pub duplicate_window_ms: u64,
 }
 
@@ -100,28 +110,35 @@ impl Default for ManagedStreamConfig {
     }
 }
 
+/// `topology.managed_stream.storage`
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
 pub enum Storage {
+    /// On disk.
     File,
+    /// In memory.
     Memory,
 }
 
+/// `topology.managed_stream.retention`
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
 pub enum Retention {
+    /// Kept until a limit.
     Limits,
+    /// Kept while a consumer has not acked it.
     Interest,
+    /// Removed once acked.
     Workqueue,
 }
 
+/// `topology.managed_stream.discard`
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
 pub enum Discard {
+    /// The oldest messages.
     Old,
+    /// Refuse new messages.
     New,
 }
 

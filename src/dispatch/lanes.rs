@@ -104,7 +104,8 @@ impl<T> Lanes<T> {
     }
 
     /// Messages waiting (not running).
-    pub fn queued(&self) -> usize {
+    #[cfg(test)]
+    fn queued(&self) -> usize {
         self.queued
     }
 

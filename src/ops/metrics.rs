@@ -59,34 +59,52 @@ impl HttpClass {
 
 /// All collectors.
 #[derive(Debug, Clone)]
-#[allow(missing_docs)]
 pub struct Metrics {
     registry: Registry,
+    /// `jetrelay_messages_received_total`.
     pub received: IntCounter,
     /// Per action, resolved once: a label lookup per message is measurable.
     settled: [IntCounter; 4],
+    /// `jetrelay_redeliveries_total`.
     pub redeliveries: IntCounter,
     /// Per class (2xx, 3xx, 4xx, 5xx, error, timeout), resolved once.
     http_requests: [IntCounter; 6],
+    /// `jetrelay_http_request_duration_seconds`.
     pub http_duration: Histogram,
+    /// `jetrelay_message_duration_seconds`.
     pub message_duration: Histogram,
+    /// `jetrelay_in_flight`.
     pub in_flight: IntGauge,
+    /// `jetrelay_buffered`.
     pub buffered: IntGauge,
+    /// `jetrelay_pinned`.
     pub pinned: IntGauge,
+    /// `jetrelay_partitions_assigned`.
     pub partitions_assigned: IntGauge,
+    /// `jetrelay_consumer_pending`.
     pub consumer_pending: IntGauge,
+    /// `jetrelay_consumer_ack_pending`.
     pub consumer_ack_pending: IntGauge,
+    /// `jetrelay_nats_connected`.
     pub nats_connected: IntGauge,
+    /// `jetrelay_ready`.
     pub ready: IntGauge,
+    /// `jetrelay_headers_skipped_total`.
     pub headers_skipped: IntCounter,
+    /// `jetrelay_settle_failures_total`.
     pub settle_failures: IntCounter,
+    /// `jetrelay_ack_failures_total`.
     pub ack_failures: IntCounter,
+    /// `jetrelay_retries_in_place_total`.
     pub retries_in_place: IntCounter,
+    /// `jetrelay_progress_sent_total`.
     pub progress_sent: IntCounter,
+    /// `jetrelay_dlq_failures_total`.
     pub dlq_failures: IntCounter,
     action_overrides: IntCounterVec,
     /// Per reason (`crate::delivery::Invalid::NAMES`), resolved once.
     invalid: [IntCounter; 3],
+    /// `jetrelay_app_healthy`.
     pub app_healthy: IntGauge,
 }
 

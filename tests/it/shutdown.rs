@@ -38,9 +38,23 @@ async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_afte
     publish(&js, "s.x", total as usize).await;
     app.wait_for("some progress", T, |r| r.len() >= 40).await;
 
+    // Every state shown during the stop: the drain itself says so while it runs
+    // (the final "stopped" is set by the daemon after everything, whatever happened).
     let mut states = relay.health.subscribe();
+    let seen = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while states.changed().await.is_ok() {
+            let s = states.borrow_and_update().clone();
+            seen.push((s.state, s.reason));
+        }
+        seen
+    });
     relay.stop().await.unwrap();
-    assert_eq!(states.borrow_and_update().state, State::Draining);
+    let seen = seen.await.unwrap();
+    assert!(
+        seen.contains(&(State::Draining, "shutting down".to_string())),
+        "{seen:?}"
+    );
     // In-flight requests finished and were settled; queued ones were released (NAK
     // without delay). Nothing is acked by the drain without a 2xx (checked below).
     let answered = app.requests().len();
@@ -49,7 +63,7 @@ async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_afte
         "the drain stopped intake, yet {answered} were sent"
     );
     assert_eq!(
-        relay_metric_after_stop(&app),
+        requests_a_moment_later(&app).await,
         answered,
         "nothing is sent after the stop returns"
     );
@@ -67,9 +81,10 @@ async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_afte
     relay.stop().await.unwrap();
 }
 
-/// What the app has seen a moment after the stop: a stopped daemon sends nothing more.
-fn relay_metric_after_stop(app: &MockApp) -> usize {
-    std::thread::sleep(Duration::from_millis(200));
+/// What the app has seen a moment after the stop: a stopped daemon sends nothing more
+/// (what must not happen can only be waited out).
+async fn requests_a_moment_later(app: &MockApp) -> usize {
+    tokio::time::sleep(Duration::from_millis(200)).await;
     app.requests().len()
 }
 
