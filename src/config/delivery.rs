@@ -52,6 +52,12 @@ pub struct DeliveryConfig {
     pub shutdown_grace_ms: u64,
     /// Payload bytes held at most; pulls ask for no more (`max_bytes`).
     pub max_buffered_bytes: u64,
+    /// Messages per request; 1 = one message per request (the default).
+    pub batch_size: u32,
+    /// Payload bytes per batch request (a larger message goes alone).
+    pub batch_max_bytes: u64,
+    /// How long a partial batch may wait for more; 0 = send what is ready.
+    pub batch_wait_ms: u64,
 }
 
 impl Default for DeliveryConfig {
@@ -67,6 +73,9 @@ impl Default for DeliveryConfig {
             ack: AckMode::Fire,
             shutdown_grace_ms: 20_000,
             max_buffered_bytes: 64 * 1024 * 1024,
+            batch_size: 1,
+            batch_max_bytes: 1024 * 1024,
+            batch_wait_ms: 0,
         }
     }
 }
@@ -109,6 +118,20 @@ impl Config {
             1024,
             64 * 1024 * 1024 * 1024,
         );
+        p.range("delivery.batch_size", u64::from(d.batch_size), 1, 1000);
+        p.range(
+            "delivery.batch_max_bytes",
+            d.batch_max_bytes,
+            1,
+            64 * 1024 * 1024,
+        );
+        p.range("delivery.batch_wait_ms", d.batch_wait_ms, 0, 60_000);
+        if d.max_buffered < d.batch_size {
+            p.add(
+                "delivery.max_buffered",
+                "must be at least delivery.batch_size",
+            );
+        }
         if d.retry_max_ms < d.retry_initial_ms {
             p.add(
                 "delivery.retry_max_ms",

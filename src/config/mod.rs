@@ -27,7 +27,7 @@ pub use self::delivery::{AckMode, DeliveryConfig, Ordering};
 pub use self::http::HttpConfig;
 pub use self::nats::{NatsConfig, split_servers};
 pub use self::ops::{AdminConfig, DlqConfig, LogConfig, LogFormat};
-pub use self::settings::{Retry, Settings, SourceSettings, topology_request};
+pub use self::settings::{Batching, Retry, Settings, SourceSettings, topology_request};
 pub use self::source::{SourceConfig, SourceKind};
 pub use self::topology::{
     ConsumerMode, Discard, ManagedStreamConfig, OnMissing, Retention, Storage, StreamMode,

@@ -71,6 +71,19 @@ pub struct Settings {
     pub unhealthy_handover: Duration,
     /// Where permanent failures go before their TERM.
     pub dlq_subject: Option<String>,
+    /// Batch delivery (`delivery.batch_size` > 1), else one message per request.
+    pub batch: Option<Batching>,
+}
+
+/// Batch delivery: many messages per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batching {
+    /// Messages per request at most.
+    pub size: usize,
+    /// Payload bytes per request at most (a larger message goes alone).
+    pub max_bytes: u64,
+    /// How long a partial batch may wait for more.
+    pub wait: Duration,
 }
 
 impl Settings {
@@ -138,6 +151,11 @@ impl Settings {
             shutdown_grace: Duration::from_millis(d.shutdown_grace_ms),
             unhealthy_handover: Duration::from_millis(c.http.unhealthy_handover_ms),
             dlq_subject: (!c.dlq.subject.is_empty()).then(|| c.dlq.subject.clone()),
+            batch: (d.batch_size > 1).then(|| Batching {
+                size: d.batch_size as usize,
+                max_bytes: d.batch_max_bytes,
+                wait: Duration::from_millis(d.batch_wait_ms),
+            }),
         })
     }
 

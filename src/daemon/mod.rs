@@ -259,6 +259,7 @@ impl Supervisor {
                 self.metrics.clone(),
             ),
             unhealthy_handover: set.unhealthy_handover,
+            batch: set.batch,
         });
         loop {
             let ended = match &set.source {

@@ -3,13 +3,16 @@
 //! in place, a hold (the app is unreachable), or a dead letter to try again, reported
 //! back to the loop.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::Dispatch;
+use super::batch::{self, Fate};
 use super::book::{Step, Verdict};
 use super::gate::Reach;
+use super::lanes::LaneKey;
 use super::seam::{Forward, Settle};
 use crate::config::Ordering;
 use crate::dead_letter::{self, DeadLetter};
@@ -90,35 +93,52 @@ impl<F: Forward> Dispatch<F> {
             failure: failure.as_ref(),
             received,
         };
-        let step = match self.policy.decide(&outcome, attempt) {
+        let disposition = self.policy.decide(&outcome, attempt);
+        let step = self
+            .settle_decided(d, settler, disposition, status, &record)
+            .await;
+        (step, reach)
+    }
+
+    /// Carries out one message's disposition: ack, retry (in its lane, or a delayed
+    /// NAK), hold, or dead letter then term; one log line when it is settled.
+    async fn settle_decided<T: Settle>(
+        &self,
+        d: &Delivery,
+        settler: &T,
+        disposition: Disposition,
+        status: Option<u16>,
+        record: &Record<'_>,
+    ) -> Step {
+        match disposition {
             Disposition::Ack => {
                 let result = settler.ack().await;
-                self.record(d, &record, SettleLabel::Ack, &result, None, None);
+                self.record(d, record, SettleLabel::Ack, &result, None, None);
                 Step::Settled
             }
             Disposition::Retry { delay } if self.ordering != Ordering::None => {
                 tracing::warn!(
                     stream_seq = d.stream_seq(),
-                    attempt,
+                    attempt = record.attempt,
                     status,
-                    http_ms,
+                    http_ms = record.http_ms,
                     delay_ms = delay.as_millis(),
-                    action,
-                    error = failure.as_ref().map(|f| f.kind),
+                    action = record.action,
+                    error = record.failure.map(|f| f.kind),
                     "message will be retried in its lane"
                 );
                 Step::RetryIn(delay)
             }
             Disposition::Retry { delay } => {
                 let result = settler.nak(delay).await;
-                self.record(d, &record, SettleLabel::Nak, &result, Some(delay), None);
+                self.record(d, record, SettleLabel::Nak, &result, Some(delay), None);
                 Step::Settled
             }
             Disposition::Hold => {
                 tracing::debug!(
                     stream_seq = d.stream_seq(),
-                    error = failure.as_ref().map(|f| f.kind),
-                    cause = failure.as_ref().map(|f| f.cause.as_str()),
+                    error = record.failure.map(|f| f.kind),
+                    cause = record.failure.map(|f| f.cause.as_str()),
                     "the app is unreachable: message kept"
                 );
                 Step::Hold
@@ -127,13 +147,12 @@ impl<F: Forward> Dispatch<F> {
                 let verdict = Verdict {
                     reason,
                     status,
-                    attempts: attempt,
+                    attempts: record.attempt,
                     tries: 0,
                 };
-                self.terminate(d, settler, verdict, &record).await
+                self.terminate(d, settler, verdict, record).await
             }
-        };
-        (step, reach)
+        }
     }
 
     /// A held dead letter's retry: no request to the app, only the dead-lettering.
@@ -292,4 +311,124 @@ async fn publish_dead_letter(
         bytes::Bytes::new()
     };
     dlq.publish(&l.headers, payload).await
+}
+
+/// One message of a batch task.
+pub(super) struct BatchItem<T> {
+    pub(super) id: u64,
+    pub(super) delivery: Arc<Delivery>,
+    pub(super) settler: T,
+    pub(super) lane: LaneKey,
+    pub(super) attempt: u32,
+    pub(super) received: Instant,
+    pub(super) verdict: Option<Verdict>,
+}
+
+impl<F: Forward> Dispatch<F> {
+    /// One batch: one request for the messages it can carry (a message that only
+    /// waits for its dead letter, or cannot be offered at all, is settled on its own),
+    /// then each message's fate from the answer, settled one by one with one log line
+    /// each.
+    pub(super) async fn attempt_batch<T: Settle>(
+        &self,
+        items: Vec<BatchItem<T>>,
+    ) -> (Vec<(u64, Step)>, Reach) {
+        let mut steps = Vec::with_capacity(items.len());
+        let mut send = Vec::with_capacity(items.len());
+        for item in items {
+            match item.verdict.clone() {
+                Some(v) => {
+                    let step =
+                        self.dead_letter_again(&item.delivery, &item.settler, v, item.received);
+                    steps.push((item.id, step.await));
+                }
+                None if item.delivery.invalid.is_some() => {
+                    let (step, _) = self
+                        .attempt(&item.delivery, &item.settler, item.attempt, item.received)
+                        .await;
+                    steps.push((item.id, step));
+                }
+                None => send.push(item),
+            }
+        }
+        if send.is_empty() {
+            return (steps, Reach::NotAsked);
+        }
+        let offered: Vec<(&Delivery, u32)> = send
+            .iter()
+            .map(|i| (i.delivery.as_ref(), i.attempt))
+            .collect();
+        let bf = self.forwarder.forward_batch(&offered).await;
+        let f = &bf.forwarded;
+        self.metrics.http_request(f.class);
+        self.metrics.http_duration.observe(f.elapsed.as_secs_f64());
+        self.metrics.batch_messages.observe(send.len() as f64);
+        if f.skipped_headers > 0 {
+            self.metrics
+                .headers_skipped
+                .inc_by(f.skipped_headers as u64);
+        }
+        let reach = match (&f.outcome, &f.failure) {
+            (Outcome::Unreachable, failure) => {
+                Reach::Unreachable(failure.as_ref().map_or("cannot connect", |x| x.kind))
+            }
+            _ => Reach::Reached,
+        };
+        if bf.answer == Some(crate::http::batch::Answer::Unparsable) {
+            self.metrics.batch_bad_answers.inc();
+            tracing::warn!(
+                messages = send.len(),
+                "the app's answer to a batch does not parse: the whole batch is retried"
+            );
+        }
+        let ids: Vec<String> = send
+            .iter()
+            .map(|i| crate::http::batch::id(&i.delivery))
+            .collect();
+        let (outcomes, unknown) = batch::outcomes(&f.outcome, bf.answer.as_ref(), &ids);
+        if unknown > 0 {
+            self.metrics.batch_unknown_ids.inc_by(unknown as u64);
+            tracing::warn!(
+                unknown,
+                "the app's answer to a batch names messages it did not carry: ignored"
+            );
+        }
+        let dispositions = send
+            .iter()
+            .zip(&outcomes)
+            .map(|(i, o)| self.policy.decide(o, i.attempt))
+            .collect();
+        let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
+        let fates = batch::fates(dispositions, &lanes, self.ordering != Ordering::None);
+        let status = match f.class {
+            HttpClass::Status(s) => Some(s),
+            _ => None,
+        };
+        let http_ms = Some(f.elapsed.as_millis());
+        for ((item, outcome), fate) in send.iter().zip(&outcomes).zip(fates) {
+            let action = match outcome {
+                Outcome::Answered {
+                    action: Some(a), ..
+                } => Some(a.name()),
+                _ => None,
+            };
+            let record = Record {
+                attempt: item.attempt,
+                status,
+                http_ms,
+                action,
+                failure: f.failure.as_ref(),
+                received: item.received,
+            };
+            let step = match fate {
+                Fate::HeldBack => Step::Requeue,
+                Fate::Decided(d) => {
+                    self.settle_decided(&item.delivery, &item.settler, d, status, &record)
+                        .await
+                }
+            };
+            steps.push((item.id, step));
+        }
+        (steps, reach)
+    }
 }

@@ -59,12 +59,22 @@ pub(super) enum Step {
     /// Its last delivery, and the dead letter could not be published: keep it and try
     /// the dead letter again after the delay.
     DeadLetterIn(Duration, Verdict),
+    /// Batch delivery, ordered lanes: an earlier message of its key in the batch was
+    /// not acked, so it goes back to the front of its lane (no attempt counted).
+    Requeue,
 }
 
-/// A task's report.
+impl Step {
+    /// Whether the message still occupies its lane after this step (its lane must not
+    /// start a later message yet).
+    pub(super) fn occupies_lane(&self) -> bool {
+        matches!(self, Step::RetryIn(_) | Step::Hold | Step::DeadLetterIn(..))
+    }
+}
+
+/// A task's report: what happened to each message it carried (one, or a batch).
 pub(super) struct Done {
-    pub(super) id: u64,
-    pub(super) step: Step,
+    pub(super) steps: Vec<(u64, Step)>,
     pub(super) reach: Reach,
 }
 
@@ -88,8 +98,8 @@ pub(super) struct Book<T> {
     pub(super) due: VecDeque<u64>,
     pub(super) timers: Timers,
     pub(super) tasks: JoinSet<Done>,
-    /// Which message each running task serves (to free its lane if it panics).
-    pub(super) running: HashMap<tokio::task::Id, u64>,
+    /// Which messages each running task serves (to free their lanes if it panics).
+    pub(super) running: HashMap<tokio::task::Id, Vec<u64>>,
     next_id: u64,
 }
 
@@ -186,6 +196,54 @@ impl<T> Book<T> {
             }
         }
         None
+    }
+
+    /// The next batch: due retries first, then runs of the lanes, at most `size`
+    /// messages and `max_bytes` of payload (a larger message goes alone). Empty when
+    /// nothing may start.
+    pub(super) fn next_batch(&mut self, size: usize, max_bytes: u64) -> Vec<u64> {
+        let mut ids = Vec::new();
+        let mut bytes = 0u64;
+        let payload = |held: &HashMap<u64, Entry<T>>, id: &u64| {
+            held.get(id).map_or(0, |e| e.delivery.payload.len() as u64)
+        };
+        while ids.len() < size {
+            let Some(&id) = self.due.front() else { break };
+            let len = payload(&self.held, &id);
+            if !ids.is_empty() && bytes + len > max_bytes {
+                return ids;
+            }
+            self.due.pop_front();
+            if let Some(e) = self.held.get_mut(&id) {
+                if let Some(at) = e.retry_at.take() {
+                    self.timers.cancel(at, id, Due::Retry);
+                }
+                bytes += len;
+                ids.push(id);
+            }
+        }
+        while ids.len() < size {
+            let held = &self.held;
+            let first = ids.is_empty();
+            let mut taken = 0u64;
+            let run = self.lanes.pop_run(size - ids.len(), |id| {
+                let len = payload(held, id);
+                let fits = (first && taken == 0) || bytes + taken + len <= max_bytes;
+                if fits {
+                    taken += len;
+                }
+                fits
+            });
+            let Some((_, run)) = run else { break };
+            bytes += taken;
+            ids.extend(run);
+        }
+        ids
+    }
+
+    /// How many messages could start now: due retries and runnable lanes.
+    pub(super) fn startable(&self) -> usize {
+        self.due.len() + self.lanes.runnable()
     }
 
     pub(super) fn held(&self) -> Held {

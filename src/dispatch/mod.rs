@@ -18,6 +18,7 @@
 //! not deliver again.
 
 mod attempt;
+mod batch;
 mod book;
 mod gate;
 pub mod lanes;
@@ -29,16 +30,18 @@ pub mod timers;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
+use self::attempt::BatchItem;
 use self::book::{Book, Done, Fill, Step};
 use self::gate::Gate;
 use self::lanes::LaneKey;
 use self::seam::{Event, Forward, Settle, Source};
 use self::timers::{Due, sleep_until};
-use crate::config::Ordering;
+use crate::config::{Batching, Ordering};
 use crate::daemon::shutdown::{Deadline, bounded};
 use crate::delivery::Delivery;
 use crate::http::forward::Forwarder;
@@ -77,6 +80,8 @@ pub struct Dispatch<F = Forwarder> {
     /// The end of the shutdown grace, shared with the supervisor: started when the
     /// shutdown is seen; bounds the drain and every NATS step after it.
     pub deadline: Deadline,
+    /// Batch delivery (many messages per request), or one message per request.
+    pub batch: Option<Batching>,
 }
 
 /// Why the loop ended.
@@ -116,6 +121,8 @@ struct Run<S: Source> {
     /// Armed while the app cannot take work and this instance is pinned.
     handover: std::pin::Pin<Box<Sleep>>,
     handover_armed: bool,
+    /// Batch delivery: since when a partial batch waits for more.
+    batch_since: Option<Instant>,
 }
 
 /// What an event asks of the loop.
@@ -154,6 +161,7 @@ impl<F: Forward> Dispatch<F> {
             grace: Box::pin(tokio::time::sleep(Duration::MAX / 4)),
             handover: Box::pin(tokio::time::sleep(Duration::MAX / 4)),
             handover_armed: false,
+            batch_since: None,
         };
         run.source.set_paused(!run.gate.serviceable());
         self.show(&run.gate);
@@ -162,7 +170,7 @@ impl<F: Forward> Dispatch<F> {
                 break ended;
             }
             let was_serviceable = run.gate.serviceable();
-            let next_timer = run.book.timers.next_deadline();
+            let next_timer = earliest(run.book.timers.next_deadline(), self.batch_due(&run));
             let held = run.book.held();
             // Every arm is cancel-safe: the losing ones are polled again next turn.
             let flow = tokio::select! {
@@ -186,8 +194,9 @@ impl<F: Forward> Dispatch<F> {
                         // deadline, after which the loop ends): the message is left to
                         // JetStream's redelivery and must not block its lane.
                         tracing::error!(error = %e, "a message task failed; its message is redelivered after ack_wait");
-                        if let Some(id) = run.book.running.remove(&e.id()) {
-                            let done = Done { id, step: Step::Settled, reach: gate::Reach::NotAsked };
+                        if let Some(ids) = run.book.running.remove(&e.id()) {
+                            let steps = ids.into_iter().map(|id| (id, Step::Settled)).collect();
+                            let done = Done { steps, reach: gate::Reach::NotAsked };
                             self.done(&mut run, done).await;
                         }
                         Flow::Go
@@ -209,7 +218,10 @@ impl<F: Forward> Dispatch<F> {
                 () = &mut run.handover, if run.handover_armed && !run.draining => {
                     self.step_down(&mut run).await
                 }
-                ev = run.source.next(held) => self.event(&mut run, ev).await,
+                ev = run.source.next(held) => {
+                    let flow = self.event(&mut run, ev).await;
+                    self.take_ready(&mut run, flow).await
+                }
             };
             match flow {
                 Flow::Go => {}
@@ -231,14 +243,22 @@ impl<F: Forward> Dispatch<F> {
         }
         if run.draining {
             // Only dead letters still to publish remain held.
-            self.fill(&mut run.book, Fill::All);
+            self.fill(&mut run.book, Fill::All, true);
         } else if run.gate.healthy && !run.quiescing {
             let mode = if run.gate.unreachable.is_some() {
                 Fill::Probe
             } else {
                 Fill::All
             };
-            self.fill(&mut run.book, mode);
+            // A partial batch goes when it has waited `batch_wait` (at once with none).
+            if self.batch.is_some() && run.book.startable() > 0 {
+                run.batch_since.get_or_insert_with(Instant::now);
+            }
+            let partial = self.batch_due(run).is_none_or(|due| Instant::now() >= due);
+            self.fill(&mut run.book, mode, partial);
+            if run.book.startable() == 0 {
+                run.batch_since = None;
+            }
         }
         let held = run.book.held();
         self.metrics.buffered.set(i64::from(held.messages));
@@ -331,6 +351,30 @@ impl<F: Forward> Dispatch<F> {
         );
         self.readiness.set_pinned(false);
         Flow::Refresh
+    }
+
+    /// Batch delivery: after one event, takes what the source has ready at once (a
+    /// pull's worth of messages), so that a batch is filled with it rather than sent
+    /// with the first message alone. The source's `next` is cancel-safe, so a poll that
+    /// finds nothing ready loses nothing.
+    async fn take_ready<S: Source>(&self, run: &mut Run<S>, mut flow: Flow) -> Flow {
+        let Some(b) = self.batch else {
+            return flow;
+        };
+        for _ in 0..b.size {
+            if !matches!(flow, Flow::Go | Flow::Refresh) {
+                break;
+            }
+            let held = run.book.held();
+            let Some(ev) = run.source.next(held).now_or_never() else {
+                break;
+            };
+            flow = match (flow, self.event(run, ev).await) {
+                (Flow::Refresh, Flow::Go) => Flow::Refresh,
+                (_, next) => next,
+            };
+        }
+        flow
     }
 
     /// A source event.
@@ -457,76 +501,167 @@ impl<F: Forward> Dispatch<F> {
         }
     }
 
-    /// Starts what may start: due retries first, then lanes.
-    fn fill<T: Settle>(self: &Arc<Self>, book: &mut Book<T>, mode: Fill) {
-        while let Some(id) = book.next_startable(mode, self.max_in_flight) {
-            let Some(e) = book.held.get(&id) else {
-                continue;
-            };
-            let (delivery, settler) = (Arc::clone(&e.delivery), e.settler.clone());
-            let (attempt, received, verdict) = (e.attempt, e.received, e.verdict.clone());
-            let this = Arc::clone(self);
-            let task = book.tasks.spawn(async move {
-                let (step, reach) = match verdict {
-                    Some(v) => {
-                        let step = this.dead_letter_again(&delivery, &settler, v, received);
-                        (step.await, gate::Reach::NotAsked)
-                    }
-                    None => this.attempt(&delivery, &settler, attempt, received).await,
-                };
-                Done { id, step, reach }
-            });
-            book.running.insert(task.id(), id);
+    /// When a partial batch that waits for more goes anyway; `None` when nothing waits
+    /// (or batches do not wait).
+    fn batch_due<S: Source>(&self, run: &Run<S>) -> Option<Instant> {
+        let b = self.batch?;
+        if b.wait.is_zero() {
+            return None;
+        }
+        run.batch_since.map(|since| since + b.wait)
+    }
+
+    /// Starts what may start: due retries first, then lanes; one message per task, or
+    /// batches of them (`partial`: a batch that is not full may go).
+    fn fill<T: Settle>(self: &Arc<Self>, book: &mut Book<T>, mode: Fill, partial: bool) {
+        let Some(b) = self.batch else {
+            while let Some(id) = book.next_startable(mode, self.max_in_flight) {
+                self.spawn(book, vec![id]);
+            }
+            return;
+        };
+        let limit = match mode {
+            Fill::All => self.max_in_flight,
+            Fill::Probe => 1,
+        };
+        while book.tasks.len() < limit && (partial || book.startable() >= b.size) {
+            let ids = book.next_batch(b.size, b.max_bytes);
+            if ids.is_empty() {
+                return;
+            }
+            self.spawn(book, ids);
         }
     }
 
-    /// A task reported back.
+    /// Spawns one task for `ids`: one attempt, or a batch.
+    fn spawn<T: Settle>(self: &Arc<Self>, book: &mut Book<T>, ids: Vec<u64>) {
+        let items: Vec<BatchItem<T>> = ids
+            .iter()
+            .filter_map(|&id| {
+                let e = book.held.get(&id)?;
+                Some(BatchItem {
+                    id,
+                    delivery: Arc::clone(&e.delivery),
+                    settler: e.settler.clone(),
+                    lane: e.lane.clone(),
+                    attempt: e.attempt,
+                    received: e.received,
+                    verdict: e.verdict.clone(),
+                })
+            })
+            .collect();
+        if items.is_empty() {
+            return;
+        }
+        let this = Arc::clone(self);
+        let batched = self.batch.is_some();
+        let task = book.tasks.spawn(async move {
+            if batched {
+                let (steps, reach) = this.attempt_batch(items).await;
+                return Done { steps, reach };
+            }
+            let mut steps = Vec::with_capacity(1);
+            let mut reach = gate::Reach::NotAsked;
+            for i in items {
+                let step = match i.verdict {
+                    Some(v) => {
+                        this.dead_letter_again(&i.delivery, &i.settler, v, i.received)
+                            .await
+                    }
+                    None => {
+                        let (step, r) = this
+                            .attempt(&i.delivery, &i.settler, i.attempt, i.received)
+                            .await;
+                        reach = r;
+                        step
+                    }
+                };
+                steps.push((i.id, step));
+            }
+            Done { steps, reach }
+        });
+        book.running.insert(task.id(), ids);
+    }
+
+    /// A task reported back: each message's step, then each lane it ran: a lane none
+    /// of its messages still occupies is done, after what goes back to its front.
     async fn done<S: Source>(&self, run: &mut Run<S>, done: Done) -> Flow {
         let refresh = run.gate.reached(done.reach);
-        let book = &mut run.book;
-        let (id, now) = (done.id, Instant::now());
-        match done.step {
-            Step::Settled => {
-                if let Some(e) = book.take(id) {
-                    book.lanes.done(&e.lane);
+        let now = Instant::now();
+        // Per lane of this task: whether a message still occupies it, and what goes
+        // back to its front (in order).
+        let mut lanes: Vec<(LaneKey, bool, Vec<u64>)> = Vec::new();
+        for (id, step) in done.steps {
+            let book = &mut run.book;
+            let Some(lane) = book.held.get(&id).map(|e| e.lane.clone()) else {
+                continue;
+            };
+            let mut occupies = step.occupies_lane();
+            let mut requeue = None;
+            match step {
+                Step::Settled => {
+                    book.take(id);
                 }
-            }
-            Step::RetryIn(delay) => {
-                self.metrics.retries_in_place.inc();
-                if let Some(e) = book.held.get_mut(&id) {
-                    e.attempt = e.attempt.saturating_add(1);
+                Step::RetryIn(delay) => {
+                    self.metrics.retries_in_place.inc();
+                    if let Some(e) = book.held.get_mut(&id) {
+                        e.attempt = e.attempt.saturating_add(1);
+                    }
                     if run.draining {
                         // Shutting down: hand the retry to JetStream with the same delay.
-                        self.release_one(book, id, delay).await;
+                        self.release_held(book, id, delay).await;
+                        occupies = false;
                     } else {
                         book.retry_at(id, now + delay);
                     }
                 }
-            }
-            Step::Hold => {
-                if run.draining {
-                    // Another instance may reach its app: move it on at once.
-                    self.release_one(book, id, Duration::ZERO).await;
-                } else {
-                    let delay = self.policy.unreachable_delay(run.gate.streak());
+                Step::Hold => {
+                    if run.draining {
+                        // Another instance may reach its app: move it on at once.
+                        self.release_held(book, id, Duration::ZERO).await;
+                        occupies = false;
+                    } else {
+                        let delay = self.policy.unreachable_delay(run.gate.streak());
+                        book.retry_at(id, now + delay);
+                    }
+                }
+                Step::DeadLetterIn(delay, verdict) => {
+                    // Kept even while draining: its last delivery, a NAK would lose it.
+                    if let Some(e) = book.held.get_mut(&id) {
+                        e.verdict = Some(verdict);
+                    }
                     book.retry_at(id, now + delay);
                 }
-            }
-            Step::DeadLetterIn(delay, verdict) => {
-                // Kept even while draining: its last delivery, a NAK would lose it.
-                if let Some(e) = book.held.get_mut(&id) {
-                    e.verdict = Some(verdict);
-                    book.retry_at(id, now + delay);
+                Step::Requeue => {
+                    if run.draining {
+                        self.release_held(book, id, Duration::ZERO).await;
+                    } else {
+                        requeue = Some(id);
+                    }
                 }
+            }
+            match lanes.iter_mut().find(|(key, _, _)| *key == lane) {
+                Some((_, occupied, back)) => {
+                    *occupied |= occupies;
+                    back.extend(requeue);
+                }
+                None => lanes.push((lane, occupies, requeue.into_iter().collect())),
+            }
+        }
+        for (lane, occupied, back) in lanes {
+            for id in back.into_iter().rev() {
+                run.book.lanes.push_front(lane.clone(), id);
+            }
+            if !occupied {
+                run.book.lanes.done(&lane);
             }
         }
         if refresh { Flow::Refresh } else { Flow::Go }
     }
 
-    /// Releases one held message (NAK with `delay`) and frees its lane.
-    async fn release_one<T: Settle>(&self, book: &mut Book<T>, id: u64, delay: Duration) {
+    /// Releases one held message (NAK with `delay`); its lane is the caller's.
+    async fn release_held<T: Settle>(&self, book: &mut Book<T>, id: u64, delay: Duration) {
         if let Some(e) = book.take(id) {
-            book.lanes.done(&e.lane);
             self.release(&e.settler, delay).await;
         }
     }
@@ -609,5 +744,13 @@ impl<F: Forward> Dispatch<F> {
     fn settle_failed(&self, e: &impl std::fmt::Display) {
         self.metrics.settle_failures.inc();
         tracing::warn!(error = %e, "cannot settle a message; JetStream redelivers it after ack_wait");
+    }
+}
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

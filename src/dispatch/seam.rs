@@ -9,7 +9,7 @@ use std::time::Duration;
 
 pub use crate::capacity::Held;
 use crate::delivery::Delivery;
-use crate::http::forward::Forwarded;
+use crate::http::forward::{BatchForwarded, Forwarded};
 
 /// What a source has to say. `T` is its settle handle.
 #[derive(Debug)]
@@ -96,8 +96,14 @@ pub trait Source: Send {
     fn close(self) -> impl Future<Output = Vec<Self::Settler>> + Send;
 }
 
-/// Where messages go: one offer of one delivery to the app per call.
+/// Where messages go: one request to the app per call.
 pub trait Forward: Send + Sync + 'static {
     /// Offers `d` to the app, once; `attempt` counts in-place retries too.
     fn forward(&self, d: &Delivery, attempt: u32) -> impl Future<Output = Forwarded> + Send;
+
+    /// Offers a batch (each delivery with its attempt) in one request, once.
+    fn forward_batch(
+        &self,
+        items: &[(&Delivery, u32)],
+    ) -> impl Future<Output = BatchForwarded> + Send;
 }

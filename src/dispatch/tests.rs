@@ -18,7 +18,8 @@ use super::{Dispatch, Ended};
 use crate::config::Ordering;
 use crate::daemon::shutdown::Deadline;
 use crate::delivery::{Delivery, Meta};
-use crate::http::forward::{Forwarded, NoAnswer};
+use crate::http::batch::{Answer, ItemResult};
+use crate::http::forward::{BatchForwarded, Forwarded, NoAnswer};
 use crate::ops::metrics::{HttpClass, Metrics};
 use crate::ops::readiness::{Readiness, State};
 use crate::policy::{Outcome, Policy, StatusSet};
@@ -133,9 +134,15 @@ struct Seen {
 /// The app's answer: what happened, after how long.
 type Script = Box<dyn Fn(u64, u32, Instant) -> (Outcome, Duration) + Send + Sync>;
 
+/// The app's answer to a batch (sequence and attempt of each message, in order): the
+/// request's outcome, the per-message answer of a 2xx, after how long.
+type BatchScript = Box<dyn Fn(&[(u64, u32)]) -> (Outcome, Option<Answer>, Duration) + Send + Sync>;
+
 struct FakeApp {
     script: Script,
+    batch_script: Option<BatchScript>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    batches: Arc<Mutex<Vec<Vec<u64>>>>,
     in_flight: Arc<Mutex<(usize, usize)>>,
 }
 
@@ -157,25 +164,54 @@ impl Forward for FakeApp {
             start,
             end: Instant::now(),
         });
-        let (class, failure) = match &outcome {
-            Outcome::Answered { status, .. } => (HttpClass::Status(*status), None),
-            Outcome::Unreachable => (
-                HttpClass::Error,
-                Some(NoAnswer {
-                    kind: "connection refused",
-                    cause: "refused".into(),
-                }),
-            ),
-            _ => (HttpClass::Error, None),
-        };
-        Forwarded {
-            outcome,
-            class,
-            skipped_headers: 0,
-            elapsed: delay,
-            bad_action: false,
-            failure,
+        forwarded(outcome, delay)
+    }
+
+    async fn forward_batch(&self, items: &[(&Delivery, u32)]) -> BatchForwarded {
+        let start = Instant::now();
+        let carried: Vec<(u64, u32)> = items.iter().map(|(d, a)| (d.stream_seq(), *a)).collect();
+        self.batches
+            .lock()
+            .unwrap()
+            .push(carried.iter().map(|(s, _)| *s).collect());
+        let script = self.batch_script.as_ref().expect("a batch script");
+        let (outcome, answer, delay) = script(&carried);
+        tokio::time::sleep(delay).await;
+        for (d, attempt) in items {
+            self.seen.lock().unwrap().push(Seen {
+                seq: d.stream_seq(),
+                subject: d.app_subject.clone(),
+                attempt: *attempt,
+                start,
+                end: Instant::now(),
+            });
         }
+        BatchForwarded {
+            forwarded: forwarded(outcome, delay),
+            answer,
+        }
+    }
+}
+
+fn forwarded(outcome: Outcome, delay: Duration) -> Forwarded {
+    let (class, failure) = match &outcome {
+        Outcome::Answered { status, .. } => (HttpClass::Status(*status), None),
+        Outcome::Unreachable => (
+            HttpClass::Error,
+            Some(NoAnswer {
+                kind: "connection refused",
+                cause: "refused".into(),
+            }),
+        ),
+        _ => (HttpClass::Error, None),
+    };
+    Forwarded {
+        outcome,
+        class,
+        skipped_headers: 0,
+        elapsed: delay,
+        bad_action: false,
+        failure,
     }
 }
 
@@ -210,6 +246,7 @@ fn delivery(seq: u64, subject: &str) -> Delivery {
 
 /// A dispatcher, its fakes and the handles to drive and watch them.
 struct Rig {
+    batches: Arc<Mutex<Vec<Vec<u64>>>>,
     events: mpsc::UnboundedSender<Event<FakeSettler>>,
     log: Log,
     side: Arc<Mutex<SourceSide>>,
@@ -222,6 +259,7 @@ struct Rig {
 }
 
 struct Knobs {
+    batch: Option<crate::config::Batching>,
     max_in_flight: usize,
     ordering: Ordering,
     progress_every: Duration,
@@ -232,6 +270,7 @@ struct Knobs {
 impl Default for Knobs {
     fn default() -> Knobs {
         Knobs {
+            batch: None,
             max_in_flight: 4,
             ordering: Ordering::None,
             progress_every: Duration::from_secs(15),
@@ -242,15 +281,29 @@ impl Default for Knobs {
 }
 
 fn rig(knobs: Knobs, script: Script) -> Rig {
+    rig_with(knobs, script, None)
+}
+
+fn batch_rig(knobs: Knobs, batch_script: BatchScript) -> Rig {
+    rig_with(
+        knobs,
+        Box::new(|_, _, _| (status(200), MS)),
+        Some(batch_script),
+    )
+}
+
+fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> Rig {
     let metrics = Metrics::new().unwrap();
     let readiness = Readiness::new(None, metrics.clone());
     readiness.set_nats_down(None);
     let (healthy, app_healthy) = watch::channel(knobs.healthy);
-    let (seen, in_flight) = (Arc::default(), Arc::default());
+    let (seen, in_flight, batches) = (Arc::default(), Arc::default(), Arc::default());
     let dispatch = Arc::new(Dispatch {
         forwarder: FakeApp {
             script,
+            batch_script,
             seen: Arc::clone(&seen),
+            batches: Arc::clone(&batches),
             in_flight: Arc::clone(&in_flight),
         },
         policy: Policy {
@@ -271,6 +324,7 @@ fn rig(knobs: Knobs, script: Script) -> Rig {
         app_healthy,
         unhealthy_handover: Duration::from_secs(30),
         deadline: Deadline::new(knobs.grace),
+        batch: knobs.batch,
     });
     let (events, rx) = mpsc::unbounded_channel();
     let side: Arc<Mutex<SourceSide>> = Arc::default();
@@ -282,6 +336,7 @@ fn rig(knobs: Knobs, script: Script) -> Rig {
     let token = shutdown.clone();
     let run = tokio::spawn(async move { dispatch.run(source, token).await });
     Rig {
+        batches,
         events,
         log: Arc::default(),
         side,
@@ -642,4 +697,191 @@ fn the_timers_hold_at_most_a_keep_alive_and_a_retry_per_held_message() {
             Ok(())
         })
         .unwrap();
+}
+
+// === batch delivery ===
+
+fn batching(size: usize, max_bytes: u64, wait: Duration) -> Option<crate::config::Batching> {
+    Some(crate::config::Batching {
+        size,
+        max_bytes,
+        wait,
+    })
+}
+
+fn all_acked() -> BatchScript {
+    Box::new(|_| (status(200), Some(Answer::AllAcked), 10 * MS))
+}
+
+impl Rig {
+    fn batches(&self) -> Vec<Vec<u64>> {
+        self.batches.lock().unwrap().clone()
+    }
+
+    fn send_sized(&self, seq: u64, subject: &str, bytes: usize) {
+        let settler = FakeSettler {
+            seq,
+            log: Arc::clone(&self.log),
+        };
+        let mut d = delivery(seq, subject);
+        d.payload = Bytes::from(vec![b'x'; bytes]);
+        self.events
+            .send(Event::Message(Box::new(d), settler))
+            .unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_take_what_is_ready_up_to_their_size_and_bytes() {
+    let r = batch_rig(
+        Knobs {
+            max_in_flight: 1,
+            batch: batching(4, 100, Duration::ZERO),
+            ..Knobs::default()
+        },
+        all_acked(),
+    );
+    // 30 bytes each: three fit in 100, a fourth does not; 150 bytes goes alone.
+    for seq in 1..=5 {
+        r.send_sized(seq, "a", 30);
+    }
+    r.send_sized(6, "a", 150);
+    r.send_sized(7, "a", 30);
+    wait(S).await;
+    assert_eq!(r.batches(), [vec![1, 2, 3], vec![4, 5], vec![6], vec![7]]);
+    for seq in 1..=7 {
+        assert_eq!(r.told(seq), [Told::Ack], "{seq}");
+    }
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partial_batch_waits_at_most_batch_wait_and_not_at_all_without_it() {
+    let r = batch_rig(
+        Knobs {
+            batch: batching(10, 1 << 20, 20 * MS),
+            ..Knobs::default()
+        },
+        all_acked(),
+    );
+    let t0 = Instant::now();
+    r.send(1, "a");
+    r.send(2, "a");
+    wait(10 * MS).await;
+    r.send(3, "a");
+    wait(S).await;
+    assert_eq!(r.batches(), [vec![1, 2, 3]], "one batch, after the wait");
+    let sent = r.seen()[0].start - t0;
+    assert!(sent >= 20 * MS && sent < 30 * MS, "{sent:?}");
+    r.stop().await;
+
+    let r = batch_rig(
+        Knobs {
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            ..Knobs::default()
+        },
+        all_acked(),
+    );
+    let t0 = Instant::now();
+    r.send(1, "a");
+    wait(S).await;
+    assert_eq!(r.seen()[0].start, t0, "no wait: sent at once");
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_retried_in_a_batch_holds_back_its_later_messages_which_come_again_after_it() {
+    let r = batch_rig(
+        Knobs {
+            ordering: Ordering::Subject,
+            max_in_flight: 1,
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            ..Knobs::default()
+        },
+        // The first time: seq 1 (key a) is retried, the rest (2, 3 of a; 4 of b)
+        // would be acked; after that, everything is acked.
+        Box::new(|carried| {
+            let answer = if carried[0] == (1, 1) {
+                Answer::Results(vec![ItemResult {
+                    id: "S:1".into(),
+                    action: crate::policy::AppAction::Retry,
+                    retry_after: None,
+                }])
+            } else {
+                Answer::AllAcked
+            };
+            (status(200), Some(answer), 10 * MS)
+        }),
+    );
+    r.send(1, "a");
+    r.send(2, "a");
+    r.send(3, "a");
+    r.send(4, "b");
+    wait(5 * S).await;
+    assert_eq!(r.batches(), [vec![1, 2, 3, 4], vec![1], vec![2, 3]]);
+    assert_eq!(r.told(4), [Told::Ack], "the other key flows");
+    assert_eq!(r.told(1), [Told::Ack], "retried in place, then acked");
+    let acked_at = |seq| r.told_at(seq, &Told::Ack)[0];
+    assert!(acked_at(1) < acked_at(2) && acked_at(2) <= acked_at(3));
+    let attempts: Vec<(u64, u32)> = r.seen().iter().map(|s| (s.seq, s.attempt)).collect();
+    assert!(
+        attempts.contains(&(1, 2)),
+        "the retry is an attempt: {attempts:?}"
+    );
+    assert_eq!(
+        attempts.iter().filter(|(s, _)| *s == 2).collect::<Vec<_>>(),
+        [&(2, 1), &(2, 1)],
+        "held back, not failed: no attempt counted"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_batch_gives_every_message_what_it_would_get_alone() {
+    let r = batch_rig(
+        Knobs {
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            ..Knobs::default()
+        },
+        Box::new(|carried| {
+            if carried[0].1 == 1 {
+                (status(503), None, MS)
+            } else {
+                (status(200), Some(Answer::Unparsable), MS)
+            }
+        }),
+    );
+    r.send(1, "a");
+    r.send(2, "a");
+    wait(10 * MS).await;
+    // Unordered: each NAKed with its own backoff (the first retry delay).
+    assert_eq!(r.told(1), [Told::Nak(S)]);
+    assert_eq!(r.told(2), [Told::Nak(S)]);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_drain_settles_a_batch_in_flight_like_a_single_request() {
+    let mut r = batch_rig(
+        Knobs {
+            max_in_flight: 1,
+            batch: batching(2, 1 << 20, Duration::ZERO),
+            ..Knobs::default()
+        },
+        Box::new(|_| (status(200), Some(Answer::AllAcked), 3 * S)),
+    );
+    for seq in 1..=3 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    r.shutdown.cancel();
+    wait(MS).await;
+    assert_eq!(r.told(3), [Told::Nak(Duration::ZERO)], "queued: released");
+    assert!(
+        r.told(1).is_empty() && r.told(2).is_empty(),
+        "in flight: waiting"
+    );
+    assert_eq!((&mut r.run).await.unwrap().unwrap(), Ended::Shutdown);
+    assert_eq!(r.told(1), [Told::Ack]);
+    assert_eq!(r.told(2), [Told::Ack]);
 }

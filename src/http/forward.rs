@@ -10,7 +10,10 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use bytes::Bytes;
+use reqwest::header::{
+    AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER,
+};
 use tokio::time::Instant;
 
 use crate::config::HttpConfig;
@@ -24,6 +27,12 @@ pub const ACTION_HEADER: &str = "jetrelay-action";
 
 /// At most this much of a response body is read before the connection is dropped.
 const MAX_BODY_DRAIN: usize = 64 * 1024;
+
+/// At most this much of a batch answer is read (1000 results fit many times over).
+const MAX_BATCH_ANSWER: usize = 4 * 1024 * 1024;
+
+/// The request header that says how many messages a batch carries.
+pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
 
 /// Why the HTTP client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +72,15 @@ pub struct Forwarded {
     pub bad_action: bool,
     /// Why no answer came, when none did.
     pub failure: Option<NoAnswer>,
+}
+
+/// The result of one batch request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchForwarded {
+    /// The request's own result (its status, or why there was none).
+    pub forwarded: Forwarded,
+    /// The per-message answer of a 2xx.
+    pub answer: Option<crate::http::batch::Answer>,
 }
 
 /// Why a request got no answer: a short kind for logs, and the innermost cause.
@@ -153,6 +171,33 @@ impl Forwarder {
                 _ => skipped += 1,
             }
         }
+        let (mut f, _) = self.post(headers, d.payload.clone(), MAX_BODY_DRAIN).await;
+        f.skipped_headers = skipped;
+        f
+    }
+
+    /// Offers a batch of deliveries (each with its attempt) to the app in one request,
+    /// once: the JSON document of `http::batch`, and its answer read back.
+    pub async fn forward_batch(&self, items: &[(&Delivery, u32)]) -> BatchForwarded {
+        let (body, skipped) = crate::http::batch::body(items);
+        let mut headers = HeaderMap::with_capacity(2 + self.extra.len());
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(BATCH_SIZE_HEADER, HeaderValue::from(items.len()));
+        let (mut forwarded, body) = self.post(headers, body.into(), MAX_BATCH_ANSWER).await;
+        forwarded.skipped_headers = skipped;
+        let answer = match &forwarded.outcome {
+            Outcome::Answered { status, .. } if (200..300).contains(status) => {
+                Some(crate::http::batch::answer(&body))
+            }
+            _ => None,
+        };
+        BatchForwarded { forwarded, answer }
+    }
+
+    /// One POST with `headers` (the app's credentials added) and `body`; the answer
+    /// and up to `keep` bytes of its body (the rest is drained, bounded, so that the
+    /// connection goes back to the pool).
+    async fn post(&self, mut headers: HeaderMap, body: Bytes, keep: usize) -> (Forwarded, Vec<u8>) {
         for (n, v) in &self.extra {
             headers.insert(n.clone(), v.clone());
         }
@@ -161,10 +206,11 @@ impl Forwarder {
             .client
             .post(self.url.clone())
             .headers(headers)
-            .body(d.payload.clone())
+            .body(body)
             .timeout(self.timeout)
             .send()
             .await;
+        let mut kept = Vec::new();
         let (outcome, class, bad_action, failure) = match result {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
@@ -179,11 +225,15 @@ impl Forwarder {
                     .map(|v| v.to_str().unwrap_or(""));
                 let action = raw_action.and_then(AppAction::parse);
                 let bad_action = raw_action.is_some() && action.is_none();
-                // Drain a bounded amount so the connection can be reused.
-                let mut drained = 0;
-                while drained < MAX_BODY_DRAIN {
+                let mut read = 0;
+                while read < keep.max(MAX_BODY_DRAIN) {
                     match tokio::time::timeout_at(start + self.timeout, resp.chunk()).await {
-                        Ok(Ok(Some(chunk))) => drained += chunk.len(),
+                        Ok(Ok(Some(chunk))) => {
+                            read += chunk.len();
+                            if kept.len() + chunk.len() <= keep {
+                                kept.extend_from_slice(&chunk);
+                            }
+                        }
                         _ => break,
                     }
                 }
@@ -203,14 +253,15 @@ impl Forwarder {
                 (outcome, class, false, Some(failure))
             }
         };
-        Forwarded {
+        let forwarded = Forwarded {
             outcome,
             class,
-            skipped_headers: skipped,
+            skipped_headers: 0,
             elapsed: start.elapsed(),
             bad_action,
             failure,
-        }
+        };
+        (forwarded, kept)
     }
 
     /// Whether the app's health URL answers 2xx within `timeout` (true when none is
@@ -229,6 +280,13 @@ impl Forwarder {
 impl Forward for Forwarder {
     fn forward(&self, d: &Delivery, attempt: u32) -> impl Future<Output = Forwarded> + Send {
         Forwarder::forward(self, d, attempt)
+    }
+
+    fn forward_batch(
+        &self,
+        items: &[(&Delivery, u32)],
+    ) -> impl Future<Output = BatchForwarded> + Send {
+        Forwarder::forward_batch(self, items)
     }
 }
 

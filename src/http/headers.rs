@@ -45,17 +45,10 @@ pub struct Mapped {
 /// publisher must not be able to forge the metadata headers set here.
 pub fn map(d: &Delivery, attempt: u32) -> Mapped {
     let mut out = Mapped::default();
-    for (name, value) in &d.headers {
-        let lower = name.to_ascii_lowercase();
-        if lower.starts_with("nats-") || HOP_BY_HOP.contains(&lower.as_str()) {
-            continue;
-        }
-        if is_valid_name(name) && is_valid_value(value) {
-            out.headers.push((Cow::Owned(name.clone()), value.clone()));
-        } else {
-            out.skipped_invalid += 1;
-        }
-    }
+    out.skipped_invalid = passed(d, |name, value| {
+        out.headers
+            .push((Cow::Owned(name.to_string()), value.to_string()));
+    });
     let content_type = d
         .header("Content-Type")
         .filter(|v| is_valid_value(v) && !v.is_empty())
@@ -82,6 +75,25 @@ pub fn map(d: &Delivery, attempt: u32) -> Mapped {
         add("nats-msg-id", id.to_string());
     }
     out
+}
+
+/// Hands every message header that passes through to the app to `each`, in order
+/// (`Content-Type` aside: it is the request's own); returns how many were skipped as
+/// invalid HTTP. A batch request carries the same headers per message.
+pub fn passed(d: &Delivery, mut each: impl FnMut(&str, &str)) -> usize {
+    let mut skipped = 0;
+    for (name, value) in &d.headers {
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("nats-") || HOP_BY_HOP.contains(&lower.as_str()) {
+            continue;
+        }
+        if is_valid_name(name) && is_valid_value(value) {
+            each(name, value);
+        } else {
+            skipped += 1;
+        }
+    }
+    skipped
 }
 
 /// An HTTP field name: a non-empty RFC 9110 token.

@@ -106,6 +106,12 @@ pub struct Metrics {
     invalid: [IntCounter; 3],
     /// `jetrelay_app_healthy`.
     pub app_healthy: IntGauge,
+    /// `jetrelay_batch_messages`: messages per request (batch delivery).
+    pub batch_messages: Histogram,
+    /// `jetrelay_batch_bad_answers_total`: batch answers that did not parse.
+    pub batch_bad_answers: IntCounter,
+    /// `jetrelay_batch_unknown_ids_total`: result ids that named no message.
+    pub batch_unknown_ids: IntCounter,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -253,6 +259,27 @@ impl Metrics {
                 "jetrelay_app_healthy",
                 "1 when the app's health URL answers (always 1 without http.health_url)",
             )?,
+            batch_messages: {
+                let h = Histogram::with_opts(
+                    HistogramOpts::new(
+                        "jetrelay_batch_messages",
+                        "Messages per request (batch delivery)",
+                    )
+                    .buckets(vec![
+                        1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
+                    ]),
+                )?;
+                registry.register(Box::new(h.clone()))?;
+                h
+            },
+            batch_bad_answers: counter(
+                "jetrelay_batch_bad_answers_total",
+                "Answers to a batch whose body did not parse (the whole batch was retried)",
+            )?,
+            batch_unknown_ids: counter(
+                "jetrelay_batch_unknown_ids_total",
+                "Result ids in answers to a batch that named no message of the batch (ignored)",
+            )?,
             registry,
             settled,
             http_requests,
@@ -339,6 +366,9 @@ mod tests {
             "jetrelay_action_overrides_total{action=\"dlq\"} 0",
             "jetrelay_app_healthy",
             "jetrelay_invalid_messages_total{reason=\"malformed_headers\"} 0",
+            "jetrelay_batch_messages_bucket",
+            "jetrelay_batch_bad_answers_total",
+            "jetrelay_batch_unknown_ids_total",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

@@ -272,6 +272,7 @@ fn instance(
         readiness: health.clone(),
         max_in_flight: 2,
         deadline: jetrelay::daemon::shutdown::Deadline::new(Duration::from_secs(5)),
+        batch: None,
         pinned_mode: true,
         ordering: Ordering::None,
         progress_every: Duration::from_secs(10),

@@ -40,6 +40,7 @@ pub struct Reply {
     pub status: u16,
     pub headers: Vec<(&'static str, String)>,
     pub delay: Duration,
+    pub body: String,
 }
 
 impl Reply {
@@ -48,7 +49,13 @@ impl Reply {
             status,
             headers: Vec::new(),
             delay: Duration::ZERO,
+            body: String::new(),
         }
+    }
+
+    pub fn body(mut self, body: impl Into<String>) -> Reply {
+        self.body = body.into();
+        self
     }
 
     pub fn after(mut self, delay: Duration) -> Reply {
@@ -268,7 +275,7 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
         inner.requests.push(rec);
     }
     s.notify.notify_waiters();
-    let mut resp = StatusCode::from_u16(reply.status).unwrap().into_response();
+    let mut resp = (StatusCode::from_u16(reply.status).unwrap(), reply.body).into_response();
     for (k, v) in reply.headers {
         resp.headers_mut().insert(k, v.parse().unwrap());
     }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-fn python() -> PathBuf {
+/// The tools venv's Python (`INTEROP_PYTHON` overrides).
+pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("INTEROP_PYTHON") {
         return PathBuf::from(p);
     }

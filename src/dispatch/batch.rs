@@ -1,0 +1,208 @@
+//! Batch delivery's decisions, as pure functions: what the app's answer to a batch
+//! means for each message in it, and the ordered-lane rule (a message of a key that
+//! is not acked holds back the later messages of that key in the batch).
+
+use std::collections::{HashMap, HashSet};
+
+use super::lanes::LaneKey;
+use crate::http::batch::Answer;
+use crate::policy::{AppAction, Disposition, Outcome};
+
+/// What each message's outcome is, given the batch request's own outcome and, for a
+/// 2xx, its per-message answer. `ids` are the messages' batch ids, in batch order.
+/// Also returns how many result ids named no message of the batch (ignored).
+pub(super) fn outcomes(
+    request: &Outcome,
+    answer: Option<&Answer>,
+    ids: &[String],
+) -> (Vec<Outcome>, usize) {
+    let all = |o: Outcome| (vec![o; ids.len()], 0);
+    let Outcome::Answered { status, .. } = request else {
+        // No answer (unreachable, reset, timeout): each message as if alone.
+        return all(request.clone());
+    };
+    let retry = |status| Outcome::Answered {
+        status,
+        retry_after: None,
+        action: Some(AppAction::Retry),
+    };
+    match answer {
+        // Not a 2xx (or no body was read): each message as if it got this answer.
+        None | Some(Answer::AllAcked) => all(request.clone()),
+        Some(Answer::Unparsable) => all(retry(*status)),
+        Some(Answer::Results(results)) => {
+            let by_id: HashMap<&str, usize> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i))
+                .collect();
+            let mut out = vec![
+                Outcome::Answered {
+                    status: *status,
+                    retry_after: None,
+                    action: None,
+                };
+                ids.len()
+            ];
+            let mut unknown = 0;
+            for r in results {
+                match by_id.get(r.id.as_str()) {
+                    Some(&i) => {
+                        out[i] = Outcome::Answered {
+                            status: *status,
+                            retry_after: r.retry_after,
+                            action: Some(r.action),
+                        };
+                    }
+                    None => unknown += 1,
+                }
+            }
+            (out, unknown)
+        }
+    }
+}
+
+/// What happens to one message of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Fate {
+    /// Its own disposition.
+    Decided(Disposition),
+    /// An earlier message of its key in the batch was not acked: it goes back to its
+    /// lane, after that one, whatever the app said of it.
+    HeldBack,
+}
+
+/// In ordered modes, every message after the first one of its key that is not acked
+/// is held back. `lanes` are the messages' lanes, in batch (= stream) order.
+pub(super) fn fates(
+    dispositions: Vec<Disposition>,
+    lanes: &[&LaneKey],
+    ordered: bool,
+) -> Vec<Fate> {
+    let mut stopped: HashSet<&LaneKey> = HashSet::new();
+    dispositions
+        .into_iter()
+        .zip(lanes)
+        .map(|(d, lane)| {
+            if !ordered || **lane == LaneKey::Free {
+                return Fate::Decided(d);
+            }
+            if stopped.contains(lane) {
+                return Fate::HeldBack;
+            }
+            if d != Disposition::Ack {
+                stopped.insert(lane);
+            }
+            Fate::Decided(d)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::http::batch::ItemResult;
+
+    fn answered(status: u16, action: Option<AppAction>, ms: Option<u64>) -> Outcome {
+        Outcome::Answered {
+            status,
+            retry_after: ms.map(Duration::from_millis),
+            action,
+        }
+    }
+
+    fn ids(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("S:{i}")).collect()
+    }
+
+    #[test]
+    fn outcomes_table() {
+        let ok = answered(200, None, None);
+        let item = |id: &str, action, ms: Option<u64>| ItemResult {
+            id: id.into(),
+            action,
+            retry_after: ms.map(Duration::from_millis),
+        };
+        let results = Answer::Results(vec![
+            item("S:2", AppAction::Retry, Some(5000)),
+            item("S:9", AppAction::Term, None),
+            item("S:3", AppAction::Dlq, None),
+        ]);
+        let cases: Vec<(Outcome, Option<Answer>, Vec<Outcome>, usize)> = vec![
+            (ok.clone(), Some(Answer::AllAcked), vec![ok.clone(); 3], 0),
+            (
+                ok.clone(),
+                Some(results),
+                vec![
+                    ok.clone(),
+                    answered(200, Some(AppAction::Retry), Some(5000)),
+                    answered(200, Some(AppAction::Dlq), None),
+                ],
+                1,
+            ),
+            (
+                ok.clone(),
+                Some(Answer::Unparsable),
+                vec![answered(200, Some(AppAction::Retry), None); 3],
+                0,
+            ),
+            (
+                answered(503, None, Some(2000)),
+                None,
+                vec![answered(503, None, Some(2000)); 3],
+                0,
+            ),
+            (Outcome::Timeout, None, vec![Outcome::Timeout; 3], 0),
+            (Outcome::Unreachable, None, vec![Outcome::Unreachable; 3], 0),
+        ];
+        for (request, answer, want, unknown) in cases {
+            assert_eq!(
+                outcomes(&request, answer.as_ref(), &ids(3)),
+                (want, unknown),
+                "{request:?} {answer:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_not_acked_holds_back_its_later_messages_only() {
+        let (a, b, free) = (LaneKey::Partition(1), LaneKey::Partition(2), LaneKey::Free);
+        let retry = Disposition::Retry {
+            delay: Duration::from_secs(1),
+        };
+        let lanes = [&a, &b, &a, &a, &b, &free, &free];
+        let dispositions = vec![
+            Disposition::Ack,
+            Disposition::Ack,
+            retry.clone(),
+            Disposition::Ack, // after a's retry: held back
+            Disposition::Ack,
+            retry.clone(),
+            Disposition::Ack, // free messages are independent
+        ];
+        let got = fates(dispositions.clone(), &lanes, true);
+        assert_eq!(
+            got,
+            vec![
+                Fate::Decided(Disposition::Ack),
+                Fate::Decided(Disposition::Ack),
+                Fate::Decided(retry.clone()),
+                Fate::HeldBack,
+                Fate::Decided(Disposition::Ack),
+                Fate::Decided(retry.clone()),
+                Fate::Decided(Disposition::Ack),
+            ]
+        );
+        let unordered = fates(dispositions.clone(), &lanes, false);
+        assert!(unordered.iter().all(|f| matches!(f, Fate::Decided(_))));
+        // A terminated message holds back the rest of its key too: they come again
+        // after it, in order.
+        let term = Disposition::Term {
+            reason: crate::policy::TermReason::Status(400),
+        };
+        let got = fates(vec![term.clone(), Disposition::Ack], &[&a, &a], true);
+        assert_eq!(got, vec![Fate::Decided(term), Fate::HeldBack]);
+    }
+}
