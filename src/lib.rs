@@ -10,6 +10,7 @@
 pub mod capacity;
 pub mod dead_letter;
 pub mod delivery;
+pub mod outputs;
 pub mod policy;
 pub mod subject;
 pub mod topology;

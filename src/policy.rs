@@ -128,6 +128,9 @@ pub enum TermReason {
     MaxDeliver(u32),
     /// The message failed validation.
     Invalid(Invalid),
+    /// The app's answer publishes what cannot be published (a subject not allowed,
+    /// too many or too large messages, a malformed document): retrying cannot help.
+    PublishRefused(String),
 }
 
 impl fmt::Display for TermReason {
@@ -137,6 +140,7 @@ impl fmt::Display for TermReason {
             TermReason::AppAction(a) => write!(f, "jetrelay: app asked for {}", a.name()),
             TermReason::MaxDeliver(n) => write!(f, "jetrelay: {n} attempts exhausted"),
             TermReason::Invalid(why) => write!(f, "jetrelay: {why}"),
+            TermReason::PublishRefused(why) => write!(f, "jetrelay: publish_refused: {why}"),
         }
     }
 }
@@ -212,6 +216,18 @@ impl Policy {
                 *retry_after
             }
         };
+        self.retry(retry_after, attempt)
+    }
+
+    /// The app acked, but its outputs could not be published (NATS unavailable, no
+    /// stream, too many batches in flight): retried like a failed request, on the
+    /// same attempts.
+    pub fn publish_failed(&self, attempt: u32) -> Disposition {
+        self.retry(None, attempt)
+    }
+
+    /// A retry after `retry_after` (else the backoff), unless the attempts are spent.
+    fn retry(&self, retry_after: Option<Duration>, attempt: u32) -> Disposition {
         if self.max_attempts.is_some_and(|max| attempt >= max) {
             return Disposition::Term {
                 reason: TermReason::MaxDeliver(attempt),
@@ -510,6 +526,18 @@ mod tests {
                 .to_string(),
             "jetrelay: malformed_headers: invalid header name"
         );
+        assert_eq!(
+            TermReason::PublishRefused("subject \"x\" is not allowed".into()).to_string(),
+            "jetrelay: publish_refused: subject \"x\" is not allowed"
+        );
+    }
+
+    #[test]
+    fn a_failed_publish_retries_on_the_same_attempts() {
+        let p = policy();
+        assert_eq!(p.publish_failed(1), retry(1000));
+        assert_eq!(p.publish_failed(3), retry(4000));
+        assert_eq!(p.publish_failed(10), term(TermReason::MaxDeliver(10)));
     }
 
     proptest::proptest! {

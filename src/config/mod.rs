@@ -11,6 +11,7 @@ mod delivery;
 mod http;
 mod nats;
 mod ops;
+mod publish;
 mod settings;
 mod source;
 mod topology;
@@ -27,7 +28,8 @@ pub use self::delivery::{AckMode, DeliveryConfig, Ordering};
 pub use self::http::HttpConfig;
 pub use self::nats::{NatsConfig, split_servers};
 pub use self::ops::{AdminConfig, DlqConfig, LogConfig, LogFormat};
-pub use self::settings::{Batching, Retry, Settings, SourceSettings, topology_request};
+pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
+pub use self::settings::{Batching, Publishing, Retry, Settings, SourceSettings, topology_request};
 pub use self::source::{SourceConfig, SourceKind};
 pub use self::topology::{
     ConsumerMode, Discard, ManagedStreamConfig, OnMissing, Retention, Storage, StreamMode,
@@ -50,6 +52,8 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     /// The local app.
     pub http: HttpConfig,
+    /// What the app may publish through jetrelay.
+    pub publish: PublishConfig,
     /// Dead-letter subject.
     pub dlq: DlqConfig,
     /// The admin endpoints.
@@ -162,6 +166,7 @@ impl Config {
         self.check_consumer(&mut p);
         self.check_delivery(&mut p);
         self.check_http(&mut p);
+        self.check_publish(&mut p);
         self.check_ops(&mut p);
         p.0
     }
@@ -416,6 +421,18 @@ mod tests {
                 "source.filter_subjects",
             ),
             ("[source]\ngroup = \"g\"", "source.group"),
+            (
+                "[publish]\nallowed_subjects = [\"a.>.b\"]",
+                "publish.allowed_subjects",
+            ),
+            ("[publish]\nmax_messages = 1001", "publish.max_messages"),
+            ("[publish]\nmax_messages = 0", "publish.max_messages"),
+            ("[publish]\nmax_bytes = 0", "publish.max_bytes"),
+            (
+                "[publish]\nallowed_subjects = [\"a\"]\nlisten = \"here\"",
+                "publish.listen",
+            ),
+            ("[publish]\nlisten = \"9091\"", "publish.listen"),
         ];
         for (extra, key) in cases {
             // Merge the case over the minimal config so only the case's key is wrong.
@@ -427,6 +444,23 @@ mod tests {
                 "{extra:?}: expected {key}, got {k:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_publish_endpoint_binds_loopback_unless_told_otherwise() {
+        let listen = |l: &str| {
+            let c = PublishConfig {
+                listen: l.into(),
+                ..PublishConfig::default()
+            };
+            c.listen_addr().map(|a| a.to_string())
+        };
+        assert_eq!(listen(""), None);
+        assert_eq!(listen("9091").as_deref(), Some("127.0.0.1:9091"));
+        assert_eq!(listen(":9091").as_deref(), Some("127.0.0.1:9091"));
+        assert_eq!(listen("0.0.0.0:9091").as_deref(), Some("0.0.0.0:9091"));
+        assert_eq!(listen("[::1]:9091").as_deref(), Some("[::1]:9091"));
+        assert_eq!(listen("nowhere"), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!
 //! A value that does not parse is a [`ConfigError`] naming its key, never a default.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{
@@ -20,6 +21,7 @@ use super::{
 use crate::capacity::{Limits, PullTiming};
 use crate::group::model::Flavour;
 use crate::group::spec::{self, Member, Template};
+use crate::outputs::Rules;
 use crate::policy::{Policy, StatusSet};
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 
@@ -73,6 +75,19 @@ pub struct Settings {
     pub dlq_subject: Option<String>,
     /// Batch delivery (`delivery.batch_size` > 1), else one message per request.
     pub batch: Option<Batching>,
+    /// What the app may publish through jetrelay.
+    pub publish: Publishing,
+}
+
+/// `[publish]`, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publishing {
+    /// Allowed subjects and the limits per answer or request.
+    pub rules: Rules,
+    /// An answer's (or request's) messages commit as one atomic batch.
+    pub atomic: bool,
+    /// The local publish endpoint's address, when on.
+    pub listen: Option<SocketAddr>,
 }
 
 /// Batch delivery: many messages per request.
@@ -156,6 +171,15 @@ impl Settings {
                 max_bytes: d.batch_max_bytes,
                 wait: Duration::from_millis(d.batch_wait_ms),
             }),
+            publish: Publishing {
+                rules: Rules {
+                    allowed: c.publish.allowed_subjects.clone(),
+                    max_messages: c.publish.max_messages as usize,
+                    max_bytes: c.publish.max_bytes,
+                },
+                atomic: c.publish.atomic,
+                listen: c.publish.listen_addr(),
+            },
         })
     }
 

@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError, OnMissing, Settings, SourceSettings};
 use crate::daemon::shutdown::{Deadline, bounded};
-use crate::dispatch::{Dispatch, DispatchError, Ended};
+use crate::dispatch::{Dispatch, DispatchError, Ended, Outbox};
 use crate::group::member::{GroupSource, JoinError};
 use crate::group::spec::Member;
-use crate::http::forward::{ForwardError, Forwarder};
+use crate::http::forward::{AnswerLimits, ForwardError, Forwarder};
 use crate::nats::{Nats, NatsError, PullerConfig, TopologyError};
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{PinHolder, Readiness, State};
@@ -114,7 +114,11 @@ impl Daemon {
                 addr: config.admin.listen.clone(),
                 source,
             })?;
-        let forwarder = Forwarder::new(&config.http, settings.max_in_flight)?;
+        let limits = AnswerLimits {
+            publish_bytes: settings.publish.rules.max_bytes,
+            batch_size: settings.batch.map_or(1, |b| b.size),
+        };
+        let forwarder = Forwarder::new(&config.http, settings.max_in_flight, limits)?;
         Ok(Daemon {
             config,
             settings,
@@ -260,6 +264,11 @@ impl Supervisor {
             ),
             unhealthy_handover: set.unhealthy_handover,
             batch: set.batch,
+            outbox: set.publish.rules.enabled().then(|| Outbox {
+                publisher: nats.outputs(),
+                rules: set.publish.rules.clone(),
+                atomic: set.publish.atomic,
+            }),
         });
         loop {
             let ended = match &set.source {

@@ -3,6 +3,7 @@
 //! in place, a hold (the app is unreachable), or a dead letter to try again, reported
 //! back to the loop.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use super::batch::{self, Fate};
 use super::book::{Step, Verdict};
 use super::gate::Reach;
 use super::lanes::LaneKey;
+use super::outbox::Commit;
 use super::seam::{Forward, Settle};
 use crate::config::Ordering;
 use crate::dead_letter::{self, DeadLetter};
@@ -42,10 +44,10 @@ impl<F: Forward> Dispatch<F> {
         attempt: u32,
         received: Instant,
     ) -> (Step, Reach) {
-        let (outcome, status, http_ms, failure) = match &d.invalid {
+        let (outcome, status, http_ms, failure, published) = match &d.invalid {
             Some(why) => {
                 self.metrics.invalid(why);
-                (Outcome::Invalid(why.clone()), None, None, None)
+                (Outcome::Invalid(why.clone()), None, None, None, None)
             }
             None => {
                 let f = self.forwarder.forward(d, attempt).await;
@@ -67,7 +69,8 @@ impl<F: Forward> Dispatch<F> {
                     HttpClass::Status(s) => Some(s),
                     _ => None,
                 };
-                (f.outcome, status, Some(f.elapsed.as_millis()), f.failure)
+                let elapsed = Some(f.elapsed.as_millis());
+                (f.outcome, status, elapsed, f.failure, f.outputs)
             }
         };
         let reach = match (&outcome, &failure) {
@@ -93,15 +96,23 @@ impl<F: Forward> Dispatch<F> {
             failure: failure.as_ref(),
             received,
         };
-        let disposition = self.policy.decide(&outcome, attempt);
+        let mut disposition = self.policy.decide(&outcome, attempt);
+        let mut confirmed = false;
+        if let (Disposition::Ack, Some(published)) = (&disposition, published) {
+            match self.commit(d, published, attempt).await {
+                Commit::Ack { confirmed: c } => confirmed = c,
+                Commit::Instead(instead) => disposition = instead,
+            }
+        }
         let step = self
-            .settle_decided(d, settler, disposition, status, &record)
+            .settle_decided(d, settler, disposition, status, &record, confirmed)
             .await;
         (step, reach)
     }
 
-    /// Carries out one message's disposition: ack, retry (in its lane, or a delayed
-    /// NAK), hold, or dead letter then term; one log line when it is settled.
+    /// Carries out one message's disposition: ack (`confirmed`: waiting for the
+    /// server, after outputs were published), retry (in its lane, or a delayed NAK),
+    /// hold, or dead letter then term; one log line when it is settled.
     async fn settle_decided<T: Settle>(
         &self,
         d: &Delivery,
@@ -109,10 +120,15 @@ impl<F: Forward> Dispatch<F> {
         disposition: Disposition,
         status: Option<u16>,
         record: &Record<'_>,
+        confirmed: bool,
     ) -> Step {
         match disposition {
             Disposition::Ack => {
-                let result = settler.ack().await;
+                let result = if confirmed {
+                    settler.ack_confirmed().await
+                } else {
+                    settler.ack().await
+                };
                 self.record(d, record, SettleLabel::Ack, &result, None, None);
                 Step::Settled
             }
@@ -393,19 +409,45 @@ impl<F: Forward> Dispatch<F> {
                 "the app's answer to a batch names messages it did not carry: ignored"
             );
         }
-        let dispositions = send
+        let mut dispositions: Vec<Disposition> = send
             .iter()
             .zip(&outcomes)
             .map(|(i, o)| self.policy.decide(o, i.attempt))
             .collect();
         let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
-        let fates = batch::fates(dispositions, &lanes, self.ordering != Ordering::None);
+        let ordered = self.ordering != Ordering::None;
+        // The outputs of the messages that will be acked, committed in batch order; a
+        // key whose commit failed commits nothing after it (its later messages are
+        // held back below).
+        let acked = batch::fates(dispositions.clone(), &lanes, ordered);
+        let mut outputs = batch::outputs(bf.answer.as_ref(), &ids);
+        let mut confirmed = vec![false; send.len()];
+        let mut stopped: HashSet<&LaneKey> = HashSet::new();
+        for (i, item) in send.iter().enumerate() {
+            let lane = lanes[i];
+            let blocked = !batch::independent(lane, ordered) && stopped.contains(lane);
+            if acked[i] != Fate::Decided(Disposition::Ack) || blocked {
+                continue;
+            }
+            if let Some(published) = outputs[i].take() {
+                match self.commit(&item.delivery, published, item.attempt).await {
+                    Commit::Ack { confirmed: c } => confirmed[i] = c,
+                    Commit::Instead(d) => {
+                        dispositions[i] = d;
+                        stopped.insert(lane);
+                    }
+                }
+            }
+        }
+        let fates = batch::fates(dispositions, &lanes, ordered);
         let status = match f.class {
             HttpClass::Status(s) => Some(s),
             _ => None,
         };
         let http_ms = Some(f.elapsed.as_millis());
-        for ((item, outcome), fate) in send.iter().zip(&outcomes).zip(fates) {
+        for (((item, outcome), fate), confirm) in
+            send.iter().zip(&outcomes).zip(fates).zip(confirmed)
+        {
             let action = match outcome {
                 Outcome::Answered {
                     action: Some(a), ..
@@ -423,7 +465,7 @@ impl<F: Forward> Dispatch<F> {
             let step = match fate {
                 Fate::HeldBack => Step::Requeue,
                 Fate::Decided(d) => {
-                    self.settle_decided(&item.delivery, &item.settler, d, status, &record)
+                    self.settle_decided(&item.delivery, &item.settler, d, status, &record, confirm)
                         .await
                 }
             };

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::lanes::LaneKey;
 use crate::http::batch::Answer;
+use crate::outputs::{Output, Refusal};
 use crate::policy::{AppAction, Disposition, Outcome};
 
 /// What each message's outcome is, given the batch request's own outcome and, for a
@@ -62,6 +63,33 @@ pub(super) fn outcomes(
     }
 }
 
+/// What each message of the batch publishes if it is acked (from its result item),
+/// in batch order.
+pub(super) fn outputs(answer: Option<&Answer>, ids: &[String]) -> Vec<Option<Published>> {
+    let mut out = vec![None; ids.len()];
+    if let Some(Answer::Results(results)) = answer {
+        let by_id: HashMap<&str, usize> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
+        for r in results {
+            if let (Some(&i), Some(o)) = (by_id.get(r.id.as_str()), &r.outputs) {
+                out[i] = Some(o.clone());
+            }
+        }
+    }
+    out
+}
+
+/// A result item's outputs, or why they cannot be published.
+pub(super) type Published = Result<Vec<Output>, Refusal>;
+
+/// Whether messages of this lane are independent of each other (no order to keep).
+pub(super) fn independent(lane: &LaneKey, ordered: bool) -> bool {
+    !ordered || *lane == LaneKey::Free
+}
+
 /// What happens to one message of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Fate {
@@ -84,7 +112,7 @@ pub(super) fn fates(
         .into_iter()
         .zip(lanes)
         .map(|(d, lane)| {
-            if !ordered || **lane == LaneKey::Free {
+            if independent(lane, ordered) {
                 return Fate::Decided(d);
             }
             if stopped.contains(lane) {
@@ -124,6 +152,7 @@ mod tests {
             id: id.into(),
             action,
             retry_after: ms.map(Duration::from_millis),
+            outputs: None,
         };
         let results = Answer::Results(vec![
             item("S:2", AppAction::Retry, Some(5000)),

@@ -22,6 +22,7 @@ mod batch;
 mod book;
 mod gate;
 pub mod lanes;
+mod outbox;
 pub mod seam;
 #[cfg(test)]
 mod tests;
@@ -39,6 +40,7 @@ use self::attempt::BatchItem;
 use self::book::{Book, Done, Fill, Step};
 use self::gate::Gate;
 use self::lanes::LaneKey;
+pub use self::outbox::Outbox;
 use self::seam::{Event, Forward, Settle, Source};
 use self::timers::{Due, sleep_until};
 use crate::config::{Batching, Ordering};
@@ -82,6 +84,9 @@ pub struct Dispatch<F = Forwarder> {
     pub deadline: Deadline,
     /// Batch delivery (many messages per request), or one message per request.
     pub batch: Option<Batching>,
+    /// Where the outputs of the app's answers are published (`None`: publishing is
+    /// off, and an answer that publishes is refused).
+    pub outbox: Option<Outbox>,
 }
 
 /// Why the loop ended.

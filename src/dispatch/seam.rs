@@ -55,6 +55,10 @@ pub trait Settle: Clone + Send + Sync + 'static {
     /// `+ACK`.
     fn ack(&self) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
+    /// `+ACK`, waiting for the server's confirmation whatever `delivery.ack` says
+    /// (the input of outputs just published).
+    fn ack_confirmed(&self) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
     /// `-NAK` with a delay (zero: at once).
     fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), Self::Error>> + Send;
 

@@ -57,6 +57,11 @@ impl Settle for FakeSettler {
         Ok(())
     }
 
+    async fn ack_confirmed(&self) -> Result<(), String> {
+        self.tell(Told::Ack);
+        Ok(())
+    }
+
     async fn nak(&self, delay: Duration) -> Result<(), String> {
         self.tell(Told::Nak(delay));
         Ok(())
@@ -212,6 +217,7 @@ fn forwarded(outcome: Outcome, delay: Duration) -> Forwarded {
         elapsed: delay,
         bad_action: false,
         failure,
+        outputs: None,
     }
 }
 
@@ -325,6 +331,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         unhealthy_handover: Duration::from_secs(30),
         deadline: Deadline::new(knobs.grace),
         batch: knobs.batch,
+        outbox: None,
     });
     let (events, rx) = mpsc::unbounded_channel();
     let side: Arc<Mutex<SourceSide>> = Arc::default();
@@ -806,6 +813,7 @@ async fn a_key_retried_in_a_batch_holds_back_its_later_messages_which_come_again
                     id: "S:1".into(),
                     action: crate::policy::AppAction::Retry,
                     retry_after: None,
+                    outputs: None,
                 }])
             } else {
                 Answer::AllAcked

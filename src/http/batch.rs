@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 
 use crate::delivery::Delivery;
+use crate::outputs::{self, Author, Output, Refusal};
 use crate::policy::AppAction;
 
 /// The id of a message in a batch: `<stream>:<sequence>`.
@@ -125,6 +126,8 @@ pub struct ItemResult {
     pub action: AppAction,
     /// When a retry should come, if the app said.
     pub retry_after: Option<Duration>,
+    /// What it publishes (when acked), or why that cannot be.
+    pub outputs: Option<Result<Vec<Output>, Refusal>>,
 }
 
 /// The app's answer to a batch, when it answered 2xx.
@@ -145,6 +148,8 @@ struct RawItem {
     action: String,
     #[serde(default)]
     retry_after_ms: Option<u64>,
+    #[serde(default)]
+    publish: Option<Value>,
 }
 
 /// Reads a 2xx answer's body.
@@ -170,6 +175,9 @@ pub fn answer(body: &[u8]) -> Answer {
             id: r.id,
             action,
             retry_after: r.retry_after_ms.map(Duration::from_millis),
+            outputs: r
+                .publish
+                .map(|list| outputs::parse_list(list, Author::Answer)),
         });
     }
     Answer::Results(out)
@@ -258,6 +266,7 @@ mod tests {
             id: id.into(),
             action: AppAction::Retry,
             retry_after: ms.map(Duration::from_millis),
+            outputs: None,
         };
         let cases: Vec<(&str, Answer)> = vec![
             ("", Answer::AllAcked),
@@ -275,6 +284,29 @@ mod tests {
                     id: "S:1".into(),
                     action: AppAction::Dlq,
                     retry_after: None,
+                    outputs: None,
+                }]),
+            ),
+            (
+                r#"{"results": [{"id": "S:1", "action": "ack", "publish": [{"subject": "o.1", "data": "x"}]}]}"#,
+                Answer::Results(vec![ItemResult {
+                    id: "S:1".into(),
+                    action: AppAction::Ack,
+                    retry_after: None,
+                    outputs: Some(Ok(vec![Output {
+                        subject: "o.1".into(),
+                        headers: vec![],
+                        payload: "x".into(),
+                    }])),
+                }]),
+            ),
+            (
+                r#"{"results": [{"id": "S:1", "action": "ack", "publish": 7}]}"#,
+                Answer::Results(vec![ItemResult {
+                    id: "S:1".into(),
+                    action: AppAction::Ack,
+                    retry_after: None,
+                    outputs: Some(Err(Refusal::Malformed("\"publish\" is not a list".into()))),
                 }]),
             ),
             ("ok", Answer::Unparsable),

@@ -4,7 +4,8 @@
 //! headers from `crate::http::headers`), sends it through a keep-alive pool with
 //! `http.timeout_ms`, and turns the answer into a policy [`Outcome`]. The response
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it
-//! is never logged.
+//! is never logged. A 2xx answer of type `application/vnd.jetrelay.publish+json` is
+//! kept (up to a bound from `publish.max_bytes`) and read as the outputs to publish.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -20,6 +21,7 @@ use crate::config::HttpConfig;
 use crate::delivery::Delivery;
 use crate::dispatch::seam::Forward;
 use crate::ops::metrics::HttpClass;
+use crate::outputs::{self, Author, Output, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
 
 /// The response header by which the app overrides the status mapping.
@@ -28,8 +30,40 @@ pub const ACTION_HEADER: &str = "jetrelay-action";
 /// At most this much of a response body is read before the connection is dropped.
 const MAX_BODY_DRAIN: usize = 64 * 1024;
 
-/// At most this much of a batch answer is read (1000 results fit many times over).
+/// At most this much of a batch answer is read (1000 results fit many times over),
+/// plus what its items may publish.
 const MAX_BATCH_ANSWER: usize = 4 * 1024 * 1024;
+
+/// The most of a batch answer ever read, outputs included.
+const MAX_BATCH_ANSWER_WITH_OUTPUTS: usize = 256 * 1024 * 1024;
+
+/// What answers may carry besides their status: outputs to publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerLimits {
+    /// `publish.max_bytes`: an answer's outputs, decoded.
+    pub publish_bytes: u64,
+    /// `delivery.batch_size`: a batch answer has up to this many items publishing.
+    pub batch_size: usize,
+}
+
+impl AnswerLimits {
+    /// How much of a publishing answer is read: the outputs' bytes in JSON, with
+    /// base64 and escapes (at most twice the bytes), plus the document's own.
+    fn publish_answer(self) -> usize {
+        usize::try_from(self.publish_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(2)
+            .saturating_add(64 * 1024)
+    }
+
+    /// How much of a batch answer is read.
+    fn batch_answer(self) -> usize {
+        self.publish_answer()
+            .saturating_mul(self.batch_size)
+            .saturating_add(MAX_BATCH_ANSWER)
+            .min(MAX_BATCH_ANSWER_WITH_OUTPUTS)
+    }
+}
 
 /// The request header that says how many messages a batch carries.
 pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
@@ -72,6 +106,8 @@ pub struct Forwarded {
     pub bad_action: bool,
     /// Why no answer came, when none did.
     pub failure: Option<NoAnswer>,
+    /// A 2xx answer that publishes: its outputs, or why they cannot be.
+    pub outputs: Option<Result<Vec<Output>, Refusal>>,
 }
 
 /// The result of one batch request.
@@ -101,15 +137,21 @@ pub struct Forwarder {
     health_url: Option<reqwest::Url>,
     extra: HeaderMap,
     timeout: Duration,
+    limits: AnswerLimits,
 }
 
 impl Forwarder {
     /// Builds the pooled client from `[http]`; `pool` is the number of idle
-    /// connections kept (= `delivery.max_in_flight`).
+    /// connections kept (= `delivery.max_in_flight`), `limits` bound what answers
+    /// may carry.
     ///
     /// # Errors
     /// [`ForwardError`].
-    pub fn new(cfg: &HttpConfig, pool: usize) -> Result<Forwarder, ForwardError> {
+    pub fn new(
+        cfg: &HttpConfig,
+        pool: usize,
+        limits: AnswerLimits,
+    ) -> Result<Forwarder, ForwardError> {
         let mut extra = HeaderMap::new();
         for (name, value) in &cfg.headers {
             let n = HeaderName::from_bytes(name.as_bytes())
@@ -148,6 +190,7 @@ impl Forwarder {
             },
             extra,
             timeout: Duration::from_millis(cfg.timeout_ms),
+            limits,
         })
     }
 
@@ -171,8 +214,19 @@ impl Forwarder {
                 _ => skipped += 1,
             }
         }
-        let (mut f, _) = self.post(headers, d.payload.clone(), MAX_BODY_DRAIN).await;
+        let publish = self.limits.publish_answer();
+        let (mut f, body) = self
+            .post(headers, d.payload.clone(), MAX_BODY_DRAIN, publish)
+            .await;
         f.skipped_headers = skipped;
+        f.outputs = match body {
+            Body::Publish(body) => Some(outputs::parse(&body, Author::Answer)),
+            Body::PublishTooLarge(read) => Some(Err(Refusal::TooLarge {
+                bytes: read as u64,
+                max: publish as u64,
+            })),
+            Body::Other(_) => None,
+        };
         f
     }
 
@@ -183,11 +237,19 @@ impl Forwarder {
         let mut headers = HeaderMap::with_capacity(2 + self.extra.len());
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(BATCH_SIZE_HEADER, HeaderValue::from(items.len()));
-        let (mut forwarded, body) = self.post(headers, body.into(), MAX_BATCH_ANSWER).await;
+        let keep = self.limits.batch_answer();
+        let (mut forwarded, body) = self.post(headers, body.into(), keep, keep).await;
         forwarded.skipped_headers = skipped;
-        let answer = match &forwarded.outcome {
-            Outcome::Answered { status, .. } if (200..300).contains(status) => {
+        let answer = match (&forwarded.outcome, body) {
+            (Outcome::Answered { status, .. }, Body::Publish(body) | Body::Other(body))
+                if (200..300).contains(status) =>
+            {
                 Some(crate::http::batch::answer(&body))
+            }
+            (Outcome::Answered { status, .. }, Body::PublishTooLarge(_))
+                if (200..300).contains(status) =>
+            {
+                Some(crate::http::batch::Answer::Unparsable)
             }
             _ => None,
         };
@@ -195,9 +257,15 @@ impl Forwarder {
     }
 
     /// One POST with `headers` (the app's credentials added) and `body`; the answer
-    /// and up to `keep` bytes of its body (the rest is drained, bounded, so that the
-    /// connection goes back to the pool).
-    async fn post(&self, mut headers: HeaderMap, body: Bytes, keep: usize) -> (Forwarded, Vec<u8>) {
+    /// and up to `keep` bytes of its body (`keep_publish` for a 2xx that publishes;
+    /// the rest is drained, bounded, so that the connection goes back to the pool).
+    async fn post(
+        &self,
+        mut headers: HeaderMap,
+        body: Bytes,
+        keep: usize,
+        keep_publish: usize,
+    ) -> (Forwarded, Body) {
         for (n, v) in &self.extra {
             headers.insert(n.clone(), v.clone());
         }
@@ -211,9 +279,18 @@ impl Forwarder {
             .send()
             .await;
         let mut kept = Vec::new();
+        let mut publishes = false;
+        let mut too_large = None;
         let (outcome, class, bad_action, failure) = match result {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
+                publishes = resp.status().is_success()
+                    && resp
+                        .headers()
+                        .get(CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(is_publish_type);
+                let keep = if publishes { keep_publish } else { keep };
                 let retry_after = resp
                     .headers()
                     .get(RETRY_AFTER)
@@ -232,6 +309,8 @@ impl Forwarder {
                             read += chunk.len();
                             if kept.len() + chunk.len() <= keep {
                                 kept.extend_from_slice(&chunk);
+                            } else {
+                                too_large = Some(read);
                             }
                         }
                         _ => break,
@@ -260,8 +339,14 @@ impl Forwarder {
             elapsed: start.elapsed(),
             bad_action,
             failure,
+            outputs: None,
         };
-        (forwarded, kept)
+        let body = match (publishes, too_large) {
+            (true, None) => Body::Publish(kept),
+            (true, Some(read)) => Body::PublishTooLarge(read),
+            (false, _) => Body::Other(kept),
+        };
+        (forwarded, body)
     }
 
     /// Whether the app's health URL answers 2xx within `timeout` (true when none is
@@ -288,6 +373,24 @@ impl Forward for Forwarder {
     ) -> impl Future<Output = BatchForwarded> + Send {
         Forwarder::forward_batch(self, items)
     }
+}
+
+/// What was kept of an answer's body.
+enum Body {
+    /// A 2xx that publishes, whole.
+    Publish(Vec<u8>),
+    /// A 2xx that publishes, over the bound (this much was read).
+    PublishTooLarge(usize),
+    /// Anything else, up to the bound.
+    Other(Vec<u8>),
+}
+
+/// Whether a `Content-Type` is the publishing answer's (parameters ignored).
+fn is_publish_type(value: &str) -> bool {
+    value
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case(outputs::CONTENT_TYPE))
 }
 
 /// Classifies a request that got no answer. A connection that could not be made

@@ -11,12 +11,14 @@
 //!   sized by `crate::capacity`, on one wildcard inbox.
 //! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
 //! - `publish`: JetStream publishes that await their PubAck (dead letters).
+//! - `outputs`: the app's outputs, one by one or as one atomic batch (ADR-50).
 //! - `error`: [`NatsError`], the failures at this boundary that are not topology.
 
 mod connect;
 mod error;
 mod groups;
 mod kv;
+mod outputs;
 mod publish;
 mod pull;
 mod settle;
@@ -26,6 +28,7 @@ pub use connect::{ConnState, Nats};
 pub use error::{Cause, NatsError};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
+pub use outputs::{Committed, OutputError, OutputPublisher};
 pub use publish::DlqPublisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;

@@ -61,16 +61,24 @@ impl Settler {
     /// may be redelivered.
     pub async fn ack(&self) -> Result<(), NatsError> {
         if self.out.confirmed {
-            let request = self
-                .out
-                .client
-                .request(self.reply.clone(), Bytes::from_static(b"+ACK"));
-            match tokio::time::timeout(self.out.patience, request).await {
-                Ok(answer) => answer.map(drop).map_err(NatsError::AckNotConfirmed),
-                Err(_) => Err(NatsError::NotSent),
-            }
+            self.ack_confirmed().await
         } else {
             self.send(Bytes::from_static(b"+ACK")).await
+        }
+    }
+
+    /// `+ACK`, confirmed by the server whatever `delivery.ack` says.
+    ///
+    /// # Errors
+    /// [`NatsError`] when the ack was not confirmed: the message may be redelivered.
+    pub async fn ack_confirmed(&self) -> Result<(), NatsError> {
+        let request = self
+            .out
+            .client
+            .request(self.reply.clone(), Bytes::from_static(b"+ACK"));
+        match tokio::time::timeout(self.out.patience, request).await {
+            Ok(answer) => answer.map(drop).map_err(NatsError::AckNotConfirmed),
+            Err(_) => Err(NatsError::NotSent),
         }
     }
 
@@ -123,6 +131,10 @@ impl Settle for Settler {
 
     fn ack(&self) -> impl Future<Output = Result<(), NatsError>> + Send {
         Settler::ack(self)
+    }
+
+    fn ack_confirmed(&self) -> impl Future<Output = Result<(), NatsError>> + Send {
+        Settler::ack_confirmed(self)
     }
 
     fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), NatsError>> + Send {

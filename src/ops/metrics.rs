@@ -112,7 +112,36 @@ pub struct Metrics {
     pub batch_bad_answers: IntCounter,
     /// `jetrelay_batch_unknown_ids_total`: result ids that named no message.
     pub batch_unknown_ids: IntCounter,
+    /// `jetrelay_published_total{via}`, resolved once: answer, endpoint.
+    published: [IntCounter; 2],
+    /// `jetrelay_publish_failures_total{reason}`, resolved once.
+    publish_failures: [IntCounter; PUBLISH_FAILURES.len()],
 }
+
+/// Where the app's messages were published from, as the `via` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Via {
+    /// In an answer to a message (the outbox).
+    Answer,
+    /// On the local publish endpoint.
+    Endpoint,
+}
+
+/// The `reason` labels of `jetrelay_publish_failures_total`: the refusals of
+/// `crate::outputs::Refusal::label` and the failures of
+/// `crate::nats::OutputError::label`.
+pub const PUBLISH_FAILURES: [&str; 9] = [
+    "malformed",
+    "not_allowed",
+    "too_large",
+    "no_stream",
+    "timeout",
+    "unavailable",
+    "not_atomic",
+    "too_many_batches",
+    "rejected",
+];
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -197,6 +226,24 @@ impl Metrics {
         let invalid = crate::delivery::Invalid::NAMES.map(|r| invalid.with_label_values(&[r]));
         let http_requests = ["2xx", "3xx", "4xx", "5xx", "error", "timeout"]
             .map(|c| http_requests.with_label_values(&[c]));
+        let published = IntCounterVec::new(
+            Opts::new(
+                "jetrelay_published_total",
+                "Messages the app published through jetrelay and the stream stored, by where from",
+            ),
+            &["via"],
+        )?;
+        registry.register(Box::new(published.clone()))?;
+        let published = ["answer", "endpoint"].map(|v| published.with_label_values(&[v]));
+        let publish_failures = IntCounterVec::new(
+            Opts::new(
+                "jetrelay_publish_failures_total",
+                "Publishes by the app that were refused or failed, by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(publish_failures.clone()))?;
+        let publish_failures = PUBLISH_FAILURES.map(|r| publish_failures.with_label_values(&[r]));
         Ok(Metrics {
             received: counter(
                 "jetrelay_messages_received_total",
@@ -285,7 +332,24 @@ impl Metrics {
             http_requests,
             action_overrides,
             invalid,
+            published,
+            publish_failures,
         })
+    }
+
+    /// Counts `n` messages the app published that were stored.
+    pub fn published(&self, via: Via, n: u64) {
+        self.published[via as usize].inc_by(n);
+    }
+
+    /// Counts one refused or failed publish; `reason` is one of [`PUBLISH_FAILURES`]
+    /// (anything else counts as `rejected`).
+    pub fn publish_failed(&self, reason: &str) {
+        let at = PUBLISH_FAILURES
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(PUBLISH_FAILURES.len() - 1);
+        self.publish_failures[at].inc();
     }
 
     /// Counts one settled message.
@@ -336,6 +400,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_publish_failure_has_its_label() {
+        use crate::outputs::Refusal;
+        let refusals = [
+            Refusal::Malformed(String::new()),
+            Refusal::NotAllowed(String::new()),
+            Refusal::TooMany { count: 2, max: 1 },
+        ];
+        for r in refusals {
+            assert!(PUBLISH_FAILURES.contains(&r.label()), "{}", r.label());
+        }
+        use crate::nats::OutputError;
+        let failures = [
+            OutputError::NoStream(String::new()),
+            OutputError::Timeout,
+            OutputError::NotAtomic,
+            OutputError::TooManyBatches,
+            OutputError::TooLarge(String::new()),
+            OutputError::BadAnswer(String::new()),
+        ];
+        for f in failures {
+            assert!(PUBLISH_FAILURES.contains(&f.label()), "{}", f.label());
+        }
+        assert!(PUBLISH_FAILURES.contains(&"unavailable"));
+    }
+
+    #[test]
     fn every_documented_name_is_exposed() {
         let m = Metrics::new().unwrap();
         m.settled(SettleLabel::Term);
@@ -369,6 +459,10 @@ mod tests {
             "jetrelay_batch_messages_bucket",
             "jetrelay_batch_bad_answers_total",
             "jetrelay_batch_unknown_ids_total",
+            "jetrelay_published_total{via=\"answer\"} 0",
+            "jetrelay_published_total{via=\"endpoint\"} 0",
+            "jetrelay_publish_failures_total{reason=\"not_allowed\"} 0",
+            "jetrelay_publish_failures_total{reason=\"too_many_batches\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

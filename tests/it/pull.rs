@@ -9,7 +9,7 @@ use jetrelay::capacity::{Limits, PullTiming};
 use jetrelay::config::NatsConfig;
 use jetrelay::config::{HttpConfig, Ordering};
 use jetrelay::dispatch::Dispatch;
-use jetrelay::http::forward::Forwarder;
+use jetrelay::http::forward::{AnswerLimits, Forwarder};
 use jetrelay::nats::{Nats, PullEvent, Puller, PullerConfig, Settler};
 use jetrelay::ops::metrics::Metrics;
 use jetrelay::ops::readiness::{Readiness, State};
@@ -259,7 +259,15 @@ fn instance(
         ..Default::default()
     };
     let dispatch = Dispatch {
-        forwarder: Forwarder::new(&http, 4).unwrap(),
+        forwarder: Forwarder::new(
+            &http,
+            4,
+            AnswerLimits {
+                publish_bytes: 1024,
+                batch_size: 1,
+            },
+        )
+        .unwrap(),
         policy: Policy {
             retry: StatusSet::parse(&["5xx"]).unwrap(),
             term: StatusSet::parse(&["4xx"]).unwrap(),
@@ -273,6 +281,7 @@ fn instance(
         max_in_flight: 2,
         deadline: jetrelay::daemon::shutdown::Deadline::new(Duration::from_secs(5)),
         batch: None,
+        outbox: None,
         pinned_mode: true,
         ordering: Ordering::None,
         progress_every: Duration::from_secs(10),

@@ -17,7 +17,9 @@ pub struct Recorded {
     pub headers: HashMap<String, Vec<String>>,
     pub body: Bytes,
     pub at: Instant,
-    /// When the app answered (set after the delay).
+    /// When it arrived, by the wall clock (to compare with server timestamps).
+    pub wall: time::OffsetDateTime,
+    /// The status the app answered (set after the delay).
     pub status: u16,
 }
 
@@ -239,6 +241,7 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
         headers: map,
         body,
         at: Instant::now(),
+        wall: time::OffsetDateTime::now_utc(),
         status: 0,
     };
     let (reply, seen) = {

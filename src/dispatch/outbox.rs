@@ -1,0 +1,108 @@
+//! The answer outbox: a message the app acked with outputs is acked only after they
+//! are stored. The outputs are checked against `[publish]`, given their ids
+//! (`jetrelay:<stream>:<sequence>:<i>`), published (one atomic batch, or one by one),
+//! and then the input is acked, confirmed. A redelivered input re-sends the same ids
+//! and learns that they were stored already, so the outputs are stored once within
+//! the target stream's duplicate window.
+
+use crate::delivery::Delivery;
+use crate::nats::{OutputError, OutputPublisher};
+use crate::ops::metrics::Via;
+use crate::outputs::{self, Output, Refusal, Rules};
+use crate::policy::{Disposition, TermReason};
+
+use super::Dispatch;
+use super::seam::Forward;
+
+/// What the dispatcher publishes with.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    /// The publisher.
+    pub publisher: OutputPublisher,
+    /// `publish.allowed_subjects`, `max_messages`, `max_bytes`.
+    pub rules: Rules,
+    /// `publish.atomic`.
+    pub atomic: bool,
+}
+
+/// What becomes of a message the app acked with outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Commit {
+    /// Stored (or nothing to store): ack; confirmed when something was published.
+    Ack {
+        /// Wait for the server's confirmation of the ack.
+        confirmed: bool,
+    },
+    /// Not stored: this instead (a retry, or a permanent failure).
+    Instead(Disposition),
+}
+
+impl<F: Forward> Dispatch<F> {
+    /// Publishes the outputs of a message the app acked on its `attempt`-th try.
+    pub(super) async fn commit(
+        &self,
+        d: &Delivery,
+        outputs: Result<Vec<Output>, Refusal>,
+        attempt: u32,
+    ) -> Commit {
+        let no_rules = Rules {
+            allowed: Vec::new(),
+            max_messages: 0,
+            max_bytes: 0,
+        };
+        let rules = self.outbox.as_ref().map_or(&no_rules, |o| &o.rules);
+        let mut outputs = match outputs.and_then(|o| rules.check(&o).map(|()| o)) {
+            Ok(o) if o.is_empty() => return Commit::Ack { confirmed: false },
+            Ok(o) => o,
+            Err(refusal) => return self.refused(d, refusal.label(), refusal.to_string()),
+        };
+        let Some(outbox) = &self.outbox else {
+            // An empty rule set refuses every subject: not reached.
+            return self.refused(d, "not_allowed", "publishing is off".into());
+        };
+        let stream = d.meta.as_ref().map(|m| m.stream.as_str()).unwrap_or("");
+        outputs::identify(&mut outputs, stream, d.stream_seq());
+        match outbox.publisher.publish(&outputs, outbox.atomic).await {
+            Ok(c) => {
+                if c.duplicate {
+                    tracing::info!(
+                        stream_seq = d.stream_seq(),
+                        outputs = c.count,
+                        "the outputs were stored before (a redelivery): not stored again"
+                    );
+                } else {
+                    self.metrics.published(Via::Answer, c.count as u64);
+                }
+                Commit::Ack { confirmed: true }
+            }
+            Err(e) if e.is_permanent() => self.refused(d, e.label(), e.to_string()),
+            Err(e) => self.publish_failed(d, &e, attempt),
+        }
+    }
+
+    /// A permanent failure: dead letter (when configured), then TERM.
+    fn refused(&self, d: &Delivery, label: &'static str, why: String) -> Commit {
+        self.metrics.publish_failed(label);
+        tracing::error!(
+            stream_seq = d.stream_seq(),
+            reason = label,
+            error = %why,
+            "the app's outputs cannot be published: the input fails for good"
+        );
+        Commit::Instead(Disposition::Term {
+            reason: TermReason::PublishRefused(why),
+        })
+    }
+
+    /// A failure that may pass: the input is retried, nothing acked.
+    fn publish_failed(&self, d: &Delivery, e: &OutputError, attempt: u32) -> Commit {
+        self.metrics.publish_failed(e.label());
+        tracing::warn!(
+            stream_seq = d.stream_seq(),
+            reason = e.label(),
+            error = %crate::ops::telemetry::chain(e),
+            "the app's outputs were not stored: the input is retried"
+        );
+        Commit::Instead(self.policy.publish_failed(attempt))
+    }
+}

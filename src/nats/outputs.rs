@@ -1,0 +1,383 @@
+//! Publishing the app's outputs and awaiting their PubAck: one message, several one
+//! by one, or several as one atomic batch (ADR-50, nats-server 2.12+), which
+//! async-nats 0.51 has no API for.
+//!
+//! The atomic batch on the wire: every message carries `Nats-Batch-Id` (one id per
+//! batch) and `Nats-Batch-Sequence` (1..n); the last one also `Nats-Batch-Commit: 1`.
+//! The first message is a request (the server answers with an empty ack, or an
+//! error), the middle ones are plain publishes, and the commit is a request whose
+//! answer is the PubAck of the last message with `batch` and `count`. The server
+//! stores all of them or none. A batch that carries a `Nats-Msg-Id` already in the
+//! stream's duplicate window is refused whole (10201): for deterministic ids, that
+//! means the batch was committed before, and is reported as a duplicate commit.
+
+use std::time::Duration;
+
+use async_nats::{HeaderMap, RequestErrorKind};
+use bytes::Bytes;
+use serde::Deserialize;
+
+use super::Nats;
+use crate::outputs::Output;
+
+/// What the stream said when it stored outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The stream that stored them (empty when a refused duplicate batch did not say).
+    pub stream: String,
+    /// The stream sequence of the last one (0 when not known: a duplicate batch).
+    pub seq: u64,
+    /// How many messages were published.
+    pub count: usize,
+    /// Every one was already stored (within the duplicate window): nothing new.
+    pub duplicate: bool,
+}
+
+/// Why outputs were not (all) stored.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// Nothing answered: no stream captures the subject.
+    #[error("no stream captures {0}")]
+    NoStream(String),
+    /// No answer within `nats.request_timeout_ms`.
+    #[error("the server did not answer in time")]
+    Timeout,
+    /// The request could not be made (the connection is down).
+    #[error("cannot publish")]
+    Request(#[source] async_nats::RequestError),
+    /// A plain publish of a batch's middle could not be sent.
+    #[error("cannot publish")]
+    Publish(#[source] async_nats::PublishError),
+    /// The stream does not take atomic batches (10174).
+    #[error(
+        "the stream does not allow atomic publish: set allow_atomic on it, or publish.atomic = false"
+    )]
+    NotAtomic,
+    /// Too many batches are open on the stream or the server (10210): later.
+    #[error("too many atomic batches in flight on the stream")]
+    TooManyBatches,
+    /// A message is larger than the server or the stream takes.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The stream refused them for another reason.
+    #[error("the stream refused the publish: {description} (code {code}, error {err_code})")]
+    Refused {
+        /// The API status code.
+        code: u16,
+        /// The JetStream error code.
+        err_code: u64,
+        /// The server's words.
+        description: String,
+    },
+    /// The answer was not a PubAck.
+    #[error("the server's answer is not a PubAck: {0}")]
+    BadAnswer(String),
+}
+
+impl OutputError {
+    /// The `reason` label of `jetrelay_publish_failures_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            OutputError::NoStream(_) => "no_stream",
+            OutputError::Timeout => "timeout",
+            OutputError::Request(_) | OutputError::Publish(_) => "unavailable",
+            OutputError::NotAtomic => "not_atomic",
+            OutputError::TooManyBatches => "too_many_batches",
+            OutputError::TooLarge(_) => "too_large",
+            OutputError::Refused { .. } | OutputError::BadAnswer(_) => "rejected",
+        }
+    }
+
+    /// Whether trying again can never help (the same outputs would be refused again).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, OutputError::TooLarge(_))
+    }
+}
+
+/// JetStream's error codes that the publish path tells apart.
+mod codes {
+    pub(super) const NOT_ENABLED: u64 = 10174;
+    pub(super) const MESSAGE_TOO_LARGE: u64 = 10054;
+    pub(super) const HEADER_TOO_LARGE: u64 = 10097;
+    pub(super) const BATCH_TOO_LARGE: u64 = 10199;
+    pub(super) const DUPLICATE: u64 = 10201;
+    pub(super) const TOO_MANY_BATCHES: u64 = 10210;
+}
+
+/// Publishes outputs. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct OutputPublisher {
+    client: async_nats::Client,
+    patience: Duration,
+}
+
+impl Nats {
+    /// A publisher of the app's outputs.
+    pub fn outputs(&self) -> OutputPublisher {
+        OutputPublisher {
+            client: self.client.clone(),
+            patience: self.patience,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    #[serde(default)]
+    stream: Option<String>,
+    #[serde(default)]
+    seq: Option<u64>,
+    #[serde(default)]
+    duplicate: bool,
+    #[serde(default)]
+    count: Option<u64>,
+    #[serde(default)]
+    error: Option<ApiError>,
+}
+
+#[derive(Deserialize)]
+struct ApiError {
+    #[serde(default)]
+    code: u16,
+    #[serde(default)]
+    err_code: u64,
+    #[serde(default)]
+    description: String,
+}
+
+impl OutputPublisher {
+    /// Publishes `outputs` in order: as one atomic batch when `atomic` and there is
+    /// more than one, else one by one (each awaiting its PubAck). An empty list
+    /// publishes nothing.
+    ///
+    /// # Errors
+    /// [`OutputError`]; in an atomic batch nothing was stored, one by one the ones
+    /// before the failure were.
+    pub async fn publish(
+        &self,
+        outputs: &[Output],
+        atomic: bool,
+    ) -> Result<Committed, OutputError> {
+        self.check_sizes(outputs)?;
+        if atomic && outputs.len() > 1 {
+            return self.atomic(outputs).await;
+        }
+        let mut committed = Committed {
+            stream: String::new(),
+            seq: 0,
+            count: 0,
+            duplicate: true,
+        };
+        for o in outputs {
+            let answer = self.request(o, HeaderMap::new()).await?;
+            let (stream, seq) = stored(&answer)?;
+            committed = Committed {
+                stream,
+                seq,
+                count: committed.count + 1,
+                duplicate: committed.duplicate && answer.duplicate,
+            };
+        }
+        committed.duplicate &= committed.count > 0;
+        Ok(committed)
+    }
+
+    /// One atomic batch of two or more messages.
+    async fn atomic(&self, outputs: &[Output]) -> Result<Committed, OutputError> {
+        let inbox = self.client.new_inbox();
+        // The inbox's last token is a fresh NUID: 22 characters, within the 64 allowed.
+        let id = inbox.rsplit('.').next().unwrap_or(&inbox).to_string();
+        let last = outputs.len() - 1;
+        for (i, o) in outputs.iter().enumerate() {
+            let mut batch = HeaderMap::new();
+            batch.insert("Nats-Batch-Id", id.as_str());
+            batch.insert("Nats-Batch-Sequence", (i + 1).to_string().as_str());
+            if i == last {
+                batch.insert("Nats-Batch-Commit", "1");
+                let answer = self.request(o, batch).await;
+                return match answer {
+                    Ok(a) => {
+                        let (stream, seq) = stored(&a)?;
+                        let count = a.count.map_or(outputs.len(), |c| c as usize);
+                        Ok(Committed {
+                            stream,
+                            seq,
+                            count,
+                            duplicate: false,
+                        })
+                    }
+                    Err(OutputError::Refused { err_code, .. }) if err_code == codes::DUPLICATE => {
+                        Ok(Committed {
+                            stream: String::new(),
+                            seq: 0,
+                            count: outputs.len(),
+                            duplicate: true,
+                        })
+                    }
+                    Err(e) => Err(e),
+                };
+            }
+            if i == 0 {
+                // The first message is acked (empty) or refused, before the rest goes.
+                match self.request(o, batch).await {
+                    Ok(_) => {}
+                    Err(OutputError::Refused { err_code, .. }) if err_code == codes::DUPLICATE => {
+                        return Ok(Committed {
+                            stream: String::new(),
+                            seq: 0,
+                            count: outputs.len(),
+                            duplicate: true,
+                        });
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                let send = self.client.publish_with_headers(
+                    o.subject.clone(),
+                    headers(&o.headers, batch),
+                    o.payload.clone(),
+                );
+                match tokio::time::timeout(self.patience, send).await {
+                    Ok(sent) => sent.map_err(OutputError::Publish)?,
+                    Err(_) => return Err(OutputError::Timeout),
+                }
+            }
+        }
+        // `outputs` has at least two messages, so the loop returned at the last one.
+        Err(OutputError::BadAnswer("empty batch".into()))
+    }
+
+    /// The server's largest message, headers included.
+    fn max_payload(&self) -> usize {
+        match self.client.server_info().max_payload {
+            0 => 1024 * 1024,
+            n => n,
+        }
+    }
+
+    /// Refuses a message the server would refuse for its size before anything is sent.
+    fn check_sizes(&self, outputs: &[Output]) -> Result<(), OutputError> {
+        let max = self.max_payload();
+        // The batch headers add well under 200 bytes.
+        match outputs.iter().find(|o| o.size() as usize + 200 > max) {
+            Some(o) => Err(OutputError::TooLarge(format!(
+                "a message to {} of {} bytes is over the server's max_payload ({max})",
+                o.subject,
+                o.size()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// One request; the answer read as a PubAck (or an empty ack), errors mapped.
+    async fn request(&self, o: &Output, extra: HeaderMap) -> Result<Answer, OutputError> {
+        let request = self.client.request_with_headers(
+            o.subject.clone(),
+            headers(&o.headers, extra),
+            o.payload.clone(),
+        );
+        let message = match tokio::time::timeout(self.patience, request).await {
+            Err(_) => return Err(OutputError::Timeout),
+            Ok(Err(e)) => {
+                return Err(match e.kind() {
+                    RequestErrorKind::NoResponders => OutputError::NoStream(o.subject.clone()),
+                    RequestErrorKind::TimedOut => OutputError::Timeout,
+                    _ => OutputError::Request(e),
+                });
+            }
+            Ok(Ok(m)) => m,
+        };
+        read_answer(&message.payload)
+    }
+}
+
+/// An answer's body: empty (the ack of a batch's first message), a PubAck, or an
+/// API error mapped to its variant.
+fn read_answer(payload: &Bytes) -> Result<Answer, OutputError> {
+    if payload.is_empty() {
+        return Ok(Answer {
+            stream: None,
+            seq: None,
+            duplicate: false,
+            count: None,
+            error: None,
+        });
+    }
+    let answer: Answer = serde_json::from_slice(payload).map_err(|e| {
+        OutputError::BadAnswer(format!("{e}: {}", String::from_utf8_lossy(payload)))
+    })?;
+    match answer.error {
+        None => Ok(answer),
+        Some(e) => Err(match e.err_code {
+            codes::NOT_ENABLED => OutputError::NotAtomic,
+            codes::TOO_MANY_BATCHES => OutputError::TooManyBatches,
+            codes::MESSAGE_TOO_LARGE | codes::HEADER_TOO_LARGE | codes::BATCH_TOO_LARGE => {
+                OutputError::TooLarge(e.description)
+            }
+            _ => OutputError::Refused {
+                code: e.code,
+                err_code: e.err_code,
+                description: e.description,
+            },
+        }),
+    }
+}
+
+/// The stream and sequence of a PubAck.
+fn stored(a: &Answer) -> Result<(String, u64), OutputError> {
+    match (&a.stream, a.seq) {
+        (Some(stream), Some(seq)) => Ok((stream.clone(), seq)),
+        _ => Err(OutputError::BadAnswer("no stream or sequence".into())),
+    }
+}
+
+/// An output's headers, then `extra` (the batch headers).
+fn headers(own: &[(String, String)], extra: HeaderMap) -> HeaderMap {
+    let mut map = extra;
+    for (name, value) in own {
+        // Checked when the document was read (crate::outputs): valid names, one-line
+        // values; anything the client would still reject is left out, not a panic.
+        if let (Ok(n), Ok(v)) = (
+            name.parse::<async_nats::HeaderName>(),
+            value.parse::<async_nats::HeaderValue>(),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_table() {
+        let read = |s: &str| read_answer(&Bytes::from(s.to_string()));
+        assert!(read("").is_ok(), "the first message's empty ack");
+        let a = read(r#"{"stream":"S","seq":7,"batch":"b","count":3}"#).unwrap();
+        assert_eq!(
+            (a.stream.as_deref(), a.seq, a.count),
+            (Some("S"), Some(7), Some(3))
+        );
+        let err = |s: &str| read(s).err().unwrap();
+        let api = |code: u64| {
+            format!(r#"{{"error":{{"code":400,"err_code":{code},"description":"d"}}}}"#)
+        };
+        assert!(matches!(err(&api(10174)), OutputError::NotAtomic));
+        assert!(matches!(err(&api(10210)), OutputError::TooManyBatches));
+        assert!(matches!(err(&api(10054)), OutputError::TooLarge(_)));
+        assert!(matches!(
+            err(&api(10201)),
+            OutputError::Refused {
+                err_code: 10201,
+                ..
+            }
+        ));
+        assert!(err(&api(10201)).to_string().contains("10201"));
+        assert!(matches!(err("nope"), OutputError::BadAnswer(_)));
+        assert_eq!(err(&api(10210)).label(), "too_many_batches");
+        assert!(err(&api(10054)).is_permanent());
+        assert!(!err(&api(10174)).is_permanent());
+    }
+}
