@@ -18,10 +18,12 @@ pub mod topology;
 // Configuration: the tree, its layering and its rules.
 pub mod config;
 
-// The boundaries: NATS (async-nats), the app (reqwest), operations (axum, prometheus).
+// The boundaries: NATS (async-nats), the app (reqwest), operations (prometheus), the
+// servers jetrelay offers (axum).
 pub mod http;
 pub mod nats;
 pub mod ops;
+pub mod serve;
 
 // Consumer groups: the wire contract (pure) and a member's protocol.
 pub mod group;

@@ -209,6 +209,65 @@ fn check_header(name: &str, values: &[String], author: Author) -> Result<(), Str
     Ok(())
 }
 
+/// The request header prefix that makes a message header on the endpoint's raw
+/// publish: `Nats-Header-X-Trace: 7` → `X-Trace: 7`.
+pub const HEADER_PREFIX: &str = "nats-header-";
+
+/// The message of a raw publish on the endpoint (`POST /v1/publish/<subject>`): the
+/// body as its payload, `Nats-Msg-Id` as its id, `Nats-Header-<name>` request
+/// headers as its headers; other request headers are not the message's.
+///
+/// # Errors
+/// [`Refusal::Malformed`] for a subject that cannot be published to, or a header the
+/// message may not carry.
+pub fn from_request(
+    subject: &str,
+    request_headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<Output, Refusal> {
+    subject::validate_publish_subject(subject)
+        .map_err(|e| Refusal::Malformed(format!("subject {subject:?} {e}")))?;
+    let mut headers = Vec::new();
+    for (name, value) in request_headers {
+        let own = if name.eq_ignore_ascii_case(MSG_ID) {
+            MSG_ID.to_string()
+        } else if name.len() > HEADER_PREFIX.len()
+            && name.is_char_boundary(HEADER_PREFIX.len())
+            && name[..HEADER_PREFIX.len()].eq_ignore_ascii_case(HEADER_PREFIX)
+        {
+            // HTTP loses the case of header names: the rest goes in canonical form.
+            canonical(&name[HEADER_PREFIX.len()..])
+        } else {
+            continue;
+        };
+        check_header(&own, &[(*value).to_string()], Author::Endpoint)
+            .map_err(Refusal::Malformed)?;
+        headers.push((own, (*value).to_string()));
+    }
+    Ok(Output {
+        subject: subject.to_string(),
+        headers,
+        payload: body,
+    })
+}
+
+/// A header name in canonical form: each dash-separated part capitalised
+/// (`x-trace` → `X-Trace`).
+pub fn canonical(name: &str) -> String {
+    name.split('-')
+        .map(|part| {
+            let mut chars = part.chars();
+            match chars.next() {
+                Some(first) => {
+                    first.to_ascii_uppercase().to_string() + &chars.as_str().to_ascii_lowercase()
+                }
+                None => String::new(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
 /// `publish.allowed_subjects`, `max_messages` and `max_bytes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rules {
@@ -295,6 +354,74 @@ pub fn identify(outputs: &mut [Output], stream: &str, sequence: u64) {
 /// the same outputs twice.
 pub fn window_covers(window: Duration, ack_wait: Duration, max_deliver: Option<u32>) -> bool {
     max_deliver.is_some_and(|n| window >= ack_wait.saturating_mul(n))
+}
+
+/// A stream that captures a subject, and what publishing to it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capture {
+    /// Its name.
+    pub stream: String,
+    /// `allow_atomic`: it takes atomic batches.
+    pub atomic: bool,
+    /// `allow_direct`: it answers direct gets.
+    pub direct: bool,
+    /// Its `duplicate_window`.
+    pub duplicate_window: Duration,
+}
+
+/// What `jetrelay check` says about one allowed subject pattern: the streams that
+/// capture it, whether they take what `publish.atomic` sends, and whether their
+/// duplicate window outlasts the input's redeliveries. Each line starting with
+/// `warning:` is something `run` would not stop for but the user should fix.
+pub fn findings(
+    pattern: &str,
+    streams: &[Capture],
+    atomic: bool,
+    ack_wait: Duration,
+    max_deliver: Option<u32>,
+) -> Vec<String> {
+    if streams.is_empty() {
+        return vec![format!(
+            "warning: publish {pattern}: no stream captures it; publishing there fails (the input is retried)"
+        )];
+    }
+    let mut lines = Vec::new();
+    if streams.len() > 1 && atomic {
+        let names: Vec<&str> = streams.iter().map(|s| s.stream.as_str()).collect();
+        lines.push(format!(
+            "warning: publish {pattern}: captured by {} streams ({}); an answer publishing to two of them in one atomic batch fails",
+            names.len(),
+            names.join(", ")
+        ));
+    }
+    let reach = max_deliver.map(|n| ack_wait.saturating_mul(n));
+    for s in streams {
+        lines.push(format!(
+            "publish {pattern}: stream {} (atomic publish {}, duplicate window {})",
+            s.stream,
+            if s.atomic { "allowed" } else { "not allowed" },
+            seconds(s.duplicate_window)
+        ));
+        if atomic && !s.atomic {
+            lines.push(format!(
+                "warning: publish {pattern}: stream {} does not take atomic batches: set allow_atomic on it, or publish.atomic = false",
+                s.stream
+            ));
+        }
+        if !window_covers(s.duplicate_window, ack_wait, max_deliver) {
+            lines.push(format!(
+                "warning: publish {pattern}: stream {}'s duplicate window ({}) is shorter than consumer.ack_wait_ms × consumer.max_deliver ({}): a redelivery after it could publish the same outputs twice",
+                s.stream,
+                seconds(s.duplicate_window),
+                reach.map_or_else(|| "unlimited".to_string(), seconds)
+            ));
+        }
+    }
+    lines
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
 }
 
 #[cfg(test)]
@@ -441,6 +568,49 @@ mod tests {
     }
 
     #[test]
+    fn raw_publish_requests_table() {
+        let o = from_request(
+            "orders.shipped",
+            &[
+                ("content-type", "text/plain"),
+                ("Nats-Msg-Id", "k-1"),
+                ("nats-header-x-trace", "7"),
+                ("Nats-Header-Content-Type", "application/json"),
+                ("authorization", "Bearer secret"),
+            ],
+            Bytes::from_static(b"hi"),
+        )
+        .unwrap();
+        assert_eq!(o.subject, "orders.shipped");
+        assert_eq!(o.payload.as_ref(), b"hi");
+        assert_eq!(
+            o.headers,
+            [
+                ("Nats-Msg-Id", "k-1"),
+                ("X-Trace", "7"),
+                ("Content-Type", "application/json")
+            ]
+            .map(|(n, v)| (n.to_string(), v.to_string())),
+            "only the id and Nats-Header-* become message headers"
+        );
+        let bad = |subject: &str, headers: &[(&str, &str)]| {
+            from_request(subject, headers, Bytes::new()).unwrap_err()
+        };
+        assert!(matches!(bad("a.*", &[]), Refusal::Malformed(_)));
+        assert!(matches!(bad("", &[]), Refusal::Malformed(_)));
+        let server = bad("a", &[("Nats-Header-Nats-Expected-Stream", "S")]);
+        assert!(server.to_string().contains("only Nats-Msg-Id"), "{server}");
+        assert_eq!(canonical("x-TRACE-id"), "X-Trace-Id");
+        assert_eq!(canonical("etag"), "Etag");
+        assert!(
+            from_request("a", &[("Nats-Header-", "x")], Bytes::new())
+                .unwrap()
+                .headers
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn answer_ids_are_deterministic_and_replace_any_other() {
         let mut outs = vec![output("a", ""), output("b", "")];
         outs[1]
@@ -452,6 +622,66 @@ mod tests {
         assert_eq!(outs[1].headers.len(), 1);
         identify(&mut outs, "ORDERS", 42);
         assert_eq!(outs[1].msg_id(), Some("jetrelay:ORDERS:42:1"), "idempotent");
+    }
+
+    #[test]
+    fn check_findings_table() {
+        let s = Duration::from_secs;
+        let capture = |name: &str, atomic, window| Capture {
+            stream: name.into(),
+            atomic,
+            direct: false,
+            duplicate_window: s(window),
+        };
+        let warnings = |lines: Vec<String>| -> Vec<String> {
+            lines
+                .into_iter()
+                .filter(|l| l.starts_with("warning:"))
+                .collect()
+        };
+        // (streams, atomic, max_deliver, the warnings' telltale words)
+        type Case = (Vec<Capture>, bool, Option<u32>, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
+            (vec![capture("OUT", true, 120)], true, Some(4), vec![]),
+            (vec![], true, Some(4), vec!["no stream captures"]),
+            (
+                vec![capture("OUT", false, 120)],
+                true,
+                Some(4),
+                vec!["allow_atomic"],
+            ),
+            (vec![capture("OUT", false, 120)], false, Some(4), vec![]),
+            (
+                vec![capture("OUT", true, 60)],
+                true,
+                Some(4),
+                vec!["duplicate window (60s)"],
+            ),
+            (
+                vec![capture("OUT", true, 600)],
+                true,
+                None,
+                vec!["unlimited"],
+            ),
+            (
+                vec![capture("A", true, 120), capture("B", true, 120)],
+                true,
+                Some(4),
+                vec!["2 streams (A, B)"],
+            ),
+        ];
+        for (streams, atomic, max, want) in cases {
+            let got = warnings(findings("out.>", &streams, atomic, s(30), max));
+            assert_eq!(got.len(), want.len(), "{got:?}");
+            for (line, word) in got.iter().zip(&want) {
+                assert!(line.contains(word), "{line} lacks {word}");
+            }
+        }
+        let lines = findings("out.>", &[capture("OUT", true, 120)], true, s(30), Some(4));
+        assert_eq!(
+            lines,
+            ["publish out.>: stream OUT (atomic publish allowed, duplicate window 120s)"]
+        );
     }
 
     #[test]

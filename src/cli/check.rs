@@ -1,9 +1,12 @@
 //! `jetrelay check`: the config checked, then the topology plan (a durable) or the
 //! member's share of its group, as text, changing nothing.
 
+use std::time::Duration;
+
 use crate::config::{Config, OnMissing, Settings, SourceSettings};
 use crate::group::admin::GroupAdmin;
 use crate::nats::{Nats, NatsError};
+use crate::outputs;
 use crate::topology::TopologyRequest;
 use crate::topology::{ConsumerPlan, StreamAction, Table};
 
@@ -29,10 +32,12 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
     )];
     let nats = Nats::connect(&config.nats, false).await?;
     nats.check_server_version()?;
+    let publishing = publishing(&nats, config, &settings).await;
     let member = match &settings.source {
         SourceSettings::Durable(request) => {
             let mut report = report(&nats, request, settings.retry.on_missing).await;
             lines.append(&mut report.lines);
+            lines.extend(publishing);
             return Ok(Report {
                 lines,
                 ok: report.ok,
@@ -63,7 +68,31 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
             false
         }
     };
+    lines.extend(publishing);
     Ok(Report { lines, ok })
+}
+
+/// For each allowed publish subject: the streams that capture it, and what would go
+/// wrong there (`crate::outputs::findings`).
+async fn publishing(nats: &Nats, config: &Config, settings: &Settings) -> Vec<String> {
+    let mut lines = Vec::new();
+    let ack_wait = Duration::from_millis(config.consumer.ack_wait_ms);
+    for pattern in &settings.publish.rules.allowed {
+        match nats.capturing(pattern).await {
+            Ok(streams) => lines.extend(outputs::findings(
+                pattern,
+                &streams,
+                settings.publish.atomic,
+                ack_wait,
+                settings.policy.max_attempts,
+            )),
+            Err(e) => lines.push(format!(
+                "publish {pattern}: cannot read the streams: {}",
+                crate::ops::telemetry::chain(&e)
+            )),
+        }
+    }
+    lines
 }
 
 /// Why `check` could not report.

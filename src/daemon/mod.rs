@@ -38,6 +38,15 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    /// The publish endpoint's listener could not be bound.
+    #[error("cannot listen on publish.listen {addr}")]
+    PublishBind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// Metrics registration failed.
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
@@ -85,6 +94,7 @@ pub struct Daemon {
     metrics: Metrics,
     readiness: Readiness,
     admin: TcpListener,
+    publish: Option<TcpListener>,
     forwarder: Forwarder,
 }
 
@@ -114,6 +124,14 @@ impl Daemon {
                 addr: config.admin.listen.clone(),
                 source,
             })?;
+        let publish = match settings.publish.listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| DaemonError::PublishBind { addr, source })?,
+            ),
+            None => None,
+        };
         let limits = AnswerLimits {
             publish_bytes: settings.publish.rules.max_bytes,
             batch_size: settings.batch.map_or(1, |b| b.size),
@@ -125,6 +143,7 @@ impl Daemon {
             metrics,
             readiness,
             admin,
+            publish,
             forwarder,
         })
     }
@@ -132,6 +151,11 @@ impl Daemon {
     /// The bound admin address (useful with port 0).
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.local_addr().ok()
+    }
+
+    /// The bound publish endpoint's address, when it is on.
+    pub fn publish_addr(&self) -> Option<SocketAddr> {
+        self.publish.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The readiness handle.
@@ -153,7 +177,7 @@ impl Daemon {
     /// [`DaemonError`].
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), DaemonError> {
         let admin_stop = CancellationToken::new();
-        let admin = tokio::spawn(crate::ops::endpoints::serve(
+        let admin = tokio::spawn(crate::serve::admin::serve(
             self.admin,
             self.readiness.clone(),
             self.metrics.clone(),
@@ -167,6 +191,7 @@ impl Daemon {
             readiness: self.readiness.clone(),
             forwarder: self.forwarder,
             deadline: deadline.clone(),
+            publish: self.publish,
         };
         let run = supervisor.run(&shutdown);
         tokio::pin!(run);
@@ -206,16 +231,26 @@ struct Supervisor {
     readiness: Readiness,
     forwarder: Forwarder,
     deadline: Deadline,
+    /// The publish endpoint's listener, when it is on.
+    publish: Option<TcpListener>,
 }
 
 impl Supervisor {
-    async fn run(self, shutdown: &CancellationToken) -> Result<(), DaemonError> {
-        let cfg = &self.config;
+    async fn run(mut self, shutdown: &CancellationToken) -> Result<(), DaemonError> {
         self.readiness.set(State::NotReady, "starting");
-        let nats = Nats::connect(&cfg.nats, true).await?;
+        let nats = Nats::connect(&self.config.nats, true).await?;
         let mirror = self.mirror_connection(&nats);
+        let endpoint = self.publish.take().map(|l| self.serve_publish(l, &nats));
         let result = self.consume(&nats, shutdown).await;
         mirror.abort();
+        // The app may publish until its messages are drained.
+        if let Some((stop, served)) = endpoint {
+            stop.cancel();
+            let deadline = self.deadline.or_from_now();
+            if let Some(Ok(Err(e))) = bounded(deadline, "stop the publish endpoint", served).await {
+                tracing::warn!(error = %e, "the publish endpoint failed");
+            }
+        }
         // Acks are fire-and-forget publishes: flush them, but never wait on a
         // connection that is down past the grace.
         if let Some(Err(e)) = bounded(self.deadline.or_from_now(), "flush NATS", nats.flush()).await
@@ -223,6 +258,30 @@ impl Supervisor {
             tracing::warn!(error = %e, "cannot flush NATS at shutdown");
         }
         result
+    }
+
+    /// Serves the publish endpoint on `listener` until the returned token is
+    /// cancelled; a publish while NATS is down answers 503.
+    fn serve_publish(
+        &self,
+        listener: TcpListener,
+        nats: &Nats,
+    ) -> (CancellationToken, JoinHandle<std::io::Result<()>>) {
+        let p = &self.settings.publish;
+        let endpoint = crate::serve::publish::Endpoint {
+            publisher: nats.outputs(),
+            rules: p.rules.clone(),
+            atomic: p.atomic,
+            metrics: self.metrics.clone(),
+        };
+        tracing::info!(listen = ?listener.local_addr().ok(), "publish endpoint listening");
+        let stop = CancellationToken::new();
+        let served = tokio::spawn(crate::serve::publish::serve(
+            listener,
+            endpoint,
+            stop.clone(),
+        ));
+        (stop, served)
     }
 
     /// Mirrors the connection state into readiness and metrics.

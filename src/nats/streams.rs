@@ -15,6 +15,7 @@ use async_nats::jetstream::{ErrorCode, context::ConsumerInfoErrorKind};
 
 use super::{Cause, Nats};
 use crate::config::{Discard, Retention, Storage};
+use crate::outputs::Capture;
 use crate::topology::{
     ConsumerPlan, ConsumerSpec, Priority, Row, StreamAction, StreamPlan, StreamProblem, StreamSpec,
     Table, TopologyRequest, plan_consumer, plan_stream,
@@ -553,5 +554,46 @@ impl Nats {
     /// [`TopologyError`] when it cannot be read.
     pub async fn stream_spec(&self, name: &str) -> Result<Option<StreamSpec>, TopologyError> {
         self.read_stream(name).await
+    }
+
+    /// The streams whose subjects overlap `subject` (a pattern), and what publishing
+    /// to them takes.
+    ///
+    /// # Errors
+    /// [`TopologyError`] when they cannot be listed or read.
+    pub async fn capturing(&self, subject: &str) -> Result<Vec<Capture>, TopologyError> {
+        #[derive(serde::Deserialize)]
+        struct Names {
+            #[serde(default)]
+            streams: Option<Vec<String>>,
+        }
+        let names: async_nats::jetstream::response::Response<Names> = self
+            .js
+            .request("STREAM.NAMES", &serde_json::json!({ "subject": subject }))
+            .await
+            .map_err(unavailable)?;
+        let names = match names {
+            async_nats::jetstream::response::Response::Ok(n) => n.streams.unwrap_or_default(),
+            async_nats::jetstream::response::Response::Err { error } => {
+                return Err(refused("list the streams", error));
+            }
+        };
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            match self.js.get_stream(&name).await {
+                Ok(s) => {
+                    let c = &s.cached_info().config;
+                    out.push(Capture {
+                        stream: name,
+                        atomic: c.allow_atomic_publish,
+                        direct: c.allow_direct,
+                        duplicate_window: c.duplicate_window,
+                    });
+                }
+                Err(e) if e.kind() == GetStreamErrorKind::Request => return Err(unavailable(e)),
+                Err(e) => return Err(refused("read the stream", e)),
+            }
+        }
+        Ok(out)
     }
 }

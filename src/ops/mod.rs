@@ -1,8 +1,7 @@
-//! Operating the daemon: the admin endpoints (`endpoints`, the only module that names
-//! `axum` types), readiness (`readiness`), the Prometheus collectors (`metrics`) and
-//! logging (`telemetry`).
+//! Operating the daemon: readiness (`readiness`), the Prometheus collectors
+//! (`metrics`, the only module that names `prometheus` types) and logging
+//! (`telemetry`). Their endpoints are served by `crate::serve`.
 
-pub mod endpoints;
 pub mod metrics;
 pub mod readiness;
 pub mod telemetry;

@@ -9,6 +9,7 @@ use async_nats::HeaderMap;
 use serde_json::{Value, json};
 
 use crate::support::app::Recorded;
+use crate::support::peer::ReadmeApp;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(20);
@@ -422,44 +423,10 @@ async fn the_drain_leaves_an_unanswered_batch_unacked() {
     assert_eq!(info.num_ack_pending, 3, "left for the next instance");
 }
 
-/// The Python handler in the README's "Batch delivery" section, as written there.
-fn readme_handler() -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme
-        .split_once("## Batch delivery")
-        .expect("the README has a batch delivery section")
-        .1;
-    let code = section
-        .split_once("```python\n")
-        .expect("with a Python handler")
-        .1;
-    code.split_once("```").unwrap().0.to_string()
-}
-
 #[tokio::test]
 async fn the_readme_batch_handler_works_as_documented() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("app.py");
-    std::fs::write(&script, readme_handler()).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _app = tokio::process::Command::new(crate::support::peer::python())
-        .arg(&script)
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python from the tools venv (scripts/setup)");
-    eventually("the handler listens", T, || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-    })
-    .await;
+    let handler = ReadmeApp::start("## Batch delivery").await;
+    let port = handler.port;
 
     let env = Env::start(&["o.>"]).await;
     let dlq_stream = unique("DLQ");

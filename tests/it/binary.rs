@@ -102,6 +102,54 @@ async fn check_prints_the_plan_and_changes_nothing() {
 }
 
 #[tokio::test]
+async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wrong() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "OUT".into(),
+        subjects: vec!["out.>".into()],
+        allow_atomic_publish: true,
+        duplicate_window: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "PLAIN".into(),
+        subjects: vec!["plain.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let text = format!(
+        "{}[consumer]\nack_wait_ms = 30000\nmax_deliver = 4\n\
+         [publish]\nallowed_subjects = [\"out.>\", \"plain.x\", \"nowhere.>\"]\n",
+        config_text(&nats, &app, &stream, &durable)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, &text);
+    let out = tokio::process::Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "warnings do not fail check: {text}");
+    for want in [
+        "publish out.>: stream OUT (atomic publish allowed, duplicate window 60s)",
+        "warning: publish out.>: stream OUT's duplicate window (60s) is shorter than consumer.ack_wait_ms × consumer.max_deliver (120s)",
+        "publish plain.x: stream PLAIN (atomic publish not allowed",
+        "warning: publish plain.x: stream PLAIN does not take atomic batches",
+        "warning: publish nowhere.>: no stream captures it",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
+}
+
+#[tokio::test]
 async fn sigterm_drains_and_exits_zero() {
     let nats = NatsServer::start();
     let (_, js) = client(&nats).await;

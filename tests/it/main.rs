@@ -6,6 +6,7 @@
 mod atomic;
 mod batches;
 mod binary;
+mod endpoint;
 mod faults;
 mod forwarding;
 mod groups;

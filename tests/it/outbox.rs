@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::support::app::Recorded;
 use crate::support::daemon::Daemon;
+use crate::support::peer::ReadmeApp;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(30);
@@ -479,4 +480,66 @@ async fn each_batch_result_publishes_for_its_own_input() {
         6.0
     );
     relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_readme_publishing_handler_survives_a_crash_with_each_output_stored_once() {
+    let handler = ReadmeApp::start("## Publishing through jetrelay").await;
+    let env = Env::start(&["orders.>"]).await;
+    let out = unique("OUT");
+    out_stream(&env.js, &out, &["invoices.>", "audit.>"], true).await;
+    let dlq = unique("DLQ");
+    create_stream(&env.js, &dlq, &[&format!("dlq.{}", env.stream)]).await;
+    let total = 60u64;
+    for i in 0..total {
+        let order = json!({"id": format!("o{i}"), "customer": format!("c{}", i % 3), "total": i});
+        env.js
+            .publish(format!("orders.{i}"), order.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    env.js
+        .publish("orders.bad", "not an order".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let config = format!(
+        "[nats]\nservers = \"{}\"\n[source]\nstream = \"{}\"\nkind = \"durable\"\ndurable = \"{}\"\n\
+         [http]\nurl = \"http://127.0.0.1:{}/orders\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [consumer]\nack_wait_ms = 2000\n[delivery]\nmax_in_flight = 4\n\
+         [dlq]\nsubject = \"dlq.{}\"\n\
+         [publish]\nallowed_subjects = [\"invoices.>\", \"audit.>\"]\n",
+        env.nats.url(),
+        env.stream,
+        env.durable,
+        handler.port,
+        env.stream
+    );
+    let mut first = Daemon::start(&config).await;
+    eventually("some outputs", T, || async {
+        stored(&env.js, &out).await.len() >= 20
+    })
+    .await;
+    first.signal("KILL");
+    first.wait_exit(T).await;
+    let _second = Daemon::start(&config).await;
+    eventually("every order settled", Duration::from_secs(60), || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    let got = stored(&env.js, &out).await;
+    assert_eq!(
+        got.len() as u64,
+        2 * total,
+        "an invoice and an audit line per order, once"
+    );
+    let ids: BTreeSet<&str> = got.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids.len(), got.len());
+    let invoice = got.iter().find(|s| s.subject == "invoices.c1").unwrap();
+    let body: serde_json::Value = serde_json::from_str(&invoice.payload).unwrap();
+    assert_eq!(body["customer"], "c1");
+    assert_eq!(stored(&env.js, &dlq).await.len(), 1, "the bad order");
 }

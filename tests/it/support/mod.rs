@@ -173,6 +173,8 @@ pub fn durable_config_for(
 /// The daemon running in-process.
 pub struct Relay {
     pub admin: SocketAddr,
+    /// The publish endpoint, when `publish.listen` is set.
+    pub publish: Option<SocketAddr>,
     pub health: Readiness,
     pub shutdown: CancellationToken,
     pub handle: JoinHandle<Result<(), DaemonError>>,
@@ -191,6 +193,7 @@ impl Relay {
         let shutdown = CancellationToken::new();
         Relay {
             admin: app.admin_addr().unwrap(),
+            publish: app.publish_addr(),
             health: app.readiness(),
             handle: tokio::spawn(app.run(shutdown.clone())),
             shutdown,

@@ -98,3 +98,56 @@ impl PeerMember {
         self.child.kill().await.ok();
     }
 }
+
+/// A Python handler from the README, run as written there, on a free loopback port.
+pub struct ReadmeApp {
+    _child: Child,
+    _dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+impl ReadmeApp {
+    /// Runs the first Python block after the heading `section` and waits until it
+    /// listens.
+    pub async fn start(section: &str) -> ReadmeApp {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let after = readme
+            .split_once(section)
+            .unwrap_or_else(|| panic!("the README has no {section:?}"))
+            .1;
+        let code = after
+            .split_once("```python\n")
+            .expect("with a Python handler")
+            .1
+            .split_once("```")
+            .unwrap()
+            .0;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("app.py");
+        std::fs::write(&script, code).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(python())
+            .arg(&script)
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python from the tools venv (scripts/setup)");
+        super::eventually("the handler listens", Duration::from_secs(20), || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        ReadmeApp {
+            _child: child,
+            _dir: dir,
+            port,
+        }
+    }
+}

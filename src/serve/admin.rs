@@ -1,6 +1,5 @@
-//! The admin endpoints on `admin.listen`: `/healthz`, `/ready`, `/metrics`. The only
-//! module that names `axum` types. Served until the very end of shutdown so that
-//! probes and scrapes see the drain.
+//! The admin endpoints on `admin.listen`: `/healthz`, `/ready`, `/metrics`. Served
+//! until the very end of shutdown so that probes and scrapes see the drain.
 
 use axum::Router;
 use axum::extract::State;
@@ -57,7 +56,5 @@ pub async fn serve(
     metrics: Metrics,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(readiness, metrics))
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
+    super::serve(listener, router(readiness, metrics), stop).await
 }

@@ -1,0 +1,214 @@
+//! The local publish endpoint on `publish.listen`: the app publishes without a NATS
+//! client.
+//!
+//! - `POST /v1/publish/<subject>`: the raw body, `Nats-Msg-Id` and
+//!   `Nats-Header-<name>` request headers → 200 `{"stream", "seq", "duplicate"}`.
+//! - `POST /v1/publish`: the JSON `{"publish": [...]}` → one atomic batch (or one by
+//!   one with `publish.atomic = false`) → 200 `{"stream", "seq", "count"}` (and
+//!   `"duplicate": true` when the batch carried an id already stored: then nothing of
+//!   it was stored by this request).
+//!
+//! 400 malformed, 403 subject not allowed, 413 too large, 503 NATS unavailable or the
+//! publish failed (nothing stored in an atomic batch); every error is
+//! `{"error": "..."}`. Every publish awaits its PubAck; at most [`MAX_CONCURRENT`]
+//! publishes run at once, the others wait.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::nats::{Committed, OutputError, OutputPublisher};
+use crate::ops::metrics::{Metrics, Via};
+use crate::outputs::{self, Author, Output, Refusal, Rules};
+
+/// Publishes in progress at once, at most.
+pub const MAX_CONCURRENT: usize = 64;
+
+/// What the endpoint publishes with.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The publisher.
+    pub publisher: OutputPublisher,
+    /// `publish.allowed_subjects`, `max_messages`, `max_bytes`.
+    pub rules: Rules,
+    /// `publish.atomic`.
+    pub atomic: bool,
+    /// Collectors.
+    pub metrics: Metrics,
+}
+
+#[derive(Clone)]
+struct Shared {
+    endpoint: Arc<Endpoint>,
+    permits: Arc<Semaphore>,
+}
+
+/// Why a publish request failed, for its status.
+#[derive(Debug)]
+enum Failure {
+    Refused(Refusal),
+    Failed(OutputError),
+}
+
+/// The status of a failed publish request.
+fn status(f: &Failure) -> StatusCode {
+    match f {
+        Failure::Refused(Refusal::Malformed(_)) => StatusCode::BAD_REQUEST,
+        Failure::Refused(Refusal::NotAllowed(_)) => StatusCode::FORBIDDEN,
+        Failure::Refused(Refusal::TooMany { .. } | Refusal::TooLarge { .. })
+        | Failure::Failed(OutputError::TooLarge(_)) => StatusCode::PAYLOAD_TOO_LARGE,
+        Failure::Failed(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+impl Failure {
+    fn label(&self) -> &'static str {
+        match self {
+            Failure::Refused(r) => r.label(),
+            Failure::Failed(e) => e.label(),
+        }
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let text = match &self {
+            Failure::Refused(r) => r.to_string(),
+            Failure::Failed(e) => crate::ops::telemetry::chain(e),
+        };
+        (status(&self), axum::Json(json!({ "error": text }))).into_response()
+    }
+}
+
+fn router(endpoint: Endpoint) -> Router {
+    // The raw body is at most max_bytes; a document carries it in JSON (base64 and
+    // escapes at most double it) plus its own fields.
+    let max = usize::try_from(endpoint.rules.max_bytes).unwrap_or(usize::MAX);
+    let document = max.saturating_mul(2).saturating_add(64 * 1024);
+    let shared = Shared {
+        endpoint: Arc::new(endpoint),
+        permits: Arc::new(Semaphore::new(MAX_CONCURRENT)),
+    };
+    Router::new()
+        .route(
+            "/v1/publish/{subject}",
+            post(one).layer(DefaultBodyLimit::max(max)),
+        )
+        .route(
+            "/v1/publish",
+            post(many).layer(DefaultBodyLimit::max(document)),
+        )
+        .with_state(shared)
+}
+
+/// `POST /v1/publish/<subject>`.
+async fn one(
+    State(s): State<Shared>,
+    Path(subject): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Failure> {
+    let named: Vec<(&str, &str)> = headers
+        .iter()
+        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+        .collect();
+    let output = outputs::from_request(&subject, &named, body).map_err(Failure::Refused);
+    let c = s.publish(output.map(|o| vec![o])).await?;
+    Ok(axum::Json(json!({
+        "stream": c.stream,
+        "seq": c.seq,
+        "duplicate": c.duplicate,
+    }))
+    .into_response())
+}
+
+/// `POST /v1/publish`.
+async fn many(State(s): State<Shared>, body: Bytes) -> Result<Response, Failure> {
+    let list = outputs::parse(&body, Author::Endpoint).map_err(Failure::Refused);
+    let c = s.publish(list).await?;
+    let mut answer = json!({ "stream": c.stream, "seq": c.seq, "count": c.count });
+    if c.duplicate {
+        answer["duplicate"] = json!(true);
+        answer["stream"] = json!(null);
+        answer["seq"] = json!(null);
+    }
+    Ok(axum::Json(answer).into_response())
+}
+
+impl Shared {
+    /// Checks the rules, publishes, counts.
+    async fn publish(&self, outputs: Result<Vec<Output>, Failure>) -> Result<Committed, Failure> {
+        let e = &self.endpoint;
+        let result = async {
+            let outputs = outputs?;
+            e.rules.check(&outputs).map_err(Failure::Refused)?;
+            // The semaphore is never closed, so acquiring only waits.
+            let _permit = self.permits.acquire().await;
+            e.publisher
+                .publish(&outputs, e.atomic)
+                .await
+                .map_err(Failure::Failed)
+        }
+        .await;
+        match &result {
+            Ok(c) if !c.duplicate => e.metrics.published(Via::Endpoint, c.count as u64),
+            Ok(_) => {}
+            Err(f) => {
+                e.metrics.publish_failed(f.label());
+                tracing::warn!(
+                    reason = f.label(),
+                    status = status(f).as_u16(),
+                    "a publish on the endpoint failed"
+                );
+            }
+        }
+        result
+    }
+}
+
+/// Serves until `stop` is cancelled.
+///
+/// # Errors
+/// The server's I/O error.
+pub async fn serve(
+    listener: TcpListener,
+    endpoint: Endpoint,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    super::serve(listener, router(endpoint), stop).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_table() {
+        let cases = [
+            (Failure::Refused(Refusal::Malformed(String::new())), 400),
+            (Failure::Refused(Refusal::NotAllowed(String::new())), 403),
+            (Failure::Refused(Refusal::TooMany { count: 2, max: 1 }), 413),
+            (
+                Failure::Refused(Refusal::TooLarge { bytes: 2, max: 1 }),
+                413,
+            ),
+            (Failure::Failed(OutputError::TooLarge(String::new())), 413),
+            (Failure::Failed(OutputError::NoStream(String::new())), 503),
+            (Failure::Failed(OutputError::Timeout), 503),
+            (Failure::Failed(OutputError::NotAtomic), 503),
+            (Failure::Failed(OutputError::TooManyBatches), 503),
+        ];
+        for (f, want) in cases {
+            assert_eq!(status(&f).as_u16(), want, "{f:?}");
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The local publish endpoint (`publish.listen`): the app publishes without a NATS
+//! client, raw or as a JSON list (one atomic batch), and every answer says what
+//! happened.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+async fn out_stream(js: &jetstream::Context, name: &str, subjects: &[&str]) {
+    js.create_stream(stream::Config {
+        name: name.to_string(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        allow_atomic_publish: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+/// A relay whose endpoint allows `out.>` and `nowhere.>` (no stream captures the
+/// latter), at most 3 messages and 1000 bytes per request.
+async fn relay_with_endpoint(env: &Env) -> (Relay, String) {
+    let app = MockApp::ok().await;
+    let extra = "[publish]\nlisten = \"127.0.0.1:0\"\nallowed_subjects = [\"out.>\", \"nowhere.>\"]\n\
+                 max_messages = 3\nmax_bytes = 1000\n[nats]\nrequest_timeout_ms = 1000\n";
+    let relay = Relay::ready(durable_config(
+        &env.nats,
+        &app,
+        &env.stream,
+        &env.durable,
+        extra,
+    ))
+    .await;
+    let base = format!(
+        "http://{}/v1/publish",
+        relay.publish.expect("the endpoint is on")
+    );
+    (relay, base)
+}
+
+async fn post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> (u16, Value) {
+    let mut req = reqwest::Client::new().post(url).body(body);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let code = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test]
+async fn the_endpoint_publishes_raw_and_json_and_answers_as_documented() {
+    let env = Env::start(&["in.>"]).await;
+    let out = unique("OUT");
+    out_stream(&env.js, &out, &["out.>", "secret.>"]).await;
+    let (relay, base) = relay_with_endpoint(&env).await;
+
+    let headers = [
+        ("Nats-Msg-Id", "k1"),
+        ("Nats-Header-X-Trace", "7"),
+        ("Authorization", "x"),
+    ];
+    let (code, body) = post(&format!("{base}/out.a"), &headers, "hello").await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body, json!({"stream": out, "seq": 1, "duplicate": false}));
+    let (code, body) = post(&format!("{base}/out.a"), &headers, "hello").await;
+    assert_eq!((code, &body["duplicate"]), (200, &json!(true)), "{body}");
+    let stored = env
+        .js
+        .get_stream(&out)
+        .await
+        .unwrap()
+        .get_raw_message(1)
+        .await
+        .unwrap();
+    assert_eq!(stored.payload.as_ref(), b"hello");
+    let header = |n: &str| stored.headers.get(n).map(|v| v.as_str().to_string());
+    assert_eq!(header("X-Trace").as_deref(), Some("7"));
+    assert_eq!(header("Nats-Msg-Id").as_deref(), Some("k1"));
+    assert_eq!(
+        header("Authorization"),
+        None,
+        "request headers are not the message's"
+    );
+
+    let list = json!({"publish": [
+        {"subject": "out.b", "data": "one"},
+        {"subject": "out.c", "data_base64": "dHdv", "headers": {"Nats-Msg-Id": "k2"}}
+    ]});
+    let (code, body) = post(&base, &[], list.to_string()).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body, json!({"stream": out, "seq": 3, "count": 2}));
+
+    let four = json!({"publish": (0..4).map(|i| json!({"subject": "out.d", "data": i.to_string()})).collect::<Vec<_>>()});
+    let secret = json!({"publish": [{"subject": "secret.x", "data": "no"}]});
+    let cases: Vec<(String, String, u16)> = vec![
+        (base.clone(), "{not json".into(), 400),
+        (
+            base.clone(),
+            json!({"publish": [{"data": "x"}]}).to_string(),
+            400,
+        ),
+        (format!("{base}/out.*"), "x".into(), 400),
+        (format!("{base}/secret.x"), "x".into(), 403),
+        (base.clone(), secret.to_string(), 403),
+        (format!("{base}/out.e"), "x".repeat(2000), 413),
+        (base.clone(), four.to_string(), 413),
+        (format!("{base}/nowhere.x"), "x".into(), 503),
+    ];
+    for (url, body, want) in cases {
+        let (code, answer) = post(&url, &[], body).await;
+        assert_eq!(code, want, "{url}: {answer}");
+        if want != 413 || url.ends_with("/publish") {
+            assert!(answer["error"].is_string(), "{url}: {answer}");
+        }
+    }
+    let info = env
+        .js
+        .get_stream(&out)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    assert_eq!(info, 3, "nothing refused was stored");
+    let m = |s: &'static str| relay.metric(s);
+    assert_eq!(m("jetrelay_published_total{via=\"endpoint\"}").await, 3.0);
+    assert_eq!(
+        m("jetrelay_publish_failures_total{reason=\"not_allowed\"}").await,
+        2.0
+    );
+    assert_eq!(
+        m("jetrelay_publish_failures_total{reason=\"malformed\"}").await,
+        3.0
+    );
+    assert_eq!(
+        m("jetrelay_publish_failures_total{reason=\"no_stream\"}").await,
+        1.0
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn concurrent_clients_get_exactly_what_they_publish() {
+    let env = Env::start(&["in.>"]).await;
+    let out = unique("OUT");
+    out_stream(&env.js, &out, &["out.>"]).await;
+    let (relay, base) = relay_with_endpoint(&env).await;
+    let clients = 8;
+    let per_client = 40;
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let base = base.clone();
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for i in 0..per_client {
+                // Alternately one raw message and a batch of two.
+                let resp = if i % 2 == 0 {
+                    http.post(format!("{base}/out.c{c}"))
+                        .header("Nats-Msg-Id", format!("{c}-{i}"))
+                        .body(format!("{c}-{i}"))
+                        .send()
+                        .await
+                } else {
+                    let list = json!({"publish": [
+                        {"subject": format!("out.c{c}"), "data": format!("{c}-{i}-a")},
+                        {"subject": format!("out.c{c}"), "data": format!("{c}-{i}-b")}
+                    ]});
+                    http.post(&base).body(list.to_string()).send().await
+                };
+                assert_eq!(resp.unwrap().status().as_u16(), 200);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let expected = (clients * per_client / 2 * 3) as u64;
+    eventually("all stored", T, || async {
+        env.js
+            .get_stream(&out)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .state
+            .messages
+            == expected
+    })
+    .await;
+    assert_eq!(
+        relay
+            .metric("jetrelay_published_total{via=\"endpoint\"}")
+            .await,
+        expected as f64
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_nats_gone_the_endpoint_answers_503_and_stays_up() {
+    let mut env = Env::start(&["in.>"]).await;
+    let out = unique("OUT");
+    out_stream(&env.js, &out, &["out.>"]).await;
+    let (relay, base) = relay_with_endpoint(&env).await;
+    assert_eq!(post(&format!("{base}/out.a"), &[], "1").await.0, 200);
+    env.nats.kill();
+    let (code, body) = post(&format!("{base}/out.a"), &[], "2").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body["error"].is_string());
+    env.nats.start_again();
+    eventually("publishing again", T, || async {
+        post(&format!("{base}/out.a"), &[], "3").await.0 == 200
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
