@@ -9,7 +9,10 @@ use std::time::Duration;
 
 pub use crate::capacity::Held;
 use crate::delivery::Delivery;
-use crate::http::forward::{BatchForwarded, Forwarded};
+use crate::http::batch::Answer;
+use crate::ops::metrics::HttpClass;
+use crate::outputs::{Output, Refusal};
+use crate::policy::Outcome;
 
 /// What a source has to say. `T` is its settle handle.
 #[derive(Debug)]
@@ -110,4 +113,42 @@ pub trait Forward: Send + Sync + 'static {
         &self,
         items: &[(&Delivery, u32)],
     ) -> impl Future<Output = BatchForwarded> + Send;
+}
+
+/// The result of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forwarded {
+    /// What happened, for the policy.
+    pub outcome: Outcome,
+    /// The metric class.
+    pub class: HttpClass,
+    /// Message headers not sent because they are not valid HTTP.
+    pub skipped_headers: usize,
+    /// Time from sending to the answer (or failure).
+    pub elapsed: Duration,
+    /// A `Jetrelay-Action` value that was not understood (it is ignored).
+    pub bad_action: bool,
+    /// Why no answer came, when none did.
+    pub failure: Option<NoAnswer>,
+    /// A 2xx answer that publishes: its outputs, or why they cannot be.
+    pub outputs: Option<Result<Vec<Output>, Refusal>>,
+}
+
+/// The result of one batch request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchForwarded {
+    /// The request's own result (its status, or why there was none).
+    pub forwarded: Forwarded,
+    /// The per-message answer of a 2xx.
+    pub answer: Option<Answer>,
+}
+
+/// Why a request got no answer: a short kind for logs, and the innermost cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoAnswer {
+    /// `connection refused`, `cannot connect`, `connection reset`, `connection
+    /// closed`, `timeout`, `request failed`, ...
+    pub kind: &'static str,
+    /// The innermost error's text (never the app's body).
+    pub cause: String,
 }

@@ -13,13 +13,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::book::Book;
 use super::lanes::LaneKey;
-use super::seam::{Event, Forward, Held, Settle, Source};
+use super::seam::{BatchForwarded, Event, Forward, Forwarded, Held, NoAnswer, Settle, Source};
 use super::{Dispatch, Ended};
 use crate::config::Ordering;
 use crate::daemon::shutdown::Deadline;
 use crate::delivery::{Delivery, Meta};
 use crate::http::batch::{Answer, ItemResult};
-use crate::http::forward::{BatchForwarded, Forwarded, NoAnswer};
 use crate::ops::metrics::{HttpClass, Metrics};
 use crate::ops::readiness::{Readiness, State};
 use crate::policy::{Outcome, Policy, StatusSet};

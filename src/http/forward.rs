@@ -19,9 +19,9 @@ use tokio::time::Instant;
 
 use crate::config::HttpConfig;
 use crate::delivery::Delivery;
-use crate::dispatch::seam::Forward;
+use crate::dispatch::seam::{BatchForwarded, Forward, Forwarded, NoAnswer};
 use crate::ops::metrics::HttpClass;
-use crate::outputs::{self, Author, Output, Refusal};
+use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
 
 /// The response header by which the app overrides the status mapping.
@@ -89,44 +89,6 @@ pub enum ForwardError {
     /// The client could not be built.
     #[error("cannot build the HTTP client")]
     Client(#[source] reqwest::Error),
-}
-
-/// The result of one attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Forwarded {
-    /// What happened, for the policy.
-    pub outcome: Outcome,
-    /// The metric class.
-    pub class: HttpClass,
-    /// Message headers not sent because they are not valid HTTP.
-    pub skipped_headers: usize,
-    /// Time from sending to the answer (or failure).
-    pub elapsed: Duration,
-    /// A `Jetrelay-Action` value that was not understood (it is ignored).
-    pub bad_action: bool,
-    /// Why no answer came, when none did.
-    pub failure: Option<NoAnswer>,
-    /// A 2xx answer that publishes: its outputs, or why they cannot be.
-    pub outputs: Option<Result<Vec<Output>, Refusal>>,
-}
-
-/// The result of one batch request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchForwarded {
-    /// The request's own result (its status, or why there was none).
-    pub forwarded: Forwarded,
-    /// The per-message answer of a 2xx.
-    pub answer: Option<crate::http::batch::Answer>,
-}
-
-/// Why a request got no answer: a short kind for logs, and the innermost cause.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NoAnswer {
-    /// `connection refused`, `cannot connect`, `connection reset`, `connection
-    /// closed`, `timeout`, `request failed`, ...
-    pub kind: &'static str,
-    /// The innermost error's text (never the app's body).
-    pub cause: String,
 }
 
 /// Sends deliveries to the app.
