@@ -33,6 +33,34 @@ pub struct DeadLetter<'a> {
     pub at: OffsetDateTime,
 }
 
+/// The `Jetrelay-Dlq-*` header names: written here, read back by `crate::redrive`.
+pub mod header {
+    /// The subject as the publisher sent it (a group's partition token stripped).
+    pub const SUBJECT: &str = "Jetrelay-Dlq-Subject";
+    /// A group source's partition number.
+    pub const PARTITION: &str = "Jetrelay-Dlq-Partition";
+    /// The stream the message was consumed from.
+    pub const STREAM: &str = "Jetrelay-Dlq-Stream";
+    /// The consumer that dead-lettered it.
+    pub const CONSUMER: &str = "Jetrelay-Dlq-Consumer";
+    /// Its stream sequence.
+    pub const SEQUENCE: &str = "Jetrelay-Dlq-Sequence";
+    /// Attempts made.
+    pub const DELIVERED: &str = "Jetrelay-Dlq-Delivered";
+    /// The app's last status.
+    pub const STATUS: &str = "Jetrelay-Dlq-Status";
+    /// The TERM reason.
+    pub const REASON: &str = "Jetrelay-Dlq-Reason";
+    /// When it was dead-lettered.
+    pub const TIME: &str = "Jetrelay-Dlq-Time";
+    /// The original `Nats-Msg-Id`.
+    pub const MSG_ID: &str = "Jetrelay-Dlq-Msg-Id";
+    /// The payload was left out; its size.
+    pub const PAYLOAD_OMITTED: &str = "Jetrelay-Dlq-Payload-Omitted";
+    /// Every header of a dead letter starts with this.
+    pub const PREFIX: &str = "jetrelay-dlq-";
+}
+
 /// The headers of the DLQ message.
 pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
     let d = dl.delivery;
@@ -43,34 +71,38 @@ pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
         .cloned()
         .collect();
     let mut add = |n: &str, v: String| out.push((n.to_string(), v));
-    add("Jetrelay-Dlq-Subject", d.subject.clone());
+    // As published: a replay to it goes through a group's partition transform again.
+    add(header::SUBJECT, d.app_subject.clone());
+    if let Some(p) = d.partition {
+        add(header::PARTITION, p.to_string());
+    }
     if let Ok(m) = &d.meta {
-        add("Jetrelay-Dlq-Stream", m.stream.clone());
-        add("Jetrelay-Dlq-Consumer", m.consumer.clone());
-        add("Jetrelay-Dlq-Sequence", m.stream_seq.to_string());
+        add(header::STREAM, m.stream.clone());
+        add(header::CONSUMER, m.consumer.clone());
+        add(header::SEQUENCE, m.stream_seq.to_string());
         add(
             "Nats-Msg-Id",
             format!("jetrelay-dlq:{}:{}:{}", m.stream, m.consumer, m.stream_seq),
         );
     }
-    add("Jetrelay-Dlq-Delivered", dl.attempts.to_string());
+    add(header::DELIVERED, dl.attempts.to_string());
     if let Some(s) = dl.last_status {
-        add("Jetrelay-Dlq-Status", s.to_string());
+        add(header::STATUS, s.to_string());
     }
     // One line: a reason never carries the app's body, but stay safe for headers.
     let reason: String = dl.reason.chars().filter(|c| !c.is_control()).collect();
-    add("Jetrelay-Dlq-Reason", reason);
+    add(header::REASON, reason);
     if let Ok(t) = dl.at.to_offset(time::UtcOffset::UTC).format(&Rfc3339) {
-        add("Jetrelay-Dlq-Time", t);
+        add(header::TIME, t);
     }
     if let Some(id) = d.header("Nats-Msg-Id") {
-        add("Jetrelay-Dlq-Msg-Id", id.to_string());
+        add(header::MSG_ID, id.to_string());
     }
     out
 }
 
 /// The header that says the payload was left out, and how big it was.
-pub const PAYLOAD_OMITTED: &str = "Jetrelay-Dlq-Payload-Omitted";
+pub const PAYLOAD_OMITTED: &str = header::PAYLOAD_OMITTED;
 
 /// What is published to the DLQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +147,7 @@ mod tests {
     #[test]
     fn dlq_headers_table() {
         let d = Delivery {
-            subject: "orders.eu".into(),
+            subject: "3.orders.eu".into(),
             meta: Ok(Meta {
                 stream: "ORDERS".into(),
                 consumer: "w".into(),
@@ -131,7 +163,7 @@ mod tests {
                 ("Nats-Expected-Last-Sequence".into(), "4".into()),
             ],
             payload: Bytes::from_static(b"p"),
-            partition: None,
+            partition: Some(3),
             app_subject: "orders.eu".into(),
             origin: None,
             invalid: None,
@@ -152,7 +184,8 @@ mod tests {
         assert_eq!(get("X-Trace"), ["t"]);
         assert_eq!(get("Nats-Msg-Id"), ["jetrelay-dlq:ORDERS:w:42"]);
         assert!(get("Nats-Expected-Last-Sequence").is_empty());
-        assert_eq!(get("Jetrelay-Dlq-Subject"), ["orders.eu"]);
+        assert_eq!(get("Jetrelay-Dlq-Subject"), ["orders.eu"], "as published");
+        assert_eq!(get("Jetrelay-Dlq-Partition"), ["3"]);
         assert_eq!(get("Jetrelay-Dlq-Stream"), ["ORDERS"]);
         assert_eq!(get("Jetrelay-Dlq-Sequence"), ["42"]);
         assert_eq!(get("Jetrelay-Dlq-Delivered"), ["5"]);

@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use jetrelay::cli::ConnectOptions;
 use jetrelay::cli::check::CheckError;
-use jetrelay::cli::group::{GroupCommand, GroupOptions};
+use jetrelay::cli::dlq::{DlqCommand, DlqError};
+use jetrelay::cli::group::GroupCommand;
 use jetrelay::config::{Config, ConfigError, NatsConfig};
 use jetrelay::daemon::shutdown::Signals;
 use jetrelay::daemon::{Daemon, DaemonError};
@@ -47,9 +49,16 @@ enum Command {
     /// Administer partitioned consumer groups (orbit.go / natsio-pcgroups compatible).
     Group {
         #[command(flatten)]
-        options: GroupOptions,
+        options: ConnectOptions,
         #[command(subcommand)]
         command: GroupCommand,
+    },
+    /// Dead letters: browse them, replay them where they came from, purge them.
+    Dlq {
+        #[command(flatten)]
+        options: ConnectOptions,
+        #[command(subcommand)]
+        command: DlqCommand,
     },
 }
 
@@ -75,6 +84,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Group { options, command } => group(options, command),
+        Command::Dlq { options, command } => dlq(options, command),
         Command::Run { config } => with_config(config.as_deref(), run),
         Command::Check { config } => with_config(config.as_deref(), check),
     }
@@ -160,8 +170,44 @@ async fn check(config: Config) -> anyhow::Result<ExitCode> {
 }
 
 /// `jetrelay group …`: 0 done, 64 invalid request, 1 failure.
+fn group(options: ConnectOptions, command: GroupCommand) -> ExitCode {
+    let raw: Vec<String> = std::env::args().collect();
+    let json = options.json;
+    admin(&options, |nats| async move {
+        match jetrelay::cli::group::run(&GroupAdmin::new(nats), command, json, &raw).await {
+            Ok(text) => Ok((text, false)),
+            Err(e) => {
+                let usage = matches!(e, AdminError::Invalid(_));
+                Err((e.to_string(), usage))
+            }
+        }
+    })
+}
+
+/// `jetrelay dlq …`: 0 done, 64 usage, 1 a failure (some dead letter not replayed or
+/// deleted included).
+fn dlq(options: ConnectOptions, command: DlqCommand) -> ExitCode {
+    let json = options.json;
+    admin(&options, |nats| async move {
+        match jetrelay::cli::dlq::run(&nats, command, json).await {
+            Ok(done) => Ok((done.text, done.failed)),
+            Err(e) => {
+                let usage = matches!(e, DlqError::Usage(_));
+                let chain = jetrelay::ops::telemetry::chain(&e);
+                Err((chain, usage))
+            }
+        }
+    })
+}
+
+/// Runs an admin command on a NATS connection made from `options`: `job` answers
+/// `Ok((text, failed))` or `Err((message, usage))`.
 #[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
-fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
+fn admin<F, Fut>(options: &ConnectOptions, job: F) -> ExitCode
+where
+    F: FnOnce(jetrelay::nats::Nats) -> Fut,
+    Fut: Future<Output = Result<(String, bool), (String, bool)>>,
+{
     jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
         format: jetrelay::config::LogFormat::Text,
         level: "warn".into(),
@@ -176,24 +222,27 @@ fn group(options: GroupOptions, command: GroupCommand) -> ExitCode {
     if let Some(server) = &options.server {
         cfg.servers = jetrelay::config::split_servers(server);
     }
-    let raw: Vec<String> = std::env::args().collect();
     let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
         return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
-        let nats = jetrelay::nats::Nats::connect(&cfg, false)
-            .await
-            .map_err(AdminError::Nats)?;
-        jetrelay::cli::group::run(&GroupAdmin::new(nats), command, options.json, &raw).await
+        match jetrelay::nats::Nats::connect(&cfg, false).await {
+            Ok(nats) => job(nats).await,
+            Err(e) => Err((jetrelay::ops::telemetry::chain(&e), false)),
+        }
     });
     match result {
-        Ok(text) => {
+        Ok((text, failed)) => {
             println!("{text}");
-            ExitCode::SUCCESS
+            if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
         }
-        Err(e) => {
-            eprintln!("jetrelay: {e}");
-            if matches!(e, AdminError::Invalid(_)) {
+        Err((message, usage)) => {
+            eprintln!("jetrelay: {message}");
+            if usage {
                 ExitCode::from(EX_USAGE)
             } else {
                 ExitCode::FAILURE

@@ -32,7 +32,8 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
     )];
     let nats = Nats::connect(&config.nats, false).await?;
     nats.check_server_version()?;
-    let publishing = publishing(&nats, config, &settings).await;
+    let mut publishing = publishing(&nats, config, &settings).await;
+    publishing.extend(dead_letters(&nats, &settings).await);
     let member = match &settings.source {
         SourceSettings::Durable(request) => {
             let mut report = report(&nats, request, settings.retry.on_missing).await;
@@ -70,6 +71,20 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
     };
     lines.extend(publishing);
     Ok(Report { lines, ok })
+}
+
+/// The stream that stores dead letters, and whether `jetrelay dlq` can read it.
+async fn dead_letters(nats: &Nats, settings: &Settings) -> Vec<String> {
+    let Some(subject) = &settings.dlq_subject else {
+        return Vec::new();
+    };
+    match nats.capturing(subject).await {
+        Ok(streams) => crate::redrive::findings(subject, &streams),
+        Err(e) => vec![format!(
+            "dlq {subject}: cannot read the streams: {}",
+            crate::ops::telemetry::chain(&e)
+        )],
+    }
 }
 
 /// For each allowed publish subject: the streams that capture it, and what would go

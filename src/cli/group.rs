@@ -8,21 +8,6 @@ use serde_json::json;
 use crate::group::admin::{AdminError, GroupAdmin, GroupReport, MemberReport};
 use crate::group::model::{Flavour, GroupConfig, MemberMapping, PartitioningFilter};
 
-/// Options every group command takes.
-#[derive(Debug, Args)]
-pub struct GroupOptions {
-    /// NATS server URL(s), comma-separated; overrides `nats.servers`.
-    #[arg(long, global = true)]
-    pub server: Option<String>,
-    /// A jetrelay config file: its `[nats]` table (credentials, TLS, servers) is
-    /// used, with the `JETRELAY_NATS__*` variables over it, as the daemon does.
-    #[arg(long, global = true, env = "JETRELAY_CONFIG")]
-    pub config: Option<std::path::PathBuf>,
-    /// Print JSON instead of tables.
-    #[arg(long, global = true)]
-    pub json: bool,
-}
-
 /// `jetrelay group …`
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {

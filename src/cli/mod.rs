@@ -1,5 +1,24 @@
 //! The command-line tools besides the daemon: `jetrelay check` (the topology plan,
-//! changing nothing) and `jetrelay group …` (consumer-group administration).
+//! changing nothing), `jetrelay group …` (consumer-group administration) and
+//! `jetrelay dlq …` (dead letters: browse, replay, purge).
 
 pub mod check;
+pub mod dlq;
 pub mod group;
+
+use clap::Args;
+
+/// How the admin commands (`group`, `dlq`) connect, and how they print.
+#[derive(Debug, Args)]
+pub struct ConnectOptions {
+    /// NATS server URL(s), comma-separated; overrides `nats.servers`.
+    #[arg(long, global = true)]
+    pub server: Option<String>,
+    /// A jetrelay config file: its `[nats]` table (credentials, TLS, servers) is
+    /// used, with the `JETRELAY_NATS__*` variables over it, as the daemon does.
+    #[arg(long, global = true, env = "JETRELAY_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+}

@@ -11,10 +11,12 @@
 //!   sized by `crate::capacity`, on one wildcard inbox.
 //! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
 //! - `publish`: JetStream publishes that await their PubAck (dead letters).
+//! - `direct`: batch direct get, pages of a stream without a consumer.
 //! - `outputs`: the app's outputs, one by one or as one atomic batch (ADR-50).
 //! - `error`: [`NatsError`], the failures at this boundary that are not topology.
 
 mod connect;
+mod direct;
 mod error;
 mod groups;
 mod kv;
@@ -25,6 +27,7 @@ mod settle;
 mod streams;
 
 pub use connect::{ConnState, Nats};
+pub use direct::{DirectError, Page, PageRequest};
 pub use error::{Cause, NatsError};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};

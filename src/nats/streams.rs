@@ -596,4 +596,53 @@ impl Nats {
         }
         Ok(out)
     }
+
+    /// A stream's last sequence; `None` when there is no such stream.
+    ///
+    /// # Errors
+    /// [`TopologyError`] when it cannot be read.
+    pub async fn last_sequence(&self, stream: &str) -> Result<Option<u64>, TopologyError> {
+        match self.js.get_stream(stream).await {
+            Ok(mut s) => match s.info().await {
+                Ok(info) => Ok(Some(info.state.last_sequence)),
+                Err(e) => Err(unavailable(e)),
+            },
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    Ok(None)
+                }
+                GetStreamErrorKind::Request => Err(unavailable(e)),
+                _ => Err(refused("read the stream", e)),
+            },
+        }
+    }
+
+    /// Deletes messages of a stream, one by one; each sequence's result (a message
+    /// already gone counts as deleted).
+    ///
+    /// # Errors
+    /// [`TopologyError`] when the stream cannot be read.
+    pub async fn delete_messages(
+        &self,
+        stream: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<Result<(), String>>, TopologyError> {
+        let s = self.stream_handle(stream).await?;
+        let mut out = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            out.push(match s.delete_message(*seq).await {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if matches!(e.kind(), async_nats::jetstream::stream::DeleteMessageErrorKind::JetStream(js)
+                        if js.error_code() == ErrorCode::NO_MESSAGE_FOUND) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(crate::ops::telemetry::chain(&e)),
+            });
+        }
+        Ok(out)
+    }
 }

@@ -125,7 +125,8 @@ async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wron
     .unwrap();
     let text = format!(
         "{}[consumer]\nack_wait_ms = 30000\nmax_deliver = 4\n\
-         [publish]\nallowed_subjects = [\"out.>\", \"plain.x\", \"nowhere.>\"]\n",
+         [publish]\nallowed_subjects = [\"out.>\", \"plain.x\", \"nowhere.>\"]\n\
+         [dlq]\nsubject = \"plain.dlq\"\n",
         config_text(&nats, &app, &stream, &durable)
     );
     let dir = tempfile::tempdir().unwrap();
@@ -144,6 +145,8 @@ async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wron
         "publish plain.x: stream PLAIN (atomic publish not allowed",
         "warning: publish plain.x: stream PLAIN does not take atomic batches",
         "warning: publish nowhere.>: no stream captures it",
+        "dlq plain.dlq: stream PLAIN (direct get not allowed)",
+        "warning: dlq plain.dlq: stream PLAIN does not answer direct gets",
     ] {
         assert!(text.contains(want), "{want:?} missing from:\n{text}");
     }

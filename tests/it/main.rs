@@ -6,6 +6,8 @@
 mod atomic;
 mod batches;
 mod binary;
+mod direct;
+mod dlq;
 mod endpoint;
 mod faults;
 mod forwarding;

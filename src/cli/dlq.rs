@@ -1,0 +1,577 @@
+//! `jetrelay dlq ls|show|replay|purge`: browse dead letters and redrive them. The DLQ
+//! stream is read in pages with batch direct get (no consumer, its state untouched);
+//! replays are published with their own ids (`crate::redrive`), in pages of at most
+//! 1000, as atomic batches where the target stream takes them, one by one otherwise.
+
+use std::collections::HashMap;
+// Writing to a String cannot fail: `write!(…).ok()` drops an `Ok(())`.
+use std::fmt::Write as _;
+
+use base64::Engine;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use crate::nats::{DirectError, Nats, NatsError, OutputError, PageRequest, TopologyError};
+use crate::outputs::{Capture, Output};
+use crate::redrive::{self, Entry, Selection, Stored};
+
+/// Messages per page read, and per replay batch (the server's atomic batch limit).
+pub const PAGE: usize = 1000;
+
+/// Bytes per page read, at most (the server stops after the message that crosses it).
+const PAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// `jetrelay dlq …`
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters: DLQ sequence, time, original stream, sequence and subject,
+    /// status, reason.
+    Ls {
+        /// The DLQ stream.
+        stream: String,
+        /// Which ones.
+        #[command(flatten)]
+        select: SelectArgs,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Show one dead letter: what it says, its headers and its payload.
+    Show {
+        /// The DLQ stream.
+        stream: String,
+        /// Its sequence in the DLQ stream.
+        seq: u64,
+    },
+    /// Republish dead letters to their original subject (or `--to`), once: a re-run
+    /// within the target stream's duplicate window stores nothing twice.
+    Replay {
+        /// The DLQ stream.
+        stream: String,
+        /// Which ones.
+        #[command(flatten)]
+        select: SelectArgs,
+        /// Publish here instead of each letter's original subject.
+        #[arg(long)]
+        to: Option<String>,
+        /// Select and print, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Delete each dead letter once its replay is stored.
+        #[arg(long)]
+        delete: bool,
+    },
+    /// Delete dead letters.
+    Purge {
+        /// The DLQ stream.
+        stream: String,
+        /// Which ones.
+        #[command(flatten)]
+        select: SelectArgs,
+        /// Yes, delete them.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// The selection every listing command takes.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SelectArgs {
+    /// DLQ sequences: `A`, `A-B` or `A-`.
+    #[arg(long)]
+    pub seq: Option<String>,
+    /// Stored since: a duration back (`90s`, `30m`, `2h`, `7d`) or an RFC 3339 time.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// The original subject matches this pattern (wildcards allowed).
+    #[arg(long)]
+    pub subject: Option<String>,
+    /// The app's last status.
+    #[arg(long)]
+    pub status: Option<u16>,
+}
+
+impl SelectArgs {
+    fn selection(&self, now: OffsetDateTime) -> Result<Selection, DlqError> {
+        if let Some(s) = &self.subject {
+            crate::subject::validate_filter(s)
+                .map_err(|e| DlqError::Usage(format!("--subject {s:?} {e}")))?;
+        }
+        Ok(Selection {
+            seqs: self
+                .seq
+                .as_deref()
+                .map(redrive::parse_seqs)
+                .transpose()
+                .map_err(DlqError::Usage)?,
+            since: self
+                .since
+                .as_deref()
+                .map(|t| redrive::parse_since(t, now))
+                .transpose()
+                .map_err(DlqError::Usage)?,
+            subject: self.subject.clone(),
+            status: self.status,
+        })
+    }
+}
+
+/// Why a dlq command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DlqError {
+    /// A bad argument (exit 64).
+    #[error("{0}")]
+    Usage(String),
+    /// No such stream.
+    #[error("stream {0} does not exist")]
+    NoStream(String),
+    /// No such dead letter.
+    #[error("stream {stream} has no message {seq}")]
+    NoLetter {
+        /// The stream.
+        stream: String,
+        /// The sequence.
+        seq: u64,
+    },
+    /// The DLQ stream cannot be read.
+    #[error(transparent)]
+    Direct(#[from] DirectError),
+    /// NATS cannot be reached.
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+    /// A stream cannot be read or changed.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+}
+
+/// What a command printed, and whether anything failed (exit 1).
+#[derive(Debug)]
+pub struct Done {
+    /// The text or JSON to print.
+    pub text: String,
+    /// Some dead letter could not be replayed or deleted.
+    pub failed: bool,
+}
+
+/// Runs a dlq command.
+///
+/// # Errors
+/// [`DlqError`].
+pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqError> {
+    let now = OffsetDateTime::now_utc();
+    match cmd {
+        DlqCommand::Ls {
+            stream,
+            select,
+            limit,
+        } => {
+            let sel = select.selection(now)?;
+            let mut entries = Vec::new();
+            let limit = limit.unwrap_or(usize::MAX);
+            let mut pages = Pages::open(nats, &stream, &sel).await?;
+            while entries.len() < limit
+                && let Some(page) = pages.next().await?
+            {
+                entries.extend(
+                    page.iter()
+                        .map(redrive::entry)
+                        .filter(|e| sel.matches(e))
+                        .take(limit - entries.len()),
+                );
+            }
+            Ok(Done {
+                text: if json {
+                    serde_json::to_string(&entries).unwrap_or_default()
+                } else {
+                    table(&entries)
+                },
+                failed: false,
+            })
+        }
+        DlqCommand::Show { stream, seq } => show(nats, &stream, seq, json).await,
+        DlqCommand::Replay {
+            stream,
+            select,
+            to,
+            dry_run,
+            delete,
+        } => {
+            if let Some(to) = &to {
+                crate::subject::validate_publish_subject(to)
+                    .map_err(|e| DlqError::Usage(format!("--to {to:?} {e}")))?;
+            }
+            let sel = select.selection(now)?;
+            let mut r = Replayer {
+                nats,
+                stream: &stream,
+                to: to.as_deref(),
+                delete,
+                dry_run,
+                targets: HashMap::new(),
+                summary: Summary::default(),
+            };
+            let mut pages = Pages::open(nats, &stream, &sel).await?;
+            while let Some(page) = pages.next().await? {
+                let chosen: Vec<Stored> = page
+                    .into_iter()
+                    .filter(|m| sel.matches(&redrive::entry(m)))
+                    .collect();
+                r.page(chosen).await?;
+            }
+            Ok(r.summary.done(json, dry_run))
+        }
+        DlqCommand::Purge {
+            stream,
+            select,
+            yes,
+        } => {
+            if !yes {
+                return Err(DlqError::Usage(
+                    "purge deletes the selected dead letters for good: add --yes".into(),
+                ));
+            }
+            let sel = select.selection(now)?;
+            let mut summary = Summary::default();
+            let mut pages = Pages::open(nats, &stream, &sel).await?;
+            while let Some(page) = pages.next().await? {
+                let seqs: Vec<u64> = page
+                    .iter()
+                    .filter(|m| sel.matches(&redrive::entry(m)))
+                    .map(|m| m.seq)
+                    .collect();
+                summary.selected += seqs.len();
+                for (seq, result) in seqs.iter().zip(nats.delete_messages(&stream, &seqs).await?) {
+                    match result {
+                        Ok(()) => summary.deleted += 1,
+                        Err(why) => summary.fail(*seq, why),
+                    }
+                }
+            }
+            Ok(summary.done(json, false))
+        }
+    }
+}
+
+/// The DLQ stream's pages, from the selection's first sequence (or time) up to the
+/// last sequence when the command started.
+struct Pages<'a> {
+    nats: &'a Nats,
+    stream: &'a str,
+    next: PageRequest,
+    done: bool,
+}
+
+impl<'a> Pages<'a> {
+    async fn open(nats: &'a Nats, stream: &'a str, sel: &Selection) -> Result<Pages<'a>, DlqError> {
+        let Some(last) = nats.last_sequence(stream).await? else {
+            return Err(DlqError::NoStream(stream.to_string()));
+        };
+        let up_to = sel.last_seq().map_or(last, |b| b.min(last));
+        Ok(Pages {
+            nats,
+            stream,
+            next: PageRequest {
+                seq: sel.first_seq(),
+                batch: PAGE,
+                max_bytes: Some(PAGE_BYTES),
+                next_by_subj: None,
+                start_time: sel.start_time(),
+                up_to_seq: Some(up_to),
+            },
+            done: last == 0 || sel.first_seq() > up_to,
+        })
+    }
+
+    async fn next(&mut self) -> Result<Option<Vec<Stored>>, DlqError> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = self.nats.direct_page(self.stream, &self.next).await?;
+        match page.last_seq {
+            Some(last) if page.pending > 0 && !page.messages.is_empty() => {
+                self.next.seq = last + 1;
+                self.next.start_time = None;
+            }
+            _ => self.done = true,
+        }
+        if page.messages.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(page.messages))
+    }
+}
+
+/// What a replay or a purge did.
+#[derive(Debug, Default)]
+struct Summary {
+    selected: usize,
+    replayed: usize,
+    already: usize,
+    deleted: usize,
+    /// (DLQ sequence, why), in order.
+    failures: Vec<(u64, String)>,
+    /// Dry run: (DLQ sequence, where it would go).
+    planned: Vec<(u64, String)>,
+}
+
+impl Summary {
+    fn fail(&mut self, seq: u64, why: String) {
+        self.failures.push((seq, why));
+    }
+
+    fn done(self, json: bool, dry_run: bool) -> Done {
+        let failed = !self.failures.is_empty();
+        let text = if json {
+            json!({
+                "selected": self.selected,
+                "replayed": self.replayed,
+                "already_replayed": self.already,
+                "deleted": self.deleted,
+                "failed": self.failures.len(),
+                "failures": self.failures.iter().map(|(seq, why)| json!({"seq": seq, "error": why})).collect::<Vec<_>>(),
+                "dry_run": dry_run,
+                "planned": self.planned.iter().map(|(seq, to)| json!({"seq": seq, "subject": to})).collect::<Vec<_>>(),
+            })
+            .to_string()
+        } else {
+            let mut out = String::new();
+            for (seq, to) in &self.planned {
+                writeln!(out, "{seq} -> {to}").ok();
+            }
+            for (seq, why) in self.failures.iter().take(50) {
+                writeln!(out, "failed: {seq}: {why}").ok();
+            }
+            if self.failures.len() > 50 {
+                writeln!(out, "failed: … and {} more", self.failures.len() - 50).ok();
+            }
+            write!(
+                out,
+                "selected {}, replayed {}, already replayed {}, deleted {}, failed {}",
+                self.selected,
+                self.replayed,
+                self.already,
+                self.deleted,
+                self.failures.len()
+            ).ok();
+            if dry_run {
+                out.push_str(" (dry run: nothing changed)");
+            }
+            out
+        };
+        Done { text, failed }
+    }
+}
+
+/// Replays pages of dead letters.
+struct Replayer<'a> {
+    nats: &'a Nats,
+    stream: &'a str,
+    to: Option<&'a str>,
+    delete: bool,
+    dry_run: bool,
+    /// Target subject → the stream that captures it (`None`: no stream does).
+    targets: HashMap<String, Option<Capture>>,
+    summary: Summary,
+}
+
+impl Replayer<'_> {
+    /// Replays one page: grouped by target stream, each group as one atomic batch
+    /// where the stream takes it, else one by one; then deletes what is stored.
+    async fn page(&mut self, letters: Vec<Stored>) -> Result<(), DlqError> {
+        self.summary.selected += letters.len();
+        // (target stream, the letters' sequences and messages), in page order.
+        let mut groups: Vec<(Capture, Vec<(u64, Output)>)> = Vec::new();
+        for m in &letters {
+            let output = match redrive::replay(m, self.stream, self.to) {
+                Ok(o) => o,
+                Err(why) => {
+                    self.summary.fail(m.seq, why);
+                    continue;
+                }
+            };
+            if self.dry_run {
+                self.summary.planned.push((m.seq, output.subject.clone()));
+                continue;
+            }
+            let Some(target) = self.target(&output.subject).await? else {
+                self.summary
+                    .fail(m.seq, format!("no stream captures {}", output.subject));
+                continue;
+            };
+            match groups.iter_mut().find(|(c, _)| c.stream == target.stream) {
+                Some((_, members)) => members.push((m.seq, output)),
+                None => groups.push((target, vec![(m.seq, output)])),
+            }
+        }
+        let publisher = self.nats.outputs();
+        let mut stored = Vec::new();
+        for (target, members) in groups {
+            let outputs: Vec<Output> = members.iter().map(|(_, o)| o.clone()).collect();
+            let whole = if target.atomic && outputs.len() > 1 {
+                publisher.publish(&outputs, true).await
+            } else {
+                Err(OutputError::NotAtomic)
+            };
+            match whole {
+                Ok(c) if !c.duplicate => {
+                    self.summary.replayed += members.len();
+                    stored.extend(members.iter().map(|(seq, _)| *seq));
+                }
+                // Some were replayed before (the batch was refused whole), or the
+                // stream takes no batches, or the batch failed: one by one tells
+                // which.
+                _ => {
+                    for (seq, output) in members {
+                        match publisher
+                            .publish(std::slice::from_ref(&output), false)
+                            .await
+                        {
+                            Ok(c) => {
+                                if c.duplicate {
+                                    self.summary.already += 1;
+                                } else {
+                                    self.summary.replayed += 1;
+                                }
+                                stored.push(seq);
+                            }
+                            Err(e) => self.summary.fail(seq, crate::ops::telemetry::chain(&e)),
+                        }
+                    }
+                }
+            }
+        }
+        if self.delete && !stored.is_empty() {
+            let results = self.nats.delete_messages(self.stream, &stored).await?;
+            for (seq, result) in stored.iter().zip(results) {
+                match result {
+                    Ok(()) => self.summary.deleted += 1,
+                    Err(why) => self
+                        .summary
+                        .fail(*seq, format!("replayed, but not deleted: {why}")),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream that captures `subject`, looked up once.
+    async fn target(&mut self, subject: &str) -> Result<Option<Capture>, DlqError> {
+        if let Some(t) = self.targets.get(subject) {
+            return Ok(t.clone());
+        }
+        let found = self.nats.capturing(subject).await?.into_iter().next();
+        self.targets.insert(subject.to_string(), found.clone());
+        Ok(found)
+    }
+}
+
+/// `dlq show`.
+async fn show(nats: &Nats, stream: &str, seq: u64, json: bool) -> Result<Done, DlqError> {
+    let page = nats
+        .direct_page(
+            stream,
+            &PageRequest {
+                seq,
+                batch: 1,
+                ..PageRequest::default()
+            },
+        )
+        .await?;
+    let Some(m) = page.messages.into_iter().find(|m| m.seq == seq) else {
+        return Err(DlqError::NoLetter {
+            stream: stream.to_string(),
+            seq,
+        });
+    };
+    let e = redrive::entry(&m);
+    let text = match std::str::from_utf8(&m.payload) {
+        Ok(t) => (Some(t.to_string()), None),
+        Err(_) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(&m.payload)),
+        ),
+    };
+    let out = if json {
+        let mut v = serde_json::to_value(&e).unwrap_or(Value::Null);
+        v["headers"] = json!(m.headers);
+        match text {
+            (Some(t), _) => v["data"] = json!(t),
+            (_, b) => v["data_base64"] = json!(b),
+        }
+        v.to_string()
+    } else {
+        let mut out = table(std::slice::from_ref(&e));
+        out.push_str("\n\nheaders:\n");
+        for (n, v) in &m.headers {
+            writeln!(out, "  {n}: {v}").ok();
+        }
+        match text {
+            (Some(t), _) => {
+                write!(out, "payload ({} bytes):\n{t}", m.payload.len()).ok();
+            }
+            (_, Some(b)) => {
+                write!(out, "payload ({} bytes, base64):\n{b}", m.payload.len()).ok();
+            }
+            _ => {}
+        }
+        out
+    };
+    Ok(Done {
+        text: out,
+        failed: false,
+    })
+}
+
+/// The `ls` table.
+fn table(entries: &[Entry]) -> String {
+    let rows: Vec<[String; 7]> = entries
+        .iter()
+        .map(|e| {
+            [
+                e.dlq_seq.to_string(),
+                e.time.clone(),
+                e.stream.clone().unwrap_or_else(|| "-".into()),
+                e.sequence.map_or_else(|| "-".into(), |n| n.to_string()),
+                e.subject.clone(),
+                e.status.map_or_else(|| "-".into(), |n| n.to_string()),
+                e.reason.clone(),
+            ]
+        })
+        .collect();
+    let head = [
+        "SEQ",
+        "TIME",
+        "STREAM",
+        "STREAM SEQ",
+        "SUBJECT",
+        "STATUS",
+        "REASON",
+    ];
+    let mut widths = head.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                write!(l, "{cell:<w$}  ").ok();
+            }
+        }
+        l
+    };
+    let mut out = line(head.to_vec());
+    for row in &rows {
+        out.push('\n');
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    if rows.is_empty() {
+        out.push_str("\n(no dead letters selected)");
+    }
+    out
+}

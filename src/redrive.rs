@@ -1,0 +1,470 @@
+//! Dead letters read back, as pure functions: what each says (from its
+//! `Jetrelay-Dlq-*` headers), which ones a `jetrelay dlq` command selects, and the
+//! message that replays one.
+//!
+//! A replay goes to the subject as the publisher sent it (a group's partition
+//! transform applies again) with the payload and the original headers, and the id
+//! `jetrelay-replay:<dlq-stream>:<dlq-seq>`: a re-run within the target stream's
+//! duplicate window stores nothing twice.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::dead_letter::header;
+use crate::outputs::{Capture, MSG_ID, Output};
+use crate::subject;
+
+/// One stored message of a stream, as direct get returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Its stream sequence.
+    pub seq: u64,
+    /// The subject it was stored on.
+    pub subject: String,
+    /// When it was stored (RFC 3339, as the server wrote it).
+    pub time: String,
+    /// Its headers.
+    pub headers: Vec<(String, String)>,
+    /// Its payload.
+    pub payload: Bytes,
+}
+
+impl Stored {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What a dead letter says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Entry {
+    /// Its sequence in the DLQ stream.
+    pub dlq_seq: u64,
+    /// When it was stored in the DLQ.
+    pub time: String,
+    /// The stream the message was consumed from.
+    pub stream: Option<String>,
+    /// Its sequence there.
+    pub sequence: Option<u64>,
+    /// The subject as the publisher sent it (the DLQ subject for a foreign letter).
+    pub subject: String,
+    /// A group source's partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
+    /// The consumer that dead-lettered it.
+    pub consumer: Option<String>,
+    /// Attempts made.
+    pub delivered: Option<u32>,
+    /// The app's last status.
+    pub status: Option<u16>,
+    /// Why.
+    pub reason: String,
+    /// The original `Nats-Msg-Id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msg_id: Option<String>,
+    /// The payload was left out (it was too large); its size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_omitted: Option<u64>,
+    /// The payload's size in the letter.
+    pub bytes: usize,
+}
+
+/// Reads a stored dead letter.
+pub fn entry(m: &Stored) -> Entry {
+    let text = |n: &str| m.header(n).map(str::to_string);
+    let number = |n: &str| m.header(n).and_then(|v| v.trim().parse::<u64>().ok());
+    Entry {
+        dlq_seq: m.seq,
+        time: m.time.clone(),
+        stream: text(header::STREAM),
+        sequence: number(header::SEQUENCE),
+        subject: text(header::SUBJECT).unwrap_or_else(|| m.subject.clone()),
+        partition: number(header::PARTITION).and_then(|n| u32::try_from(n).ok()),
+        consumer: text(header::CONSUMER),
+        delivered: number(header::DELIVERED).and_then(|n| u32::try_from(n).ok()),
+        status: number(header::STATUS).and_then(|n| u16::try_from(n).ok()),
+        reason: text(header::REASON).unwrap_or_default(),
+        msg_id: text(header::MSG_ID),
+        payload_omitted: number(header::PAYLOAD_OMITTED),
+        bytes: m.payload.len(),
+    }
+}
+
+/// Which dead letters a command takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// DLQ sequences, both ends included.
+    pub seqs: Option<(u64, u64)>,
+    /// Stored at or after.
+    pub since: Option<OffsetDateTime>,
+    /// The original subject matches this pattern.
+    pub subject: Option<String>,
+    /// The app's last status.
+    pub status: Option<u16>,
+}
+
+impl Selection {
+    /// Whether `e` is selected. Sequences and time are also asked of the server
+    /// (`first_seq`, `start_time`); they are checked here again all the same.
+    pub fn matches(&self, e: &Entry) -> bool {
+        let in_range = self.seqs.is_none_or(|(a, b)| (a..=b).contains(&e.dlq_seq));
+        let recent = self
+            .since
+            .is_none_or(|since| OffsetDateTime::parse(&e.time, &Rfc3339).is_ok_and(|t| t >= since));
+        let subject = self
+            .subject
+            .as_deref()
+            .is_none_or(|p| subject::covers(p, &e.subject));
+        let status = self.status.is_none_or(|s| e.status == Some(s));
+        in_range && recent && subject && status
+    }
+
+    /// The first DLQ sequence to read.
+    pub fn first_seq(&self) -> u64 {
+        self.seqs.map_or(1, |(a, _)| a.max(1))
+    }
+
+    /// The last DLQ sequence to read, if bounded.
+    pub fn last_seq(&self) -> Option<u64> {
+        self.seqs.map(|(_, b)| b)
+    }
+
+    /// The start time for the server, RFC 3339.
+    pub fn start_time(&self) -> Option<String> {
+        self.since.and_then(|t| t.format(&Rfc3339).ok())
+    }
+}
+
+/// Reads `--seq A` or `--seq A-B`.
+///
+/// # Errors
+/// A sentence saying what is wrong.
+pub fn parse_seqs(text: &str) -> Result<(u64, u64), String> {
+    let number = |t: &str| {
+        t.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("--seq {text:?}: sequences are numbers from 1"))
+    };
+    match text.split_once('-') {
+        None => number(text).map(|n| (n, n)),
+        Some((a, "")) => number(a).map(|a| (a, u64::MAX)),
+        Some((a, b)) => {
+            let (a, b) = (number(a)?, number(b)?);
+            if a > b {
+                return Err(format!("--seq {text:?}: the range is backwards"));
+            }
+            Ok((a, b))
+        }
+    }
+}
+
+/// Reads `--since`: a duration back from `now` (`90s`, `30m`, `2h`, `7d`) or an RFC
+/// 3339 time.
+///
+/// # Errors
+/// A sentence saying what is wrong.
+pub fn parse_since(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime, String> {
+    if let Ok(t) = OffsetDateTime::parse(text, &Rfc3339) {
+        return Ok(t);
+    }
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("--since {text:?}: a duration like 2h or 30m, or an RFC 3339 time"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "--since {text:?}: the unit is s, m, h or d (or give an RFC 3339 time)"
+            ));
+        }
+    };
+    let back = Duration::from_secs(n.saturating_mul(seconds));
+    now.checked_sub(
+        back.try_into()
+            .map_err(|_| format!("--since {text:?}: too far back"))?,
+    )
+    .ok_or_else(|| format!("--since {text:?}: too far back"))
+}
+
+/// The id of a replay: `jetrelay-replay:<dlq-stream>:<dlq-seq>`.
+pub fn replay_id(dlq_stream: &str, dlq_seq: u64) -> String {
+    format!("jetrelay-replay:{dlq_stream}:{dlq_seq}")
+}
+
+/// The message that replays `m` to its original subject or to `to`; `Err` (why) when
+/// it cannot be replayed (its payload was left out of the letter).
+///
+/// # Errors
+/// A sentence saying why.
+pub fn replay(m: &Stored, dlq_stream: &str, to: Option<&str>) -> Result<Output, String> {
+    let e = entry(m);
+    if let Some(size) = e.payload_omitted {
+        let at = match (&e.stream, e.sequence) {
+            (Some(s), Some(n)) => format!(" (the original is in {s} at {n})"),
+            _ => String::new(),
+        };
+        return Err(format!(
+            "the letter has no payload: it was {size} bytes, too large for the DLQ{at}"
+        ));
+    }
+    let mut headers: Vec<(String, String)> = m
+        .headers
+        .iter()
+        .filter(|(n, _)| {
+            let lower = n.to_ascii_lowercase();
+            !lower.starts_with(header::PREFIX) && !lower.starts_with("nats-")
+        })
+        .cloned()
+        .collect();
+    headers.push((MSG_ID.to_string(), replay_id(dlq_stream, m.seq)));
+    Ok(Output {
+        subject: to.unwrap_or(&e.subject).to_string(),
+        headers,
+        payload: m.payload.clone(),
+    })
+}
+
+/// What `jetrelay check` says about `dlq.subject`: the stream that stores dead
+/// letters, and whether `jetrelay dlq` can read it (`warning:` lines need a fix).
+pub fn findings(subject: &str, streams: &[Capture]) -> Vec<String> {
+    if streams.is_empty() {
+        return vec![format!(
+            "warning: dlq {subject}: no stream captures it; dead letters cannot be stored (the messages are retried instead)"
+        )];
+    }
+    let mut lines = Vec::new();
+    for s in streams {
+        lines.push(format!(
+            "dlq {subject}: stream {} (direct get {})",
+            s.stream,
+            if s.direct { "allowed" } else { "not allowed" }
+        ));
+        if !s.direct {
+            lines.push(format!(
+                "warning: dlq {subject}: stream {} does not answer direct gets, so jetrelay dlq cannot read it: set allow_direct on it",
+                s.stream
+            ));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn letter(seq: u64, extra: &[(&str, &str)]) -> Stored {
+        let headers: Vec<(String, String)> = [
+            ("X-Trace", "t"),
+            ("Nats-Msg-Id", "jetrelay-dlq:ORDERS:w:42"),
+            ("Jetrelay-Dlq-Subject", "orders.eu"),
+            ("Jetrelay-Dlq-Partition", "3"),
+            ("Jetrelay-Dlq-Stream", "ORDERS"),
+            ("Jetrelay-Dlq-Consumer", "w"),
+            ("Jetrelay-Dlq-Sequence", "42"),
+            ("Jetrelay-Dlq-Delivered", "5"),
+            ("Jetrelay-Dlq-Status", "503"),
+            ("Jetrelay-Dlq-Reason", "jetrelay: 5 attempts exhausted"),
+            ("Jetrelay-Dlq-Msg-Id", "orig"),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        Stored {
+            seq,
+            subject: "dlq.ORDERS".into(),
+            time: "2026-11-30T10:00:00Z".into(),
+            headers,
+            payload: Bytes::from_static(b"{\"n\":1}"),
+        }
+    }
+
+    #[test]
+    fn check_findings_table() {
+        let capture = |direct| Capture {
+            stream: "DLQ".into(),
+            atomic: false,
+            direct,
+            duplicate_window: Duration::from_secs(120),
+        };
+        assert_eq!(
+            findings("dlq.x", &[capture(true)]),
+            ["dlq dlq.x: stream DLQ (direct get allowed)"]
+        );
+        let lines = findings("dlq.x", &[capture(false)]);
+        assert!(
+            lines[1].starts_with("warning:") && lines[1].contains("allow_direct"),
+            "{lines:?}"
+        );
+        assert!(findings("dlq.x", &[])[0].contains("no stream captures"));
+    }
+
+    #[test]
+    fn a_letter_reads_back() {
+        let e = entry(&letter(7, &[]));
+        assert_eq!(
+            e,
+            Entry {
+                dlq_seq: 7,
+                time: "2026-11-30T10:00:00Z".into(),
+                stream: Some("ORDERS".into()),
+                sequence: Some(42),
+                subject: "orders.eu".into(),
+                partition: Some(3),
+                consumer: Some("w".into()),
+                delivered: Some(5),
+                status: Some(503),
+                reason: "jetrelay: 5 attempts exhausted".into(),
+                msg_id: Some("orig".into()),
+                payload_omitted: None,
+                bytes: 7,
+            }
+        );
+        // A foreign message in the DLQ stream still reads, by its own subject.
+        let bare = Stored {
+            headers: vec![],
+            ..letter(8, &[])
+        };
+        let e = entry(&bare);
+        assert_eq!(
+            (e.subject.as_str(), e.stream, e.status),
+            ("dlq.ORDERS", None, None)
+        );
+    }
+
+    #[test]
+    fn selections_table() {
+        let at = |t: &str| OffsetDateTime::parse(t, &Rfc3339).unwrap();
+        let e = entry(&letter(7, &[]));
+        let cases = [
+            (Selection::default(), true),
+            (
+                Selection {
+                    seqs: Some((7, 7)),
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                Selection {
+                    seqs: Some((8, 9)),
+                    ..Default::default()
+                },
+                false,
+            ),
+            (
+                Selection {
+                    since: Some(at("2026-11-30T09:00:00Z")),
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                Selection {
+                    since: Some(at("2026-11-30T11:00:00Z")),
+                    ..Default::default()
+                },
+                false,
+            ),
+            (
+                Selection {
+                    subject: Some("orders.*".into()),
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                Selection {
+                    subject: Some("orders.us".into()),
+                    ..Default::default()
+                },
+                false,
+            ),
+            (
+                Selection {
+                    status: Some(503),
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                Selection {
+                    status: Some(400),
+                    ..Default::default()
+                },
+                false,
+            ),
+        ];
+        for (s, want) in cases {
+            assert_eq!(s.matches(&e), want, "{s:?}");
+        }
+        let s = Selection {
+            seqs: Some((0, 9)),
+            ..Default::default()
+        };
+        assert_eq!((s.first_seq(), s.last_seq()), (1, Some(9)));
+    }
+
+    #[test]
+    fn arguments_table() {
+        assert_eq!(parse_seqs("5"), Ok((5, 5)));
+        assert_eq!(parse_seqs("5-9"), Ok((5, 9)));
+        assert_eq!(parse_seqs("5-"), Ok((5, u64::MAX)));
+        for bad in ["", "0", "a", "9-5", "-3", "1-x"] {
+            assert!(parse_seqs(bad).is_err(), "{bad}");
+        }
+        let now = OffsetDateTime::parse("2026-11-30T12:00:00Z", &Rfc3339).unwrap();
+        let since = |t| parse_since(t, now).map(|t| t.format(&Rfc3339).unwrap());
+        assert_eq!(since("2h").unwrap(), "2026-11-30T10:00:00Z");
+        assert_eq!(since("90s").unwrap(), "2026-11-30T11:58:30Z");
+        assert_eq!(since("1d").unwrap(), "2026-11-29T12:00:00Z");
+        assert_eq!(
+            since("2026-11-01T00:00:00Z").unwrap(),
+            "2026-11-01T00:00:00Z"
+        );
+        for bad in ["", "2", "2w", "h", "yesterday"] {
+            assert!(parse_since(bad, now).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_replay_is_the_original_message_with_its_own_id() {
+        let o = replay(&letter(7, &[]), "DLQ", None).unwrap();
+        assert_eq!(
+            o.subject, "orders.eu",
+            "as published: the partition transform applies"
+        );
+        assert_eq!(o.payload.as_ref(), b"{\"n\":1}");
+        assert_eq!(
+            o.headers,
+            [("X-Trace", "t"), ("Nats-Msg-Id", "jetrelay-replay:DLQ:7")]
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+        );
+        assert_eq!(
+            replay(&letter(7, &[]), "DLQ", Some("retry.x"))
+                .unwrap()
+                .subject,
+            "retry.x"
+        );
+        let omitted = letter(9, &[("Jetrelay-Dlq-Payload-Omitted", "2000000")]);
+        let why = replay(&omitted, "DLQ", None).unwrap_err();
+        assert!(why.contains("ORDERS at 42"), "{why}");
+    }
+}

@@ -1,0 +1,486 @@
+//! `jetrelay dlq`: dead letters the daemon wrote, listed, shown, replayed where they
+//! came from (once, even across an interrupted run) and purged.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, stream};
+use serde_json::Value;
+
+use crate::support::daemon::BIN;
+use crate::support::groups::*;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// Runs `jetrelay dlq <args> --server <url>`: exit code, stdout, stderr.
+async fn dlq(nats: &NatsServer, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(BIN)
+        .arg("dlq")
+        .args(args)
+        .args(["--server", nats.url()])
+        .env_remove("JETRELAY_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn a_stream(
+    js: &jetstream::Context,
+    name: &str,
+    subjects: &[&str],
+    direct: bool,
+    atomic: bool,
+) {
+    js.create_stream(stream::Config {
+        name: name.to_string(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        allow_direct: direct,
+        allow_atomic_publish: atomic,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+async fn count(js: &jetstream::Context, name: &str) -> u64 {
+    js.get_stream(name)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages
+}
+
+/// A daemon whose app refuses (400) payloads starting with "bad" and accepts the rest
+/// until `fixed` is set; the DLQ stream takes direct gets.
+struct Setup {
+    env: Env,
+    app: MockApp,
+    relay: Relay,
+    dlq: String,
+    fixed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+async fn setup() -> Setup {
+    let fixed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = fixed.clone();
+    let app = MockApp::start(move |r, _| {
+        let fixed = flag.load(std::sync::atomic::Ordering::SeqCst);
+        Reply::status(if r.body.starts_with(b"bad") && !fixed {
+            400
+        } else {
+            200
+        })
+    })
+    .await;
+    let env = Env::start(&["orders.>"]).await;
+    let dlq = unique("DLQ");
+    a_stream(
+        &env.js,
+        &dlq,
+        &[&format!("dlq.{}", env.stream)],
+        true,
+        false,
+    )
+    .await;
+    let extra = format!("[dlq]\nsubject = \"dlq.{}\"\n", env.stream);
+    let relay = Relay::ready(durable_config(
+        &env.nats,
+        &app,
+        &env.stream,
+        &env.durable,
+        &extra,
+    ))
+    .await;
+    Setup {
+        env,
+        app,
+        relay,
+        dlq,
+        fixed,
+    }
+}
+
+#[tokio::test]
+async fn ls_and_show_read_the_dead_letters_the_daemon_wrote() {
+    let s = setup().await;
+    let mut headers = HeaderMap::new();
+    headers.insert("X-Trace", "t-1");
+    s.env
+        .js
+        .publish_with_headers("orders.eu", headers, "bad one".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    for (subject, body) in [
+        ("orders.us", "fine"),
+        ("orders.us", "bad two"),
+        ("orders.eu", "bad three"),
+    ] {
+        s.env
+            .js
+            .publish(subject, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    eventually("dead-lettered", T, || async {
+        count(&s.env.js, &s.dlq).await == 3
+    })
+    .await;
+
+    let (code, text, err) = dlq(&s.env.nats, &["ls", &s.dlq]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("SEQ"), "{text}");
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[1].contains("orders.eu") && lines[1].contains("400"),
+        "{text}"
+    );
+    assert!(lines[1].contains(&s.env.stream), "{text}");
+
+    let (_, text, _) = dlq(
+        &s.env.nats,
+        &["ls", &s.dlq, "--json", "--subject", "orders.eu"],
+    )
+    .await;
+    let rows: Vec<Value> = serde_json::from_str(&text).unwrap();
+    let seqs: Vec<u64> = rows
+        .iter()
+        .map(|r| r["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        [1, 4],
+        "the original sequences of orders.eu's dead letters"
+    );
+    assert_eq!(rows[0]["status"], 400);
+    assert!(rows[0]["reason"].as_str().unwrap().contains("400"));
+
+    let (_, text, _) = dlq(&s.env.nats, &["ls", &s.dlq, "--json", "--limit", "2"]).await;
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&text).unwrap().len(), 2);
+    let (_, text, _) = dlq(&s.env.nats, &["ls", &s.dlq, "--json", "--seq", "2-3"]).await;
+    let rows: Vec<Value> = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| r["dlq_seq"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [2, 3]
+    );
+    let (_, text, _) = dlq(&s.env.nats, &["ls", &s.dlq, "--json", "--since", "1h"]).await;
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&text).unwrap().len(), 3);
+    let (_, text, _) = dlq(
+        &s.env.nats,
+        &["ls", &s.dlq, "--json", "--since", "2099-01-01T00:00:00Z"],
+    )
+    .await;
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&text).unwrap().len(), 0);
+    let (_, text, _) = dlq(&s.env.nats, &["ls", &s.dlq, "--json", "--status", "503"]).await;
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&text).unwrap().len(), 0);
+
+    let (code, text, _) = dlq(&s.env.nats, &["show", &s.dlq, "1"]).await;
+    assert_eq!(code, 0);
+    assert!(text.contains("X-Trace: t-1"), "{text}");
+    assert!(text.contains("Jetrelay-Dlq-Reason"), "{text}");
+    assert!(text.trim_end().ends_with("bad one"), "{text}");
+    let (code, _, err) = dlq(&s.env.nats, &["show", &s.dlq, "99"]).await;
+    assert_eq!(code, 1, "{err}");
+
+    let (code, _, err) = dlq(&s.env.nats, &["ls", &s.dlq, "--since", "yesterday"]).await;
+    assert_eq!(code, 64, "{err}");
+    let (code, _, err) = dlq(&s.env.nats, &["ls", "NOPE"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("does not exist"), "{err}");
+    s.relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dlq_stream_without_direct_get_says_how_to_enable_it() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    a_stream(&js, "PLAIN", &["plain.>"], false, false).await;
+    publish(&js, "plain.x", 1).await;
+    let (code, _, err) = dlq(&nats, &["ls", "PLAIN"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("allow_direct"), "{err}");
+}
+
+#[tokio::test]
+async fn a_replay_reaches_the_app_through_the_daemon_once_and_deletes_what_it_replayed() {
+    let s = setup().await;
+    for body in ["bad a", "good", "bad b"] {
+        s.env
+            .js
+            .publish("orders.x", body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    eventually("dead-lettered", T, || async {
+        count(&s.env.js, &s.dlq).await == 2
+    })
+    .await;
+    // The app is fixed; the dead letters go back where they came from.
+    s.fixed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (code, text, err) = dlq(&s.env.nats, &["replay", &s.dlq, "--dry-run"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("1 -> orders.x") && text.contains("dry run"),
+        "{text}"
+    );
+    assert_eq!(
+        count(&s.env.js, &s.env.stream).await,
+        3,
+        "a dry run changes nothing"
+    );
+
+    let (code, text, err) = dlq(&s.env.nats, &["replay", &s.dlq]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("selected 2, replayed 2, already replayed 0"),
+        "{text}"
+    );
+    s.app
+        .wait_for("the replays answered 200", T, |r| {
+            r.iter()
+                .filter(|r| r.body.starts_with(b"bad") && r.status == 200)
+                .count()
+                == 2
+        })
+        .await;
+    // A second run finds them stored already: nothing is delivered twice.
+    let (code, text, _) = dlq(&s.env.nats, &["replay", &s.dlq, "--delete"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("replayed 0, already replayed 2, deleted 2"),
+        "{text}"
+    );
+    assert_eq!(count(&s.env.js, &s.env.stream).await, 5);
+    assert_eq!(
+        count(&s.env.js, &s.dlq).await,
+        0,
+        "deleted after their PubAck"
+    );
+    eventually("all acked", T, || {
+        consumer_drained(&s.env.js, &s.env.stream, &s.env.durable)
+    })
+    .await;
+    let replayed: Vec<_> = s
+        .app
+        .requests()
+        .into_iter()
+        .filter(|r| r.seq() > 3)
+        .collect();
+    assert_eq!(replayed.len(), 2, "each replay delivered once");
+    assert_eq!(
+        replayed[0].header("nats-msg-id"),
+        Some(format!("jetrelay-replay:{}:1", s.dlq).as_str())
+    );
+    s.relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_static_members_dead_letters_replay_into_the_partition_of_their_key() {
+    let (nats, js, stream, _admin) = static_group(4, &["m1"]).await;
+    let dlq_stream = unique("DLQ");
+    a_stream(&js, &dlq_stream, &["dlq.g"], true, false).await;
+    let fixed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = fixed.clone();
+    let app = MockApp::start(move |r, _| {
+        let fixed = flag.load(std::sync::atomic::Ordering::SeqCst);
+        Reply::status(if r.body.starts_with(b"bad") && !fixed {
+            400
+        } else {
+            200
+        })
+    })
+    .await;
+    let relay = Relay::ready(member_config(
+        &nats,
+        &app,
+        "static",
+        &stream,
+        "cg",
+        "m1",
+        "[dlq]\nsubject = \"dlq.g\"\n",
+    ))
+    .await;
+    for key in ["k1", "k2", "k3"] {
+        js.publish(format!("o.{key}"), format!("bad {key}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    eventually("dead-lettered", T, || async {
+        count(&js, &dlq_stream).await == 3
+    })
+    .await;
+    fixed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (code, text, err) = dlq(&nats, &["replay", &dlq_stream]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("replayed 3"), "{text}");
+    let s = js.get_stream(&stream).await.unwrap();
+    for (original, replay) in [(1, 4), (2, 5), (3, 6)] {
+        let a = s.get_raw_message(original).await.unwrap();
+        let b = s.get_raw_message(replay).await.unwrap();
+        assert_eq!(a.payload, b.payload);
+        assert_eq!(
+            a.subject, b.subject,
+            "the transform put the replay in its key's partition"
+        );
+        assert!(
+            a.subject.split('.').next().unwrap().parse::<u32>().is_ok(),
+            "{}",
+            a.subject
+        );
+    }
+    eventually("the replays answered 200", T, || async {
+        app.requests().iter().filter(|r| r.status == 200).count() == 3
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+/// Fills `stream` with `n` dead letters for the subject `to.<i % 10>`.
+async fn fill_letters(client: &async_nats::Client, js: &jetstream::Context, subject: &str, n: u64) {
+    for i in 0..n {
+        let mut h = HeaderMap::new();
+        h.insert("Jetrelay-Dlq-Subject", format!("to.{}", i % 10).as_str());
+        h.insert("Jetrelay-Dlq-Stream", "SRC");
+        h.insert("Jetrelay-Dlq-Sequence", i.to_string().as_str());
+        h.insert("Jetrelay-Dlq-Reason", "jetrelay: app answered 400");
+        h.insert("Jetrelay-Dlq-Status", "400");
+        js.publish_with_headers(subject.to_string(), h, format!("letter {i}").into())
+            .await
+            .unwrap();
+    }
+    client.flush().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_interrupted_replay_run_again_stores_each_message_once() {
+    let nats = NatsServer::start();
+    let (client, js) = client(&nats).await;
+    a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
+    // The target takes no atomic batches: one by one, so a kill lands mid-page.
+    a_stream(&js, "TO", &["to.>"], false, false).await;
+    let total = 8000;
+    fill_letters(&client, &js, "dlq.x", total).await;
+    eventually("filled", T, || async { count(&js, "DLQ").await == total }).await;
+
+    let mut first = tokio::process::Command::new(BIN)
+        .args(["dlq", "replay", "DLQ", "--server", nats.url()])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    eventually("some replayed", T, || async {
+        count(&js, "TO").await >= 500
+    })
+    .await;
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    let partial = count(&js, "TO").await;
+    assert!(partial < total, "killed midway: {partial} of {total}");
+
+    let (code, text, err) = dlq(&nats, &["replay", "DLQ", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(summary["selected"], total);
+    assert_eq!(summary["failed"], 0);
+    let already = summary["already_replayed"].as_u64().unwrap();
+    assert!(already >= partial, "{summary}");
+    assert_eq!(count(&js, "TO").await, total, "each stored once");
+    let s = js.get_stream("TO").await.unwrap();
+    let mut ids = BTreeSet::new();
+    for seq in (1..=total).step_by(997) {
+        let m = s.get_raw_message(seq).await.unwrap();
+        ids.insert(m.headers.get("Nats-Msg-Id").unwrap().as_str().to_string());
+    }
+    assert!(
+        ids.iter().all(|id| id.starts_with("jetrelay-replay:DLQ:")),
+        "{ids:?}"
+    );
+}
+
+#[tokio::test]
+async fn replays_to_a_stream_that_takes_batches_go_in_atomic_pages() {
+    let nats = NatsServer::start();
+    let (client, js) = client(&nats).await;
+    a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
+    a_stream(&js, "TO", &["to.>", "elsewhere"], false, true).await;
+    fill_letters(&client, &js, "dlq.x", 2500).await;
+    eventually("filled", T, || async { count(&js, "DLQ").await == 2500 }).await;
+    let (code, text, err) = dlq(&nats, &["replay", "DLQ", "--seq", "1-1200"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("selected 1200, replayed 1200"), "{text}");
+    // Pages of at most 1000, each one batch: consecutive sequences, one batch id.
+    let s = js.get_stream("TO").await.unwrap();
+    let batch = |seq| {
+        let s = s.clone();
+        async move {
+            let m = s.get_raw_message(seq).await.unwrap();
+            m.headers
+                .get("Nats-Batch-Id")
+                .map(|v| v.as_str().to_string())
+        }
+    };
+    assert!(batch(1).await.is_some());
+    assert_eq!(batch(1).await, batch(1000).await);
+    assert_ne!(batch(1000).await, batch(1001).await);
+    // --to sends them elsewhere; the rest again: only the new ones are stored.
+    let (code, text, _) = dlq(
+        &nats,
+        &["replay", "DLQ", "--seq", "2500", "--to", "elsewhere"],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert!(text.contains("replayed 1"), "{text}");
+    // The id is the dead letter's, wherever it went: 2500 was replayed already.
+    let (_, text, _) = dlq(&nats, &["replay", "DLQ"]).await;
+    assert!(
+        text.contains("selected 2500, replayed 1299, already replayed 1201"),
+        "{text}"
+    );
+    assert_eq!(count(&js, "TO").await, 2500);
+}
+
+#[tokio::test]
+async fn purge_deletes_only_what_is_selected_and_only_with_yes() {
+    let nats = NatsServer::start();
+    let (client, js) = client(&nats).await;
+    a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
+    fill_letters(&client, &js, "dlq.x", 10).await;
+    eventually("filled", T, || async { count(&js, "DLQ").await == 10 }).await;
+    let (code, _, err) = dlq(&nats, &["purge", "DLQ", "--seq", "3-5"]).await;
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("--yes"), "{err}");
+    assert_eq!(count(&js, "DLQ").await, 10);
+    let (code, text, _) = dlq(&nats, &["purge", "DLQ", "--seq", "3-5", "--yes"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("selected 3") && text.contains("deleted 3"),
+        "{text}"
+    );
+    let (_, text, _) = dlq(&nats, &["ls", "DLQ", "--json"]).await;
+    let left: Vec<u64> = serde_json::from_str::<Vec<Value>>(&text)
+        .unwrap()
+        .iter()
+        .map(|r| r["dlq_seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(left, [1, 2, 6, 7, 8, 9, 10]);
+}
