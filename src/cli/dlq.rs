@@ -353,7 +353,8 @@ impl Summary {
                 self.already,
                 self.deleted,
                 self.failures.len()
-            ).ok();
+            )
+            .ok();
             if dry_run {
                 out.push_str(" (dry run: nothing changed)");
             }

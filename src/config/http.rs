@@ -35,6 +35,12 @@ pub struct HttpConfig {
     pub retry_statuses: Vec<String>,
     /// Statuses that terminate (dead-lettered first when a DLQ is set).
     pub term_statuses: Vec<String>,
+    /// An explicit proxy for the app's requests (proxy environment variables are
+    /// ignored); empty = none.
+    pub proxy: String,
+    /// If set, only these message headers pass through (`X-*`: a prefix); identity
+    /// headers never do.
+    pub pass_headers: Vec<String>,
 }
 
 impl Default for HttpConfig {
@@ -53,6 +59,8 @@ impl Default for HttpConfig {
                 .map(String::from)
                 .to_vec(),
             term_statuses: vec!["4xx".into()],
+            pass_headers: Vec::new(),
+            proxy: String::new(),
         }
     }
 }
@@ -69,6 +77,11 @@ impl Config {
             && let Err(e) = check_http_url(&h.health_url)
         {
             p.add("http.health_url", e);
+        }
+        if !h.proxy.is_empty()
+            && let Err(e) = check_http_url(&h.proxy)
+        {
+            p.add("http.proxy", e);
         }
         p.range("http.timeout_ms", h.timeout_ms, 1, HOUR);
         p.range("http.health_interval_ms", h.health_interval_ms, 10, HOUR);
@@ -95,6 +108,26 @@ impl Config {
                 p.add(
                     format!("http.headers.{name}"),
                     "is not a valid HTTP header value",
+                );
+            }
+        }
+        for pattern in &h.pass_headers {
+            let name = pattern.strip_suffix('*').unwrap_or(pattern);
+            let lower = name.to_ascii_lowercase();
+            if name.is_empty() || !crate::http::headers::is_valid_name(name) {
+                p.add(
+                    "http.pass_headers",
+                    format!("{pattern:?} is not a header name (or a prefix ending in *)"),
+                );
+            } else if pattern.ends_with('*') && lower.len() < 2 {
+                p.add(
+                    "http.pass_headers",
+                    format!("{pattern:?} is too wide: name a prefix"),
+                );
+            } else if !pattern.ends_with('*') && crate::http::headers::never_passed(&lower) {
+                p.add(
+                    "http.pass_headers",
+                    format!("{pattern:?} is never passed (identity, hop-by-hop, Nats-* and Jetrelay-* headers)"),
                 );
             }
         }

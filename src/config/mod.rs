@@ -426,6 +426,9 @@ mod tests {
                 "publish.allowed_subjects",
             ),
             ("[publish]\nmax_messages = 1001", "publish.max_messages"),
+            ("[http]\npass_headers = [\"Cookie\"]", "http.pass_headers"),
+            ("[http]\npass_headers = [\"*\"]", "http.pass_headers"),
+            ("[http]\npass_headers = [\"a b\"]", "http.pass_headers"),
             ("[publish]\nmax_messages = 0", "publish.max_messages"),
             ("[publish]\nmax_bytes = 0", "publish.max_bytes"),
             (

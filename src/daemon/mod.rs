@@ -79,8 +79,12 @@ impl DaemonError {
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            DaemonError::Forward(ForwardError::BearerToken { .. } | ForwardError::Header(_))
-                | DaemonError::Nats(NatsError::Secret { .. } | NatsError::ServerAddress(_))
+            DaemonError::Forward(
+                ForwardError::BearerToken { .. }
+                    | ForwardError::Header(_)
+                    | ForwardError::Proxy(..)
+                    | ForwardError::Url(..)
+            ) | DaemonError::Nats(NatsError::Secret { .. } | NatsError::ServerAddress(_))
                 | DaemonError::Config(_)
         )
     }

@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 
 use crate::delivery::Delivery;
+use crate::http::headers::Pass;
 use crate::outputs::{self, Author, Output, Refusal};
 use crate::policy::AppAction;
 
@@ -59,7 +60,7 @@ struct Item<'a> {
 
 /// The request body for `items` (each delivery with the attempt it is on), and how
 /// many message headers were left out as invalid HTTP.
-pub fn body(items: &[(&Delivery, u32)]) -> (Vec<u8>, usize) {
+pub fn body(items: &[(&Delivery, u32)], pass: &Pass) -> (Vec<u8>, usize) {
     let mut skipped = 0;
     let messages: Vec<Item<'_>> = items
         .iter()
@@ -77,7 +78,7 @@ pub fn body(items: &[(&Delivery, u32)]) -> (Vec<u8>, usize) {
             if let Some(ct) = d.header("Content-Type") {
                 add("Content-Type", ct);
             }
-            skipped += crate::http::headers::passed(d, &mut add);
+            skipped += crate::http::headers::passed(d, pass, &mut add);
             let meta = d.meta.as_ref().ok();
             let (data, data_base64) = match std::str::from_utf8(&d.payload) {
                 Ok(text) => (Some(text), None),
@@ -233,7 +234,7 @@ mod tests {
             ],
         );
         let b = delivery(43, &[0xff, 0x00], &[]);
-        let (bytes, skipped) = body(&[(&a, 1), (&b, 3)]);
+        let (bytes, skipped) = body(&[(&a, 1), (&b, 3)], &Pass::default());
         assert_eq!(skipped, 1, "the invalid header name");
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         let first = &v["messages"][0];
@@ -249,7 +250,8 @@ mod tests {
         assert_eq!(first["origin_sequence"], 40);
         assert_eq!(
             first["headers"],
-            serde_json::json!({"Content-Type": ["application/json"], "X-Trace": ["7", "8"], "Authorization": ["no"]})
+            serde_json::json!({"Content-Type": ["application/json"], "X-Trace": ["7", "8"]}),
+            "the passed-through headers: never a forged Authorization"
         );
         assert_eq!(first["data"], r#"{"total": 10}"#);
         assert!(first.get("data_base64").is_none());

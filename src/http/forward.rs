@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use crate::config::HttpConfig;
 use crate::delivery::Delivery;
 use crate::dispatch::seam::{BatchForwarded, Forward, Forwarded, NoAnswer};
+use crate::http::headers::Pass;
 use crate::ops::metrics::HttpClass;
 use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
@@ -86,6 +87,9 @@ pub enum ForwardError {
     /// The URL does not parse.
     #[error("http.url {0:?} is not a URL")]
     Url(String, #[source] url::ParseError),
+    /// The proxy URL was refused.
+    #[error("http.proxy {0:?} is not a proxy URL")]
+    Proxy(String, #[source] reqwest::Error),
     /// The client could not be built.
     #[error("cannot build the HTTP client")]
     Client(#[source] reqwest::Error),
@@ -100,6 +104,7 @@ pub struct Forwarder {
     extra: HeaderMap,
     timeout: Duration,
     limits: AnswerLimits,
+    pass: Pass,
 }
 
 impl Forwarder {
@@ -135,7 +140,15 @@ impl Forwarder {
         }
         let parse =
             |u: &str| reqwest::Url::parse(u).map_err(|e| ForwardError::Url(u.to_string(), e));
-        let client = reqwest::Client::builder()
+        // Proxy environment variables (often set cluster-wide) never divert the app's
+        // traffic, bearer token included: only `http.proxy` does.
+        let mut builder = reqwest::Client::builder().no_proxy();
+        if !cfg.proxy.is_empty() {
+            let proxy = reqwest::Proxy::all(&cfg.proxy)
+                .map_err(|e| ForwardError::Proxy(cfg.proxy.clone(), e))?;
+            builder = builder.proxy(proxy);
+        }
+        let client = builder
             .pool_max_idle_per_host(pool)
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
@@ -153,12 +166,13 @@ impl Forwarder {
             extra,
             timeout: Duration::from_millis(cfg.timeout_ms),
             limits,
+            pass: Pass::new(&cfg.pass_headers),
         })
     }
 
     /// Offers one delivery to the app, once; `attempt` counts in-place retries too.
     pub async fn forward(&self, d: &Delivery, attempt: u32) -> Forwarded {
-        let mapped = crate::http::headers::map(d, attempt);
+        let mapped = crate::http::headers::map(d, attempt, &self.pass);
         let mut headers = HeaderMap::with_capacity(mapped.headers.len() + self.extra.len());
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {
@@ -195,7 +209,7 @@ impl Forwarder {
     /// Offers a batch of deliveries (each with its attempt) to the app in one request,
     /// once: the JSON document of `http::batch`, and its answer read back.
     pub async fn forward_batch(&self, items: &[(&Delivery, u32)]) -> BatchForwarded {
-        let (body, skipped) = crate::http::batch::body(items);
+        let (body, skipped) = crate::http::batch::body(items, &self.pass);
         let mut headers = HeaderMap::with_capacity(2 + self.extra.len());
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(BATCH_SIZE_HEADER, HeaderValue::from(items.len()));

@@ -26,6 +26,59 @@ const HOP_BY_HOP: &[&str] = &[
     "content-type",
 ];
 
+/// Headers a publisher must never be able to set on the app's request: who the caller
+/// is (an app behind an ingress may trust them) and jetrelay's own.
+const NEVER: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "forwarded",
+    "x-real-ip",
+];
+
+/// Header name prefixes that are never passed: the server's `Nats-*` (the metadata
+/// headers are jetrelay's to set), jetrelay's own, and proxies' `X-Forwarded-*`.
+const NEVER_PREFIXES: &[&str] = &["nats-", "jetrelay-", "x-forwarded-"];
+
+/// Whether a message header (lowercase name) is never passed to the app, whatever
+/// `http.pass_headers` says.
+pub fn never_passed(lower: &str) -> bool {
+    NEVER.contains(&lower)
+        || HOP_BY_HOP.contains(&lower)
+        || NEVER_PREFIXES.iter().any(|p| lower.starts_with(p))
+}
+
+/// Which message headers pass through: every one that is not never passed, or with
+/// `http.pass_headers` only those it lists (`X-*`: a prefix).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Lowercase names, or prefixes (ending in `*`); `None`: all.
+    only: Option<Vec<String>>,
+}
+
+impl Pass {
+    /// From `http.pass_headers` (empty: every header that may pass).
+    pub fn new(patterns: &[String]) -> Pass {
+        Pass {
+            only: (!patterns.is_empty())
+                .then(|| patterns.iter().map(|p| p.to_ascii_lowercase()).collect()),
+        }
+    }
+
+    /// Whether a message header (lowercase name) passes.
+    pub fn admits(&self, lower: &str) -> bool {
+        if never_passed(lower) {
+            return false;
+        }
+        self.only.as_ref().is_none_or(|only| {
+            only.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => lower.starts_with(prefix),
+                None => p == lower,
+            })
+        })
+    }
+}
+
 /// The request headers for one delivery.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Mapped {
@@ -42,10 +95,11 @@ pub struct Mapped {
 ///
 /// `Nats-*` message headers are never passed through: the server's own
 /// (`Nats-Pin-Id`, `Nats-Stream-Source`, ...) mean nothing to the app, and the
-/// publisher must not be able to forge the metadata headers set here.
-pub fn map(d: &Delivery, attempt: u32) -> Mapped {
+/// publisher must not be able to forge the metadata headers set here; nor identity
+/// headers (`Authorization`, `Cookie`, `X-Forwarded-*`, ...). `pass` may narrow it.
+pub fn map(d: &Delivery, attempt: u32, pass: &Pass) -> Mapped {
     let mut out = Mapped::default();
-    out.skipped_invalid = passed(d, |name, value| {
+    out.skipped_invalid = passed(d, pass, |name, value| {
         out.headers
             .push((Cow::Owned(name.to_string()), value.to_string()));
     });
@@ -80,11 +134,11 @@ pub fn map(d: &Delivery, attempt: u32) -> Mapped {
 /// Hands every message header that passes through to the app to `each`, in order
 /// (`Content-Type` aside: it is the request's own); returns how many were skipped as
 /// invalid HTTP. A batch request carries the same headers per message.
-pub fn passed(d: &Delivery, mut each: impl FnMut(&str, &str)) -> usize {
+pub fn passed(d: &Delivery, pass: &Pass, mut each: impl FnMut(&str, &str)) -> usize {
     let mut skipped = 0;
     for (name, value) in &d.headers {
         let lower = name.to_ascii_lowercase();
-        if lower.starts_with("nats-") || HOP_BY_HOP.contains(&lower.as_str()) {
+        if !pass.admits(&lower) {
             continue;
         }
         if is_valid_name(name) && is_valid_value(value) {
@@ -164,7 +218,11 @@ mod tests {
 
     #[test]
     fn metadata_headers() {
-        let m = map(&delivery(&[("Nats-Msg-Id", "abc")], Some(3)), 2);
+        let m = map(
+            &delivery(&[("Nats-Msg-Id", "abc")], Some(3)),
+            2,
+            &Pass::default(),
+        );
         assert_eq!(get(&m, "Nats-Subject"), ["orders.eu"]);
         assert_eq!(get(&m, "Nats-Stream"), ["ORDERS"]);
         assert_eq!(get(&m, "Nats-Sequence"), ["42"]);
@@ -178,7 +236,7 @@ mod tests {
             stream: "ORIG".into(),
             sequence: 9,
         };
-        let m = map(&delivery_from(&[], None, Some(origin)), 5);
+        let m = map(&delivery_from(&[], None, Some(origin)), 5, &Pass::default());
         assert_eq!(get(&m, "Nats-Origin-Stream"), ["ORIG"]);
         assert_eq!(get(&m, "Nats-Delivered"), ["5"], "in-place retries count");
         assert_eq!(get(&m, "Nats-Origin-Sequence"), ["9"]);
@@ -203,10 +261,19 @@ mod tests {
                     ("Bad Name", "v"),
                     ("X-Bad-Value", "a\r\nInjected: 1"),
                     ("X-Utf8", "café"),
+                    ("Authorization", "Bearer forged"),
+                    ("proxy-authorization", "Basic x"),
+                    ("Cookie", "session=forged"),
+                    ("Forwarded", "for=1.2.3.4"),
+                    ("X-Forwarded-For", "1.2.3.4"),
+                    ("X-Forwarded-Proto", "https"),
+                    ("X-Real-Ip", "1.2.3.4"),
+                    ("Jetrelay-Action", "ack"),
                 ],
                 None,
             ),
             1,
+            &Pass::default(),
         );
         assert_eq!(get(&m, "X-Trace"), ["t1"]);
         assert_eq!(get(&m, "X-Multi"), ["a", "b"]);
@@ -223,10 +290,55 @@ mod tests {
             "Connection",
             "Transfer-Encoding",
             "Injected",
+            "Authorization",
+            "Proxy-Authorization",
+            "Cookie",
+            "Forwarded",
+            "X-Forwarded-For",
+            "X-Forwarded-Proto",
+            "X-Real-Ip",
+            "Jetrelay-Action",
         ] {
             assert!(get(&m, dropped).is_empty(), "{dropped}");
         }
         assert_eq!(m.skipped_invalid, 2);
+    }
+
+    #[test]
+    fn pass_headers_is_an_allowlist_that_never_lets_identity_through() {
+        let pass = Pass::new(&[
+            "X-Trace".into(),
+            "x-tenant-*".into(),
+            "Authorization".into(),
+        ]);
+        let m = map(
+            &delivery(
+                &[
+                    ("X-Trace", "t"),
+                    ("X-Tenant-Id", "7"),
+                    ("X-Tenant-Region", "eu"),
+                    ("X-Other", "no"),
+                    ("Authorization", "Bearer forged"),
+                    ("Content-Type", "text/plain"),
+                ],
+                None,
+            ),
+            1,
+            &pass,
+        );
+        assert_eq!(get(&m, "X-Trace"), ["t"]);
+        assert_eq!(get(&m, "X-Tenant-Id"), ["7"]);
+        assert_eq!(get(&m, "X-Tenant-Region"), ["eu"]);
+        assert!(get(&m, "X-Other").is_empty());
+        assert!(
+            get(&m, "Authorization").is_empty(),
+            "never, even when listed"
+        );
+        assert_eq!(get(&m, "Content-Type"), ["text/plain"], "the request's own");
+        assert!(
+            !get(&m, "Nats-Sequence").is_empty(),
+            "metadata is always sent"
+        );
     }
 
     #[test]
@@ -245,7 +357,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn every_mapped_header_is_valid(name in "\\PC{0,12}", value in "\\PC{0,20}") {
-            let m = map(&delivery(&[(&name, &value)], None), 1);
+            let m = map(&delivery(&[(&name, &value)], None), 1, &Pass::default());
             for (n, v) in &m.headers {
                 proptest::prop_assert!(is_valid_name(n) && is_valid_value(v));
             }

@@ -374,3 +374,104 @@ async fn retry_after_zero_still_waits_the_first_retry_delay() {
     .await;
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_publisher_cannot_forge_identity_headers_and_pass_headers_narrows_the_rest() {
+    let app = MockApp::ok().await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["id.>"]).await;
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[http]\npass_headers = [\"X-Trace\", \"X-Tenant-*\"]\n",
+    ))
+    .await;
+    let mut headers = HeaderMap::new();
+    for (n, v) in [
+        ("Authorization", "Bearer forged"),
+        ("Proxy-Authorization", "Basic forged"),
+        ("Cookie", "session=forged"),
+        ("Forwarded", "for=6.6.6.6"),
+        ("X-Forwarded-For", "6.6.6.6"),
+        ("X-Real-Ip", "6.6.6.6"),
+        ("Jetrelay-Action", "ack"),
+        ("X-Trace", "t-1"),
+        ("X-Tenant-Id", "7"),
+        ("X-Other", "dropped"),
+    ] {
+        headers.insert(n, v);
+    }
+    js.publish_with_headers("id.x", headers, "m".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    app.wait_for("the request", T, |r| r.len() == 1).await;
+    let r = &app.requests()[0];
+    for forged in [
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "forwarded",
+        "x-forwarded-for",
+        "x-real-ip",
+        "jetrelay-action",
+        "x-other",
+    ] {
+        assert_eq!(r.header(forged), None, "{forged} reached the app");
+    }
+    assert_eq!(r.header("x-trace"), Some("t-1"));
+    assert_eq!(r.header("x-tenant-id"), Some("7"));
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn proxy_variables_are_ignored_and_http_proxy_is_used_when_set() {
+    let app = MockApp::ok().await;
+    // A "proxy" that answers whatever reaches it (absolute-form requests route by
+    // their path): what it records went through it.
+    let proxy = MockApp::ok().await;
+    let proxy_url = proxy.url().trim_end_matches("/messages").to_string();
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["px.>"]).await;
+    let text = |extra: &str| {
+        format!(
+            "[nats]\nservers = \"{}\"\n[source]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{durable}\"\n\
+             [http]\nurl = \"{}\"\n{extra}[admin]\nlisten = \"127.0.0.1:0\"\n",
+            nats.url(),
+            app.url()
+        )
+    };
+    let env = [
+        ("HTTP_PROXY", proxy_url.as_str()),
+        ("http_proxy", proxy_url.as_str()),
+        ("ALL_PROXY", proxy_url.as_str()),
+    ];
+    let d = crate::support::daemon::Daemon::start_with_env(&text(""), &env).await;
+    publish(&js, "px.a", 1).await;
+    app.wait_for("straight to the app", T, |r| r.len() == 1)
+        .await;
+    assert_eq!(
+        proxy.arrivals(),
+        0,
+        "the environment diverted the app's traffic"
+    );
+    drop(d);
+    let _d =
+        crate::support::daemon::Daemon::start(&text(&format!("proxy = \"{proxy_url}\"\n"))).await;
+    publish(&js, "px.b", 1).await;
+    proxy
+        .wait_for("through the configured proxy", T, |r| r.len() == 1)
+        .await;
+    assert_eq!(app.arrivals(), 1);
+}

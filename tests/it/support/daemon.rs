@@ -22,6 +22,11 @@ impl Daemon {
     /// Writes `config` to a file and runs `jetrelay run --config` on it; waits until
     /// the admin address is logged.
     pub async fn start(config: &str) -> Daemon {
+        Self::start_with_env(config, &[]).await
+    }
+
+    /// [`Daemon::start`] with extra environment variables.
+    pub async fn start_with_env(config: &str, env: &[(&str, &str)]) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("jetrelay.toml");
         std::fs::write(&path, config).unwrap();
@@ -30,6 +35,7 @@ impl Daemon {
             .arg("--config")
             .arg(&path)
             .env_remove("JETRELAY_CONFIG")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
