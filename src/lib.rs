@@ -25,6 +25,7 @@ pub mod http;
 pub mod nats;
 pub mod ops;
 pub mod serve;
+pub mod tls;
 
 // Consumer groups: the wire contract (pure) and a member's protocol.
 pub mod group;

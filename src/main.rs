@@ -123,7 +123,11 @@ where
                 .downcast_ref::<DaemonError>()
                 .is_some_and(DaemonError::is_config)
                 || e.downcast_ref::<ConfigError>().is_some()
-                || matches!(e.downcast_ref::<CheckError>(), Some(CheckError::Config(_)));
+                || match e.downcast_ref::<CheckError>() {
+                    Some(CheckError::Config(_)) => true,
+                    Some(CheckError::Nats(n)) => n.is_config(),
+                    None => false,
+                };
             if config_error {
                 ExitCode::from(EX_USAGE)
             } else {
@@ -221,6 +225,10 @@ where
     };
     if let Some(server) = &options.server {
         cfg.servers = jetrelay::config::split_servers(server);
+        if let Err(e) = cfg.validate() {
+            eprintln!("jetrelay: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
     }
     let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
         return ExitCode::FAILURE;
@@ -228,7 +236,7 @@ where
     let result = runtime.block_on(async {
         match jetrelay::nats::Nats::connect(&cfg, false).await {
             Ok(nats) => job(nats).await,
-            Err(e) => Err((jetrelay::ops::telemetry::chain(&e), false)),
+            Err(e) => Err((jetrelay::ops::telemetry::chain(&e), e.is_config())),
         }
     });
     match result {

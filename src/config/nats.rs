@@ -34,6 +34,9 @@ pub struct NatsConfig {
     pub tls_key_file: String,
     /// Refuse a connection that is not TLS.
     pub tls_required: bool,
+    /// The TLS handshake before the server's INFO (servers configured with
+    /// `handshake_first`, 2.10.4+).
+    pub tls_first: bool,
     /// How long one connection attempt may take.
     pub connect_timeout_ms: u64,
     /// How long a request (a JetStream API call, a confirmed ack) may take; also bounds a send waiting for room in the client's buffer.
@@ -60,12 +63,36 @@ impl Default for NatsConfig {
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             tls_required: false,
+            tls_first: false,
             connect_timeout_ms: 5000,
             request_timeout_ms: 5000,
             reconnect_delay_ms: 250,
             reconnect_delay_max_ms: 8000,
             max_reconnects: 0,
         }
+    }
+}
+
+/// Whether a URL carries credentials (`nats://user:pass@host`, `nats://token@host`).
+fn has_userinfo(url: &str) -> bool {
+    userinfo_span(url).is_some()
+}
+
+/// Where a URL's userinfo is (between `://`, or the start, and the last `@` before
+/// the path).
+fn userinfo_span(url: &str) -> Option<(usize, usize)> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let at = authority.rfind('@')?;
+    Some((start, start + at))
+}
+
+/// A URL fit to show: its credentials, if any, replaced with `***`.
+pub fn redact(url: &str) -> String {
+    match userinfo_span(url) {
+        Some((start, end)) => format!("{}***{}", &url[..start], &url[end..]),
+        None => url.to_string(),
     }
 }
 
@@ -98,13 +125,21 @@ pub(super) fn nats_problems(n: &NatsConfig, p: &mut Problems) {
         p.add("nats.servers", "must name at least one server");
     }
     for s in &n.servers {
+        let shown = redact(s);
         let ok = ["nats://", "tls://", "ws://", "wss://"]
             .iter()
             .any(|scheme| s.starts_with(scheme) && s.len() > scheme.len());
         if !ok {
             p.add(
                 "nats.servers",
-                format!("{s:?} must be a URL like nats://host:4222"),
+                format!("{shown:?} must be a URL like nats://host:4222"),
+            );
+        } else if has_userinfo(s) {
+            p.add(
+                "nats.servers",
+                format!(
+                    "{shown:?} carries credentials: put them in nats.user + nats.password_file (or token_file, creds_file), never in a server URL"
+                ),
             );
         }
     }
@@ -162,12 +197,60 @@ impl NatsConfig {
             nats: NatsConfig,
         }
         let nats = layered(file)?.extract::<OnlyNats>().map_err(invalid)?.nats;
+        nats.validate()?;
+        Ok(nats)
+    }
+
+    /// The `[nats]` rules (again, after a command line changed the servers).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming every bad `nats.*` key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::default();
-        nats_problems(&nats, &mut p);
+        nats_problems(self, &mut p);
         if p.0.is_empty() {
-            Ok(nats)
+            Ok(())
         } else {
             Err(ConfigError::Invalid(p.0))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_urls_are_found_and_never_shown() {
+        let cases = [
+            (
+                "nats://alice:hunter2@host:4222",
+                "nats://***@host:4222",
+                true,
+            ),
+            ("nats://s3cret@host", "nats://***@host", true),
+            ("tls://a:b@h1:4222/x@y", "tls://***@h1:4222/x@y", true),
+            ("nats://host:4222", "nats://host:4222", false),
+            ("nats://host/path@x", "nats://host/path@x", false),
+            ("not a url", "not a url", false),
+            ("alice:hunter2@x:4222", "***@x:4222", true),
+        ];
+        for (url, shown, creds) in cases {
+            assert_eq!(redact(url), shown, "{url}");
+            assert_eq!(has_userinfo(url), creds, "{url}");
+        }
+        let mut p = Problems::default();
+        let cfg = NatsConfig {
+            servers: vec![
+                "nats://alice:hunter2@host:4222".into(),
+                "alice:hunter2@x".into(),
+            ],
+            ..NatsConfig::default()
+        };
+        nats_problems(&cfg, &mut p);
+        let text = format!("{:?}", p.0);
+        assert_eq!(p.0.len(), 2, "{text}");
+        assert!(text.contains("carries credentials"), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
     }
 }

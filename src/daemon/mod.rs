@@ -77,16 +77,18 @@ impl DaemonError {
     /// Whether the error is the user's configuration (exit 64) rather than a runtime
     /// failure (exit 1).
     pub fn is_config(&self) -> bool {
-        matches!(
-            self,
-            DaemonError::Forward(
-                ForwardError::BearerToken { .. }
-                    | ForwardError::Header(_)
-                    | ForwardError::Proxy(..)
-                    | ForwardError::Url(..)
-            ) | DaemonError::Nats(NatsError::Secret { .. } | NatsError::ServerAddress(_))
-                | DaemonError::Config(_)
-        )
+        match self {
+            DaemonError::Nats(e) => e.is_config(),
+            other => matches!(
+                other,
+                DaemonError::Forward(
+                    ForwardError::BearerToken { .. }
+                        | ForwardError::Header(_)
+                        | ForwardError::Proxy(..)
+                        | ForwardError::Url(..)
+                ) | DaemonError::Config(_)
+            ),
+        }
     }
 }
 

@@ -142,8 +142,12 @@ impl Nats {
                     }
                 }
             });
+        check_tls_files(cfg)?;
         if cfg.tls_required {
             opts = opts.require_tls(true);
+        }
+        if cfg.tls_first {
+            opts = opts.tls_first();
         }
         if !cfg.tls_ca_file.is_empty() {
             opts = opts.add_root_certificates(PathBuf::from(&cfg.tls_ca_file));
@@ -162,7 +166,7 @@ impl Nats {
             .iter()
             .map(|s| {
                 s.parse::<ServerAddr>()
-                    .map_err(|_| NatsError::ServerAddress(s.clone()))
+                    .map_err(|_| NatsError::ServerAddress(crate::config::redact(s)))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let client = opts.connect(addrs).await.map_err(NatsError::Connect)?;
@@ -229,6 +233,27 @@ async fn reconcile(client: async_nats::Client, tx: Arc<watch::Sender<ConnState>>
             true
         });
     }
+}
+
+/// The TLS files, read and parsed before anything connects: a missing or broken one is
+/// a configuration error naming its key, not a connection that retries forever.
+fn check_tls_files(cfg: &NatsConfig) -> Result<(), NatsError> {
+    use crate::tls::Pem;
+    let files = [
+        ("tls_ca_file", &cfg.tls_ca_file, Pem::Certificates),
+        ("tls_cert_file", &cfg.tls_cert_file, Pem::Certificates),
+        ("tls_key_file", &cfg.tls_key_file, Pem::PrivateKey),
+    ];
+    for (key, path, kind) in files {
+        if !path.is_empty() {
+            crate::tls::read(path, kind).map_err(|source| NatsError::TlsFile {
+                key,
+                path: path.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 async fn auth(opts: ConnectOptions, cfg: &NatsConfig) -> Result<ConnectOptions, NatsError> {

@@ -19,7 +19,18 @@ pub enum NatsError {
         #[source]
         source: std::io::Error,
     },
-    /// A server address did not parse.
+    /// A TLS file is missing or does not hold what it should.
+    #[error("nats.{key} ({path}): {source}")]
+    TlsFile {
+        /// The config key.
+        key: &'static str,
+        /// The path.
+        path: String,
+        /// What is wrong.
+        #[source]
+        source: crate::tls::TlsFileError,
+    },
+    /// A server address did not parse (shown without its credentials).
     #[error("nats.servers: {0:?} is not a server address")]
     ServerAddress(String),
     /// The connection could not be set up.
@@ -74,4 +85,15 @@ pub enum NatsError {
     /// Flushing at shutdown failed.
     #[error("cannot flush the NATS connection")]
     Flush(#[source] async_nats::client::FlushError),
+}
+
+impl NatsError {
+    /// Whether the configuration is at fault (exit 64): a secret or TLS file, a server
+    /// address.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            NatsError::Secret { .. } | NatsError::TlsFile { .. } | NatsError::ServerAddress(_)
+        )
+    }
 }

@@ -20,4 +20,5 @@ mod pull;
 mod semantics;
 mod shutdown;
 mod support;
+mod tls;
 mod topology;
