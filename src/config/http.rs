@@ -18,8 +18,12 @@ pub struct HttpConfig {
     pub timeout_ms: u64,
     /// Static headers added to every request.
     pub headers: BTreeMap<String, String>,
-    /// A file holding a token sent as `Authorization: Bearer <token>`.
+    /// A file holding a token sent as `Authorization: Bearer <token>` (read again
+    /// when it changes).
     pub bearer_token_file: String,
+    /// Secret header values from files (`{ "X-Api-Key" = "/run/secrets/key" }`), read
+    /// again when they change.
+    pub header_files: BTreeMap<String, String>,
     /// The app's health URL (GET, 2xx = healthy); empty = no gating.
     pub health_url: String,
     /// How often the health URL is probed.
@@ -50,6 +54,7 @@ impl Default for HttpConfig {
             timeout_ms: 30_000,
             headers: BTreeMap::new(),
             bearer_token_file: String::new(),
+            header_files: BTreeMap::new(),
             health_url: String::new(),
             health_interval_ms: 2000,
             health_timeout_ms: 1000,
@@ -128,6 +133,21 @@ impl Config {
                 p.add(
                     "http.pass_headers",
                     format!("{pattern:?} is never passed (identity, hop-by-hop, Nats-* and Jetrelay-* headers)"),
+                );
+            }
+        }
+        for (name, path) in &h.header_files {
+            let key = format!("http.header_files.{name}");
+            if !crate::http::headers::is_valid_name(name) {
+                p.add(key, "is not a valid HTTP header name");
+            } else if path.is_empty() {
+                p.add(key, "needs a file path");
+            } else if h.headers.keys().any(|n| n.eq_ignore_ascii_case(name))
+                || (name.eq_ignore_ascii_case("authorization") && !h.bearer_token_file.is_empty())
+            {
+                p.add(
+                    key,
+                    "is also set elsewhere (http.headers or http.bearer_token_file)",
                 );
             }
         }

@@ -82,7 +82,7 @@ impl DaemonError {
             other => matches!(
                 other,
                 DaemonError::Forward(
-                    ForwardError::BearerToken { .. }
+                    ForwardError::SecretFile { .. }
                         | ForwardError::Header(_)
                         | ForwardError::Proxy(..)
                         | ForwardError::Url(..)

@@ -12,14 +12,15 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use reqwest::header::{
-    AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER,
-};
+use std::sync::Arc;
+
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::time::Instant;
 
 use crate::config::HttpConfig;
 use crate::delivery::Delivery;
 use crate::dispatch::seam::{BatchForwarded, Forward, Forwarded, NoAnswer};
+use crate::http::credentials::Credentials;
 use crate::http::headers::Pass;
 use crate::ops::metrics::HttpClass;
 use crate::outputs::{self, Author, Refusal};
@@ -72,14 +73,18 @@ pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
 /// Why the HTTP client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ForwardError {
-    /// The bearer token file could not be read.
-    #[error("cannot read http.bearer_token_file ({path})")]
-    BearerToken {
+    /// A secret file (the bearer token, a header value) cannot be used.
+    #[error("{key} ({path}): {why}")]
+    SecretFile {
+        /// The config key.
+        key: String,
         /// The path.
         path: String,
-        /// The cause.
+        /// What is wrong.
+        why: &'static str,
+        /// The cause, when it is an I/O error.
         #[source]
-        source: std::io::Error,
+        source: Option<std::io::Error>,
     },
     /// A configured header or the token is not valid HTTP.
     #[error("http.headers.{0}: not a valid header")]
@@ -101,7 +106,7 @@ pub struct Forwarder {
     client: reqwest::Client,
     url: reqwest::Url,
     health_url: Option<reqwest::Url>,
-    extra: HeaderMap,
+    credentials: Arc<Credentials>,
     timeout: Duration,
     limits: AnswerLimits,
     pass: Pass,
@@ -119,25 +124,11 @@ impl Forwarder {
         pool: usize,
         limits: AnswerLimits,
     ) -> Result<Forwarder, ForwardError> {
-        let mut extra = HeaderMap::new();
-        for (name, value) in &cfg.headers {
-            let n = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| ForwardError::Header(name.clone()))?;
-            let v = HeaderValue::from_str(value).map_err(|_| ForwardError::Header(name.clone()))?;
-            extra.insert(n, v);
-        }
-        if !cfg.bearer_token_file.is_empty() {
-            let token = std::fs::read_to_string(&cfg.bearer_token_file).map_err(|source| {
-                ForwardError::BearerToken {
-                    path: cfg.bearer_token_file.clone(),
-                    source,
-                }
-            })?;
-            let mut v = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-                .map_err(|_| ForwardError::Header("Authorization".into()))?;
-            v.set_sensitive(true);
-            extra.insert(AUTHORIZATION, v);
-        }
+        let credentials = Arc::new(Credentials::load(
+            &cfg.headers,
+            &cfg.bearer_token_file,
+            &cfg.header_files,
+        )?);
         let parse =
             |u: &str| reqwest::Url::parse(u).map_err(|e| ForwardError::Url(u.to_string(), e));
         // Proxy environment variables (often set cluster-wide) never divert the app's
@@ -163,7 +154,7 @@ impl Forwarder {
             } else {
                 Some(parse(&cfg.health_url)?)
             },
-            extra,
+            credentials,
             timeout: Duration::from_millis(cfg.timeout_ms),
             limits,
             pass: Pass::new(&cfg.pass_headers),
@@ -173,7 +164,7 @@ impl Forwarder {
     /// Offers one delivery to the app, once; `attempt` counts in-place retries too.
     pub async fn forward(&self, d: &Delivery, attempt: u32) -> Forwarded {
         let mapped = crate::http::headers::map(d, attempt, &self.pass);
-        let mut headers = HeaderMap::with_capacity(mapped.headers.len() + self.extra.len());
+        let mut headers = HeaderMap::with_capacity(mapped.headers.len() + 4);
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {
             // headers::map only returns valid names and values; a mismatch between
@@ -210,7 +201,7 @@ impl Forwarder {
     /// once: the JSON document of `http::batch`, and its answer read back.
     pub async fn forward_batch(&self, items: &[(&Delivery, u32)]) -> BatchForwarded {
         let (body, skipped) = crate::http::batch::body(items, &self.pass);
-        let mut headers = HeaderMap::with_capacity(2 + self.extra.len());
+        let mut headers = HeaderMap::with_capacity(6);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(BATCH_SIZE_HEADER, HeaderValue::from(items.len()));
         let keep = self.limits.batch_answer();
@@ -242,7 +233,7 @@ impl Forwarder {
         keep: usize,
         keep_publish: usize,
     ) -> (Forwarded, Body) {
-        for (n, v) in &self.extra {
+        for (n, v) in &self.credentials.headers() {
             headers.insert(n.clone(), v.clone());
         }
         let start = Instant::now();
@@ -331,7 +322,12 @@ impl Forwarder {
         let Some(url) = &self.health_url else {
             return true;
         };
-        match self.client.get(url.clone()).timeout(timeout).send().await {
+        let probe = self
+            .client
+            .get(url.clone())
+            .headers(self.credentials.headers())
+            .timeout(timeout);
+        match probe.send().await {
             Ok(r) => r.status().is_success(),
             Err(_) => false,
         }

@@ -475,3 +475,63 @@ async fn proxy_variables_are_ignored_and_http_proxy_is_used_when_set() {
         .await;
     assert_eq!(app.arrivals(), 1);
 }
+
+#[tokio::test]
+async fn a_rotated_token_is_used_without_a_restart_and_probes_carry_the_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token, key) = (dir.path().join("token"), dir.path().join("api-key"));
+    std::fs::write(&token, "v1\n").unwrap();
+    std::fs::write(&key, "k1").unwrap();
+    // The app takes only the current token; another one is retried (503), not lost.
+    let current = std::sync::Arc::new(std::sync::Mutex::new("Bearer v1".to_string()));
+    let accepted = current.clone();
+    let app = MockApp::start(move |r, _| {
+        let ok = r.header("authorization") == Some(accepted.lock().unwrap().as_str())
+            && r.header("x-api-key").is_some();
+        Reply::status(if ok { 200 } else { 503 })
+    })
+    .await;
+    app.set_healthy(true);
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["tok.>"]).await;
+    let extra = format!(
+        "[http]\nbearer_token_file = \"{}\"\nheader_files = {{ \"X-Api-Key\" = \"{}\" }}\n\
+         health_url = \"{}\"\nhealth_interval_ms = 50\n[delivery]\nretry_initial_ms = 100\nretry_max_ms = 200\n",
+        token.display(),
+        key.display(),
+        app.health_url()
+    );
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, &extra)).await;
+    publish(&js, "tok.a", 1).await;
+    app.wait_for("v1 accepted", T, |r| r.iter().any(|r| r.status == 200))
+        .await;
+    assert_eq!(
+        app.probe_credentials(),
+        (Some("Bearer v1".into()), Some("k1".into())),
+        "probes carry the app's credentials"
+    );
+
+    // Rotation: the file changes, the app takes only the new token from now on.
+    std::fs::write(&token, "v2-rotated\n").unwrap();
+    *current.lock().unwrap() = "Bearer v2-rotated".into();
+    publish(&js, "tok.b", 1).await;
+    eventually("all acked with the new token", T, || {
+        consumer_drained(&js, &stream, &durable)
+    })
+    .await;
+    let last = app.requests().into_iter().last().unwrap();
+    assert_eq!(last.header("authorization"), Some("Bearer v2-rotated"));
+    assert_eq!(last.status, 200);
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
+            .await,
+        2.0,
+        "nothing was terminated for a stale token"
+    );
+    relay.stop().await.unwrap();
+}

@@ -99,6 +99,8 @@ pub struct MockApp {
 pub struct Health {
     pub ok: std::sync::atomic::AtomicBool,
     pub probes: std::sync::atomic::AtomicUsize,
+    /// The `Authorization` and `X-Api-Key` of the last probe.
+    pub last_credentials: Mutex<(Option<String>, Option<String>)>,
 }
 
 #[derive(Clone)]
@@ -134,9 +136,17 @@ impl MockApp {
             .with_state(state)
             .route(
                 "/health",
-                axum::routing::get(move || {
+                axum::routing::get(move |headers: HeaderMap| {
                     let h = probe.clone();
                     async move {
+                        let get = |n: &str| {
+                            headers
+                                .get(n)
+                                .and_then(|v| v.to_str().ok())
+                                .map(str::to_string)
+                        };
+                        *h.last_credentials.lock().unwrap() =
+                            (get("authorization"), get("x-api-key"));
                         h.probes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         if h.ok.load(std::sync::atomic::Ordering::SeqCst) {
                             StatusCode::OK
@@ -167,6 +177,11 @@ impl MockApp {
         self.health
             .ok
             .store(ok, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The `Authorization` and `X-Api-Key` headers of the last probe.
+    pub fn probe_credentials(&self) -> (Option<String>, Option<String>) {
+        self.health.last_credentials.lock().unwrap().clone()
     }
 
     pub fn health_probes(&self) -> usize {
