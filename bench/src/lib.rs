@@ -1,0 +1,662 @@
+//! What the benchmark drivers share (`bench/run`: src/main.rs; `bench/batch`:
+//! src/bin/batch.rs): the NATS server, the HTTP sink that timestamps what it receives,
+//! the message payload, processes and their CPU and memory, jetrelay's config and
+//! start, the latency run, the statistics, the machine line and the report files.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream;
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+pub const PARTITIONS: u32 = 16;
+pub const KEYS: u64 = 1000;
+pub const LATENCY_RATE: u64 = 1000;
+pub const LATENCY_MSGS: u64 = 3000;
+/// Requests in flight for every Rust contender sending one message per request.
+pub const IN_FLIGHT: usize = 64;
+
+/// The request header by which jetrelay says how many messages a batch carries.
+pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
+
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+// === the payload ===
+
+/// The publish time (20 decimal digits of Unix nanoseconds) and the phase (one digit:
+/// 0 = pre-filled for the drain, 1 = the latency run) as text, then `x` up to `size`:
+/// valid UTF-8, so that a batch carries it as `"data"`, unchanged.
+const STAMP: usize = 21;
+
+pub fn payload(size: usize, phase: u8) -> Bytes {
+    let mut v = format!("{:020}{}", now_ns(), phase % 10).into_bytes();
+    v.resize(size.max(STAMP), b'x');
+    Bytes::from(v)
+}
+
+/// The publish time and phase at the start of `b`, if it holds a stamp.
+fn stamp(b: &[u8]) -> Option<(u64, u8)> {
+    let head = b.get(..STAMP)?;
+    if !head.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let ns = head[..20].iter().fold(0u64, |n, d| {
+        n.wrapping_mul(10).wrapping_add(u64::from(d - b'0'))
+    });
+    Some((ns, head[20] - b'0'))
+}
+
+/// The stamps of every message of a batch request's body (each message's `"data"`;
+/// jetrelay writes compact JSON).
+fn batch_stamps(body: &[u8]) -> Vec<(u64, u8)> {
+    const KEY: &str = "\"data\":\"";
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Vec::new();
+    };
+    text.match_indices(KEY)
+        .filter_map(|(at, _)| stamp(&body[at + KEY.len()..]))
+        .collect()
+}
+
+// === the sink ===
+
+#[derive(Default)]
+pub struct SinkState {
+    /// Messages received (a batch request counts its `Jetrelay-Batch-Size`).
+    pub count: u64,
+    pub requests: u64,
+    pub first: Option<Instant>,
+    /// Messages in the first request (they arrive at `first`, so the rate is taken
+    /// over the others).
+    pub first_count: u64,
+    pub last: Option<Instant>,
+    /// Publish to arrival, per message of the latency run.
+    pub latencies_us: Vec<u64>,
+}
+
+/// A fast HTTP app: answers 200 at once with an empty body, and counts and times
+/// what it gets, per message (one per request, or a batch).
+#[derive(Clone)]
+pub struct Sink {
+    addr: SocketAddr,
+    pub state: Arc<Mutex<SinkState>>,
+}
+
+impl Sink {
+    pub async fn start() -> Result<Sink, Error> {
+        let state = Arc::new(Mutex::new(SinkState::default()));
+        let s = state.clone();
+        let router = axum::Router::new().route(
+            "/sink",
+            axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+                let s = s.clone();
+                async move {
+                    let at = Instant::now();
+                    let batch = headers
+                        .get(BATCH_SIZE_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok());
+                    let (n, stamps) = match batch {
+                        Some(n) => (n, batch_stamps(&body)),
+                        None => (1, stamp(&body).into_iter().collect()),
+                    };
+                    let arrived = now_ns();
+                    let mut st = s.lock().unwrap();
+                    st.count += n;
+                    st.requests += 1;
+                    if st.first.is_none() {
+                        st.first = Some(at);
+                        st.first_count = n;
+                    }
+                    st.last = Some(at);
+                    for (ts, phase) in stamps {
+                        if phase == 1 {
+                            st.latencies_us.push(arrived.saturating_sub(ts) / 1000);
+                        }
+                    }
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok(Sink { addr, state })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/sink", self.addr)
+    }
+
+    pub fn reset(&self) {
+        *self.state.lock().unwrap() = SinkState::default();
+    }
+
+    pub fn count(&self) -> u64 {
+        self.state.lock().unwrap().count
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.state.lock().unwrap().requests
+    }
+
+    /// Messages per second from the first to the last arrival since the last reset.
+    pub fn rate(&self) -> f64 {
+        let st = self.state.lock().unwrap();
+        match (st.first, st.last) {
+            (Some(f), Some(l)) => {
+                (st.count - st.first_count) as f64 / l.duration_since(f).as_secs_f64().max(1e-6)
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// Milliseconds from `t` to the first message received since the last reset.
+    pub fn first_ms_since(&self, t: Instant) -> f64 {
+        self.state
+            .lock()
+            .unwrap()
+            .first
+            .map_or(0.0, |f| f.duration_since(t).as_secs_f64() * 1000.0)
+    }
+
+    /// p50 and p99 of the latencies since the last reset, in ms.
+    pub fn latency_ms(&self) -> (f64, f64) {
+        let mut lat = self.state.lock().unwrap().latencies_us.clone();
+        lat.sort_unstable();
+        let pct = |p: f64| {
+            lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
+                .copied()
+                .unwrap_or(0) as f64
+                / 1000.0
+        };
+        (pct(0.5), pct(0.99))
+    }
+}
+
+// === processes ===
+
+pub fn cpu_seconds(pid: u32, ticks: f64) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the ")" of the command name: state is field 3; utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (n(11) + n(12)) / ticks
+}
+
+/// CPU seconds the whole machine spent busy (every core, from /proc/stat): with the
+/// CPU seconds of one's own processes, what others took meanwhile.
+pub fn machine_busy_seconds(ticks: f64) -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    // cpu  user nice system idle iowait irq softirq steal ...
+    let f: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    let n = |i: usize| f.get(i).copied().unwrap_or(0.0);
+    (n(0) + n(1) + n(2) + n(5) + n(6) + n(7)) / ticks
+}
+
+/// Waits, at most `max`, for a quiet machine: fewer than `cores` busy over half a
+/// second (the caller's own processes idle meanwhile). Returns the cores last seen
+/// busy.
+pub async fn wait_quiet(ticks: f64, max: Duration, cores: f64) -> f64 {
+    let deadline = Instant::now() + max;
+    loop {
+        let (b0, t0) = (machine_busy_seconds(ticks), Instant::now());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let busy = (machine_busy_seconds(ticks) - b0) / t0.elapsed().as_secs_f64();
+        if busy < cores || Instant::now() >= deadline {
+            return busy;
+        }
+    }
+}
+
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+pub async fn signal(child: &Child, sig: &str) {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .await;
+    }
+}
+
+/// SIGTERM, a bounded wait, then SIGKILL.
+pub async fn stop(mut child: Child) {
+    signal(&child, "-TERM").await;
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    let _ = child.kill().await;
+}
+
+pub async fn wait_for<F: FnMut() -> bool>(
+    what: &str,
+    timeout: Duration,
+    mut f: F,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or(0, |a| a.port())
+}
+
+pub struct Running {
+    pub child: Child,
+    pub ready_after: Duration,
+}
+
+/// Starts `cmd` and waits for it to print `ready` on its stdout.
+pub async fn start_line_ready(mut cmd: Command) -> Result<Running, Error> {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+    if line.as_deref() != Some("ready") {
+        return Err(format!("contender said {line:?}").into());
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(Running {
+        child,
+        ready_after: started.elapsed(),
+    })
+}
+
+// === the environment ===
+
+/// The nats-server (file store, loopback) and what every run needs.
+pub struct Env {
+    pub nats_url: String,
+    pub nats_version: String,
+    pub nats_pid: u32,
+    pub relay_bin: PathBuf,
+    pub js: jetstream::Context,
+    /// Clock ticks per second (for /proc CPU times).
+    pub ticks: f64,
+    /// The work dir: the server's store, jetrelay configs.
+    pub dir: PathBuf,
+    nats: Child,
+}
+
+impl Env {
+    /// Starts nats-server from `nats_bin` in a fresh work dir.
+    pub async fn start(nats_bin: &str, relay_bin: PathBuf) -> Result<Env, Error> {
+        let dir = std::env::temp_dir().join(format!("jetrelay-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let nats = Command::new(nats_bin)
+            .args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"])
+            .arg(dir.join("js"))
+            .arg("--ports_file_dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let ports = dir.join(format!("nats-server_{}.ports", nats.id().unwrap_or(0)));
+        let mut nats_url = String::new();
+        wait_for("nats-server", Duration::from_secs(15), || {
+            if let Ok(t) = std::fs::read_to_string(&ports)
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&t)
+            {
+                nats_url = v["nats"][0].as_str().unwrap_or_default().to_string();
+            }
+            !nats_url.is_empty()
+        })
+        .await?;
+        let client = async_nats::connect(&nats_url).await?;
+        let nats_version = client.server_info().version;
+        let ticks: f64 = std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0);
+        Ok(Env {
+            nats_url,
+            nats_version,
+            nats_pid: nats.id().unwrap_or(0),
+            relay_bin,
+            js: jetstream::new(client),
+            ticks,
+            dir,
+            nats,
+        })
+    }
+
+    /// Stops nats-server and removes the work dir.
+    pub async fn close(mut self) {
+        let _ = self.nats.kill().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// === jetrelay ===
+
+/// The `[delivery]` a run uses.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub ordering: String,
+    pub max_in_flight: usize,
+    pub max_buffered: usize,
+    /// The largest single pull.
+    pub max_batch: usize,
+    /// `batch_size` (1: one message per request, and no batch keys are written).
+    pub batch_size: usize,
+    pub batch_wait_ms: u64,
+}
+
+impl Delivery {
+    /// One message per request, as `bench/run` runs every jetrelay contender.
+    pub fn single(ordering: &str) -> Delivery {
+        Delivery {
+            ordering: ordering.to_string(),
+            max_in_flight: IN_FLIGHT,
+            max_buffered: 256,
+            max_batch: 64,
+            batch_size: 1,
+            batch_wait_ms: 0,
+        }
+    }
+
+    fn toml(&self) -> String {
+        let mut t = format!(
+            "[delivery]\nmax_in_flight = {}\nmax_buffered = {}\nmax_batch = {}\nordering = \"{}\"\n",
+            self.max_in_flight, self.max_buffered, self.max_batch, self.ordering
+        );
+        if self.batch_size > 1 {
+            t.push_str(&format!(
+                "batch_size = {}\nbatch_wait_ms = {}\n",
+                self.batch_size, self.batch_wait_ms
+            ));
+        }
+        t
+    }
+}
+
+/// A jetrelay config file's text and the admin port it listens on.
+pub struct RelayConfig {
+    pub text: String,
+    pub admin: u16,
+}
+
+/// jetrelay's config: `source` is the `[source]` table's body; messages go to `url`.
+/// The log level is `info` (one JSON line per message, as deployed) unless
+/// `BENCH_LOG_LEVEL` says otherwise.
+pub fn relay_config(
+    env: &Env,
+    source: &str,
+    delivery: &Delivery,
+    url: &str,
+    ack_wait_ms: u64,
+) -> RelayConfig {
+    let level = std::env::var("BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".into());
+    let admin = free_port();
+    let text = format!(
+        "[nats]\nservers = [\"{}\"]\n[source]\n{source}\n[consumer]\nack_wait_ms = {ack_wait_ms}\nmax_deliver = -1\n\
+         {}[http]\nurl = \"{url}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n[log]\nlevel = \"{level}\"\n",
+        env.nats_url,
+        delivery.toml(),
+    );
+    RelayConfig { text, admin }
+}
+
+/// The `[source]` of a plain durable consumer.
+pub fn durable_source(stream: &str, durable: &str) -> String {
+    format!("stream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{durable}\"")
+}
+
+/// Starts jetrelay with `config` (written as `<name>.toml`) and waits for `/ready`.
+/// With `BENCH_LOGS=<dir>`, its log goes to `<dir>/<name>.log`.
+pub async fn start_relay(env: &Env, config: &RelayConfig, name: &str) -> Result<Running, Error> {
+    let path = env.dir.join(format!("{name}.toml"));
+    std::fs::write(&path, &config.text)?;
+    let started = Instant::now();
+    let child = Command::new(&env.relay_bin)
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .env_remove("JETRELAY_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(match std::env::var_os("BENCH_LOGS") {
+            Some(d) => Stdio::from(std::fs::File::create(
+                Path::new(&d).join(format!("{name}.log")),
+            )?),
+            None => Stdio::null(),
+        })
+        .kill_on_drop(true)
+        .spawn()?;
+    let http = reqwest::Client::new();
+    let ready = format!("http://127.0.0.1:{}/ready", config.admin);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = http.get(&ready).send().await
+            && r.status().is_success()
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{name} did not become ready").into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(Running {
+        child,
+        ready_after: started.elapsed(),
+    })
+}
+
+// === publishing ===
+
+/// Publishes `n` messages of `size` bytes (phase 0) to `subject(i)`, 1,000 PubAcks
+/// outstanding at most.
+pub async fn fill(
+    js: &jetstream::Context,
+    subject: impl Fn(u64) -> String,
+    n: u64,
+    size: usize,
+) -> Result<(), Error> {
+    let mut acks = Vec::with_capacity(1000);
+    for i in 0..n {
+        acks.push(js.publish(subject(i), payload(size, 0)).await?);
+        if acks.len() == 1000 {
+            for a in acks.drain(..) {
+                a.await?;
+            }
+        }
+    }
+    for a in acks {
+        a.await?;
+    }
+    Ok(())
+}
+
+/// The latency run: publishes `LATENCY_MSGS` messages of `size` bytes (phase 1) to
+/// `subject(i)` at `LATENCY_RATE` and waits until the sink has them all; p50 and p99
+/// in ms, publish to arrival.
+pub async fn latency_run(
+    js: &jetstream::Context,
+    sink: &Sink,
+    subject: impl Fn(u64) -> String,
+    size: usize,
+) -> Result<(f64, f64), Error> {
+    sink.reset();
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / LATENCY_RATE));
+    let mut acks = Vec::new();
+    for i in 0..LATENCY_MSGS {
+        tick.tick().await;
+        acks.push(js.publish(subject(i), payload(size, 1)).await?);
+    }
+    for a in acks {
+        a.await?;
+    }
+    wait_for("the latency run", Duration::from_secs(120), || {
+        sink.count() >= LATENCY_MSGS
+    })
+    .await?;
+    Ok(sink.latency_ms())
+}
+
+// === statistics and the report ===
+
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+}
+
+/// The median, min and max of `f` over `v`.
+pub fn spread<T>(v: &[T], f: impl Fn(&T) -> f64) -> (f64, f64, f64) {
+    let mut x: Vec<f64> = v.iter().map(f).collect();
+    let min = x.iter().copied().fold(f64::MAX, f64::min);
+    let max = x.iter().copied().fold(0.0, f64::max);
+    (median(&mut x), min, max)
+}
+
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().next().and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+        })
+        .unwrap_or(0);
+    format!(
+        "{cores} cores ({cpu}), {:.0} GiB RAM, Linux",
+        mem as f64 / 1024.0 / 1024.0
+    )
+}
+
+/// `--key=value` arguments.
+pub struct Args(BTreeMap<String, String>);
+
+impl Args {
+    pub fn parse() -> Args {
+        Args(
+            std::env::args()
+                .skip(1)
+                .filter_map(|a| {
+                    a.strip_prefix("--")
+                        .and_then(|a| a.split_once('='))
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                })
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+
+    pub fn required(&self, k: &str) -> Result<&str, Error> {
+        self.get(k)
+            .ok_or_else(|| format!("--{k}=... is required").into())
+    }
+
+    pub fn num<T: std::str::FromStr>(&self, k: &str, default: T) -> Result<T, Error>
+    where
+        T::Err: std::error::Error + Send + Sync + 'static,
+    {
+        self.get(k).map_or(Ok(default), |v| Ok(v.parse()?))
+    }
+
+    /// A comma-separated list.
+    pub fn list(&self, k: &str) -> Option<Vec<String>> {
+        self.get(k)
+            .map(|v| v.split(',').map(str::to_string).collect())
+    }
+}
+
+/// Writes the report to `<out>/<prefix><unix-seconds>.md` and, with `latest`, to
+/// `<out>/<latest>`.
+pub fn write_report(
+    out: &Path,
+    prefix: &str,
+    latest: Option<&str>,
+    md: &str,
+) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(out)?;
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let path = out.join(format!("{prefix}{stamp}.md"));
+    std::fs::write(&path, md)?;
+    if let Some(latest) = latest {
+        std::fs::write(out.join(latest), md)?;
+    }
+    Ok(path)
+}
+
+/// The bare loop (src/bin/bare.rs) on a durable `durable` of `stream`, `IN_FLIGHT`
+/// requests to `url`; with `partitions`, filtered on each partition like a group
+/// member owning them all.
+pub async fn start_bare(
+    env: &Env,
+    bare_bin: &Path,
+    stream: &str,
+    durable: &str,
+    url: &str,
+    partitions: Option<u32>,
+) -> Result<Running, Error> {
+    let mut cmd = Command::new(bare_bin);
+    cmd.args([&env.nats_url, stream, durable, url, &IN_FLIGHT.to_string()]);
+    if let Some(p) = partitions {
+        cmd.arg(p.to_string());
+    }
+    start_line_ready(cmd).await
+}
