@@ -46,6 +46,12 @@ async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
     )
 }
 
+/// Probes and scrapes: a few at a time, each quick.
+const LIMITS: super::Limits = super::Limits {
+    connections: 64,
+    request: std::time::Duration::from_secs(10),
+};
+
 /// Serves until `stop` is cancelled.
 ///
 /// # Errors
@@ -56,5 +62,5 @@ pub async fn serve(
     metrics: Metrics,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    super::serve(listener, router(readiness, metrics), stop).await
+    super::serve(listener, router(readiness, metrics), LIMITS, stop).await
 }

@@ -184,7 +184,13 @@ pub async fn serve(
     endpoint: Endpoint,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    super::serve(listener, router(endpoint), stop).await
+    // A publish awaits its PubAck (at most the request timeout, per batch message
+    // request): a minute covers a slow body and a full batch.
+    let limits = super::Limits {
+        connections: 256,
+        request: std::time::Duration::from_secs(60),
+    };
+    super::serve(listener, router(endpoint), limits, stop).await
 }
 
 #[cfg(test)]

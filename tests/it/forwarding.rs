@@ -535,3 +535,65 @@ async fn a_rotated_token_is_used_without_a_restart_and_probes_carry_the_credenti
     );
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_half_sent_request_cannot_hold_the_admin_port_and_connections_are_bounded() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = MockApp::ok().await;
+    let Env {
+        nats,
+        stream,
+        durable,
+        ..
+    } = Env::start(&["adm.>"]).await;
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, "")).await;
+    // Headers that never end: the server closes the connection after its header
+    // timeout (5 s), not after minutes.
+    let mut slow = tokio::net::TcpStream::connect(relay.admin).await.unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(15), slow.read(&mut buf)).await;
+    assert!(
+        closed.is_ok(),
+        "the half-sent request held the connection for 15 s"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // 64 open connections at most: the 65th is closed at once, and the port still
+    // serves once some are gone.
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        open.push(tokio::net::TcpStream::connect(relay.admin).await.unwrap());
+    }
+    let mut extra = tokio::net::TcpStream::connect(relay.admin).await.unwrap();
+    extra
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .ok();
+    let n = tokio::time::timeout(Duration::from_secs(3), extra.read(&mut buf))
+        .await
+        .expect("the connection over the bound is closed at once")
+        .unwrap_or(0);
+    assert_eq!(
+        n,
+        0,
+        "served over the bound: {}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    open.truncate(10);
+    eventually("served again", T, || async {
+        reqwest::get(format!("http://{}/healthz", relay.admin))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    })
+    .await;
+    drop(open);
+    relay.stop().await.unwrap();
+}
