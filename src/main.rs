@@ -126,6 +126,7 @@ where
                 || match e.downcast_ref::<CheckError>() {
                     Some(CheckError::Config(_)) => true,
                     Some(CheckError::Nats(n)) => n.is_config(),
+                    Some(CheckError::App(_)) => true,
                     None => false,
                 };
             if config_error {

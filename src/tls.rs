@@ -6,7 +6,9 @@
 //! A missing or broken file is a configuration error naming its key, not a
 //! connection that retries forever.
 
-use rustls::RootCertStore;
+use std::sync::Arc;
+
+use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -67,6 +69,65 @@ pub fn check(pem: &[u8], kind: Pem) -> Result<(), TlsFileError> {
                 .map_err(|_| TlsFileError::NoKey)
         }
     }
+}
+
+/// The TLS client config for the app's requests: the system's roots, plus the
+/// certificates of `ca_file` (a private CA) when given; ring as the crypto provider
+/// (as async-nats uses); HTTP/1.1.
+///
+/// # Errors
+/// [`TlsFileError`] for `ca_file`; [`TlsFileError::NoCertificate`] when there is no
+/// root at all to verify a server with.
+pub fn client_config(ca_file: &str) -> Result<ClientConfig, TlsFileError> {
+    let mut roots = RootCertStore::empty();
+    let system = rustls_native_certs::load_native_certs();
+    let (added, _) = roots.add_parsable_certificates(system.certs);
+    if !system.errors.is_empty() {
+        tracing::debug!(
+            errors = system.errors.len(),
+            added,
+            "some system root certificates could not be read"
+        );
+    }
+    if !ca_file.is_empty() {
+        let pem = read(ca_file, Pem::Certificates)?;
+        let certs = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| TlsFileError::NoCertificate)?;
+        roots.add_parsable_certificates(certs);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|_| TlsFileError::NoCertificate)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Whether a failure was the TLS handshake's (somewhere in its chain of causes, or
+/// inside the I/O errors that carry it: an `io::Error` hides the error it wraps from
+/// `source()`).
+pub fn is_handshake_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let mut inner: &(dyn std::error::Error + 'static) = c;
+        loop {
+            if inner.downcast_ref::<rustls::Error>().is_some() {
+                return true;
+            }
+            match inner
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+            {
+                Some(wrapped) => inner = wrapped,
+                None => break,
+            }
+        }
+        cause = c.source();
+    }
+    false
 }
 
 #[cfg(test)]

@@ -26,6 +26,9 @@ pub struct Report {
 /// or is too old.
 pub async fn check(config: &Config) -> Result<Report, CheckError> {
     let settings = Settings::from_config(config)?;
+    // The app's side as run builds it: secret files, the TLS CA, the proxy.
+    let limits = crate::http::forward::AnswerLimits::from_settings(&settings);
+    crate::http::forward::Forwarder::new(&config.http, 1, limits)?;
     let mut lines = vec![format!(
         "config: ok (source.kind = {:?}, stream {})",
         config.source.kind, config.source.stream
@@ -119,6 +122,9 @@ pub enum CheckError {
     /// NATS cannot be reached, or is too old.
     #[error(transparent)]
     Nats(#[from] NatsError),
+    /// The app's side cannot be set up (a secret file, the TLS CA, the proxy).
+    #[error(transparent)]
+    App(#[from] crate::http::forward::ForwardError),
 }
 
 /// Reads the topology and describes the plan; `ok` is false where `run` would stop

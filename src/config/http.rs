@@ -39,6 +39,8 @@ pub struct HttpConfig {
     pub retry_statuses: Vec<String>,
     /// Statuses that terminate (dead-lettered first when a DLQ is set).
     pub term_statuses: Vec<String>,
+    /// A CA bundle that verifies an `https://` app (the system's roots otherwise).
+    pub tls_ca_file: String,
     /// An explicit proxy for the app's requests (proxy environment variables are
     /// ignored); empty = none.
     pub proxy: String,
@@ -66,6 +68,7 @@ impl Default for HttpConfig {
             term_statuses: vec!["4xx".into()],
             pass_headers: Vec::new(),
             proxy: String::new(),
+            tls_ca_file: String::new(),
         }
     }
 }

@@ -85,6 +85,7 @@ impl DaemonError {
                     ForwardError::SecretFile { .. }
                         | ForwardError::Header(_)
                         | ForwardError::Proxy(..)
+                        | ForwardError::TlsCa { .. }
                         | ForwardError::Url(..)
                 ) | DaemonError::Config(_)
             ),
@@ -138,10 +139,7 @@ impl Daemon {
             ),
             None => None,
         };
-        let limits = AnswerLimits {
-            publish_bytes: settings.publish.rules.max_bytes,
-            batch_size: settings.batch.map_or(1, |b| b.size),
-        };
+        let limits = AnswerLimits::from_settings(&settings);
         let forwarder = Forwarder::new(&config.http, settings.max_in_flight, limits)?;
         Ok(Daemon {
             config,

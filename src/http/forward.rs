@@ -49,6 +49,15 @@ pub struct AnswerLimits {
 }
 
 impl AnswerLimits {
+    /// From the settings: `publish.max_bytes` and the batch size (1 without batch
+    /// delivery).
+    pub fn from_settings(s: &crate::config::Settings) -> AnswerLimits {
+        AnswerLimits {
+            publish_bytes: s.publish.rules.max_bytes,
+            batch_size: s.batch.map_or(1, |b| b.size),
+        }
+    }
+
     /// How much of a publishing answer is read: the outputs' bytes in JSON, with
     /// base64 and escapes (at most twice the bytes), plus the document's own.
     fn publish_answer(self) -> usize {
@@ -92,6 +101,15 @@ pub enum ForwardError {
     /// The URL does not parse.
     #[error("http.url {0:?} is not a URL")]
     Url(String, #[source] url::ParseError),
+    /// `http.tls_ca_file` cannot be used.
+    #[error("http.tls_ca_file ({path})")]
+    TlsCa {
+        /// The path.
+        path: String,
+        /// What is wrong.
+        #[source]
+        source: crate::tls::TlsFileError,
+    },
     /// The proxy URL was refused.
     #[error("http.proxy {0:?} is not a proxy URL")]
     Proxy(String, #[source] reqwest::Error),
@@ -133,7 +151,14 @@ impl Forwarder {
             |u: &str| reqwest::Url::parse(u).map_err(|e| ForwardError::Url(u.to_string(), e));
         // Proxy environment variables (often set cluster-wide) never divert the app's
         // traffic, bearer token included: only `http.proxy` does.
-        let mut builder = reqwest::Client::builder().no_proxy();
+        let tls =
+            crate::tls::client_config(&cfg.tls_ca_file).map_err(|source| ForwardError::TlsCa {
+                path: cfg.tls_ca_file.clone(),
+                source,
+            })?;
+        let mut builder = reqwest::Client::builder()
+            .no_proxy()
+            .tls_backend_preconfigured(tls);
         if !cfg.proxy.is_empty() {
             let proxy = reqwest::Proxy::all(&cfg.proxy)
                 .map_err(|e| ForwardError::Proxy(cfg.proxy.clone(), e))?;
@@ -389,6 +414,7 @@ fn no_answer(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
     }
     if e.is_connect() {
         let kind = match io {
+            _ if crate::tls::is_handshake_failure(e) => "tls handshake failed",
             Some(ErrorKind::ConnectionRefused) => "connection refused",
             _ => "cannot connect",
         };

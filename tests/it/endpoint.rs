@@ -44,7 +44,7 @@ async fn relay_with_endpoint(env: &Env) -> (Relay, String) {
 }
 
 async fn post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().post(url).body(body);
+    let mut req = http().post(url).body(body);
     for (n, v) in headers {
         req = req.header(*n, *v);
     }
@@ -163,7 +163,7 @@ async fn concurrent_clients_get_exactly_what_they_publish() {
     for c in 0..clients {
         let base = base.clone();
         tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::new();
+            let http = http();
             for i in 0..per_client {
                 // Alternately one raw message and a batch of two.
                 let resp = if i % 2 == 0 {

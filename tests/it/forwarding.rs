@@ -589,11 +589,67 @@ async fn a_half_sent_request_cannot_hold_the_admin_port_and_connections_are_boun
     );
     open.truncate(10);
     eventually("served again", T, || async {
-        reqwest::get(format!("http://{}/healthz", relay.admin))
+        http()
+            .get(format!("http://{}/healthz", relay.admin))
+            .send()
             .await
             .is_ok_and(|r| r.status().is_success())
     })
     .await;
     drop(open);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_https_app_is_reached_with_its_private_ca_and_a_wrong_one_holds_messages_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = crate::support::certs::certs(dir.path());
+    let app = MockApp::start_tls(&c.server_cert, &c.server_key, |_, _| Reply::status(200)).await;
+    assert!(app.url().starts_with("https://"));
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["tls.>"]).await;
+    let extra = format!("[http]\ntls_ca_file = \"{}\"\n", c.ca.display());
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, &extra)).await;
+    publish(&js, "tls.a", 2).await;
+    eventually("acked over https", T, || {
+        consumer_drained(&js, &stream, &durable)
+    })
+    .await;
+    assert_eq!(app.arrivals(), 2);
+    relay.stop().await.unwrap();
+
+    // Without the private CA the server is not trusted: nothing is lost or
+    // terminated, and /ready says why.
+    let other = tempfile::tempdir().unwrap();
+    let wrong = crate::support::certs::certs(other.path());
+    let extra = format!("[http]\ntls_ca_file = \"{}\"\n", wrong.ca.display());
+    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, &extra)).await;
+    publish(&js, "tls.b", 1).await;
+    let mut status = relay.health.subscribe();
+    let shown = tokio::time::timeout(
+        T,
+        status.wait_for(|s| s.reason.contains("tls handshake failed")),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the reason names the TLS failure: {:?}",
+            relay.health.status()
+        )
+    })
+    .unwrap()
+    .clone();
+    assert!(!shown.ready, "{shown:?}");
+    assert_eq!(app.arrivals(), 2);
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await,
+        0.0
+    );
     relay.stop().await.unwrap();
 }

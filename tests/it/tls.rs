@@ -2,118 +2,14 @@
 //! (a missing or broken one is refused at startup, naming its key). The certificates
 //! are made for each test with `openssl`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
+use crate::support::certs::certs;
 use crate::support::daemon::{BIN, Daemon};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(20);
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, in `dir`.
-struct Certs {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl (for test certificates)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn certs(dir: &Path) -> Certs {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    openssl(
-        dir,
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &[
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=jetrelay test CA",
-            ],
-        ]
-        .concat(),
-    );
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    for (name, ext) in [("server", "server.ext"), ("client", "client.ext")] {
-        let key = format!("{name}.key");
-        let csr = format!("{name}.csr");
-        let pem = format!("{name}.pem");
-        openssl(
-            dir,
-            &[
-                &["req"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    &key,
-                    "-out",
-                    &csr,
-                    "-subj",
-                    &format!("/CN={name}"),
-                ],
-            ]
-            .concat(),
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-extfile",
-                ext,
-            ],
-        );
-    }
-    Certs {
-        ca: dir.join("ca.pem"),
-        server_cert: dir.join("server.pem"),
-        server_key: dir.join("server.key"),
-        client_cert: dir.join("client.pem"),
-        client_key: dir.join("client.key"),
-    }
-}
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -273,8 +169,20 @@ async fn a_missing_or_broken_tls_file_is_a_config_error_naming_its_key() {
             "nats.tls_cert_file",
         ),
     ];
-    for (tls, key) in cases {
-        let text = config(&nats, &app, "S", "d", &tls);
+    let mut texts: Vec<(String, &str)> = cases
+        .into_iter()
+        .map(|(tls, key)| (config(&nats, &app, "S", "d", &tls), key))
+        .collect();
+    // The app's CA, too: check builds the app's side as run does.
+    texts.push((
+        config(&nats, &app, "S", "d", "").replace(
+            "[http]\n",
+            "[http]\ntls_ca_file = \"/nonexistent/app-ca.pem\"\n",
+        ),
+        "http.tls_ca_file",
+    ));
+    for (text, key) in texts {
+        let tls = &text;
         for command in ["run", "check"] {
             let (code, err) = exit_of(command, &text).await;
             assert_eq!(code, Some(64), "{command} with {tls}: {err}");

@@ -88,6 +88,7 @@ struct Inner {
 
 #[derive(Clone)]
 pub struct MockApp {
+    scheme: &'static str,
     addr: SocketAddr,
     inner: Arc<Mutex<Inner>>,
     notify: Arc<tokio::sync::Notify>,
@@ -120,6 +121,23 @@ impl MockApp {
     /// On a given loopback port (0: any free one).
     pub async fn start_on(
         port: u16,
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
+        Self::start_with(port, None, script).await
+    }
+
+    /// Over https with this certificate and key (PEM files); `url()` says https.
+    pub async fn start_tls(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
+        Self::start_with(0, Some((cert, key)), script).await
+    }
+
+    async fn start_with(
+        port: u16,
+        tls: Option<(&std::path::Path, &std::path::Path)>,
         script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> MockApp {
         let inner = Arc::new(Mutex::new(Inner::default()));
@@ -160,8 +178,18 @@ impl MockApp {
             .await
             .unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let scheme = match tls {
+            None => {
+                tokio::spawn(async move { axum::serve(listener, router).await });
+                "http"
+            }
+            Some((cert, key)) => {
+                serve_tls(listener, router, cert, key);
+                "https"
+            }
+        };
         MockApp {
+            scheme,
             addr,
             inner,
             notify,
@@ -170,7 +198,7 @@ impl MockApp {
     }
 
     pub fn health_url(&self) -> String {
-        format!("http://{}/health", self.addr)
+        format!("{}://{}/health", self.scheme, self.addr)
     }
 
     pub fn set_healthy(&self, ok: bool) {
@@ -204,7 +232,7 @@ impl MockApp {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}/messages", self.addr)
+        format!("{}://{}/messages", self.scheme, self.addr)
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -298,4 +326,48 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
         resp.headers_mut().insert(k, v.parse().unwrap());
     }
     resp
+}
+
+/// Serves `router` over TLS (rustls) on `listener`.
+fn serve_tls(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, router) = (acceptor.clone(), router.clone());
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends here.
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(router);
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await
+                    .ok();
+            });
+        }
+    });
 }

@@ -98,7 +98,9 @@ impl Daemon {
 
     /// `/ready`: the status code and the JSON body.
     pub async fn ready(&self) -> (u16, serde_json::Value) {
-        let resp = reqwest::get(format!("http://{}/ready", self.admin))
+        let resp = super::http()
+            .get(format!("http://{}/ready", self.admin))
+            .send()
             .await
             .unwrap();
         let code = resp.status().as_u16();

@@ -2,6 +2,7 @@
 //! run in-process from a TOML config, as a user would write it.
 
 pub mod app;
+pub mod certs;
 pub mod daemon;
 pub mod groups;
 pub mod nats_server;
@@ -24,6 +25,20 @@ use tokio_util::sync::CancellationToken;
 
 pub use app::{MockApp, Reply};
 pub use nats_server::{Cluster, NatsServer};
+
+/// An HTTP client for the tests' own requests. reqwest is built with rustls and no
+/// default crypto provider (the daemon configures its own): the tests install ring as
+/// the process default once.
+pub fn http() -> reqwest::Client {
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    PROVIDER.call_once(|| {
+        // Another test binary thread may have installed it first: fine.
+        rustls::crypto::ring::default_provider()
+            .install_default()
+            .ok();
+    });
+    reqwest::Client::new()
+}
 
 /// Unique names per test, so tests never collide even on a shared server.
 pub fn unique(prefix: &str) -> String {
@@ -225,7 +240,9 @@ impl Relay {
     }
 
     pub async fn get(&self, path: &str) -> (u16, String) {
-        let resp = reqwest::get(format!("http://{}{path}", self.admin))
+        let resp = http()
+            .get(format!("http://{}{path}", self.admin))
+            .send()
             .await
             .unwrap();
         (resp.status().as_u16(), resp.text().await.unwrap())
