@@ -132,6 +132,12 @@ impl Config {
                 "must be at least delivery.batch_size",
             );
         }
+        if d.batch_size > 1 && d.batch_max_bytes > d.max_buffered_bytes {
+            p.add(
+                "delivery.batch_max_bytes",
+                "must be at most delivery.max_buffered_bytes (a batch is made of held messages)",
+            );
+        }
         if d.retry_max_ms < d.retry_initial_ms {
             p.add(
                 "delivery.retry_max_ms",

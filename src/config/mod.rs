@@ -426,6 +426,10 @@ mod tests {
                 "publish.allowed_subjects",
             ),
             ("[publish]\nmax_messages = 1001", "publish.max_messages"),
+            (
+                "[delivery]\nbatch_size = 10\nbatch_max_bytes = 2000000\nmax_buffered_bytes = 1000000",
+                "delivery.batch_max_bytes",
+            ),
             ("[http]\npass_headers = [\"Cookie\"]", "http.pass_headers"),
             ("[http]\npass_headers = [\"*\"]", "http.pass_headers"),
             ("[http]\npass_headers = [\"a b\"]", "http.pass_headers"),
