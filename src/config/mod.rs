@@ -413,6 +413,14 @@ mod tests {
                 "topology.managed_stream.replicas",
             ),
             (
+                "[topology]\nstream = \"managed\"\n[topology.managed_stream]\nsubjects = [\"a\"]\nmax_age_ms = 60000",
+                "topology.managed_stream.duplicate_window_ms",
+            ),
+            (
+                "[topology]\nstream = \"managed\"\n[topology.managed_stream]\nsubjects = [\"a\"]\nduplicate_window_ms = 9223372036854775807",
+                "topology.managed_stream.duplicate_window_ms",
+            ),
+            (
                 "[source]\nfilter_subjects = [\"a..b\"]",
                 "source.filter_subjects",
             ),

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Config, HOUR, Problems};
+use super::{Config, DAY, HOUR, Problems};
 use crate::subject;
 
 /// `topology.stream`
@@ -207,6 +207,25 @@ impl Config {
                     p.add(
                         "topology.managed_stream.max_bytes",
                         "must be -1 (unlimited) or positive",
+                    );
+                }
+                // Ten years: beyond, a duration overflows the server's nanoseconds.
+                p.range(
+                    "topology.managed_stream.max_age_ms",
+                    m.max_age_ms,
+                    0,
+                    3650 * DAY,
+                );
+                p.range(
+                    "topology.managed_stream.duplicate_window_ms",
+                    m.duplicate_window_ms,
+                    0,
+                    30 * DAY,
+                );
+                if m.max_age_ms > 0 && m.duplicate_window_ms > m.max_age_ms {
+                    p.add(
+                        "topology.managed_stream.duplicate_window_ms",
+                        "must be at most max_age_ms (the server refuses a longer window)",
                     );
                 }
             }
