@@ -8,6 +8,17 @@ use serde::{Deserialize, Serialize};
 use super::{Config, DAY, HOUR, Problems};
 use crate::policy::StatusSet;
 
+/// `http.format`: how a message is laid out in its request.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestFormat {
+    /// The payload as the body, metadata in `Nats-*` headers.
+    #[default]
+    Raw,
+    /// CloudEvents binary content mode: `ce-*` headers added (batch requests ignore it).
+    Cloudevents,
+}
+
 /// `[http]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -39,6 +50,8 @@ pub struct HttpConfig {
     pub retry_statuses: Vec<String>,
     /// Statuses that terminate (dead-lettered first when a DLQ is set).
     pub term_statuses: Vec<String>,
+    /// `"raw"` or `"cloudevents"` (binary content mode).
+    pub format: RequestFormat,
     /// A CA bundle that verifies an `https://` app (the system's roots otherwise).
     pub tls_ca_file: String,
     /// An explicit proxy for the app's requests (proxy environment variables are
@@ -69,6 +82,7 @@ impl Default for HttpConfig {
             pass_headers: Vec::new(),
             proxy: String::new(),
             tls_ca_file: String::new(),
+            format: RequestFormat::Raw,
         }
     }
 }

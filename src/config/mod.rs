@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::consumer::{ConsumerConfig, DeliverPolicy};
 pub use self::delivery::{AckMode, DeliveryConfig, Ordering};
-pub use self::http::HttpConfig;
+pub use self::http::{HttpConfig, RequestFormat};
 pub use self::nats::{NatsConfig, redact, split_servers};
 pub use self::ops::{AdminConfig, DlqConfig, LogConfig, LogFormat};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};

@@ -128,6 +128,7 @@ pub struct Forwarder {
     timeout: Duration,
     limits: AnswerLimits,
     pass: Pass,
+    format: crate::config::RequestFormat,
 }
 
 impl Forwarder {
@@ -183,12 +184,13 @@ impl Forwarder {
             timeout: Duration::from_millis(cfg.timeout_ms),
             limits,
             pass: Pass::new(&cfg.pass_headers),
+            format: cfg.format,
         })
     }
 
     /// Offers one delivery to the app, once; `attempt` counts in-place retries too.
     pub async fn forward(&self, d: &Delivery, attempt: u32) -> Forwarded {
-        let mapped = crate::http::headers::map(d, attempt, &self.pass);
+        let mapped = crate::http::headers::map(d, attempt, &self.pass, self.format);
         let mut headers = HeaderMap::with_capacity(mapped.headers.len() + 4);
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {

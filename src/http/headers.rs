@@ -7,6 +7,7 @@ use std::borrow::Cow;
 
 use time::format_description::well_known::Rfc3339;
 
+use crate::config::RequestFormat;
 use crate::delivery::Delivery;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the
@@ -97,7 +98,13 @@ pub struct Mapped {
 /// (`Nats-Pin-Id`, `Nats-Stream-Source`, ...) mean nothing to the app, and the
 /// publisher must not be able to forge the metadata headers set here; nor identity
 /// headers (`Authorization`, `Cookie`, `X-Forwarded-*`, ...). `pass` may narrow it.
-pub fn map(d: &Delivery, attempt: u32, pass: &Pass) -> Mapped {
+///
+/// With [`RequestFormat::Cloudevents`] the request is a CloudEvent in binary content mode:
+/// `ce-specversion`, `ce-id` (the `Nats-Msg-Id`, else `<stream>:<sequence>`),
+/// `ce-source` (`/jetstream/<stream>`), `ce-type`, `ce-subject`, `ce-time`. A message
+/// that is already a CloudEvent (it carries `ce-specversion`) keeps its own `ce-*`
+/// headers unchanged; another message's `ce-*` headers are replaced.
+pub fn map(d: &Delivery, attempt: u32, pass: &Pass, format: RequestFormat) -> Mapped {
     let mut out = Mapped::default();
     out.skipped_invalid = passed(d, pass, |name, value| {
         out.headers
@@ -128,7 +135,58 @@ pub fn map(d: &Delivery, attempt: u32, pass: &Pass) -> Mapped {
     if let Some(id) = d.header("Nats-Msg-Id").filter(|v| is_valid_value(v)) {
         add("nats-msg-id", id.to_string());
     }
+    if format == RequestFormat::Cloudevents {
+        cloudevent(d, &mut out);
+    }
     out
+}
+
+/// The `ce-*` headers of a CloudEvent in binary content mode.
+fn cloudevent(d: &Delivery, out: &mut Mapped) {
+    let is_ce = |n: &str| n.len() > 3 && n[..3].eq_ignore_ascii_case("ce-");
+    let own = d
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("ce-specversion"));
+    out.headers.retain(|(n, _)| !is_ce(n));
+    if own {
+        // Already a CloudEvent: its own attributes, as they are (valid ones).
+        for (n, v) in d.headers.iter().filter(|(n, _)| is_ce(n)) {
+            if is_valid_name(n) && is_valid_value(v) {
+                out.headers.push((Cow::Owned(n.clone()), v.clone()));
+            }
+        }
+        return;
+    }
+    let mut add = |n: &'static str, v: String| out.headers.push((Cow::Borrowed(n), v));
+    add("ce-specversion", "1.0".into());
+    let meta = d.meta.as_ref().ok();
+    let id = match d
+        .header("Nats-Msg-Id")
+        .filter(|v| is_valid_value(v) && !v.is_empty())
+    {
+        Some(id) => id.to_string(),
+        None => format!(
+            "{}:{}",
+            meta.map_or("", |m| m.stream.as_str()),
+            d.stream_seq()
+        ),
+    };
+    add("ce-id", id);
+    add(
+        "ce-source",
+        format!("/jetstream/{}", meta.map_or("", |m| m.stream.as_str())),
+    );
+    add("ce-type", "io.nats.jetstream.message".into());
+    add("ce-subject", d.app_subject.clone());
+    if let Some(t) = meta.and_then(|m| {
+        m.published
+            .to_offset(time::UtcOffset::UTC)
+            .format(&Rfc3339)
+            .ok()
+    }) {
+        add("ce-time", t);
+    }
 }
 
 /// Hands every message header that passes through to the app to `each`, in order
@@ -222,6 +280,7 @@ mod tests {
             &delivery(&[("Nats-Msg-Id", "abc")], Some(3)),
             2,
             &Pass::default(),
+            RequestFormat::Raw,
         );
         assert_eq!(get(&m, "Nats-Subject"), ["orders.eu"]);
         assert_eq!(get(&m, "Nats-Stream"), ["ORDERS"]);
@@ -236,7 +295,12 @@ mod tests {
             stream: "ORIG".into(),
             sequence: 9,
         };
-        let m = map(&delivery_from(&[], None, Some(origin)), 5, &Pass::default());
+        let m = map(
+            &delivery_from(&[], None, Some(origin)),
+            5,
+            &Pass::default(),
+            RequestFormat::Raw,
+        );
         assert_eq!(get(&m, "Nats-Origin-Stream"), ["ORIG"]);
         assert_eq!(get(&m, "Nats-Delivered"), ["5"], "in-place retries count");
         assert_eq!(get(&m, "Nats-Origin-Sequence"), ["9"]);
@@ -274,6 +338,7 @@ mod tests {
             ),
             1,
             &Pass::default(),
+            RequestFormat::Raw,
         );
         assert_eq!(get(&m, "X-Trace"), ["t1"]);
         assert_eq!(get(&m, "X-Multi"), ["a", "b"]);
@@ -325,6 +390,7 @@ mod tests {
             ),
             1,
             &pass,
+            RequestFormat::Raw,
         );
         assert_eq!(get(&m, "X-Trace"), ["t"]);
         assert_eq!(get(&m, "X-Tenant-Id"), ["7"]);
@@ -339,6 +405,51 @@ mod tests {
             !get(&m, "Nats-Sequence").is_empty(),
             "metadata is always sent"
         );
+    }
+
+    #[test]
+    fn cloudevents_binary_mode_table() {
+        let ce = |headers: &[(&str, &str)]| {
+            map(
+                &delivery(headers, Some(3)),
+                1,
+                &Pass::default(),
+                RequestFormat::Cloudevents,
+            )
+        };
+        let m = ce(&[("X-Trace", "t"), ("ce-type", "forged")]);
+        assert_eq!(get(&m, "ce-specversion"), ["1.0"]);
+        assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
+        assert_eq!(get(&m, "ce-source"), ["/jetstream/ORDERS"]);
+        assert_eq!(
+            get(&m, "ce-type"),
+            ["io.nats.jetstream.message"],
+            "not the message's"
+        );
+        assert_eq!(get(&m, "ce-subject"), ["orders.eu"]);
+        assert_eq!(get(&m, "ce-time"), ["2023-11-14T22:13:20Z"]);
+        assert_eq!(get(&m, "X-Trace"), ["t"]);
+        assert_eq!(
+            get(&m, "Nats-Sequence"),
+            ["42"],
+            "the metadata headers stay"
+        );
+        let m = ce(&[("Nats-Msg-Id", "order-7")]);
+        assert_eq!(get(&m, "ce-id"), ["order-7"]);
+        // Already a CloudEvent: its own attributes, unchanged.
+        let m = ce(&[
+            ("ce-specversion", "1.0"),
+            ("ce-id", "evt-1"),
+            ("ce-type", "com.example.order"),
+            ("ce-source", "/shop"),
+        ]);
+        assert_eq!(get(&m, "ce-id"), ["evt-1"]);
+        assert_eq!(get(&m, "ce-type"), ["com.example.order"]);
+        assert_eq!(get(&m, "ce-source"), ["/shop"]);
+        assert!(get(&m, "ce-subject").is_empty());
+        // Raw: nothing added.
+        let raw = map(&delivery(&[], None), 1, &Pass::default(), RequestFormat::Raw);
+        assert!(get(&raw, "ce-id").is_empty());
     }
 
     #[test]
@@ -357,7 +468,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn every_mapped_header_is_valid(name in "\\PC{0,12}", value in "\\PC{0,20}") {
-            let m = map(&delivery(&[(&name, &value)], None), 1, &Pass::default());
+            let m = map(&delivery(&[(&name, &value)], None), 1, &Pass::default(), RequestFormat::Raw);
             for (n, v) in &m.headers {
                 proptest::prop_assert!(is_valid_name(n) && is_valid_value(v));
             }

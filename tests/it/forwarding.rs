@@ -653,3 +653,59 @@ async fn an_https_app_is_reached_with_its_private_ca_and_a_wrong_one_holds_messa
     );
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn cloudevents_format_sends_binary_mode_events_and_keeps_an_events_own_attributes() {
+    let app = MockApp::ok().await;
+    let Env {
+        nats,
+        js,
+        stream,
+        durable,
+    } = Env::start(&["ce.>"]).await;
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        "[http]\nformat = \"cloudevents\"\n",
+    ))
+    .await;
+    let mut own = HeaderMap::new();
+    own.insert("ce-specversion", "1.0");
+    own.insert("ce-id", "evt-9");
+    own.insert("ce-type", "com.example.shipped");
+    own.insert("ce-source", "/warehouse");
+    js.publish_with_headers("ce.own", own, "{}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    js.publish("ce.plain", "{}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    app.wait_for("both", T, |r| r.len() == 2).await;
+    let by_subject = |s: &str| {
+        app.requests()
+            .into_iter()
+            .find(|r| r.header("nats-subject") == Some(s))
+            .unwrap()
+    };
+    let plain = by_subject("ce.plain");
+    assert_eq!(plain.header("ce-specversion"), Some("1.0"));
+    assert_eq!(plain.header("ce-id"), Some(format!("{stream}:2").as_str()));
+    assert_eq!(
+        plain.header("ce-source"),
+        Some(format!("/jetstream/{stream}").as_str())
+    );
+    assert_eq!(plain.header("ce-type"), Some("io.nats.jetstream.message"));
+    assert_eq!(plain.header("ce-subject"), Some("ce.plain"));
+    assert!(plain.header("ce-time").unwrap().ends_with('Z'));
+    let own = by_subject("ce.own");
+    assert_eq!(own.header("ce-id"), Some("evt-9"));
+    assert_eq!(own.header("ce-type"), Some("com.example.shipped"));
+    assert_eq!(own.header("ce-source"), Some("/warehouse"));
+    relay.stop().await.unwrap();
+}
