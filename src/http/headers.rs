@@ -448,7 +448,12 @@ mod tests {
         assert_eq!(get(&m, "ce-source"), ["/shop"]);
         assert!(get(&m, "ce-subject").is_empty());
         // Raw: nothing added.
-        let raw = map(&delivery(&[], None), 1, &Pass::default(), RequestFormat::Raw);
+        let raw = map(
+            &delivery(&[], None),
+            1,
+            &Pass::default(),
+            RequestFormat::Raw,
+        );
         assert!(get(&raw, "ce-id").is_empty());
     }
 
