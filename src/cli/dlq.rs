@@ -1,7 +1,8 @@
 //! `jetrelay dlq ls|show|replay|purge`: browse dead letters and redrive them. The DLQ
 //! stream is read in pages with batch direct get (no consumer, its state untouched);
 //! replays are published with their own ids (`crate::redrive`), in pages of at most
-//! 1000, as atomic batches where the target stream takes them, one by one otherwise.
+//! 1000, as atomic batches where the target stream takes them, one by one otherwise;
+//! with `--fast`, as fast-ingest batches where the target allows them (`allow_batched`).
 
 use std::collections::HashMap;
 // Writing to a String cannot fail: `write!(…).ok()` drops an `Ok(())`.
@@ -12,7 +13,10 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-use crate::nats::{DirectError, Nats, NatsError, OutputError, PageRequest, TopologyError};
+use crate::nats::{
+    DirectError, FastFailed, Nats, NatsError, OutputError, OutputPublisher, PageRequest,
+    TopologyError,
+};
 use crate::outputs::{Capture, Output};
 use crate::redrive::{self, Entry, Selection, Stored};
 
@@ -61,6 +65,15 @@ pub enum DlqCommand {
         /// Delete each dead letter once its replay is stored.
         #[arg(long)]
         delete: bool,
+        /// Publish each page as one fast-ingest batch per target stream (nats-server
+        /// 2.14+, the stream needs allow_batched): much faster, not atomic (each
+        /// letter is stored as it arrives; a re-run still stores none twice). A
+        /// target stream without allow_batched gets its letters as without --fast
+        /// (atomic batches where it allows them, one by one otherwise), and the
+        /// summary names it. A fast batch cannot tell which of its letters were
+        /// stored before: a page that was partly replayed counts as replayed.
+        #[arg(long)]
+        fast: bool,
     },
     /// Delete dead letters.
     Purge {
@@ -196,6 +209,7 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
             to,
             dry_run,
             delete,
+            fast,
         } => {
             if let Some(to) = &to {
                 crate::subject::validate_publish_subject(to)
@@ -208,8 +222,13 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
                 to: to.as_deref(),
                 delete,
                 dry_run,
+                fast,
                 targets: HashMap::new(),
-                summary: Summary::default(),
+                batched: HashMap::new(),
+                summary: Summary {
+                    fast,
+                    ..Summary::default()
+                },
             };
             let mut pages = Pages::open(nats, &stream, &sel).await?;
             while let Some(page) = pages.next().await? {
@@ -313,11 +332,24 @@ struct Summary {
     failures: Vec<(u64, String)>,
     /// Dry run: (DLQ sequence, where it would go).
     planned: Vec<(u64, String)>,
+    /// `--fast` was asked for.
+    fast: bool,
+    /// `--fast`: target streams without `allow_batched`, and how many letters went
+    /// to each without it.
+    not_fast: Vec<(String, usize)>,
 }
 
 impl Summary {
     fn fail(&mut self, seq: u64, why: String) {
         self.failures.push((seq, why));
+    }
+
+    /// `letters` for `stream` went without `--fast`.
+    fn not_fast(&mut self, stream: &str, letters: usize) {
+        match self.not_fast.iter_mut().find(|(s, _)| s == stream) {
+            Some((_, n)) => *n += letters,
+            None => self.not_fast.push((stream.to_string(), letters)),
+        }
     }
 
     fn done(self, json: bool, dry_run: bool) -> Done {
@@ -332,6 +364,8 @@ impl Summary {
                 "failures": self.failures.iter().map(|(seq, why)| json!({"seq": seq, "error": why})).collect::<Vec<_>>(),
                 "dry_run": dry_run,
                 "planned": self.planned.iter().map(|(seq, to)| json!({"seq": seq, "subject": to})).collect::<Vec<_>>(),
+                "fast": self.fast,
+                "not_fast": self.not_fast.iter().map(|(stream, n)| json!({"stream": stream, "letters": n})).collect::<Vec<_>>(),
             })
             .to_string()
         } else {
@@ -344,6 +378,13 @@ impl Summary {
             }
             if self.failures.len() > 50 {
                 writeln!(out, "failed: … and {} more", self.failures.len() - 50).ok();
+            }
+            for (stream, n) in &self.not_fast {
+                writeln!(
+                    out,
+                    "not fast: stream {stream} does not allow fast ingest (allow_batched is off): its {n} letter(s) went without --fast"
+                )
+                .ok();
             }
             write!(
                 out,
@@ -371,14 +412,19 @@ struct Replayer<'a> {
     to: Option<&'a str>,
     delete: bool,
     dry_run: bool,
+    /// `--fast`: fast-ingest batches where the target allows them.
+    fast: bool,
     /// Target subject → the stream that captures it (`None`: no stream does).
     targets: HashMap<String, Option<Capture>>,
+    /// `--fast`: target stream → whether it takes fast-ingest batches.
+    batched: HashMap<String, bool>,
     summary: Summary,
 }
 
 impl Replayer<'_> {
-    /// Replays one page: grouped by target stream, each group as one atomic batch
-    /// where the stream takes it, else one by one; then deletes what is stored.
+    /// Replays one page: grouped by target stream, each group as one fast-ingest
+    /// batch (`--fast`, where the stream allows it) or one atomic batch where the
+    /// stream takes it, else one by one; then deletes what is stored.
     async fn page(&mut self, letters: Vec<Stored>) -> Result<(), DlqError> {
         self.summary.selected += letters.len();
         // (target stream, the letters' sequences and messages), in page order.
@@ -408,6 +454,13 @@ impl Replayer<'_> {
         let publisher = self.nats.outputs();
         let mut stored = Vec::new();
         for (target, members) in groups {
+            if self.fast {
+                if self.takes_fast(&target.stream).await? {
+                    self.fast_batch(&publisher, members, &mut stored).await;
+                    continue;
+                }
+                self.summary.not_fast(&target.stream, members.len());
+            }
             let outputs: Vec<Output> = members.iter().map(|(_, o)| o.clone()).collect();
             let whole = if target.atomic && outputs.len() > 1 {
                 publisher.publish(&outputs, true).await
@@ -422,24 +475,7 @@ impl Replayer<'_> {
                 // Some were replayed before (the batch was refused whole), or the
                 // stream takes no batches, or the batch failed: one by one tells
                 // which.
-                _ => {
-                    for (seq, output) in members {
-                        match publisher
-                            .publish(std::slice::from_ref(&output), false)
-                            .await
-                        {
-                            Ok(c) => {
-                                if c.duplicate {
-                                    self.summary.already += 1;
-                                } else {
-                                    self.summary.replayed += 1;
-                                }
-                                stored.push(seq);
-                            }
-                            Err(e) => self.summary.fail(seq, crate::ops::telemetry::chain(&e)),
-                        }
-                    }
-                }
+                _ => self.one_by_one(&publisher, members, &mut stored).await,
             }
         }
         if self.delete && !stored.is_empty() {
@@ -454,6 +490,75 @@ impl Replayer<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Replays `members` as one fast-ingest batch. Those after the part the server
+    /// confirmed go one by one when it fails: their ids make a second send of one
+    /// that was stored after all a duplicate, and one by one says which fail.
+    async fn fast_batch(
+        &mut self,
+        publisher: &OutputPublisher,
+        mut members: Vec<(u64, Output)>,
+        stored: &mut Vec<u64>,
+    ) {
+        let outputs: Vec<Output> = members.iter().map(|(_, o)| o.clone()).collect();
+        match self.nats.fast_ingest().publish(&outputs).await {
+            Ok(c) => {
+                if c.duplicate {
+                    self.summary.already += members.len();
+                } else {
+                    self.summary.replayed += members.len();
+                }
+                stored.extend(members.iter().map(|(seq, _)| *seq));
+            }
+            Err(FastFailed { confirmed, error }) => {
+                tracing::warn!(
+                    confirmed,
+                    reason = error.label(),
+                    "Fast batch failed, the rest goes one by one"
+                );
+                let rest = members.split_off(confirmed.min(members.len()));
+                self.summary.replayed += members.len();
+                stored.extend(members.iter().map(|(seq, _)| *seq));
+                self.one_by_one(publisher, rest, stored).await;
+            }
+        }
+    }
+
+    /// Replays `members` one by one, each awaiting its PubAck.
+    async fn one_by_one(
+        &mut self,
+        publisher: &OutputPublisher,
+        members: Vec<(u64, Output)>,
+        stored: &mut Vec<u64>,
+    ) {
+        for (seq, output) in members {
+            match publisher
+                .publish(std::slice::from_ref(&output), false)
+                .await
+            {
+                Ok(c) => {
+                    if c.duplicate {
+                        self.summary.already += 1;
+                    } else {
+                        self.summary.replayed += 1;
+                    }
+                    stored.push(seq);
+                }
+                Err(e) => self.summary.fail(seq, crate::ops::telemetry::chain(&e)),
+            }
+        }
+    }
+
+    /// Whether `stream` takes fast-ingest batches, looked up once.
+    async fn takes_fast(&mut self, stream: &str) -> Result<bool, DlqError> {
+        if let Some(b) = self.batched.get(stream) {
+            return Ok(*b);
+        }
+        // A stream gone since it was found takes nothing: the normal path says why.
+        let b = self.nats.allows_fast_ingest(stream).await?.unwrap_or(false);
+        self.batched.insert(stream.to_string(), b);
+        Ok(b)
     }
 
     /// The stream that captures `subject`, looked up once.

@@ -13,11 +13,13 @@
 //! - `publish`: JetStream publishes that await their PubAck (dead letters).
 //! - `direct`: batch direct get, pages of a stream without a consumer.
 //! - `outputs`: the app's outputs, one by one or as one atomic batch (ADR-50).
+//! - `fast`: fast-ingest batches (ADR-50, 2.14+): not atomic, paced by flow acks.
 //! - `error`: [`NatsError`], the failures at this boundary that are not topology.
 
 mod connect;
 mod direct;
 mod error;
+mod fast;
 mod groups;
 mod kv;
 mod outputs;
@@ -29,6 +31,7 @@ mod streams;
 pub use connect::{ConnState, Nats};
 pub use direct::{DirectError, Page, PageRequest};
 pub use error::{Cause, NatsError};
+pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
 pub use outputs::{Committed, OutputError, OutputPublisher};

@@ -484,3 +484,187 @@ async fn purge_deletes_only_what_is_selected_and_only_with_yes() {
         .collect();
     assert_eq!(left, [1, 2, 6, 7, 8, 9, 10]);
 }
+
+/// Collects the reply subjects of the first `n` messages published to `subject`.
+async fn replies_of(
+    client: &async_nats::Client,
+    subject: &str,
+    n: usize,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    use futures::StreamExt;
+    let mut sub = client.subscribe(subject.to_string()).await.unwrap();
+    crate::fast::subscribed(client).await;
+    tokio::spawn(async move {
+        let mut replies = Vec::new();
+        while replies.len() < n {
+            match tokio::time::timeout(T, sub.next()).await {
+                Ok(Some(m)) => replies.push(m.reply.map(|r| r.to_string()).unwrap_or_default()),
+                _ => break,
+            }
+        }
+        replies
+    })
+}
+
+/// The payload and `Nats-Msg-Id` stored at `seq`.
+async fn stored_at(js: &jetstream::Context, stream: &str, seq: u64) -> (String, String) {
+    let m = js
+        .get_stream(stream)
+        .await
+        .unwrap()
+        .get_raw_message(seq)
+        .await
+        .unwrap();
+    (
+        String::from_utf8_lossy(&m.payload).into_owned(),
+        m.headers.get("Nats-Msg-Id").unwrap().as_str().to_string(),
+    )
+}
+
+#[tokio::test]
+async fn a_fast_replay_stores_five_thousand_letters_once_in_fast_batches() {
+    let nats = NatsServer::start();
+    let (client, js) = client(&nats).await;
+    a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
+    crate::fast::batched_stream(&client, "TO", &["to.>"], true, serde_json::json!({})).await;
+    let total = 5000;
+    fill_letters(&client, &js, "dlq.x", total).await;
+    eventually("filled", T, || async { count(&js, "DLQ").await == total }).await;
+
+    let watch = replies_of(&client, "to.>", total as usize).await;
+    let (code, text, err) = dlq(&nats, &["replay", "DLQ", "--fast", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(summary["selected"], total, "{summary}");
+    assert_eq!(summary["replayed"], total, "{summary}");
+    assert_eq!(summary["already_replayed"], 0, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(summary["fast"], true, "{summary}");
+    assert_eq!(summary["not_fast"], serde_json::json!([]), "{summary}");
+    assert_eq!(count(&js, "TO").await, total);
+    // In DLQ order, each with its replay id.
+    for seq in [1, 2, 2500, total] {
+        assert_eq!(
+            stored_at(&js, "TO", seq).await,
+            (
+                format!("letter {}", seq - 1),
+                format!("jetrelay-replay:DLQ:{seq}")
+            )
+        );
+    }
+    // Every letter went in a fast batch: the protocol is in the reply subject.
+    let replies = watch.await.unwrap();
+    assert_eq!(replies.len(), total as usize);
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.ends_with(".$FI") && r.contains(".fail.")),
+        "{:?}",
+        replies.iter().find(|r| !r.ends_with(".$FI"))
+    );
+
+    // Run again: every page is a batch of duplicates, nothing is stored twice.
+    let (code, text, err) = dlq(&nats, &["replay", "DLQ", "--fast", "--delete"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("selected 5000, replayed 0, already replayed 5000, deleted 5000, failed 0"),
+        "{text}"
+    );
+    assert_eq!(count(&js, "TO").await, total);
+    assert_eq!(count(&js, "DLQ").await, 0, "deleted after their PubAck");
+}
+
+#[tokio::test]
+async fn a_fast_replay_to_a_stream_without_allow_batched_replays_without_it_and_says_so() {
+    let nats = NatsServer::start();
+    let (client, js) = client(&nats).await;
+    a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
+    a_stream(&js, "TO", &["to.>"], false, true).await;
+    fill_letters(&client, &js, "dlq.x", 30).await;
+    eventually("filled", T, || async { count(&js, "DLQ").await == 30 }).await;
+    let (code, text, err) = dlq(&nats, &["replay", "DLQ", "--fast"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("not fast: stream TO does not allow fast ingest (allow_batched is off)")
+            && text.contains("30 letter(s)"),
+        "{text}"
+    );
+    assert!(text.contains("selected 30, replayed 30"), "{text}");
+    // Without --fast it went as an atomic batch (the stream allows those).
+    let (_, id) = stored_at(&js, "TO", 1).await;
+    assert_eq!(id, "jetrelay-replay:DLQ:1");
+    let m = js
+        .get_stream("TO")
+        .await
+        .unwrap()
+        .get_raw_message(1)
+        .await
+        .unwrap();
+    assert!(m.headers.get("Nats-Batch-Id").is_some());
+    let (code, text, _) = dlq(&nats, &["replay", "DLQ", "--fast", "--json"]).await;
+    assert_eq!(code, 0);
+    let summary: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(summary["already_replayed"], 30, "{summary}");
+    assert_eq!(
+        summary["not_fast"],
+        serde_json::json!([{"stream": "TO", "letters": 30}])
+    );
+    assert_eq!(count(&js, "TO").await, 30);
+}
+
+#[tokio::test]
+async fn an_interrupted_fast_replay_run_again_stores_each_message_once() {
+    let nats = NatsServer::start();
+    let (client, js) = client(&nats).await;
+    a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
+    crate::fast::batched_stream(&client, "TO", &["to.>"], true, serde_json::json!({})).await;
+    let total = 20_000;
+    fill_letters(&client, &js, "dlq.x", total).await;
+    eventually("filled", T, || async { count(&js, "DLQ").await == total }).await;
+
+    let mut first = tokio::process::Command::new(BIN)
+        .args(["dlq", "replay", "DLQ", "--fast", "--server", nats.url()])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Fast ingest is quick: look often, and kill as soon as some are stored.
+    let deadline = tokio::time::Instant::now() + T;
+    while count(&js, "TO").await < 1000 {
+        assert!(tokio::time::Instant::now() < deadline, "nothing replayed");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    let partial = count(&js, "TO").await;
+    assert!(partial < total, "killed midway: {partial} of {total}");
+
+    let (code, text, err) = dlq(&nats, &["replay", "DLQ", "--fast", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(summary["selected"], total, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    let already = summary["already_replayed"].as_u64().unwrap();
+    let replayed = summary["replayed"].as_u64().unwrap();
+    assert_eq!(already + replayed, total, "{summary}");
+    // Whole pages stored before the kill are told apart; the page cut by the kill
+    // counts as replayed (a fast batch does not report its duplicates).
+    assert!(already + 1000 > partial, "{summary} after {partial}");
+    assert_eq!(count(&js, "TO").await, total, "each stored once");
+    let handle = crate::fast::connect_with(&nats, 5000).await;
+    let ids: BTreeSet<String> = crate::fast::stored(&handle, "TO")
+        .await
+        .into_iter()
+        .filter_map(|m| {
+            m.headers
+                .into_iter()
+                .find(|(n, _)| n == "Nats-Msg-Id")
+                .map(|(_, v)| v)
+        })
+        .collect();
+    assert_eq!(ids.len(), total as usize, "no id stored twice");
+    assert!(
+        ids.iter().all(|id| id.starts_with("jetrelay-replay:DLQ:")),
+        "{ids:?}"
+    );
+}

@@ -9,6 +9,7 @@ mod binary;
 mod direct;
 mod dlq;
 mod endpoint;
+mod fast;
 mod faults;
 mod forwarding;
 mod groups;
