@@ -478,31 +478,43 @@ impl Supervisor {
         }
     }
 
-    /// Refreshes the consumer pending gauges (and, for a pinned consumer, who holds
-    /// the pin) every few seconds.
+    /// Refreshes the consumer pending gauges, an elastic group's backlog (and, for a
+    /// pinned consumer, who holds the pin) every few seconds.
     fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> JoinHandle<()> {
         let (nats, metrics, readiness) =
             (nats.clone(), self.metrics.clone(), self.readiness.clone());
         let pinned_mode = self.settings.pinned();
+        let work_queue = matches!(
+            &self.settings.source,
+            SourceSettings::Group(m) if m.flavour == crate::group::model::Flavour::Elastic
+        );
         let (stream, consumer) = (stream.to_string(), consumer.to_string());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tick.tick().await;
-                if let Some(c) = nats.consumer_counts(&stream, &consumer).await {
-                    metrics
-                        .consumer_pending
-                        .set(i64::try_from(c.pending).unwrap_or(i64::MAX));
-                    metrics
-                        .consumer_ack_pending
-                        .set(i64::try_from(c.ack_pending).unwrap_or(i64::MAX));
-                    if pinned_mode {
-                        readiness.set_pin_holder(if c.pinned {
-                            PinHolder::Someone
-                        } else {
-                            PinHolder::Nobody
-                        });
+                // Consumer info is answered by the consumer's leader: current, not a
+                // follower's lagging view. When it cannot be read the gauges are
+                // withdrawn rather than left at a value that looks current.
+                if work_queue {
+                    match nats.stream_messages(&stream).await {
+                        Some(n) => metrics.group_backlog.set(n),
+                        None => metrics.group_backlog.forget(),
                     }
+                }
+                let Some(c) = nats.consumer_counts(&stream, &consumer).await else {
+                    metrics.consumer_pending.forget();
+                    metrics.consumer_ack_pending.forget();
+                    continue;
+                };
+                metrics.consumer_pending.set(c.pending);
+                metrics.consumer_ack_pending.set(c.ack_pending);
+                if pinned_mode {
+                    readiness.set_pin_holder(if c.pinned {
+                        PinHolder::Someone
+                    } else {
+                        PinHolder::Nobody
+                    });
                 }
             }
         })

@@ -465,6 +465,13 @@ pub struct ConsumerCounts {
 }
 
 impl Nats {
+    /// How many messages a stream holds; `None` when it cannot be read now.
+    pub async fn stream_messages(&self, stream: &str) -> Option<u64> {
+        // `get_stream` reads the stream's info once: its state is current.
+        let s = self.js.get_stream(stream).await.ok()?;
+        Some(s.cached_info().state.messages)
+    }
+
     /// The consumer's pending and ack-pending counts and pin, for the gauges and
     /// readiness; `None` when the info cannot be read now.
     pub async fn consumer_counts(&self, stream: &str, name: &str) -> Option<ConsumerCounts> {

@@ -1,10 +1,63 @@
 //! Every Prometheus collector, registered into a registry the caller owns (never the
 //! global default). Metric names and label sets are defined here and only here.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+
+/// A gauge that is exposed only while its value is known: read from the server and
+/// not yet outdated. Autoscalers then see no sample (and their own fallback) instead of
+/// an old value that looks current.
+#[derive(Debug, Clone)]
+pub struct KnownGauge {
+    gauge: IntGauge,
+    known: Arc<AtomicBool>,
+}
+
+impl KnownGauge {
+    fn new(name: &str, help: &str) -> Result<KnownGauge, prometheus::Error> {
+        Ok(KnownGauge {
+            gauge: IntGauge::new(name, help)?,
+            known: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Sets the value (saturating), and exposes it.
+    pub fn set(&self, value: u64) {
+        self.gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        self.known.store(true, Ordering::Release);
+    }
+
+    /// Withdraws the value: the gauge is not exposed until the next `set`.
+    pub fn forget(&self) {
+        self.known.store(false, Ordering::Release);
+    }
+
+    /// The value, when known.
+    pub fn get(&self) -> Option<i64> {
+        self.known.load(Ordering::Acquire).then(|| self.gauge.get())
+    }
+}
+
+impl Collector for KnownGauge {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        if self.get().is_some() {
+            self.gauge.collect()
+        } else {
+            Vec::new()
+        }
+    }
+}
 
 /// The settle actions, as the `action` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,10 +134,13 @@ pub struct Metrics {
     pub pinned: IntGauge,
     /// `jetrelay_partitions_assigned`.
     pub partitions_assigned: IntGauge,
-    /// `jetrelay_consumer_pending`.
-    pub consumer_pending: IntGauge,
-    /// `jetrelay_consumer_ack_pending`.
-    pub consumer_ack_pending: IntGauge,
+    /// `jetrelay_consumer_pending`: exposed only while consumer info is current.
+    pub consumer_pending: KnownGauge,
+    /// `jetrelay_consumer_ack_pending`: exposed only while consumer info is current.
+    pub consumer_ack_pending: KnownGauge,
+    /// `jetrelay_group_backlog`: elastic groups, messages in the group's work-queue
+    /// stream; exposed only while current.
+    pub group_backlog: KnownGauge,
     /// `jetrelay_nats_connected`.
     pub nats_connected: IntGauge,
     /// `jetrelay_ready`.
@@ -162,6 +218,11 @@ impl Metrics {
         };
         let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
             let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let known = |name: &str, help: &str| -> Result<KnownGauge, prometheus::Error> {
+            let g = KnownGauge::new(name, help)?;
             registry.register(Box::new(g.clone()))?;
             Ok(g)
         };
@@ -268,13 +329,17 @@ impl Metrics {
                 "jetrelay_partitions_assigned",
                 "Partitions assigned to this member",
             )?,
-            consumer_pending: gauge(
+            consumer_pending: known(
                 "jetrelay_consumer_pending",
-                "Messages pending for the consumer (from consumer info)",
+                "Messages pending for the consumer (from the consumer leader's info; absent while it cannot be read)",
             )?,
-            consumer_ack_pending: gauge(
+            consumer_ack_pending: known(
                 "jetrelay_consumer_ack_pending",
-                "Messages delivered and not yet acknowledged (from consumer info)",
+                "Messages delivered and not yet acknowledged (from the consumer leader's info; absent while it cannot be read)",
+            )?,
+            group_backlog: known(
+                "jetrelay_group_backlog",
+                "Elastic groups: messages in the group's work-queue stream, the whole group's backlog (absent while it cannot be read)",
             )?,
             nats_connected: gauge("jetrelay_nats_connected", "1 when connected to NATS")?,
             ready: gauge("jetrelay_ready", "1 when ready")?,
@@ -400,6 +465,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_gauge_not_known_is_not_exposed() {
+        let m = Metrics::new().unwrap();
+        assert!(!m.render().contains("jetrelay_consumer_pending"));
+        m.consumer_pending.set(7);
+        assert!(m.render().contains("jetrelay_consumer_pending 7"));
+        m.consumer_pending.forget();
+        assert!(
+            !m.render().contains("jetrelay_consumer_pending"),
+            "no stale value"
+        );
+        assert_eq!(m.consumer_pending.get(), None);
+    }
+
+    #[test]
     fn every_publish_failure_has_its_label() {
         use crate::outputs::Refusal;
         let refusals = [
@@ -429,6 +508,9 @@ mod tests {
     fn every_documented_name_is_exposed() {
         let m = Metrics::new().unwrap();
         m.settled(SettleLabel::Term);
+        m.consumer_pending.set(5);
+        m.consumer_ack_pending.set(1);
+        m.group_backlog.set(9);
         m.http_request(HttpClass::Status(503));
         m.http_request(HttpClass::Status(101));
         let text = m.render();
@@ -445,8 +527,9 @@ mod tests {
             "jetrelay_buffered",
             "jetrelay_pinned",
             "jetrelay_partitions_assigned",
-            "jetrelay_consumer_pending",
-            "jetrelay_consumer_ack_pending",
+            "jetrelay_consumer_pending 5",
+            "jetrelay_consumer_ack_pending 1",
+            "jetrelay_group_backlog 9",
             "jetrelay_nats_connected",
             "jetrelay_ready",
             "jetrelay_build_info{version=",

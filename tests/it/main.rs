@@ -15,6 +15,7 @@ mod forwarding;
 mod groups;
 mod interop;
 mod nothing_lost;
+mod operating;
 mod outages;
 mod outbox;
 mod pull;

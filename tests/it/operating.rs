@@ -1,0 +1,81 @@
+//! What operators read: the gauges autoscalers scale on, and the shipped dashboard and
+//! alerts checked against what a running daemon exposes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::support::groups::*;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// A sample's value from a /metrics text, `None` when the metric is not exposed.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+#[tokio::test]
+async fn an_elastic_members_gauges_show_the_groups_backlog_and_are_withdrawn_when_nats_is_gone() {
+    let (mut nats, js, stream, _admin) = elastic_group(2, &["a"]).await;
+    // The app refuses until told otherwise: the messages wait in the work queue.
+    let open = Arc::new(AtomicBool::new(false));
+    let gate = open.clone();
+    let app = MockApp::start(move |_, _| {
+        Reply::status(if gate.load(Ordering::SeqCst) {
+            200
+        } else {
+            503
+        })
+    })
+    .await;
+    let relay = Relay::ready(member_config(
+        &nats,
+        &app,
+        "elastic",
+        &stream,
+        "eg",
+        "a",
+        "[consumer]\nmax_deliver = -1\n[delivery]\nretry_initial_ms = 100\nretry_max_ms = 200\n",
+    ))
+    .await;
+    publish(&js, "e.k", 7).await;
+    eventually("the backlog of 7 shown", T, || async {
+        let (_, text) = relay.get("/metrics").await;
+        sample(&text, "jetrelay_group_backlog") == Some(7.0)
+            && sample(&text, "jetrelay_consumer_ack_pending").is_some()
+            && sample(&text, "jetrelay_consumer_pending").is_some()
+    })
+    .await;
+
+    // The app takes them: the work queue empties, and the gauge follows.
+    open.store(true, Ordering::SeqCst);
+    eventually("the backlog drained", T, || async {
+        let (_, text) = relay.get("/metrics").await;
+        sample(&text, "jetrelay_group_backlog") == Some(0.0)
+            && sample(&text, "jetrelay_consumer_pending") == Some(0.0)
+    })
+    .await;
+
+    // NATS gone: no value is left standing that looks current.
+    nats.kill();
+    eventually("the gauges withdrawn", T, || async {
+        let (_, text) = relay.get("/metrics").await;
+        sample(&text, "jetrelay_group_backlog").is_none()
+            && sample(&text, "jetrelay_consumer_pending").is_none()
+            && sample(&text, "jetrelay_consumer_ack_pending").is_none()
+    })
+    .await;
+    // And they come back with it.
+    nats.start_again();
+    eventually("the gauges back", T, || async {
+        let (_, text) = relay.get("/metrics").await;
+        sample(&text, "jetrelay_group_backlog") == Some(0.0)
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
