@@ -17,7 +17,8 @@ FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/jetrelay /usr/local/bin/jetrelay
 COPY config/ /etc/jetrelay/examples/
 ENV JETRELAY_CONFIG=/etc/jetrelay/jetrelay.toml
-USER nonroot:nonroot
+# The distroless nonroot user, numeric: Kubernetes checks runAsNonRoot against it.
+USER 65532:65532
 EXPOSE 9090
 ENTRYPOINT ["/usr/local/bin/jetrelay"]
 CMD ["run"]

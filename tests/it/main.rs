@@ -6,6 +6,7 @@
 mod atomic;
 mod batches;
 mod binary;
+mod deploy;
 mod direct;
 mod dlq;
 mod endpoint;

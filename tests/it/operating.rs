@@ -1,5 +1,6 @@
-//! What operators read: the gauges autoscalers scale on, and the shipped dashboard and
-//! alerts checked against what a running daemon exposes.
+//! What autoscalers read: the backlog gauges, current or absent. (The shipped
+//! dashboard, alerts and KEDA queries are checked against a running daemon in
+//! `deploy.rs`.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
