@@ -116,7 +116,8 @@ where
     match result {
         Ok(code) => code,
         Err(e) => {
-            let chain = format!("{e:#}");
+            // Each cause once: async-nats repeats its cause in its own text.
+            let chain = jetrelay::ops::telemetry::chain(e.as_ref());
             tracing::error!(error = %chain, "jetrelay stopped");
             eprintln!("jetrelay: {chain}");
             let config_error = e

@@ -459,3 +459,35 @@ async fn check_fails_where_run_would_stop_on_a_missing_stream() {
     );
     assert!(said.contains("run would stop"), "{said}");
 }
+
+#[test]
+fn check_says_once_why_nats_cannot_be_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::support::nats_server::free_port();
+    let path = write_config(
+        &dir,
+        &format!(
+            "[nats]\nservers = [\"nats://127.0.0.1:{port}\"]\n[source]\nstream = \"S\"\nkind = \"durable\"\n\
+             durable = \"d\"\n[http]\nurl = \"http://127.0.0.1:1/x\"\n"
+        ),
+    );
+    let out = Command::new(BIN)
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .env_remove("JETRELAY_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("jetrelay: "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("cannot connect to NATS"), "{line}");
+    assert_eq!(
+        line.matches("Connection refused").count(),
+        1,
+        "each cause once: {line}"
+    );
+}
