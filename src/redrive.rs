@@ -76,6 +76,20 @@ pub struct Entry {
     pub bytes: usize,
 }
 
+/// Whether `m` is a dead letter jetrelay wrote (it says why: `Jetrelay-Dlq-Reason`).
+/// Anything else in the stream (say, a source stream named by mistake) is never
+/// replayed or purged.
+pub fn is_letter(m: &Stored) -> bool {
+    m.header(header::REASON).is_some()
+}
+
+/// Why a message that is not a dead letter is left alone.
+pub fn not_a_letter(dlq_stream: &str) -> String {
+    format!(
+        "not a dead letter (no Jetrelay-Dlq-* headers): left as it is; is {dlq_stream} the DLQ stream?"
+    )
+}
+
 /// Reads a stored dead letter.
 pub fn entry(m: &Stored) -> Entry {
     let text = |n: &str| m.header(n).map(str::to_string);
@@ -108,6 +122,8 @@ pub struct Selection {
     pub subject: Option<String>,
     /// The app's last status.
     pub status: Option<u16>,
+    /// The consumer that dead-lettered it.
+    pub consumer: Option<String>,
 }
 
 impl Selection {
@@ -123,7 +139,11 @@ impl Selection {
             .as_deref()
             .is_none_or(|p| subject::covers(p, &e.subject));
         let status = self.status.is_none_or(|s| e.status == Some(s));
-        in_range && recent && subject && status
+        let consumer = self
+            .consumer
+            .as_deref()
+            .is_none_or(|c| e.consumer.as_deref() == Some(c));
+        in_range && recent && subject && status && consumer
     }
 
     /// The first DLQ sequence to read.
@@ -213,6 +233,9 @@ pub fn replay_id(dlq_stream: &str, dlq_seq: u64) -> String {
 /// # Errors
 /// A sentence saying why.
 pub fn replay(m: &Stored, dlq_stream: &str, to: Option<&str>) -> Result<Output, String> {
+    if !is_letter(m) {
+        return Err(not_a_letter(dlq_stream));
+    }
     let e = entry(m);
     if let Some(size) = e.payload_omitted {
         let at = match (&e.stream, e.sequence) {
@@ -411,6 +434,20 @@ mod tests {
                 },
                 false,
             ),
+            (
+                Selection {
+                    consumer: Some("w".into()),
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                Selection {
+                    consumer: Some("w2".into()),
+                    ..Default::default()
+                },
+                false,
+            ),
         ];
         for (s, want) in cases {
             assert_eq!(s.matches(&e), want, "{s:?}");
@@ -466,5 +503,16 @@ mod tests {
         let omitted = letter(9, &[("Jetrelay-Dlq-Payload-Omitted", "2000000")]);
         let why = replay(&omitted, "DLQ", None).unwrap_err();
         assert!(why.contains("ORDERS at 42"), "{why}");
+        // A message jetrelay did not dead-letter (a source stream named by mistake).
+        let foreign = Stored {
+            headers: vec![("X-Trace".into(), "t".into())],
+            ..letter(8, &[])
+        };
+        assert!(!is_letter(&foreign) && is_letter(&letter(8, &[])));
+        let why = replay(&foreign, "ORDERS", None).unwrap_err();
+        assert!(
+            why.contains("not a dead letter") && why.contains("ORDERS"),
+            "{why}"
+        );
     }
 }

@@ -103,6 +103,11 @@ pub struct SelectArgs {
     /// The app's last status.
     #[arg(long)]
     pub status: Option<u16>,
+    /// The consumer that dead-lettered it (`Jetrelay-Dlq-Consumer`). A replay to the
+    /// original subject reaches every consumer of that stream: with several, select
+    /// one and replay with `--to`.
+    #[arg(long)]
+    pub consumer: Option<String>,
 }
 
 impl SelectArgs {
@@ -126,6 +131,7 @@ impl SelectArgs {
                 .map_err(DlqError::Usage)?,
             subject: self.subject.clone(),
             status: self.status,
+            consumer: self.consumer.clone(),
         })
     }
 }
@@ -254,12 +260,15 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
             let mut summary = Summary::default();
             let mut pages = Pages::open(nats, &stream, &sel).await?;
             while let Some(page) = pages.next().await? {
-                let seqs: Vec<u64> = page
-                    .iter()
-                    .filter(|m| sel.matches(&redrive::entry(m)))
-                    .map(|m| m.seq)
-                    .collect();
-                summary.selected += seqs.len();
+                let mut seqs = Vec::new();
+                for m in page.iter().filter(|m| sel.matches(&redrive::entry(m))) {
+                    summary.selected += 1;
+                    if redrive::is_letter(m) {
+                        seqs.push(m.seq);
+                    } else {
+                        summary.fail(m.seq, redrive::not_a_letter(&stream));
+                    }
+                }
                 for (seq, result) in seqs.iter().zip(nats.delete_messages(&stream, &seqs).await?) {
                     match result {
                         Ok(()) => summary.deleted += 1,
@@ -437,15 +446,18 @@ impl Replayer<'_> {
                     continue;
                 }
             };
-            if self.dry_run {
-                self.summary.planned.push((m.seq, output.subject.clone()));
-                continue;
-            }
             let Some(target) = self.target(&output.subject).await? else {
                 self.summary
                     .fail(m.seq, format!("no stream captures {}", output.subject));
                 continue;
             };
+            if self.dry_run {
+                self.summary.planned.push((
+                    m.seq,
+                    format!("{} (stream {})", output.subject, target.stream),
+                ));
+                continue;
+            }
             match groups.iter_mut().find(|(c, _)| c.stream == target.stream) {
                 Some((_, members)) => members.push((m.seq, output)),
                 None => groups.push((target, vec![(m.seq, output)])),
@@ -610,11 +622,17 @@ async fn show(nats: &Nats, stream: &str, seq: u64, json: bool) -> Result<Done, D
         let mut out = table(std::slice::from_ref(&e));
         out.push_str("\n\nheaders:\n");
         for (n, v) in &m.headers {
-            writeln!(out, "  {n}: {v}").ok();
+            writeln!(out, "  {}: {}", printable(n), printable(v)).ok();
         }
         match text {
             (Some(t), _) => {
-                write!(out, "payload ({} bytes):\n{t}", m.payload.len()).ok();
+                write!(
+                    out,
+                    "payload ({} bytes):\n{}",
+                    m.payload.len(),
+                    printable_lines(&t)
+                )
+                .ok();
             }
             (_, Some(b)) => {
                 write!(out, "payload ({} bytes, base64):\n{b}", m.payload.len()).ok();
@@ -629,19 +647,46 @@ async fn show(nats: &Nats, stream: &str, seq: u64, json: bool) -> Result<Done, D
     })
 }
 
+/// `text` for a terminal: control characters (a publisher's escape sequences) are
+/// written escaped, never sent to the terminal.
+fn printable(text: &str) -> String {
+    escape(text, |_| false)
+}
+
+/// As [`printable`], keeping line breaks and tabs (a payload's own layout).
+fn printable_lines(text: &str) -> String {
+    escape(text, |c| c == '\n' || c == '\t')
+}
+
+fn escape(text: &str, keep: impl Fn(char) -> bool) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() && !keep(c) {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The `ls` table.
 fn table(entries: &[Entry]) -> String {
-    let rows: Vec<[String; 7]> = entries
+    let rows: Vec<[String; 8]> = entries
         .iter()
         .map(|e| {
             [
                 e.dlq_seq.to_string(),
                 e.time.clone(),
-                e.stream.clone().unwrap_or_else(|| "-".into()),
+                e.stream.as_deref().map_or_else(|| "-".into(), printable),
                 e.sequence.map_or_else(|| "-".into(), |n| n.to_string()),
-                e.subject.clone(),
+                e.consumer.as_deref().map_or_else(|| "-".into(), printable),
+                printable(&e.subject),
                 e.status.map_or_else(|| "-".into(), |n| n.to_string()),
-                e.reason.clone(),
+                printable(&e.reason),
             ]
         })
         .collect();
@@ -650,6 +695,7 @@ fn table(entries: &[Entry]) -> String {
         "TIME",
         "STREAM",
         "STREAM SEQ",
+        "CONSUMER",
         "SUBJECT",
         "STATUS",
         "REASON",

@@ -238,7 +238,8 @@ async fn a_replay_reaches_the_app_through_the_daemon_once_and_deletes_what_it_re
     let (code, text, err) = dlq(&s.env.nats, &["replay", &s.dlq, "--dry-run"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(
-        text.contains("1 -> orders.x") && text.contains("dry run"),
+        text.contains(&format!("1 -> orders.x (stream {})", s.env.stream))
+            && text.contains("dry run"),
         "{text}"
     );
     assert_eq!(
@@ -667,4 +668,97 @@ async fn an_interrupted_fast_replay_run_again_stores_each_message_once() {
         ids.iter().all(|id| id.starts_with("jetrelay-replay:DLQ:")),
         "{ids:?}"
     );
+}
+
+#[tokio::test]
+async fn the_dlq_commands_guard_against_the_wrong_stream_the_wrong_consumer_and_hostile_bytes() {
+    let s = setup().await;
+    // A hostile publisher: escape sequences in a header and in the payload.
+    let mut headers = HeaderMap::new();
+    headers.insert("X-Evil", "a\u{1b}[2Jb");
+    s.env
+        .js
+        .publish_with_headers(
+            "orders.eu",
+            headers,
+            "bad \u{1b}]0;pwned\u{7}\nline two".into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    eventually("dead-lettered", T, || async {
+        count(&s.env.js, &s.dlq).await == 1
+    })
+    .await;
+
+    // What reaches the terminal is escaped; the payload keeps its line breaks.
+    let (code, text, err) = dlq(&s.env.nats, &["show", &s.dlq, "1"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.contains("X-Evil: a\\u{1b}[2Jb"), "{text}");
+    assert!(
+        text.contains("bad \\u{1b}]0;pwned\\u{7}\nline two"),
+        "{text}"
+    );
+    // The consumer is a column, and a filter.
+    let (_, text, _) = dlq(&s.env.nats, &["ls", &s.dlq]).await;
+    assert!(
+        text.lines().next().unwrap().contains("CONSUMER") && text.contains(&s.env.durable),
+        "{text}"
+    );
+    let (_, text, _) = dlq(&s.env.nats, &["ls", &s.dlq, "--consumer", "nobody"]).await;
+    assert!(text.contains("(no dead letters selected)"), "{text}");
+    let (_, text, _) = dlq(
+        &s.env.nats,
+        &["ls", &s.dlq, "--json", "--consumer", &s.env.durable],
+    )
+    .await;
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&text).unwrap().len(), 1);
+
+    // A dry run resolves where each letter would be stored, and says when nowhere.
+    let (code, text, _) = dlq(
+        &s.env.nats,
+        &["replay", &s.dlq, "--dry-run", "--to", "nowhere.x"],
+    )
+    .await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("failed: 1: no stream captures nowhere.x"),
+        "{text}"
+    );
+
+    // The source stream named by mistake (it answers direct gets too): nothing is
+    // replayed or deleted from it.
+    let mut config = s
+        .env
+        .js
+        .get_stream(&s.env.stream)
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    config.allow_direct = true;
+    s.env.js.update_stream(config).await.unwrap();
+    let before = count(&s.env.js, &s.env.stream).await;
+    let (code, text, _) = dlq(&s.env.nats, &["replay", &s.env.stream, "--delete"]).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("not a dead letter")
+            && text.contains("replayed 0")
+            && text.contains("deleted 0"),
+        "{text}"
+    );
+    let (code, text, _) = dlq(&s.env.nats, &["purge", &s.env.stream, "--yes"]).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("not a dead letter") && text.contains("deleted 0"),
+        "{text}"
+    );
+    assert_eq!(count(&s.env.js, &s.env.stream).await, before);
+    s.relay.stop().await.unwrap();
 }
