@@ -298,6 +298,9 @@ impl<F: Forward> Dispatch<F> {
         let pinned = self.readiness.status().pinned;
         let (state, reason) = gate.shown(self.pinned_mode, pinned);
         self.readiness.set(state, reason);
+        // Healthy is what the probe says *and* reachable: an app whose port is closed
+        // is not healthy, probe or no probe.
+        self.metrics.app_healthy.set(i64::from(gate.serviceable()));
     }
 
     /// Stops intake: readiness says why, the source stops, what waits is released,

@@ -369,7 +369,7 @@ impl Metrics {
             )?,
             app_healthy: gauge(
                 "jetrelay_app_healthy",
-                "1 when the app's health URL answers (always 1 without http.health_url)",
+                "1 when the app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
             )?,
             batch_messages: {
                 let h = Histogram::with_opts(

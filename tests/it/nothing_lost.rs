@@ -76,6 +76,11 @@ async fn an_app_that_is_down_burns_no_attempts_and_delivery_resumes_when_it_is_b
         .clone();
     assert_eq!(down.state, State::NotReady);
     assert_eq!(down.reason, "app unreachable: connection refused");
+    assert_eq!(
+        relay.metric("jetrelay_app_healthy").await,
+        0.0,
+        "an app that cannot be reached is not healthy, probe or no probe"
+    );
     // Probes keep failing for longer than the ack wait and max_deliver allow.
     eventually("several refused probes", T, || async {
         relay
@@ -114,6 +119,7 @@ async fn an_app_that_is_down_burns_no_attempts_and_delivery_resumes_when_it_is_b
     .await
     .expect("ready again")
     .unwrap();
+    assert_eq!(relay.metric("jetrelay_app_healthy").await, 1.0);
     relay.stop().await.unwrap();
 }
 
