@@ -125,7 +125,12 @@ pub enum TermReason {
     /// The app said `Jetrelay-Action: term` or `dlq`.
     AppAction(AppAction),
     /// A retry would exceed `consumer.max_deliver`.
-    MaxDeliver(u32),
+    MaxDeliver {
+        /// The attempts made.
+        attempts: u32,
+        /// What the last one ran into.
+        last: LastFailure,
+    },
     /// The message failed validation.
     Invalid(Invalid),
     /// The app's answer publishes what cannot be published (a subject not allowed,
@@ -138,9 +143,39 @@ impl fmt::Display for TermReason {
         match self {
             TermReason::Status(s) => write!(f, "jetrelay: app answered {s}"),
             TermReason::AppAction(a) => write!(f, "jetrelay: app asked for {}", a.name()),
-            TermReason::MaxDeliver(n) => write!(f, "jetrelay: {n} attempts exhausted"),
+            TermReason::MaxDeliver { attempts, last } => {
+                write!(f, "jetrelay: {attempts} attempts exhausted, last: {last}")
+            }
             TermReason::Invalid(why) => write!(f, "jetrelay: {why}"),
             TermReason::PublishRefused(why) => write!(f, "jetrelay: publish_refused: {why}"),
+        }
+    }
+}
+
+/// What the last try of a message ran into, when it was one to retry: a dead letter
+/// that says only "attempts exhausted" would send the operator to the wrong place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastFailure {
+    /// The app answered this (retry) status.
+    Status(u16),
+    /// The app asked for a retry (`Jetrelay-Action: retry`).
+    AppRetry,
+    /// No answer on a connection that was made.
+    Transport,
+    /// No answer within `http.timeout_ms`.
+    Timeout,
+    /// The app answered, but its outputs could not be published (the reason label).
+    Publish(&'static str),
+}
+
+impl fmt::Display for LastFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LastFailure::Status(s) => write!(f, "app answered {s}"),
+            LastFailure::AppRetry => f.write_str("app asked for retry"),
+            LastFailure::Transport => f.write_str("no answer (connection closed)"),
+            LastFailure::Timeout => f.write_str("no answer in time"),
+            LastFailure::Publish(why) => write!(f, "outputs not published ({why})"),
         }
     }
 }
@@ -191,14 +226,15 @@ impl Policy {
     /// Decides what to do with a message after its `attempt`-th try (1-based, counted
     /// across redeliveries).
     pub fn decide(&self, outcome: &Outcome, attempt: u32) -> Disposition {
-        let retry_after = match outcome {
+        let (retry_after, last) = match outcome {
             Outcome::Invalid(why) => {
                 return Disposition::Term {
                     reason: TermReason::Invalid(why.clone()),
                 };
             }
             Outcome::Unreachable => return Disposition::Hold,
-            Outcome::TransportError | Outcome::Timeout => None,
+            Outcome::TransportError => (None, LastFailure::Transport),
+            Outcome::Timeout => (None, LastFailure::Timeout),
             Outcome::Answered {
                 status,
                 retry_after,
@@ -213,24 +249,32 @@ impl Policy {
                     }
                     Class::Retry => {}
                 }
-                *retry_after
+                let last = if *action == Some(AppAction::Retry) {
+                    LastFailure::AppRetry
+                } else {
+                    LastFailure::Status(*status)
+                };
+                (*retry_after, last)
             }
         };
-        self.retry(retry_after, attempt)
+        self.retry(retry_after, attempt, last)
     }
 
     /// The app acked, but its outputs could not be published (NATS unavailable, no
     /// stream, too many batches in flight): retried like a failed request, on the
-    /// same attempts.
-    pub fn publish_failed(&self, attempt: u32) -> Disposition {
-        self.retry(None, attempt)
+    /// same attempts. `why` is the failure's label.
+    pub fn publish_failed(&self, attempt: u32, why: &'static str) -> Disposition {
+        self.retry(None, attempt, LastFailure::Publish(why))
     }
 
     /// A retry after `retry_after` (else the backoff), unless the attempts are spent.
-    fn retry(&self, retry_after: Option<Duration>, attempt: u32) -> Disposition {
+    fn retry(&self, retry_after: Option<Duration>, attempt: u32, last: LastFailure) -> Disposition {
         if self.max_attempts.is_some_and(|max| attempt >= max) {
             return Disposition::Term {
-                reason: TermReason::MaxDeliver(attempt),
+                reason: TermReason::MaxDeliver {
+                    attempts: attempt,
+                    last,
+                },
             };
         }
         let delay = match retry_after {
@@ -361,6 +405,10 @@ mod tests {
         Disposition::Term { reason }
     }
 
+    fn exhausted(attempts: u32, last: LastFailure) -> Disposition {
+        term(TermReason::MaxDeliver { attempts, last })
+    }
+
     #[test]
     fn status_to_action_table() {
         let p = policy();
@@ -387,8 +435,18 @@ mod tests {
             (Outcome::Unreachable, 10, Disposition::Hold),
             (Outcome::Unreachable, 1000, Disposition::Hold),
             (Outcome::Timeout, 2, retry(2000)),
-            (answered(503), 10, term(TermReason::MaxDeliver(10))),
-            (Outcome::Timeout, 11, term(TermReason::MaxDeliver(11))),
+            (answered(503), 10, exhausted(10, LastFailure::Status(503))),
+            (Outcome::Timeout, 11, exhausted(11, LastFailure::Timeout)),
+            (
+                Outcome::TransportError,
+                10,
+                exhausted(10, LastFailure::Transport),
+            ),
+            (
+                with(200, None, Some(AppAction::Retry)),
+                10,
+                exhausted(10, LastFailure::AppRetry),
+            ),
             (with(503, Some(5), None), 1, retry(5000)),
             (with(503, Some(0), None), 1, retry(1000)),
             (with(503, Some(0), None), 4, retry(1000)),
@@ -535,9 +593,17 @@ mod tests {
     #[test]
     fn a_failed_publish_retries_on_the_same_attempts() {
         let p = policy();
-        assert_eq!(p.publish_failed(1), retry(1000));
-        assert_eq!(p.publish_failed(3), retry(4000));
-        assert_eq!(p.publish_failed(10), term(TermReason::MaxDeliver(10)));
+        assert_eq!(p.publish_failed(1, "timeout"), retry(1000));
+        assert_eq!(p.publish_failed(3, "timeout"), retry(4000));
+        let last = p.publish_failed(10, "not_atomic");
+        assert_eq!(last, exhausted(10, LastFailure::Publish("not_atomic")));
+        let Disposition::Term { reason } = last else {
+            unreachable!()
+        };
+        assert_eq!(
+            reason.to_string(),
+            "jetrelay: 10 attempts exhausted, last: outputs not published (not_atomic)"
+        );
     }
 
     proptest::proptest! {

@@ -303,7 +303,10 @@ mod tests {
             ("Jetrelay-Dlq-Sequence", "42"),
             ("Jetrelay-Dlq-Delivered", "5"),
             ("Jetrelay-Dlq-Status", "503"),
-            ("Jetrelay-Dlq-Reason", "jetrelay: 5 attempts exhausted"),
+            (
+                "Jetrelay-Dlq-Reason",
+                "jetrelay: 5 attempts exhausted, last: app answered 503",
+            ),
             ("Jetrelay-Dlq-Msg-Id", "orig"),
         ]
         .iter()
@@ -354,7 +357,7 @@ mod tests {
                 consumer: Some("w".into()),
                 delivered: Some(5),
                 status: Some(503),
-                reason: "jetrelay: 5 attempts exhausted".into(),
+                reason: "jetrelay: 5 attempts exhausted, last: app answered 503".into(),
                 msg_id: Some("orig".into()),
                 payload_omitted: None,
                 bytes: 7,

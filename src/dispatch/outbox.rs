@@ -103,6 +103,6 @@ impl<F: Forward> Dispatch<F> {
             error = %crate::ops::telemetry::chain(e),
             "the app's outputs were not stored: the input is retried"
         );
-        Commit::Instead(self.policy.publish_failed(attempt))
+        Commit::Instead(self.policy.publish_failed(attempt, e.label()))
     }
 }

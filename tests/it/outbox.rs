@@ -543,3 +543,39 @@ async fn the_readme_publishing_handler_survives_a_crash_with_each_output_stored_
     assert_eq!(body["customer"], "c1");
     assert_eq!(stored(&env.js, &dlq).await.len(), 1, "the bad order");
 }
+
+#[tokio::test]
+async fn a_dead_letter_after_failed_publishes_says_what_the_last_try_ran_into() {
+    // The outputs go to a stream that takes no atomic batches: each try fails, and
+    // when the attempts are spent the dead letter names that, not only "exhausted".
+    let app = MockApp::start(|r, _| three_outputs(r)).await;
+    let env = Env::start(&["in.>"]).await;
+    out_stream(&env.js, &unique("OUT"), &["out.>"], false).await;
+    let dlq = unique("DLQ");
+    create_stream(&env.js, &dlq, &[&format!("dlq.{}", env.stream)]).await;
+    let extra = format!(
+        "[publish]\nallowed_subjects = [\"out.>\"]\n[consumer]\nmax_deliver = 2\n\
+         [delivery]\nretry_initial_ms = 100\nretry_max_ms = 200\n[dlq]\nsubject = \"dlq.{}\"\n",
+        env.stream
+    );
+    let relay = Relay::ready(publish_config(&env, &app, &extra)).await;
+    publish(&env.js, "in.x", 1).await;
+    eventually("settled", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    let letter = env
+        .js
+        .get_stream(&dlq)
+        .await
+        .unwrap()
+        .get_raw_message(1)
+        .await
+        .unwrap();
+    let reason = letter.headers.get("Jetrelay-Dlq-Reason").unwrap().as_str();
+    assert_eq!(
+        reason,
+        "jetrelay: 2 attempts exhausted, last: outputs not published (not_atomic)"
+    );
+    relay.stop().await.unwrap();
+}
