@@ -54,8 +54,9 @@ pub const CONTENT_TYPE: &str = "application/vnd.jetrelay.publish+json";
 /// endpoint), never a publish.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// The document does not parse or does not have the documented shape.
-    #[error("the publish document is malformed: {0}")]
+    /// The document does not parse or does not have the documented shape, or a raw
+    /// publish names a subject that cannot be published to.
+    #[error("malformed publish: {0}")]
     Malformed(String),
     /// A subject is not in `publish.allowed_subjects` (or publishing is off).
     #[error("{0}")]

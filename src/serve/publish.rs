@@ -85,7 +85,7 @@ impl IntoResponse for Failure {
             Failure::Refused(r) => r.to_string(),
             Failure::Failed(e) => crate::ops::telemetry::chain(e),
         };
-        (status(&self), axum::Json(json!({ "error": text }))).into_response()
+        error(status(&self), &text)
     }
 }
 
@@ -101,13 +101,37 @@ fn router(endpoint: Endpoint) -> Router {
     Router::new()
         .route(
             "/v1/publish/{subject}",
-            post(one).layer(DefaultBodyLimit::max(max)),
+            post(one)
+                .layer(DefaultBodyLimit::max(max))
+                .fallback(not_post),
         )
         .route(
             "/v1/publish",
-            post(many).layer(DefaultBodyLimit::max(document)),
+            post(many)
+                .layer(DefaultBodyLimit::max(document))
+                .fallback(not_post),
         )
+        .fallback(no_such_path)
         .with_state(shared)
+}
+
+/// Every answer is JSON with an `error`, the routing ones too.
+fn error(status: StatusCode, text: &str) -> Response {
+    (status, axum::Json(json!({ "error": text }))).into_response()
+}
+
+async fn not_post() -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "only POST: POST /v1/publish/<subject> (raw) or POST /v1/publish (a document)",
+    )
+}
+
+async fn no_such_path() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no such endpoint: POST /v1/publish/<subject> (raw) or POST /v1/publish (a document)",
+    )
 }
 
 /// `POST /v1/publish/<subject>`.

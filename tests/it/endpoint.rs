@@ -134,6 +134,31 @@ async fn the_endpoint_publishes_raw_and_json_and_answers_as_documented() {
         .state
         .messages;
     assert_eq!(info, 3, "nothing refused was stored");
+    // Routing answers are JSON too.
+    let (code, answer) = post(&base.replace("/v1/publish", "/v2/nope"), &[], "x").await;
+    assert_eq!(code, 404, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("POST /v1/publish"),
+        "{answer}"
+    );
+    let resp = http().get(format!("{base}/out.a")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    let answer: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert!(
+        answer["error"].as_str().unwrap().starts_with("only POST"),
+        "{answer}"
+    );
+    let (_, answer) = post(&format!("{base}/out.*"), &[], "x").await;
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("malformed publish: subject"),
+        "{answer}"
+    );
     let m = |s: &'static str| relay.metric(s);
     assert_eq!(m("jetrelay_published_total{via=\"endpoint\"}").await, 3.0);
     assert_eq!(
@@ -142,7 +167,8 @@ async fn the_endpoint_publishes_raw_and_json_and_answers_as_documented() {
     );
     assert_eq!(
         m("jetrelay_publish_failures_total{reason=\"malformed\"}").await,
-        3.0
+        4.0,
+        "three cases and the raw publish to out.* again"
     );
     assert_eq!(
         m("jetrelay_publish_failures_total{reason=\"no_stream\"}").await,
