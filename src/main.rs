@@ -141,7 +141,11 @@ where
 
 async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let daemon = Daemon::build(config).await?;
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), admin = ?daemon.admin_addr(), "jetrelay starting");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        admin = %daemon.admin_addr().map_or_else(|| "off".to_string(), |a| a.to_string()),
+        "jetrelay starting"
+    );
     let shutdown = CancellationToken::new();
     let mut signals = Signals::install().map_err(DaemonError::Signals)?;
     let trigger = shutdown.clone();
@@ -164,6 +168,10 @@ async fn run(config: Config) -> anyhow::Result<ExitCode> {
 /// `jetrelay check`: 0 when `run` could proceed, 1 when it would stop.
 #[allow(clippy::print_stdout)] // `check` reports to the terminal.
 async fn check(config: Config) -> anyhow::Result<ExitCode> {
+    // What needs no server first: a config that is fine says so even when NATS is
+    // not there.
+    jetrelay::cli::check::offline(&config)?;
+    println!("{}", jetrelay::cli::check::config_ok(&config));
     let report = jetrelay::cli::check::check(&config).await?;
     for line in &report.lines {
         println!("{line}");

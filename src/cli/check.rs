@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{Config, OnMissing, Settings, SourceSettings};
+use crate::config::{Config, OnMissing, Settings, SourceKind, SourceSettings};
 use crate::group::admin::GroupAdmin;
 use crate::nats::{Nats, NatsError};
 use crate::outputs;
@@ -19,20 +19,36 @@ pub struct Report {
     pub ok: bool,
 }
 
+/// The checks that need no server: the rules between keys ([`Settings`]) and the
+/// app's side as `run` builds it (secret files, the TLS CA, the proxy). Passing, it
+/// says so in one line (`config: ok …`), printed before anything connects.
+///
+/// # Errors
+/// [`CheckError`] naming what is wrong.
+pub fn offline(config: &Config) -> Result<Settings, CheckError> {
+    let settings = Settings::from_config(config)?;
+    let limits = crate::http::forward::AnswerLimits::from_settings(&settings);
+    crate::http::forward::Forwarder::new(&config.http, 1, limits)?;
+    Ok(settings)
+}
+
+/// The line that says the config passed [`offline`].
+pub fn config_ok(config: &Config) -> String {
+    format!(
+        "config: ok (source.kind = {}, stream {})",
+        config.source.kind.map_or("?", SourceKind::name),
+        config.source.stream
+    )
+}
+
 /// Connects (once, no retry) and reports what `run` would find.
 ///
 /// # Errors
 /// [`CheckError`] when the config does not parse, or the server cannot be reached
 /// or is too old.
 pub async fn check(config: &Config) -> Result<Report, CheckError> {
-    let settings = Settings::from_config(config)?;
-    // The app's side as run builds it: secret files, the TLS CA, the proxy.
-    let limits = crate::http::forward::AnswerLimits::from_settings(&settings);
-    crate::http::forward::Forwarder::new(&config.http, 1, limits)?;
-    let mut lines = vec![format!(
-        "config: ok (source.kind = {:?}, stream {})",
-        config.source.kind, config.source.stream
-    )];
+    let settings = offline(config)?;
+    let mut lines = Vec::new();
     let nats = Nats::connect(&config.nats, false).await?;
     nats.check_server_version()?;
     let mut publishing = publishing(&nats, config, &settings).await;

@@ -19,6 +19,15 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
+    /// The name as the config writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::Durable => "durable",
+            SourceKind::Static => "static",
+            SourceKind::Elastic => "elastic",
+        }
+    }
+
     /// Whether messages carry a partition token.
     pub fn is_group(self) -> bool {
         !matches!(self, SourceKind::Durable)

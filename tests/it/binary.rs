@@ -479,6 +479,12 @@ fn check_says_once_why_nats_cannot_be_reached() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    // What needs no server was checked and says so, NATS or not.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("config: ok (source.kind = durable, stream S)"),
+        "{said}"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     let line = err
         .lines()

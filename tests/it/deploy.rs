@@ -913,11 +913,9 @@ fn the_configmaps_config_passes_jetrelay_checks_offline_checks() {
         Figment::from(Toml::string(&toml)).merge(Toml::string(&env)),
     )
     .unwrap_or_else(|e| panic!("the ConfigMap's config does not load: {e}\n{toml}{env}"));
-    let settings = jetrelay::config::Settings::from_config(&config)
-        .unwrap_or_else(|e| panic!("the ConfigMap's config does not parse: {e}"));
-    let limits = jetrelay::http::forward::AnswerLimits::from_settings(&settings);
-    jetrelay::http::forward::Forwarder::new(&config.http, 1, limits)
-        .unwrap_or_else(|e| panic!("the app's side cannot be built: {e}"));
+    // `jetrelay check`'s offline steps: the rules between keys, the app's side.
+    jetrelay::cli::check::offline(&config)
+        .unwrap_or_else(|e| panic!("jetrelay check would refuse the ConfigMap's config: {e}"));
     if env.contains("[nats]\nname = ") {
         assert_eq!(
             config.nats.name, "orders-worker-6d4f9b7c8d-x2x7q",
