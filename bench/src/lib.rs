@@ -1,7 +1,9 @@
 //! What the benchmark drivers share (`bench/run`: src/main.rs; `bench/batch`:
-//! src/bin/batch.rs): the NATS server, the HTTP sink that timestamps what it receives,
-//! the message payload, processes and their CPU and memory, jetrelay's config and
-//! start, the latency run, the statistics, the machine line and the report files.
+//! src/bin/batch.rs; `bench/outbox`: src/bin/outbox.rs; `bench/dlq`: src/bin/dlq.rs):
+//! the NATS server, the HTTP sink that timestamps what it receives (and may answer
+//! with outputs to publish), the message payload, processes and their CPU and memory,
+//! the quiet-machine wait, jetrelay's config, start and metrics, the latency run, the
+//! statistics, the machine line and the report files.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -48,7 +50,7 @@ pub fn payload(size: usize, phase: u8) -> Bytes {
 }
 
 /// The publish time and phase at the start of `b`, if it holds a stamp.
-fn stamp(b: &[u8]) -> Option<(u64, u8)> {
+pub fn stamp(b: &[u8]) -> Option<(u64, u8)> {
     let head = b.get(..STAMP)?;
     if !head.iter().all(u8::is_ascii_digit) {
         return None;
@@ -87,8 +89,44 @@ pub struct SinkState {
     pub latencies_us: Vec<u64>,
 }
 
-/// A fast HTTP app: answers 200 at once with an empty body, and counts and times
-/// what it gets, per message (one per request, or a batch).
+/// The `Content-Type` of an answer whose body lists messages for jetrelay to publish.
+pub const PUBLISH_TYPE: &str = "application/vnd.jetrelay.publish+json";
+
+/// What the sink answers to a single-message request.
+#[derive(Clone, Debug, Default)]
+pub enum Answer {
+    /// 200 with an empty body.
+    #[default]
+    Plain,
+    /// 200 with [`PUBLISH_TYPE`] and `{"publish": [...]}`: one output per subject,
+    /// each carrying the request's body as its `data` (so the stamp travels on).
+    Publish(Vec<String>),
+}
+
+impl Answer {
+    fn respond(&self, body: &[u8]) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        match self {
+            Answer::Plain => axum::http::StatusCode::OK.into_response(),
+            Answer::Publish(subjects) => {
+                let data = String::from_utf8_lossy(body);
+                let outputs: Vec<serde_json::Value> = subjects
+                    .iter()
+                    .map(|s| serde_json::json!({"subject": s, "data": data}))
+                    .collect();
+                (
+                    [(axum::http::header::CONTENT_TYPE, PUBLISH_TYPE)],
+                    serde_json::json!({ "publish": outputs }).to_string(),
+                )
+                    .into_response()
+            }
+        }
+    }
+}
+
+/// A fast HTTP app: answers 200 at once (with an empty body, or outputs to publish:
+/// [`Answer`]), and counts and times what it gets, per message (one per request, or a
+/// batch).
 #[derive(Clone)]
 pub struct Sink {
     addr: SocketAddr,
@@ -96,13 +134,19 @@ pub struct Sink {
 }
 
 impl Sink {
+    /// A sink answering a plain 200.
     pub async fn start() -> Result<Sink, Error> {
+        Sink::start_with(Answer::Plain).await
+    }
+
+    pub async fn start_with(answer: Answer) -> Result<Sink, Error> {
         let state = Arc::new(Mutex::new(SinkState::default()));
         let s = state.clone();
+        let answer = Arc::new(answer);
         let router = axum::Router::new().route(
             "/sink",
             axum::routing::post(move |headers: HeaderMap, body: Bytes| {
-                let s = s.clone();
+                let (s, answer) = (s.clone(), answer.clone());
                 async move {
                     let at = Instant::now();
                     let batch = headers
@@ -127,7 +171,8 @@ impl Sink {
                             st.latencies_us.push(arrived.saturating_sub(ts) / 1000);
                         }
                     }
-                    axum::http::StatusCode::OK
+                    drop(st);
+                    answer.respond(&body)
                 }
             }),
         );
@@ -164,6 +209,11 @@ impl Sink {
         }
     }
 
+    /// When the first request since the last reset arrived.
+    pub fn first(&self) -> Option<Instant> {
+        self.state.lock().unwrap().first
+    }
+
     /// Milliseconds from `t` to the first message received since the last reset.
     pub fn first_ms_since(&self, t: Instant) -> f64 {
         self.state
@@ -176,15 +226,20 @@ impl Sink {
     /// p50 and p99 of the latencies since the last reset, in ms.
     pub fn latency_ms(&self) -> (f64, f64) {
         let mut lat = self.state.lock().unwrap().latencies_us.clone();
-        lat.sort_unstable();
-        let pct = |p: f64| {
-            lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
-                .copied()
-                .unwrap_or(0) as f64
-                / 1000.0
-        };
-        (pct(0.5), pct(0.99))
+        p50_p99_ms(&mut lat)
     }
+}
+
+/// p50 and p99 in ms of latencies in µs (0 for none).
+pub fn p50_p99_ms(lat: &mut [u64]) -> (f64, f64) {
+    lat.sort_unstable();
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0) as f64
+            / 1000.0
+    };
+    (pct(0.5), pct(0.99))
 }
 
 // === processes ===
@@ -198,6 +253,18 @@ pub fn cpu_seconds(pid: u32, ticks: f64) -> f64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     (n(11) + n(12)) / ticks
+}
+
+/// CPU seconds of this process's children that have ended and been waited for
+/// (`cutime` + `cstime`): what a command run to its end cost.
+pub fn children_cpu_seconds(ticks: f64) -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (n(13) + n(14)) / ticks
 }
 
 /// CPU seconds the whole machine spent busy (every core, from /proc/stat): with the
@@ -230,6 +297,94 @@ pub async fn wait_quiet(ticks: f64, max: Duration, cores: f64) -> f64 {
         let busy = (machine_busy_seconds(ticks) - b0) / t0.elapsed().as_secs_f64();
         if busy < cores || Instant::now() >= deadline {
             return busy;
+        }
+    }
+}
+
+/// Before each run the drivers wait (bounded) until fewer cores than this are busy:
+/// other work on the machine skews the figures.
+pub const QUIET_CORES: f64 = 0.2;
+
+/// Waits at most `max` (0: not at all) for fewer than [`QUIET_CORES`] busy, and says
+/// so when it took more than a second.
+pub async fn quiet(ticks: f64, max: Duration) {
+    if max.is_zero() {
+        return;
+    }
+    let t = Instant::now();
+    let busy = wait_quiet(ticks, max, QUIET_CORES).await;
+    if t.elapsed() > Duration::from_secs(1) {
+        eprintln!(
+            "  waited {:.0} s for a quiet machine ({busy:.2} cores busy)",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// The sentence a report gives the quiet-machine wait.
+pub fn quiet_note(max: Duration) -> String {
+    if max.is_zero() {
+        String::new()
+    } else {
+        format!(
+            " Before each run the driver waited (at most {} s) for fewer than {QUIET_CORES} cores busy.",
+            max.as_secs()
+        )
+    }
+}
+
+/// CPU over a window: of some processes, of the children waited for meanwhile, and
+/// of the whole machine (so what other processes took).
+pub struct CpuWindow {
+    ticks: f64,
+    pids: Vec<u32>,
+    per_pid: Vec<f64>,
+    children: f64,
+    machine: f64,
+    at: Instant,
+}
+
+/// What a [`CpuWindow`] saw.
+pub struct CpuUse {
+    /// CPU seconds per process, in the order given.
+    pub per_pid: Vec<f64>,
+    /// CPU seconds of the children that ended and were waited for in the window.
+    pub children: f64,
+    /// Cores busy with processes other than these and the children.
+    pub others_cores: f64,
+    /// Seconds.
+    pub wall: f64,
+}
+
+impl CpuWindow {
+    pub fn start(ticks: f64, pids: &[u32]) -> CpuWindow {
+        CpuWindow {
+            ticks,
+            pids: pids.to_vec(),
+            per_pid: pids.iter().map(|&p| cpu_seconds(p, ticks)).collect(),
+            children: children_cpu_seconds(ticks),
+            machine: machine_busy_seconds(ticks),
+            at: Instant::now(),
+        }
+    }
+
+    pub fn finish(&self) -> CpuUse {
+        let per_pid: Vec<f64> = self
+            .pids
+            .iter()
+            .zip(&self.per_pid)
+            .map(|(&p, before)| cpu_seconds(p, self.ticks) - before)
+            .collect();
+        let children = children_cpu_seconds(self.ticks) - self.children;
+        let wall = self.at.elapsed().as_secs_f64().max(1e-6);
+        let own = per_pid.iter().sum::<f64>() + children;
+        let others_cores =
+            ((machine_busy_seconds(self.ticks) - self.machine - own) / wall).max(0.0);
+        CpuUse {
+            per_pid,
+            children,
+            others_cores,
+            wall,
         }
     }
 }
@@ -490,19 +645,151 @@ pub async fn start_relay(env: &Env, config: &RelayConfig, name: &str) -> Result<
     })
 }
 
+/// jetrelay's `/metrics`: the values of `name` (a counter or gauge), by label set
+/// (`""` without labels).
+pub async fn relay_metric(admin: u16, name: &str) -> Result<Vec<(String, f64)>, Error> {
+    let text = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await?
+        .text()
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (labels, value) = match rest.strip_prefix('{') {
+                Some(r) => r.split_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            Some((labels.to_string(), value.trim().parse().ok()?))
+        })
+        .collect())
+}
+
+/// Milliseconds until the consumer has nothing pending and nothing unacked (every
+/// message delivered was acked); `None` after `timeout`.
+pub async fn wait_acked(
+    js: &jetstream::Context,
+    stream: &str,
+    durable: &str,
+    timeout: Duration,
+) -> Result<Option<f64>, Error> {
+    let s = js.get_stream(stream).await?;
+    let t = Instant::now();
+    while t.elapsed() < timeout {
+        let info = s.consumer_info(durable).await?;
+        if info.num_ack_pending == 0 && info.num_pending == 0 {
+            return Ok(Some(t.elapsed().as_secs_f64() * 1000.0));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(None)
+}
+
 // === publishing ===
 
-/// Publishes `n` messages of `size` bytes (phase 0) to `subject(i)`, 1,000 PubAcks
-/// outstanding at most.
+/// One message to publish.
+pub struct Msg {
+    pub subject: String,
+    pub headers: Option<async_nats::HeaderMap>,
+    pub payload: Bytes,
+}
+
+/// How a fill went in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillMode {
+    /// Fast-ingest batches (the stream has `allow_batched`, nats-server 2.14+).
+    Fast,
+    /// Async publishes, 1,000 PubAcks outstanding (the server or the stream refused
+    /// fast ingest).
+    Async,
+}
+
+impl FillMode {
+    pub fn describe(self) -> &'static str {
+        match self {
+            FillMode::Fast => "fast-ingest batches",
+            FillMode::Async => "async publishes (the stream refused fast ingest)",
+        }
+    }
+}
+
+/// Publishes `n` messages of `size` bytes (phase 0) to `subject(i)`: fast-ingest
+/// batches where the stream allows them, else async publishes ([`fill_msgs`]).
 pub async fn fill(
     js: &jetstream::Context,
     subject: impl Fn(u64) -> String,
     n: u64,
     size: usize,
+) -> Result<FillMode, Error> {
+    fill_msgs(js, n, |i| Msg {
+        subject: subject(i),
+        headers: None,
+        payload: payload(size, 0),
+    })
+    .await
+}
+
+/// Messages per fast-ingest batch of a fill.
+const FILL_BATCH: u64 = 10_000;
+
+/// Publishes the `n` messages `make(0..n)`, all to one stream, in order: as
+/// fast-ingest batches of [`FILL_BATCH`] ([`fast_batch`]); when the first batch is
+/// refused (a stream without `allow_batched`, a server before 2.14), as async
+/// publishes instead. Any later failure is an error.
+pub async fn fill_msgs(
+    js: &jetstream::Context,
+    n: u64,
+    make: impl Fn(u64) -> Msg,
+) -> Result<FillMode, Error> {
+    let client = js.client();
+    let mut from = 0;
+    while from < n {
+        let to = (from + FILL_BATCH).min(n);
+        if to - from < 2 {
+            // A batch has at least two messages.
+            break;
+        }
+        let msgs: Vec<Msg> = (from..to).map(&make).collect();
+        match fast_batch(&client, &msgs).await {
+            Ok(()) => from = to,
+            Err(FastFailure::Refused(why)) if from == 0 => {
+                eprintln!("  fast ingest refused ({why}): filling with async publishes");
+                return publish_async(js, 0..n, make)
+                    .await
+                    .map(|()| FillMode::Async);
+            }
+            Err(FastFailure::PlainPublish) if from == 0 => {
+                eprintln!("  the server took a fast batch as a plain publish: async publishes");
+                return publish_async(js, 1..n, make)
+                    .await
+                    .map(|()| FillMode::Async);
+            }
+            Err(FastFailure::Refused(why)) => return Err(why.into()),
+            Err(FastFailure::PlainPublish) => {
+                return Err("the server took a fast batch as a plain publish".into());
+            }
+            Err(FastFailure::Other(e)) => return Err(e),
+        }
+    }
+    publish_async(js, from..n, make).await?;
+    Ok(FillMode::Fast)
+}
+
+/// Async publishes of `make(i)` for `range`, 1,000 PubAcks outstanding at most.
+async fn publish_async(
+    js: &jetstream::Context,
+    range: std::ops::Range<u64>,
+    make: impl Fn(u64) -> Msg,
 ) -> Result<(), Error> {
     let mut acks = Vec::with_capacity(1000);
-    for i in 0..n {
-        acks.push(js.publish(subject(i), payload(size, 0)).await?);
+    for i in range {
+        let m = make(i);
+        let ack = match m.headers {
+            Some(h) => js.publish_with_headers(m.subject, h, m.payload).await?,
+            None => js.publish(m.subject, m.payload).await?,
+        };
+        acks.push(ack);
         if acks.len() == 1000 {
             for a in acks.drain(..) {
                 a.await?;
@@ -513,6 +800,164 @@ pub async fn fill(
         a.await?;
     }
     Ok(())
+}
+
+// === fast ingest ===
+//
+// A fast-ingest batch (ADR-50, nats-server 2.14+; jetrelay's own is src/nats/fast.rs,
+// whose top comment describes the wire): no batch headers, the protocol rides in each
+// message's reply subject, `<inbox>.<flow>.fail.<batch seq>.<op>.$FI` (op 0 start, 1
+// append, 2 commit, 4 ping), and the server answers on `<inbox>.>`: `{"type":"ack",
+// "seq":N,"msgs":M}` once the first message is in and then every M messages
+// persisted, `gap` / `err` frames that end the batch, and last a PubAck with `count`.
+// The sender keeps at most two acks outstanding (it stalls while
+// `acked + 2 × M <= sent`).
+
+/// Messages per flow ack this publisher allows (the server may lower it).
+const FAST_FLOW: u64 = 500;
+
+/// Why a fast batch did not go through.
+#[derive(Debug)]
+pub enum FastFailure {
+    /// The first message was refused: nothing of the batch is stored.
+    Refused(String),
+    /// The server answered the first message with a plain PubAck: it stored it as an
+    /// ordinary publish (a server without fast ingest).
+    PlainPublish,
+    /// Anything else (the batch may be partly stored).
+    Other(Error),
+}
+
+/// One answer on a fast batch's inbox.
+enum FastReply {
+    Ack {
+        seq: u64,
+        msgs: u64,
+    },
+    /// The final PubAck: the messages the batch took.
+    End {
+        count: Option<u64>,
+    },
+    Failed(String),
+}
+
+fn fast_reply(m: &async_nats::Message) -> FastReply {
+    if let Some(status) = m.status {
+        return FastReply::Failed(match u16::from(status) {
+            503 => "no stream captures the subject".into(),
+            code => format!("status {code}"),
+        });
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&m.payload) else {
+        return FastReply::Failed(format!("not JSON: {}", String::from_utf8_lossy(&m.payload)));
+    };
+    match v["type"].as_str() {
+        Some("ack") => FastReply::Ack {
+            seq: v["seq"].as_u64().unwrap_or(0),
+            msgs: v["msgs"].as_u64().unwrap_or(FAST_FLOW).max(1),
+        },
+        Some(_) => FastReply::Failed(v.to_string()),
+        None if v.get("error").is_some() => FastReply::Failed(v["error"].to_string()),
+        None => FastReply::End {
+            count: v["count"].as_u64(),
+        },
+    }
+}
+
+/// Publishes `msgs` (at least two, all to one stream) as one fast-ingest batch, gap
+/// mode `fail`, and waits for its PubAck; 10 s without an answer fails it (a ping
+/// goes after 2 s, in case an ack was lost).
+pub async fn fast_batch(client: &async_nats::Client, msgs: &[Msg]) -> Result<(), FastFailure> {
+    use futures::{FutureExt, StreamExt};
+    let other = |e: &dyn std::fmt::Display| FastFailure::Other(e.to_string().into());
+    let len = msgs.len() as u64;
+    if len < 2 {
+        return Err(FastFailure::Other("a fast batch needs two messages".into()));
+    }
+    let inbox = client.new_inbox();
+    let mut replies = client
+        .subscribe(format!("{inbox}.>"))
+        .await
+        .map_err(|e| other(&e))?;
+    let reply = |seq: u64, op: u8| format!("{inbox}.{FAST_FLOW}.fail.{seq}.{op}.$FI");
+    let send = |seq: u64, op: u8| {
+        let m = &msgs[seq as usize - 1];
+        client.publish_with_reply_and_headers(
+            m.subject.clone(),
+            reply(seq, op),
+            m.headers.clone().unwrap_or_default(),
+            m.payload.clone(),
+        )
+    };
+    let patience = Duration::from_secs(10);
+    // The next answer, pinging (the highest sequence sent) after 2 s without one.
+    let next = async |replies: &mut async_nats::Subscriber, sent: u64| {
+        let deadline = Instant::now() + patience;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(2), replies.next()).await {
+                Ok(Some(m)) => return Ok(fast_reply(&m)),
+                Ok(None) => return Err(other(&"the reply inbox closed")),
+                Err(_) if Instant::now() >= deadline => {
+                    return Err(other(&"no answer to the fast batch within 10 s"));
+                }
+                Err(_) => client
+                    .publish_with_reply(
+                        msgs[sent as usize - 1].subject.clone(),
+                        reply(sent, 4),
+                        Bytes::new(),
+                    )
+                    .await
+                    .map_err(|e| other(&e))?,
+            }
+        }
+    };
+    send(1, 0).await.map_err(|e| other(&e))?;
+    let mut flow = match next(&mut replies, 1).await? {
+        FastReply::Ack { msgs, .. } => msgs,
+        FastReply::Failed(why) => return Err(FastFailure::Refused(why)),
+        FastReply::End { .. } => return Err(FastFailure::PlainPublish),
+    };
+    let (mut acked, mut sent) = (0, 1);
+    let take = |r: FastReply, acked: &mut u64, flow: &mut u64| match r {
+        FastReply::Ack { seq, msgs } => {
+            *acked = (*acked).max(seq);
+            *flow = msgs;
+            Ok(None)
+        }
+        FastReply::End { count } => Ok(Some(count)),
+        FastReply::Failed(why) => Err(FastFailure::Other(
+            format!("the fast batch failed with {acked} known stored: {why}").into(),
+        )),
+    };
+    for seq in 2..=len {
+        send(seq, if seq == len { 2 } else { 1 })
+            .await
+            .map_err(|e| other(&e))?;
+        sent = seq;
+        if seq == len {
+            break;
+        }
+        while let Some(Some(m)) = replies.next().now_or_never() {
+            if take(fast_reply(&m), &mut acked, &mut flow)?.is_some() {
+                return Err(other(&format!("the fast batch ended early, at {seq}")));
+            }
+        }
+        while acked + 2 * flow <= sent {
+            let r = next(&mut replies, sent).await?;
+            if take(r, &mut acked, &mut flow)?.is_some() {
+                return Err(other(&format!("the fast batch ended early, at {seq}")));
+            }
+        }
+    }
+    loop {
+        let r = next(&mut replies, sent).await?;
+        if let Some(count) = take(r, &mut acked, &mut flow)? {
+            return match count {
+                Some(c) if c == len => Ok(()),
+                c => Err(other(&format!("the fast batch took {c:?} of {len}"))),
+            };
+        }
+    }
 }
 
 /// The latency run: publishes `LATENCY_MSGS` messages of `size` bytes (phase 1) to
@@ -554,6 +999,17 @@ pub fn spread<T>(v: &[T], f: impl Fn(&T) -> f64) -> (f64, f64, f64) {
     let min = x.iter().copied().fold(f64::MAX, f64::min);
     let max = x.iter().copied().fold(0.0, f64::max);
     (median(&mut x), min, max)
+}
+
+/// `median× (min–max)` of the per-round ratios `num[i] / den[i]`; `–` when either
+/// is empty.
+pub fn ratio(num: &[f64], den: &[f64]) -> String {
+    let r: Vec<f64> = num.iter().zip(den).map(|(a, b)| a / b.max(1e-9)).collect();
+    if r.is_empty() {
+        return "–".into();
+    }
+    let (m, lo, hi) = spread(&r, |x| *x);
+    format!("{m:.2}× ({lo:.2}–{hi:.2})")
 }
 
 pub fn machine() -> String {
@@ -619,6 +1075,18 @@ impl Args {
     pub fn list(&self, k: &str) -> Option<Vec<String>> {
         self.get(k)
             .map(|v| v.split(',').map(str::to_string).collect())
+    }
+
+    /// The contenders `--only=a,b` names (by their `Debug` name, any case), or all.
+    pub fn only<T: Copy + std::fmt::Debug>(&self, all: &[T]) -> Vec<T> {
+        let only = self.list("only");
+        all.iter()
+            .copied()
+            .filter(|c| {
+                only.as_ref()
+                    .is_none_or(|o| o.iter().any(|x| format!("{c:?}").eq_ignore_ascii_case(x)))
+            })
+            .collect()
     }
 }
 

@@ -331,7 +331,6 @@ async fn main() -> Result<(), Error> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    let only = args.list("only");
     let tools = Tools {
         bare_bin: args.required("bare")?.into(),
         python: args.required("python")?.into(),
@@ -344,13 +343,7 @@ async fn main() -> Result<(), Error> {
     .await?;
     let nats_version = env.nats_version.clone();
     let sink = Sink::start().await?;
-    let contenders: Vec<Contender> = Contender::ALL
-        .into_iter()
-        .filter(|c| {
-            only.as_ref()
-                .is_none_or(|o| o.iter().any(|x| format!("{c:?}").eq_ignore_ascii_case(x)))
-        })
-        .collect();
+    let contenders = args.only(&Contender::ALL);
 
     let mut results: BTreeMap<(usize, Contender), Vec<Sample>> = BTreeMap::new();
     let mut run = 0;
@@ -367,11 +360,14 @@ async fn main() -> Result<(), Error> {
                         "{{{{partition({PARTITIONS},1)}}}}.{prefix}.{{{{wildcard(1)}}}}"
                     ),
                 }),
+                // The fill goes in fast-ingest batches.
+                allow_batch_publish: true,
                 ..Default::default()
             })
             .await?;
         eprintln!("filling {stream} with {n} messages of {size} B");
-        fill(&env.js, |i| format!("{prefix}.k{}", i % KEYS), n, size).await?;
+        let mode = fill(&env.js, |i| format!("{prefix}.k{}", i % KEYS), n, size).await?;
+        eprintln!("  filled with {}", mode.describe());
         for round in 1..=rounds {
             for &c in &contenders {
                 run += 1;

@@ -37,10 +37,10 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use futures::StreamExt;
 use jetrelay_bench::{
-    Args, Delivery, Env, Error, IN_FLIGHT, KEYS, LATENCY_MSGS, LATENCY_RATE, Running, Sink,
-    cpu_seconds, durable_source, fill, free_port, latency_run, machine, machine_busy_seconds,
-    peak_rss_kib, relay_config, spread, start_bare, start_line_ready, start_relay, stop, wait_for,
-    wait_quiet, write_report,
+    Args, CpuWindow, Delivery, Env, Error, IN_FLIGHT, KEYS, LATENCY_MSGS, LATENCY_RATE, Running,
+    Sink, durable_source, fill, free_port, latency_run, machine, peak_rss_kib, quiet, quiet_note,
+    relay_config, spread, start_bare, start_line_ready, start_relay, stop, wait_acked, wait_for,
+    write_report,
 };
 use tokio::process::Command;
 
@@ -103,10 +103,6 @@ impl Contender {
         }
     }
 }
-
-/// Before each run the driver waits (bounded, `--quiet-wait` seconds) until fewer
-/// cores than this are busy: other work on the machine skews the figures.
-const QUIET_CORES: f64 = 0.2;
 
 /// The batch contenders' settings.
 struct Knobs {
@@ -238,16 +234,7 @@ struct Bench<'a> {
 impl Bench<'_> {
     async fn run_one(&self, c: Contender, run: usize) -> Result<Sample, Error> {
         let (env, stream) = (self.env, self.stream.as_str());
-        if !self.quiet_wait.is_zero() {
-            let t = Instant::now();
-            let busy = wait_quiet(env.ticks, self.quiet_wait, QUIET_CORES).await;
-            if t.elapsed() > Duration::from_secs(1) {
-                eprintln!(
-                    "  waited {:.0} s for a quiet machine ({busy:.2} cores busy)",
-                    t.elapsed().as_secs_f64()
-                );
-            }
-        }
+        quiet(env.ticks, self.quiet_wait).await;
         self.sink.reset();
         let target = env
             .js
@@ -278,25 +265,18 @@ impl Bench<'_> {
         if app_pid != std::process::id() {
             ours.push(std::process::id());
         }
-        let cpu = || {
-            let v: Vec<f64> = ours.iter().map(|&p| cpu_seconds(p, env.ticks)).collect();
-            (v, machine_busy_seconds(env.ticks), Instant::now())
-        };
         let pulls = || self.pulls.as_ref().map(|p| p.load(Ordering::Relaxed));
-        let (before, pulls0) = (cpu(), pulls());
+        let (window, pulls0) = (CpuWindow::start(env.ticks, &ours), pulls());
         let (per_request, throughput) = app.drained(target, Duration::from_secs(600)).await?;
-        let (after, pulls1) = (cpu(), pulls());
+        let (cpu, pulls1) = (window.finish(), pulls());
         if let (Some(a), Some(b)) = (pulls0, pulls1) {
             eprintln!(
                 "  {:.1} pull requests per 1,000 messages",
                 (b - a) as f64 / target as f64 * 1000.0
             );
         }
-        let per_10k = |i: usize| (after.0[i] - before.0[i]) / target as f64 * 10_000.0;
-        let own: f64 = after.0.iter().zip(&before.0).map(|(a, b)| a - b).sum();
-        let wall = after.2.duration_since(before.2).as_secs_f64().max(1e-6);
-        let others_cores = ((after.1 - before.1 - own) / wall).max(0.0);
-        let acked_ms = self.acked(&durable).await?;
+        let per_10k = |i: usize| cpu.per_pid[i] / target as f64 * 10_000.0;
+        let acked_ms = wait_acked(&env.js, stream, &durable, Duration::from_secs(10)).await?;
         let latency = match &app {
             App::Sink(sink) => {
                 let subject = |i| format!("{}.lat.k{}", self.prefix, i % KEYS);
@@ -327,23 +307,8 @@ impl Bench<'_> {
             rss_mib,
             latency,
             acked_ms,
-            others_cores,
+            others_cores: cpu.others_cores,
         })
-    }
-
-    /// Milliseconds until the consumer has nothing pending and nothing unacked (a
-    /// check that every message delivered was acked); `None` after 10 s.
-    async fn acked(&self, durable: &str) -> Result<Option<f64>, Error> {
-        let s = self.env.js.get_stream(&self.stream).await?;
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            let info = s.consumer_info(durable).await?;
-            if info.num_ack_pending == 0 && info.num_pending == 0 {
-                return Ok(Some(t.elapsed().as_secs_f64() * 1000.0));
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        Ok(None)
     }
 }
 
@@ -365,21 +330,15 @@ async fn count_pulls(url: &str) -> Result<Arc<AtomicU64>, Error> {
 
 // === the report ===
 
-/// `median (min–max)` of the per-round ratios `num / den` (rounds where both ran).
+/// `median (min–max)` of the per-round ratios of throughput `num / den` (rounds where
+/// both ran).
 fn ratio(results: &BTreeMap<Contender, Vec<Sample>>, num: Contender, den: Contender) -> String {
-    let (Some(a), Some(b)) = (results.get(&num), results.get(&den)) else {
-        return "–".into();
+    let t = |c| {
+        results.get(&c).map_or(Vec::new(), |v: &Vec<Sample>| {
+            v.iter().map(|s| s.throughput).collect()
+        })
     };
-    let r: Vec<f64> = a
-        .iter()
-        .zip(b)
-        .map(|(a, b)| a.throughput / b.throughput.max(1e-9))
-        .collect();
-    if r.is_empty() {
-        return "–".into();
-    }
-    let (m, lo, hi) = spread(&r, |x| *x);
-    format!("{m:.2}× ({lo:.2}–{hi:.2})")
+    jetrelay_bench::ratio(&t(num), &t(den))
 }
 
 fn report(
@@ -388,14 +347,7 @@ fn report(
     results: &BTreeMap<Contender, Vec<Sample>>,
 ) -> String {
     let (knobs, size) = (&bench.knobs, bench.size);
-    let quiet = if bench.quiet_wait.is_zero() {
-        String::new()
-    } else {
-        format!(
-            " Before each run the driver waited (at most {} s) for fewer than {QUIET_CORES} cores busy.",
-            bench.quiet_wait.as_secs()
-        )
-    };
+    let quiet = quiet_note(bench.quiet_wait);
     let mut md = format!(
         "# jetrelay batch delivery benchmark\n\nMachine: {}; nats-server {} (file store) on loopback. {rounds} rounds, contenders interleaved, each on a fresh plain durable consumer; {n} messages of {size} B pre-filled over {KEYS} subjects (UTF-8 payloads, so batches carry them as `data`). One message per request: {IN_FLIGHT} requests in flight, `max_buffered` 256, pulls of 64 (as `bench/run`). Batches: `batch_size` {}, `max_in_flight` {}, `max_buffered` {}, pulls of {} (`max_batch`), `batch_max_bytes` default. The Rust sink is `bench/run`'s, answering 200 at once and counting messages; the Python app is `bench/py_batch_app.py`, one aiohttp process answering at once (a batch's JSON parsed). Throughput = messages per second from the first to the last arrival at the app; medians, with min–max. jetrelay logs one JSON line per message at `info`, as deployed.{quiet}\n\n",
         machine(),
@@ -475,14 +427,7 @@ async fn main() -> Result<(), Error> {
         buffered: args.num("buffered", 1024)?,
         pull: args.num("pull", 500)?,
     };
-    let only = args.list("only");
-    let contenders: Vec<Contender> = Contender::ALL
-        .into_iter()
-        .filter(|c| {
-            only.as_ref()
-                .is_none_or(|o| o.iter().any(|x| format!("{c:?}").eq_ignore_ascii_case(x)))
-        })
-        .collect();
+    let contenders = args.only(&Contender::ALL);
     let env = Env::start(
         args.required("nats-server")?,
         args.required("relay")?.into(),
@@ -494,11 +439,14 @@ async fn main() -> Result<(), Error> {
         .create_stream(jetstream::stream::Config {
             name: stream.clone(),
             subjects: vec![format!("{prefix}.>")],
+            // The fill goes in fast-ingest batches.
+            allow_batch_publish: true,
             ..Default::default()
         })
         .await?;
     eprintln!("filling {stream} with {n} messages of {size} B");
-    fill(&env.js, |i| format!("{prefix}.fill.k{}", i % KEYS), n, size).await?;
+    let mode = fill(&env.js, |i| format!("{prefix}.fill.k{}", i % KEYS), n, size).await?;
+    eprintln!("  filled with {}", mode.describe());
     let pulls = match std::env::var_os("BENCH_COUNT_PULLS") {
         Some(_) => Some(count_pulls(&env.nats_url).await?),
         None => None,
