@@ -230,6 +230,7 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
                 dry_run,
                 fast,
                 targets: HashMap::new(),
+                streams: None,
                 batched: HashMap::new(),
                 summary: Summary {
                     fast,
@@ -287,6 +288,8 @@ struct Pages<'a> {
     nats: &'a Nats,
     stream: &'a str,
     next: PageRequest,
+    /// The last sequence to read.
+    up_to: u64,
     done: bool,
 }
 
@@ -307,6 +310,7 @@ impl<'a> Pages<'a> {
                 start_time: sel.start_time(),
                 up_to_seq: Some(up_to),
             },
+            up_to,
             done: last == 0 || sel.first_seq() > up_to,
         })
     }
@@ -316,8 +320,9 @@ impl<'a> Pages<'a> {
             return Ok(None);
         }
         let page = self.nats.direct_page(self.stream, &self.next).await?;
+        // The server's `pending` counts past `up_to_seq`: the range's end stops it.
         match page.last_seq {
-            Some(last) if page.pending > 0 && !page.messages.is_empty() => {
+            Some(last) if page.pending > 0 && !page.messages.is_empty() && last < self.up_to => {
                 self.next.seq = last + 1;
                 self.next.start_time = None;
             }
@@ -425,6 +430,8 @@ struct Replayer<'a> {
     fast: bool,
     /// Target subject → the stream that captures it (`None`: no stream does).
     targets: HashMap<String, Option<Capture>>,
+    /// Every stream's subjects and capture, listed at the first lookup.
+    streams: Option<Vec<(Vec<String>, Capture)>>,
     /// `--fast`: target stream → whether it takes fast-ingest batches.
     batched: HashMap<String, bool>,
     summary: Summary,
@@ -573,12 +580,26 @@ impl Replayer<'_> {
         Ok(b)
     }
 
-    /// The stream that captures `subject`, looked up once.
+    /// The stream that captures `subject`: the streams are listed once, then each
+    /// subject is matched here (a replay over many subjects would otherwise cost two
+    /// requests per subject).
     async fn target(&mut self, subject: &str) -> Result<Option<Capture>, DlqError> {
         if let Some(t) = self.targets.get(subject) {
             return Ok(t.clone());
         }
-        let found = self.nats.capturing(subject).await?.into_iter().next();
+        if self.streams.is_none() {
+            self.streams = Some(self.nats.stream_captures().await?);
+        }
+        let found = self
+            .streams
+            .iter()
+            .flatten()
+            .find_map(|(subjects, capture)| {
+                subjects
+                    .iter()
+                    .any(|p| crate::subject::covers(p, subject))
+                    .then(|| capture.clone())
+            });
         self.targets.insert(subject.to_string(), found.clone());
         Ok(found)
     }

@@ -464,6 +464,9 @@ pub struct ConsumerCounts {
     pub pinned: bool,
 }
 
+/// Message deletes in flight at once ([`Nats::delete_messages`]).
+const DELETES_IN_FLIGHT: usize = 64;
+
 impl Nats {
     /// How many messages a stream holds; `None` when it cannot be read now.
     pub async fn stream_messages(&self, stream: &str) -> Option<u64> {
@@ -604,6 +607,30 @@ impl Nats {
         Ok(out)
     }
 
+    /// Every stream with its subjects and what publishing to it takes, listed once
+    /// (pages of the stream list): for callers that look up many subjects.
+    ///
+    /// # Errors
+    /// [`TopologyError`] when they cannot be listed.
+    pub async fn stream_captures(&self) -> Result<Vec<(Vec<String>, Capture)>, TopologyError> {
+        use futures::TryStreamExt;
+        let infos: Vec<async_nats::jetstream::stream::Info> =
+            self.js.streams().try_collect().await.map_err(unavailable)?;
+        Ok(infos
+            .into_iter()
+            .map(|i| {
+                let c = i.config;
+                let capture = Capture {
+                    stream: c.name,
+                    atomic: c.allow_atomic_publish,
+                    direct: c.allow_direct,
+                    duplicate_window: c.duplicate_window,
+                };
+                (c.subjects, capture)
+            })
+            .collect())
+    }
+
     /// A stream's last sequence; `None` when there is no such stream.
     ///
     /// # Errors
@@ -626,8 +653,10 @@ impl Nats {
         }
     }
 
-    /// Deletes messages of a stream, one by one; each sequence's result (a message
-    /// already gone counts as deleted).
+    /// Deletes messages of a stream, 64 at a time; each sequence's
+    /// result, in order (a message already gone counts as deleted). Deleted, not
+    /// overwritten on disk (`no_erase`): async-nats's `delete_message` erases, which
+    /// costs the server a write per message (3 ms each, against 0.07 ms).
     ///
     /// # Errors
     /// [`TopologyError`] when the stream cannot be read.
@@ -636,20 +665,46 @@ impl Nats {
         stream: &str,
         seqs: &[u64],
     ) -> Result<Vec<Result<(), String>>, TopologyError> {
-        let s = self.stream_handle(stream).await?;
-        let mut out = Vec::with_capacity(seqs.len());
-        for seq in seqs {
-            out.push(match s.delete_message(*seq).await {
-                Ok(_) => Ok(()),
-                Err(e)
-                    if matches!(e.kind(), async_nats::jetstream::stream::DeleteMessageErrorKind::JetStream(js)
-                        if js.error_code() == ErrorCode::NO_MESSAGE_FOUND) =>
-                {
-                    Ok(())
-                }
-                Err(e) => Err(crate::ops::telemetry::chain(&e)),
-            });
+        use futures::StreamExt;
+        #[derive(serde::Deserialize)]
+        struct Deleted {
+            #[serde(default)]
+            success: bool,
         }
-        Ok(out)
+        // A missing stream is an error of the whole call, as it was.
+        self.stream_handle(stream).await?;
+        let subject = format!("STREAM.MSG.DELETE.{stream}");
+        let one = |seq: u64| {
+            let subject = subject.clone();
+            async move {
+                let answer: Result<async_nats::jetstream::response::Response<Deleted>, _> = self
+                    .js
+                    .request(
+                        subject,
+                        &serde_json::json!({ "seq": seq, "no_erase": true }),
+                    )
+                    .await;
+                match answer {
+                    Ok(async_nats::jetstream::response::Response::Ok(d)) if d.success => Ok(()),
+                    Ok(async_nats::jetstream::response::Response::Ok(_)) => {
+                        Err(format!("the server did not delete message {seq}"))
+                    }
+                    Ok(async_nats::jetstream::response::Response::Err { error })
+                        if error.error_code() == ErrorCode::NO_MESSAGE_FOUND =>
+                    {
+                        Ok(())
+                    }
+                    Ok(async_nats::jetstream::response::Response::Err { error }) => {
+                        Err(error.to_string())
+                    }
+                    Err(e) => Err(crate::ops::telemetry::chain(&e)),
+                }
+            }
+        };
+        Ok(futures::stream::iter(seqs.iter().copied())
+            .map(one)
+            .buffered(DELETES_IN_FLIGHT)
+            .collect()
+            .await)
     }
 }
