@@ -368,7 +368,15 @@ pub struct Capture {
     pub direct: bool,
     /// Its `duplicate_window`.
     pub duplicate_window: Duration,
+    /// One replica on disk: nats-server (2.12–2.15) stages each atomic batch to such a
+    /// stream in a file store of its own, about 7 ms of server CPU a batch
+    /// (`bench/results/outbox-*.md`); memory and replicated streams stage in memory.
+    pub staged_on_disk: bool,
 }
+
+/// nats-server's default bound on atomic batches in flight per stream; one over it is
+/// refused (10210, `too_many_batches`) and the input retried.
+pub const SERVER_BATCHES_IN_FLIGHT: usize = 50;
 
 /// What `jetrelay check` says about one allowed subject pattern: the streams that
 /// capture it, whether they take what `publish.atomic` sends, and whether their
@@ -380,6 +388,7 @@ pub fn findings(
     atomic: bool,
     ack_wait: Duration,
     max_deliver: Option<u32>,
+    in_flight: usize,
 ) -> Vec<String> {
     if streams.is_empty() {
         return vec![format!(
@@ -407,6 +416,17 @@ pub fn findings(
             lines.push(format!(
                 "warning: publish {pattern}: stream {} does not take atomic batches: set allow_atomic on it, or publish.atomic = false",
                 s.stream
+            ));
+        }
+        if atomic && s.atomic && s.staged_on_disk {
+            lines.push(format!(
+                "warning: publish {pattern}: stream {} is one replica on disk: nats-server stages every atomic batch to it on disk (about 7 ms of server CPU each, ~100 answers/s): use a memory or replicated stream, or publish.atomic = false",
+                s.stream
+            ));
+        }
+        if atomic && s.atomic && in_flight > SERVER_BATCHES_IN_FLIGHT {
+            lines.push(format!(
+                "warning: publish {pattern}: delivery.max_in_flight ({in_flight}) is over nats-server's default of {SERVER_BATCHES_IN_FLIGHT} atomic batches in flight per stream: answers over it are refused (too_many_batches) and their inputs retried",
             ));
         }
         if !window_covers(s.duplicate_window, ack_wait, max_deliver) {
@@ -633,6 +653,7 @@ mod tests {
             atomic,
             direct: false,
             duplicate_window: s(window),
+            staged_on_disk: false,
         };
         let warnings = |lines: Vec<String>| -> Vec<String> {
             lines
@@ -672,16 +693,53 @@ mod tests {
             ),
         ];
         for (streams, atomic, max, want) in cases {
-            let got = warnings(findings("out.>", &streams, atomic, s(30), max));
+            let got = warnings(findings("out.>", &streams, atomic, s(30), max, 32));
             assert_eq!(got.len(), want.len(), "{got:?}");
             for (line, word) in got.iter().zip(&want) {
                 assert!(line.contains(word), "{line} lacks {word}");
             }
         }
-        let lines = findings("out.>", &[capture("OUT", true, 120)], true, s(30), Some(4));
+        let lines = findings(
+            "out.>",
+            &[capture("OUT", true, 120)],
+            true,
+            s(30),
+            Some(4),
+            32,
+        );
         assert_eq!(
             lines,
             ["publish out.>: stream OUT (atomic publish allowed, duplicate window 120s)"]
+        );
+        // What nats-server makes slow or refuses, for atomic batches only.
+        let on_disk = Capture {
+            staged_on_disk: true,
+            ..capture("OUT", true, 120)
+        };
+        let got = warnings(findings(
+            "out.>",
+            std::slice::from_ref(&on_disk),
+            true,
+            s(30),
+            Some(4),
+            32,
+        ));
+        assert!(
+            got.len() == 1 && got[0].contains("one replica on disk"),
+            "{got:?}"
+        );
+        assert!(warnings(findings("out.>", &[on_disk], false, s(30), Some(4), 32)).is_empty());
+        let got = warnings(findings(
+            "out.>",
+            &[capture("OUT", true, 120)],
+            true,
+            s(30),
+            Some(4),
+            64,
+        ));
+        assert!(
+            got.len() == 1 && got[0].contains("too_many_batches"),
+            "{got:?}"
         );
     }
 

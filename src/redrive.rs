@@ -329,6 +329,7 @@ mod tests {
             atomic: false,
             direct,
             duplicate_window: Duration::from_secs(120),
+            staged_on_disk: false,
         };
         assert_eq!(
             findings("dlq.x", &[capture(true)]),

@@ -464,6 +464,11 @@ pub struct ConsumerCounts {
     pub pinned: bool,
 }
 
+/// One replica on disk ([`Capture::staged_on_disk`]).
+fn staged_on_disk(c: &async_nats::jetstream::stream::Config) -> bool {
+    c.storage == async_nats::jetstream::stream::StorageType::File && c.num_replicas <= 1
+}
+
 /// Message deletes in flight at once ([`Nats::delete_messages`]).
 const DELETES_IN_FLIGHT: usize = 64;
 
@@ -598,6 +603,7 @@ impl Nats {
                         atomic: c.allow_atomic_publish,
                         direct: c.allow_direct,
                         duplicate_window: c.duplicate_window,
+                        staged_on_disk: staged_on_disk(c),
                     });
                 }
                 Err(e) if e.kind() == GetStreamErrorKind::Request => return Err(unavailable(e)),
@@ -621,6 +627,7 @@ impl Nats {
             .map(|i| {
                 let c = i.config;
                 let capture = Capture {
+                    staged_on_disk: staged_on_disk(&c),
                     stream: c.name,
                     atomic: c.allow_atomic_publish,
                     direct: c.allow_direct,

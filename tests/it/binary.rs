@@ -142,6 +142,7 @@ async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wron
     for want in [
         "publish out.>: stream OUT (atomic publish allowed, duplicate window 60s)",
         "warning: publish out.>: stream OUT's duplicate window (60s) is shorter than consumer.ack_wait_ms × consumer.max_deliver (120s)",
+        "warning: publish out.>: stream OUT is one replica on disk: nats-server stages every atomic batch to it on disk",
         "publish plain.x: stream PLAIN (atomic publish not allowed",
         "warning: publish plain.x: stream PLAIN does not take atomic batches",
         "warning: publish nowhere.>: no stream captures it",
