@@ -119,7 +119,6 @@ async fn publishing(nats: &Nats, config: &Config, settings: &Settings) -> Vec<St
                 settings.publish.atomic,
                 ack_wait,
                 settings.policy.max_attempts,
-                usize::try_from(config.delivery.max_in_flight).unwrap_or(usize::MAX),
             )),
             Err(e) => lines.push(format!(
                 "publish {pattern}: cannot read the streams: {}",

@@ -57,6 +57,10 @@ pub struct Nats {
     pub(super) link: Link,
     /// How long a send may wait for room in the client's buffer while connected.
     pub(super) patience: Duration,
+    /// Atomic batches this connection may have open at once: the server refuses one
+    /// over its bound (`crate::outputs::SERVER_BATCHES_IN_FLIGHT` per stream), so
+    /// more wait here instead of failing and being retried.
+    pub(super) batches: Arc<tokio::sync::Semaphore>,
 }
 
 /// Whether the connection is up, shared with every [`super::Settler`].
@@ -180,6 +184,9 @@ impl Nats {
             state: rx,
             link,
             patience: Duration::from_millis(cfg.request_timeout_ms),
+            batches: Arc::new(tokio::sync::Semaphore::new(
+                crate::outputs::SERVER_BATCHES_IN_FLIGHT,
+            )),
         })
     }
 

@@ -109,6 +109,7 @@ mod codes {
 pub struct OutputPublisher {
     client: async_nats::Client,
     patience: Duration,
+    batches: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl Nats {
@@ -117,6 +118,7 @@ impl Nats {
         OutputPublisher {
             client: self.client.clone(),
             patience: self.patience,
+            batches: self.batches.clone(),
         }
     }
 }
@@ -184,6 +186,10 @@ impl OutputPublisher {
 
     /// One atomic batch of two or more messages.
     async fn atomic(&self, outputs: &[Output]) -> Result<Committed, OutputError> {
+        // At most the server's bound open at once (over all streams: a bound per
+        // stream would need the target known before publishing). The semaphore is
+        // never closed, so acquiring only waits.
+        let _open = self.batches.acquire().await;
         let inbox = self.client.new_inbox();
         // The inbox's last token is a fresh NUID: 22 characters, within the 64 allowed.
         let id = inbox.rsplit('.').next().unwrap_or(&inbox).to_string();

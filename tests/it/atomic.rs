@@ -173,3 +173,38 @@ async fn no_stream_and_too_large_are_told_apart() {
         .unwrap_err();
     assert!(err.is_permanent(), "{err:?}");
 }
+
+#[tokio::test]
+async fn more_batches_at_once_than_the_server_takes_wait_their_turn_and_all_commit() {
+    // nats-server keeps at most 50 atomic batches open per stream and refuses one
+    // over (10210): the publisher holds the rest back instead.
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    js.create_stream(stream::Config {
+        name: "MANY".into(),
+        subjects: vec!["many.>".into()],
+        allow_atomic_publish: true,
+        storage: stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let publisher = publisher(&nats).await;
+    let batches = 200;
+    let tasks: Vec<_> = (0..batches)
+        .map(|b| {
+            let publisher = publisher.clone();
+            tokio::spawn(async move {
+                let outs: Vec<Output> = (0..3)
+                    .map(|i| output(&format!("many.{b}"), &format!("{b}-{i}"), "x"))
+                    .collect();
+                publisher.publish(&outs, true).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        let committed = t.await.unwrap();
+        assert!(committed.is_ok(), "{committed:?}");
+    }
+    assert_eq!(messages(&js, "MANY").await, 3 * batches);
+}
