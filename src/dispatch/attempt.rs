@@ -299,9 +299,10 @@ impl<F: Forward> Dispatch<F> {
             };
         }
         match label {
-            SettleLabel::Term | SettleLabel::Dlq => {
-                settled_event!(tracing::Level::ERROR, "message terminated");
-            }
+            // Gone for good: nothing holds it any more.
+            SettleLabel::Term => settled_event!(tracing::Level::ERROR, "message terminated"),
+            // Kept in the DLQ: the app's verdict (a 4xx), not a failure of jetrelay's.
+            SettleLabel::Dlq => settled_event!(tracing::Level::WARN, "message terminated"),
             SettleLabel::Nak => settled_event!(tracing::Level::WARN, "message will be retried"),
             SettleLabel::Ack => settled_event!(tracing::Level::INFO, "message delivered"),
         }
