@@ -123,7 +123,9 @@ impl Nats {
                     };
                     page.pending = number("Nats-Num-Pending").unwrap_or(0);
                     page.last_seq = Some(seq);
-                    let headers = m
+                    // By name: async-nats keeps headers in a hash map, and output that
+                    // changes order from run to run is hard to read and to compare.
+                    let mut headers: Vec<(String, String)> = m
                         .headers
                         .iter()
                         .flat_map(|h| h.iter())
@@ -134,6 +136,7 @@ impl Nats {
                                 .map(move |v| (n.to_string(), v.as_str().to_string()))
                         })
                         .collect();
+                    headers.sort_by_cached_key(|(n, _)| n.to_ascii_lowercase());
                     page.messages.push(Stored {
                         seq,
                         subject: header("Nats-Subject").unwrap_or_default(),

@@ -195,6 +195,16 @@ async fn ls_and_show_read_the_dead_letters_the_daemon_wrote() {
     assert!(text.contains("X-Trace: t-1"), "{text}");
     assert!(text.contains("Jetrelay-Dlq-Reason"), "{text}");
     assert!(text.trim_end().ends_with("bad one"), "{text}");
+    // Headers by name, the same every time.
+    let names: Vec<String> = text
+        .lines()
+        .skip_while(|l| *l != "headers:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.trim().split(':').next().unwrap().to_ascii_lowercase())
+        .collect();
+    assert!(names.len() >= 8, "{text}");
+    assert!(names.is_sorted(), "{names:?}");
     let (code, _, err) = dlq(&s.env.nats, &["show", &s.dlq, "99"]).await;
     assert_eq!(code, 1, "{err}");
 
