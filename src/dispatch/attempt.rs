@@ -3,7 +3,7 @@
 //! in place, a hold (the app is unreachable), or a dead letter to try again, reported
 //! back to the loop.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -416,27 +416,49 @@ impl<F: Forward> Dispatch<F> {
             .collect();
         let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
         let ordered = self.ordering != Ordering::None;
-        // The outputs of the messages that will be acked, committed in batch order; a
-        // key whose commit failed commits nothing after it (its later messages are
-        // held back below).
+        // The outputs of the messages that will be acked: per key in batch order, the
+        // keys (and every message of an unordered batch) at once. A key whose commit
+        // failed commits nothing after it (its later messages are held back below).
         let acked = batch::fates(dispositions.clone(), &lanes, ordered);
         let mut outputs = batch::outputs(bf.answer.as_ref(), &ids);
-        let mut confirmed = vec![false; send.len()];
-        let mut stopped: HashSet<&LaneKey> = HashSet::new();
-        for (i, item) in send.iter().enumerate() {
-            let lane = lanes[i];
-            let blocked = !batch::independent(lane, ordered) && stopped.contains(lane);
-            if acked[i] != Fate::Decided(Disposition::Ack) || blocked {
+        let mut groups: Vec<Vec<(usize, _)>> = Vec::new();
+        let mut group_of: HashMap<&LaneKey, usize> = HashMap::new();
+        for (i, lane) in lanes.iter().enumerate() {
+            if acked[i] != Fate::Decided(Disposition::Ack) {
                 continue;
             }
-            if let Some(published) = outputs[i].take() {
-                match self.commit(&item.delivery, published, item.attempt).await {
-                    Commit::Ack { confirmed: c } => confirmed[i] = c,
-                    Commit::Instead(d) => {
-                        dispositions[i] = d;
-                        stopped.insert(lane);
-                    }
+            let Some(published) = outputs[i].take() else {
+                continue;
+            };
+            if batch::independent(lane, ordered) {
+                groups.push(vec![(i, published)]);
+            } else if let Some(&g) = group_of.get(lane) {
+                groups[g].push((i, published));
+            } else {
+                group_of.insert(lane, groups.len());
+                groups.push(vec![(i, published)]);
+            }
+        }
+        let send = &send;
+        let commits = futures::future::join_all(groups.into_iter().map(|group| async move {
+            let mut done = Vec::with_capacity(group.len());
+            for (i, published) in group {
+                let item = &send[i];
+                let commit = self.commit(&item.delivery, published, item.attempt).await;
+                let failed = matches!(commit, Commit::Instead(_));
+                done.push((i, commit));
+                if failed {
+                    break;
                 }
+            }
+            done
+        }))
+        .await;
+        let mut confirmed = vec![false; send.len()];
+        for (i, commit) in commits.into_iter().flatten() {
+            match commit {
+                Commit::Ack { confirmed: c } => confirmed[i] = c,
+                Commit::Instead(d) => dispositions[i] = d,
             }
         }
         let fates = batch::fates(dispositions, &lanes, ordered);
