@@ -252,12 +252,21 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
             select,
             yes,
         } => {
-            if !yes {
-                return Err(DlqError::Usage(
-                    "purge deletes the selected dead letters for good: add --yes".into(),
-                ));
-            }
             let sel = select.selection(now)?;
+            if !yes {
+                // Say what it would delete, and change nothing.
+                let mut selected = 0;
+                let mut pages = Pages::open(nats, &stream, &sel).await?;
+                while let Some(page) = pages.next().await? {
+                    selected += page
+                        .iter()
+                        .filter(|m| redrive::is_letter(m) && sel.matches(&redrive::entry(m)))
+                        .count();
+                }
+                return Err(DlqError::Usage(format!(
+                    "{selected} dead letter(s) selected; purge deletes them for good: add --yes"
+                )));
+            }
             let mut summary = Summary::default();
             let mut pages = Pages::open(nats, &stream, &sel).await?;
             while let Some(page) = pages.next().await? {

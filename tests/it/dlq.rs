@@ -479,7 +479,10 @@ async fn purge_deletes_only_what_is_selected_and_only_with_yes() {
     eventually("filled", T, || async { count(&js, "DLQ").await == 10 }).await;
     let (code, _, err) = dlq(&nats, &["purge", "DLQ", "--seq", "3-5"]).await;
     assert_eq!(code, 64, "{err}");
-    assert!(err.contains("--yes"), "{err}");
+    assert!(
+        err.contains("3 dead letter(s) selected") && err.contains("--yes"),
+        "{err}"
+    );
     assert_eq!(count(&js, "DLQ").await, 10);
     let (code, text, _) = dlq(&nats, &["purge", "DLQ", "--seq", "3-5", "--yes"]).await;
     assert_eq!(code, 0);
