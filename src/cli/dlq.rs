@@ -267,7 +267,10 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
                     "{selected} dead letter(s) selected; purge deletes them for good: add --yes"
                 )));
             }
-            let mut summary = Summary::default();
+            let mut summary = Summary {
+                purge: true,
+                ..Summary::default()
+            };
             let mut pages = Pages::open(nats, &stream, &sel).await?;
             while let Some(page) = pages.next().await? {
                 let mut seqs = Vec::new();
@@ -357,6 +360,8 @@ struct Summary {
     planned: Vec<(u64, String)>,
     /// `--fast` was asked for.
     fast: bool,
+    /// A purge: nothing is replayed.
+    purge: bool,
     /// `--fast`: target streams without `allow_batched`, and how many letters went
     /// to each without it.
     not_fast: Vec<(String, usize)>,
@@ -409,16 +414,27 @@ impl Summary {
                 )
                 .ok();
             }
-            write!(
-                out,
-                "selected {}, replayed {}, already replayed {}, deleted {}, failed {}",
-                self.selected,
-                self.replayed,
-                self.already,
-                self.deleted,
-                self.failures.len()
-            )
-            .ok();
+            if self.purge {
+                write!(
+                    out,
+                    "selected {}, deleted {}, failed {}",
+                    self.selected,
+                    self.deleted,
+                    self.failures.len()
+                )
+                .ok();
+            } else {
+                write!(
+                    out,
+                    "selected {}, replayed {}, already replayed {}, deleted {}, failed {}",
+                    self.selected,
+                    self.replayed,
+                    self.already,
+                    self.deleted,
+                    self.failures.len()
+                )
+                .ok();
+            }
             if dry_run {
                 out.push_str(" (dry run: nothing changed)");
             }
