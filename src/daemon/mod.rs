@@ -342,7 +342,7 @@ impl Supervisor {
                     let (stream, consumer) = member.consumer();
                     let gauges = self.consumer_gauges(nats, &stream, &consumer);
                     let ended = dispatch.run(source, shutdown.clone()).await;
-                    gauges.abort();
+                    drop(gauges);
                     ended
                 }
                 SourceSettings::Durable(request) => {
@@ -353,7 +353,7 @@ impl Supervisor {
                     let gauges =
                         self.consumer_gauges(nats, &request.stream, &request.consumer.name);
                     let ended = dispatch.run(puller, shutdown.clone()).await;
-                    gauges.abort();
+                    drop(gauges);
                     ended
                 }
             };
@@ -480,7 +480,7 @@ impl Supervisor {
 
     /// Refreshes the consumer pending gauges, an elastic group's backlog (and, for a
     /// pinned consumer, who holds the pin) every few seconds.
-    fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> JoinHandle<()> {
+    fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> GaugeTask {
         let (nats, metrics, readiness) =
             (nats.clone(), self.metrics.clone(), self.readiness.clone());
         let pinned_mode = self.settings.pinned();
@@ -489,7 +489,7 @@ impl Supervisor {
             SourceSettings::Group(m) if m.flavour == crate::group::model::Flavour::Elastic
         );
         let (stream, consumer) = (stream.to_string(), consumer.to_string());
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tick.tick().await;
@@ -517,7 +517,28 @@ impl Supervisor {
                     });
                 }
             }
-        })
+        });
+        GaugeTask {
+            task,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// The task that refreshes the consumer gauges. Dropped when its consumer's run
+/// ends: the task stops and the gauges are withdrawn, so nothing reads an old value
+/// while the supervisor binds or joins again.
+struct GaugeTask {
+    task: JoinHandle<()>,
+    metrics: Metrics,
+}
+
+impl Drop for GaugeTask {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.metrics.consumer_pending.forget();
+        self.metrics.consumer_ack_pending.forget();
+        self.metrics.group_backlog.forget();
     }
 }
 
@@ -548,6 +569,33 @@ async fn wait_connected(nats: &Nats, shutdown: &CancellationToken) -> Result<boo
         tokio::select! {
             () = shutdown.cancelled() => return Ok(false),
             changed = state.changed() => if changed.is_err() { return Ok(false) },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_consumer_gauges_are_withdrawn_when_their_task_ends() {
+        let metrics = Metrics::new().unwrap();
+        metrics.consumer_pending.set(5);
+        metrics.consumer_ack_pending.set(2);
+        metrics.group_backlog.set(9);
+        let task = GaugeTask {
+            task: tokio::spawn(std::future::pending()),
+            metrics: metrics.clone(),
+        };
+        assert!(metrics.render().contains("jetrelay_consumer_pending 5"));
+        drop(task);
+        let text = metrics.render();
+        for name in [
+            "jetrelay_consumer_pending",
+            "jetrelay_consumer_ack_pending",
+            "jetrelay_group_backlog",
+        ] {
+            assert!(!text.contains(name), "{name} left at an old value:\n{text}");
         }
     }
 }
