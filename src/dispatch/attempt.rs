@@ -3,7 +3,6 @@
 //! in place, a hold (the app is unreachable), or a dead letter to try again, reported
 //! back to the loop.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -421,24 +420,20 @@ impl<F: Forward> Dispatch<F> {
         // failed commits nothing after it (its later messages are held back below).
         let acked = batch::fates(dispositions.clone(), &lanes, ordered);
         let mut outputs = batch::outputs(bf.answer.as_ref(), &ids);
-        let mut groups: Vec<Vec<(usize, _)>> = Vec::new();
-        let mut group_of: HashMap<&LaneKey, usize> = HashMap::new();
-        for (i, lane) in lanes.iter().enumerate() {
-            if acked[i] != Fate::Decided(Disposition::Ack) {
-                continue;
-            }
-            let Some(published) = outputs[i].take() else {
-                continue;
-            };
-            if batch::independent(lane, ordered) {
-                groups.push(vec![(i, published)]);
-            } else if let Some(&g) = group_of.get(lane) {
-                groups[g].push((i, published));
-            } else {
-                group_of.insert(lane, groups.len());
-                groups.push(vec![(i, published)]);
-            }
-        }
+        let commits: Vec<bool> = acked
+            .iter()
+            .zip(&outputs)
+            .map(|(fate, o)| *fate == Fate::Decided(Disposition::Ack) && o.is_some())
+            .collect();
+        let groups: Vec<Vec<(usize, batch::Published)>> =
+            batch::commit_groups(&commits, &lanes, ordered)
+                .into_iter()
+                .map(|g| {
+                    g.into_iter()
+                        .filter_map(|i| Some((i, outputs[i].take()?)))
+                        .collect()
+                })
+                .collect();
         let send = &send;
         let commits = futures::future::join_all(groups.into_iter().map(|group| async move {
             let mut done = Vec::with_capacity(group.len());

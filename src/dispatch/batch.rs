@@ -90,6 +90,33 @@ pub(super) fn independent(lane: &LaneKey, ordered: bool) -> bool {
     !ordered || *lane == LaneKey::Free
 }
 
+/// Which messages' outputs are committed together: one group per key, in batch order
+/// (committed one after another, a failed commit ending its group), and each
+/// independent message a group of its own; the groups run at once. `commits[i]`:
+/// message `i` will be acked and has outputs to publish.
+pub(super) fn commit_groups(
+    commits: &[bool],
+    lanes: &[&LaneKey],
+    ordered: bool,
+) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: std::collections::HashMap<&LaneKey, usize> = std::collections::HashMap::new();
+    for (i, lane) in lanes.iter().enumerate() {
+        if !commits.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        if independent(lane, ordered) {
+            groups.push(vec![i]);
+        } else if let Some(&g) = group_of.get(lane) {
+            groups[g].push(i);
+        } else {
+            group_of.insert(lane, groups.len());
+            groups.push(vec![i]);
+        }
+    }
+    groups
+}
+
 /// What happens to one message of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Fate {
@@ -132,6 +159,48 @@ mod tests {
 
     use super::*;
     use crate::http::batch::ItemResult;
+
+    #[test]
+    fn commit_groups_table() {
+        let (a, b) = (LaneKey::Partition(1), LaneKey::Partition(2));
+        let free = LaneKey::Free;
+        // (lanes, which commit, ordered, the groups)
+        type Case<'a> = (Vec<&'a LaneKey>, Vec<bool>, bool, Vec<Vec<usize>>);
+        let cases: Vec<Case> = vec![
+            // Ordered: a key's messages in one group, in batch order; keys apart.
+            (
+                vec![&a, &b, &a, &b, &a],
+                vec![true; 5],
+                true,
+                vec![vec![0, 2, 4], vec![1, 3]],
+            ),
+            // Unordered: every message on its own.
+            (
+                vec![&a, &b, &a],
+                vec![true; 3],
+                false,
+                vec![vec![0], vec![1], vec![2]],
+            ),
+            // Free lanes are independent even in ordered modes.
+            (
+                vec![&free, &free, &a],
+                vec![true; 3],
+                true,
+                vec![vec![0], vec![1], vec![2]],
+            ),
+            // Only what commits: not acked, or no outputs.
+            (
+                vec![&a, &a, &b, &a],
+                vec![true, false, false, true],
+                true,
+                vec![vec![0, 3]],
+            ),
+            (vec![], vec![], true, vec![]),
+        ];
+        for (lanes, commits, ordered, want) in cases {
+            assert_eq!(commit_groups(&commits, &lanes, ordered), want, "{lanes:?}");
+        }
+    }
 
     fn answered(status: u16, action: Option<AppAction>, ms: Option<u64>) -> Outcome {
         Outcome::Answered {
