@@ -75,7 +75,9 @@ pub enum DlqCommand {
         #[arg(long)]
         fast: bool,
     },
-    /// Delete dead letters.
+    /// Delete dead letters (marked deleted, not overwritten on disk: the stream's
+    /// files keep the bytes until the server compacts them). Without --yes, says how
+    /// many it would delete (reading the selection first).
     Purge {
         /// The DLQ stream.
         stream: String,
@@ -615,7 +617,7 @@ impl Replayer<'_> {
         if self.streams.is_none() {
             self.streams = Some(self.nats.stream_captures().await?);
         }
-        let found = self
+        let mut found = self
             .streams
             .iter()
             .flatten()
@@ -625,6 +627,11 @@ impl Replayer<'_> {
                     .any(|p| crate::subject::covers(p, subject))
                     .then(|| capture.clone())
             });
+        if found.is_none() {
+            // The list leaves out streams the cluster cannot reach now: ask the
+            // server about this subject before saying nothing captures it.
+            found = self.nats.capturing(subject).await?.into_iter().next();
+        }
         self.targets.insert(subject.to_string(), found.clone());
         Ok(found)
     }
@@ -704,13 +711,20 @@ fn printable_lines(text: &str) -> String {
     escape(text, |c| c == '\n' || c == '\t')
 }
 
+/// What a terminal must not be handed raw: control characters, and the bidirectional
+/// formatting characters that make text display in another order than it is.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}')
+}
+
 fn escape(text: &str, keep: impl Fn(char) -> bool) -> String {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(hidden) {
         return text.to_string();
     }
     text.chars()
         .map(|c| {
-            if c.is_control() && !keep(c) {
+            if hidden(c) && !keep(c) {
                 c.escape_default().to_string()
             } else {
                 c.to_string()

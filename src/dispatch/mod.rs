@@ -297,10 +297,11 @@ impl<F: Forward> Dispatch<F> {
     fn show(&self, gate: &Gate) {
         let pinned = self.readiness.status().pinned;
         let (state, reason) = gate.shown(self.pinned_mode, pinned);
-        self.readiness.set(state, reason);
         // Healthy is what the probe says *and* reachable: an app whose port is closed
-        // is not healthy, probe or no probe.
+        // is not healthy, probe or no probe. Set before readiness, so that whoever
+        // sees the new state also sees the gauge.
         self.metrics.app_healthy.set(i64::from(gate.serviceable()));
+        self.readiness.set(state, reason);
     }
 
     /// Stops intake: readiness says why, the source stops, what waits is released,

@@ -565,6 +565,11 @@ impl FastPublisher {
             o.payload.clone(),
         );
         match tokio::time::timeout(self.patience, send).await {
+            Ok(Err(e)) if e.kind() == async_nats::PublishErrorKind::MaxPayloadExceeded => {
+                // Larger than check_sizes estimated (many headers): the message's
+                // fault, not the connection's.
+                Err(FastError::TooLarge(e.to_string()))
+            }
             Ok(sent) => sent.map_err(FastError::Publish),
             Err(_) => Err(FastError::Timeout),
         }

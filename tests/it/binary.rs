@@ -464,13 +464,10 @@ async fn check_fails_where_run_would_stop_on_a_missing_stream() {
 #[test]
 fn check_says_once_why_nats_cannot_be_reached() {
     let dir = tempfile::tempdir().unwrap();
-    let port = crate::support::nats_server::free_port();
     let path = write_config(
         &dir,
-        &format!(
-            "[nats]\nservers = [\"nats://127.0.0.1:{port}\"]\n[source]\nstream = \"S\"\nkind = \"durable\"\n\
-             durable = \"d\"\n[http]\nurl = \"http://127.0.0.1:1/x\"\n"
-        ),
+        "[nats]\nservers = [\"nats://127.0.0.1:1\"]\n[source]\nstream = \"S\"\nkind = \"durable\"\n\
+         durable = \"d\"\n[http]\nurl = \"http://127.0.0.1:1/x\"\n",
     );
     let out = Command::new(BIN)
         .arg("check")

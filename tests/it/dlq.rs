@@ -689,6 +689,7 @@ async fn the_dlq_commands_guard_against_the_wrong_stream_the_wrong_consumer_and_
     // A hostile publisher: escape sequences in a header and in the payload.
     let mut headers = HeaderMap::new();
     headers.insert("X-Evil", "a\u{1b}[2Jb");
+    headers.insert("X-Bidi", "txt.\u{202e}exe");
     s.env
         .js
         .publish_with_headers(
@@ -713,6 +714,7 @@ async fn the_dlq_commands_guard_against_the_wrong_stream_the_wrong_consumer_and_
         "{text:?}"
     );
     assert!(text.contains("X-Evil: a\\u{1b}[2Jb"), "{text}");
+    assert!(text.contains("X-Bidi: txt.\\u{202e}exe"), "{text}");
     assert!(
         text.contains("bad \\u{1b}]0;pwned\\u{7}\nline two"),
         "{text}"
