@@ -92,31 +92,59 @@ pub struct SinkState {
 /// The `Content-Type` of an answer whose body lists messages for jetrelay to publish.
 pub const PUBLISH_TYPE: &str = "application/vnd.jetrelay.publish+json";
 
-/// What the sink answers to a single-message request.
+/// What the sink answers.
 #[derive(Clone, Debug, Default)]
 pub enum Answer {
     /// 200 with an empty body.
     #[default]
     Plain,
-    /// 200 with [`PUBLISH_TYPE`] and `{"publish": [...]}`: one output per subject,
-    /// each carrying the request's body as its `data` (so the stamp travels on).
+    /// To a single-message request, 200 with [`PUBLISH_TYPE`] and `{"publish":
+    /// [...]}`: one output per subject, each carrying the request's body as its
+    /// `data` (so the stamp travels on). To a batch request, 200 `application/json`
+    /// with `{"results": [{"id": ..., "action": "ack", "publish": [...]}]}`: a result
+    /// per message of the request (by its `id`), each with one output per subject
+    /// carrying that message's `data`.
     Publish(Vec<String>),
 }
 
+/// One output per subject, each carrying `data`.
+fn outputs(subjects: &[String], data: &serde_json::Value) -> serde_json::Value {
+    subjects
+        .iter()
+        .map(|s| serde_json::json!({"subject": s, "data": data}))
+        .collect()
+}
+
 impl Answer {
-    fn respond(&self, body: &[u8]) -> axum::response::Response {
+    fn respond(&self, body: &[u8], batch: bool) -> axum::response::Response {
         use axum::response::IntoResponse;
         match self {
             Answer::Plain => axum::http::StatusCode::OK.into_response(),
-            Answer::Publish(subjects) => {
-                let data = String::from_utf8_lossy(body);
-                let outputs: Vec<serde_json::Value> = subjects
+            Answer::Publish(subjects) if batch => {
+                let request: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+                let results: Vec<serde_json::Value> = request["messages"]
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice)
                     .iter()
-                    .map(|s| serde_json::json!({"subject": s, "data": data}))
+                    .map(|m| {
+                        serde_json::json!({
+                            "id": m["id"],
+                            "action": "ack",
+                            "publish": outputs(subjects, &m["data"]),
+                        })
+                    })
                     .collect();
                 (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    serde_json::json!({ "results": results }).to_string(),
+                )
+                    .into_response()
+            }
+            Answer::Publish(subjects) => {
+                let data = serde_json::Value::from(String::from_utf8_lossy(body));
+                (
                     [(axum::http::header::CONTENT_TYPE, PUBLISH_TYPE)],
-                    serde_json::json!({ "publish": outputs }).to_string(),
+                    serde_json::json!({ "publish": outputs(subjects, &data) }).to_string(),
                 )
                     .into_response()
             }
@@ -172,7 +200,7 @@ impl Sink {
                         }
                     }
                     drop(st);
-                    answer.respond(&body)
+                    answer.respond(&body, batch.is_some())
                 }
             }),
         );
@@ -608,10 +636,21 @@ pub fn durable_source(stream: &str, durable: &str) -> String {
 /// Starts jetrelay with `config` (written as `<name>.toml`) and waits for `/ready`.
 /// With `BENCH_LOGS=<dir>`, its log goes to `<dir>/<name>.log`.
 pub async fn start_relay(env: &Env, config: &RelayConfig, name: &str) -> Result<Running, Error> {
+    start_relay_bin(env, &env.relay_bin, config, name).await
+}
+
+/// [`start_relay`] with the jetrelay binary `bin` instead of the environment's (a
+/// build to compare with).
+pub async fn start_relay_bin(
+    env: &Env,
+    bin: &Path,
+    config: &RelayConfig,
+    name: &str,
+) -> Result<Running, Error> {
     let path = env.dir.join(format!("{name}.toml"));
     std::fs::write(&path, &config.text)?;
     let started = Instant::now();
-    let child = Command::new(&env.relay_bin)
+    let child = Command::new(bin)
         .arg("run")
         .arg("--config")
         .arg(&path)
