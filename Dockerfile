@@ -9,9 +9,12 @@ COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
 COPY vendor ./vendor
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
  && cargo build --release --locked \
- && rm -rf src target/release/deps/jetrelay* target/release/jetrelay*
+ && rm -rf src target/release/deps/jetrelay* target/release/deps/libjetrelay* \
+      target/release/.fingerprint/jetrelay-* target/release/jetrelay*
 COPY src ./src
-RUN cargo build --release --locked
+# COPY keeps the files' times, which may be older than the placeholder build: touch
+# them so that cargo rebuilds the crate from the real sources.
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/jetrelay /usr/local/bin/jetrelay
