@@ -40,6 +40,8 @@ use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use super::outputs::{ApiError, PubAck, oversized};
+use super::publish::header_map;
 use super::{Nats, TopologyError};
 use crate::outputs::Output;
 
@@ -252,32 +254,6 @@ enum Reply {
     End(PubAck),
     /// Nobody captures the subject (a 503 status).
     NoResponders,
-}
-
-/// The final PubAck (or a PubAck-shaped error).
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
-struct PubAck {
-    #[serde(default)]
-    stream: Option<String>,
-    #[serde(default)]
-    seq: Option<u64>,
-    #[serde(default)]
-    duplicate: bool,
-    #[serde(default)]
-    count: Option<u64>,
-    #[serde(default)]
-    error: Option<ApiError>,
-}
-
-/// An API error as the server writes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-struct ApiError {
-    #[serde(default)]
-    code: u16,
-    #[serde(default)]
-    err_code: u64,
-    #[serde(default)]
-    description: String,
 }
 
 /// The flow-control frames, told apart by `type`.
@@ -561,7 +537,7 @@ impl FastPublisher {
         let send = self.client.publish_with_reply_and_headers(
             o.subject.clone(),
             reply,
-            headers(&o.headers),
+            header_map(&o.headers, HeaderMap::new()),
             o.payload.clone(),
         );
         match tokio::time::timeout(self.patience, send).await {
@@ -577,17 +553,8 @@ impl FastPublisher {
 
     /// Refuses a message the server would refuse for its size before anything is sent.
     fn check_sizes(&self, outputs: &[Output]) -> Result<(), FastError> {
-        let max = match self.client.server_info().max_payload {
-            0 => 1024 * 1024,
-            n => n,
-        };
-        // The header block's framing adds well under 200 bytes.
-        match outputs.iter().find(|o| o.size() as usize + 200 > max) {
-            Some(o) => Err(FastError::TooLarge(format!(
-                "a message to {} of {} bytes is over the server's max_payload ({max})",
-                o.subject,
-                o.size()
-            ))),
+        match oversized(outputs, super::publish::max_payload(&self.client)) {
+            Some(why) => Err(FastError::TooLarge(why)),
             None => Ok(()),
         }
     }
@@ -629,22 +596,6 @@ fn finish(mut b: Batch) -> Result<FastCommitted, FastFailed> {
         acks: b.acks,
         stalls: b.stalls,
     })
-}
-
-/// An output's headers.
-fn headers(own: &[(String, String)]) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    for (name, value) in own {
-        // Checked when they were read (crate::outputs, crate::redrive): anything the
-        // client would still reject is left out, not a panic.
-        if let (Ok(n), Ok(v)) = (
-            name.parse::<async_nats::HeaderName>(),
-            value.parse::<async_nats::HeaderValue>(),
-        ) {
-            map.append(n, v);
-        }
-    }
-    map
 }
 
 #[cfg(test)]

@@ -123,28 +123,46 @@ impl Nats {
     }
 }
 
-#[derive(Deserialize)]
-struct Answer {
+/// A PubAck, or an API error in its place (atomic and fast-ingest batches too).
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+pub(super) struct PubAck {
     #[serde(default)]
-    stream: Option<String>,
+    pub(super) stream: Option<String>,
     #[serde(default)]
-    seq: Option<u64>,
+    pub(super) seq: Option<u64>,
     #[serde(default)]
-    duplicate: bool,
+    pub(super) duplicate: bool,
     #[serde(default)]
-    count: Option<u64>,
+    pub(super) count: Option<u64>,
     #[serde(default)]
-    error: Option<ApiError>,
+    pub(super) error: Option<ApiError>,
 }
 
-#[derive(Deserialize)]
-struct ApiError {
+/// An API error as the server writes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub(super) struct ApiError {
     #[serde(default)]
-    code: u16,
+    pub(super) code: u16,
     #[serde(default)]
-    err_code: u64,
+    pub(super) err_code: u64,
     #[serde(default)]
-    description: String,
+    pub(super) description: String,
+}
+
+/// Why the first of `outputs` that the server would refuse for its size is too
+/// large, before anything is sent (`max`: the server's max_payload).
+pub(super) fn oversized(outputs: &[Output], max: usize) -> Option<String> {
+    // The batch headers add well under 200 bytes.
+    outputs
+        .iter()
+        .find(|o| o.size() as usize + 200 > max)
+        .map(|o| {
+            format!(
+                "a message to {} of {} bytes is over the server's max_payload ({max})",
+                o.subject,
+                o.size()
+            )
+        })
 }
 
 impl OutputPublisher {
@@ -240,7 +258,7 @@ impl OutputPublisher {
             } else {
                 let send = self.client.publish_with_headers(
                     o.subject.clone(),
-                    headers(&o.headers, batch),
+                    super::publish::header_map(&o.headers, batch),
                     o.payload.clone(),
                 );
                 match tokio::time::timeout(self.patience, send).await {
@@ -253,33 +271,19 @@ impl OutputPublisher {
         Err(OutputError::BadAnswer("empty batch".into()))
     }
 
-    /// The server's largest message, headers included.
-    fn max_payload(&self) -> usize {
-        match self.client.server_info().max_payload {
-            0 => 1024 * 1024,
-            n => n,
-        }
-    }
-
     /// Refuses a message the server would refuse for its size before anything is sent.
     fn check_sizes(&self, outputs: &[Output]) -> Result<(), OutputError> {
-        let max = self.max_payload();
-        // The batch headers add well under 200 bytes.
-        match outputs.iter().find(|o| o.size() as usize + 200 > max) {
-            Some(o) => Err(OutputError::TooLarge(format!(
-                "a message to {} of {} bytes is over the server's max_payload ({max})",
-                o.subject,
-                o.size()
-            ))),
+        match oversized(outputs, super::publish::max_payload(&self.client)) {
+            Some(why) => Err(OutputError::TooLarge(why)),
             None => Ok(()),
         }
     }
 
     /// One request; the answer read as a PubAck (or an empty ack), errors mapped.
-    async fn request(&self, o: &Output, extra: HeaderMap) -> Result<Answer, OutputError> {
+    async fn request(&self, o: &Output, extra: HeaderMap) -> Result<PubAck, OutputError> {
         let request = self.client.request_with_headers(
             o.subject.clone(),
-            headers(&o.headers, extra),
+            super::publish::header_map(&o.headers, extra),
             o.payload.clone(),
         );
         let message = match tokio::time::timeout(self.patience, request).await {
@@ -299,17 +303,11 @@ impl OutputPublisher {
 
 /// An answer's body: empty (the ack of a batch's first message), a PubAck, or an
 /// API error mapped to its variant.
-fn read_answer(payload: &Bytes) -> Result<Answer, OutputError> {
+fn read_answer(payload: &Bytes) -> Result<PubAck, OutputError> {
     if payload.is_empty() {
-        return Ok(Answer {
-            stream: None,
-            seq: None,
-            duplicate: false,
-            count: None,
-            error: None,
-        });
+        return Ok(PubAck::default());
     }
-    let answer: Answer = serde_json::from_slice(payload).map_err(|e| {
+    let answer: PubAck = serde_json::from_slice(payload).map_err(|e| {
         OutputError::BadAnswer(format!("{e}: {}", String::from_utf8_lossy(payload)))
     })?;
     match answer.error {
@@ -330,27 +328,11 @@ fn read_answer(payload: &Bytes) -> Result<Answer, OutputError> {
 }
 
 /// The stream and sequence of a PubAck.
-fn stored(a: &Answer) -> Result<(String, u64), OutputError> {
+fn stored(a: &PubAck) -> Result<(String, u64), OutputError> {
     match (&a.stream, a.seq) {
         (Some(stream), Some(seq)) => Ok((stream.clone(), seq)),
         _ => Err(OutputError::BadAnswer("no stream or sequence".into())),
     }
-}
-
-/// An output's headers, then `extra` (the batch headers).
-fn headers(own: &[(String, String)], extra: HeaderMap) -> HeaderMap {
-    let mut map = extra;
-    for (name, value) in own {
-        // Checked when the document was read (crate::outputs): valid names, one-line
-        // values; anything the client would still reject is left out, not a panic.
-        if let (Ok(n), Ok(v)) = (
-            name.parse::<async_nats::HeaderName>(),
-            value.parse::<async_nats::HeaderValue>(),
-        ) {
-            map.append(n, v);
-        }
-    }
-    map
 }
 
 #[cfg(test)]

@@ -33,13 +33,33 @@ impl Nats {
 /// What a server takes when it has not said (its default).
 const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 
+/// The largest message (headers and payload) the server takes.
+pub(super) fn max_payload(client: &async_nats::Client) -> usize {
+    match client.server_info().max_payload {
+        0 => DEFAULT_MAX_PAYLOAD,
+        n => n,
+    }
+}
+
+/// `own` headers appended to `map`. Names and values were checked where they were
+/// read (NATS headers, crate::outputs, crate::redrive); anything the client would
+/// still reject is left out rather than panicking.
+pub(super) fn header_map(own: &[(String, String)], mut map: HeaderMap) -> HeaderMap {
+    for (name, value) in own {
+        if let (Ok(n), Ok(v)) = (
+            name.parse::<async_nats::HeaderName>(),
+            value.parse::<async_nats::HeaderValue>(),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
+}
+
 impl DlqPublisher {
     /// The largest message (headers and payload) the server takes.
     pub fn max_payload(&self) -> usize {
-        match self.client.server_info().max_payload {
-            0 => DEFAULT_MAX_PAYLOAD,
-            n => n,
-        }
+        max_payload(&self.client)
     }
 
     /// Publishes and waits for the stream's PubAck, for at most the request timeout.
@@ -54,17 +74,7 @@ impl DlqPublisher {
         headers: &[(String, String)],
         payload: Bytes,
     ) -> Result<(), NatsError> {
-        let mut map = HeaderMap::new();
-        for (name, value) in headers {
-            // Header names and values come from NATS headers already, so they are valid;
-            // anything the client would reject is left out rather than panicking.
-            if let (Ok(n), Ok(v)) = (
-                name.parse::<async_nats::HeaderName>(),
-                value.parse::<async_nats::HeaderValue>(),
-            ) {
-                map.append(n, v);
-            }
-        }
+        let map = header_map(headers, HeaderMap::new());
         let publish = async {
             let ack = self
                 .js
