@@ -372,6 +372,8 @@ pub struct Capture {
     /// stream in a file store of its own, about 7 ms of server CPU a batch
     /// (`bench/results/outbox-*.md`); memory and replicated streams stage in memory.
     pub staged_on_disk: bool,
+    /// `allow_batched`: it takes fast-ingest batches (nats-server 2.14+).
+    pub batched: bool,
 }
 
 /// nats-server's default bound on atomic batches in flight per stream; one over it is
@@ -648,6 +650,7 @@ mod tests {
             direct: false,
             duplicate_window: s(window),
             staged_on_disk: false,
+            batched: false,
         };
         let warnings = |lines: Vec<String>| -> Vec<String> {
             lines

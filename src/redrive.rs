@@ -330,6 +330,7 @@ mod tests {
             direct,
             duplicate_window: Duration::from_secs(120),
             staged_on_disk: false,
+            batched: false,
         };
         assert_eq!(
             findings("dlq.x", &[capture(true)]),

@@ -233,7 +233,6 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
                 fast,
                 targets: HashMap::new(),
                 streams: None,
-                batched: HashMap::new(),
                 summary: Summary {
                     fast,
                     ..Summary::default()
@@ -459,8 +458,6 @@ struct Replayer<'a> {
     targets: HashMap<String, Option<Capture>>,
     /// Every stream's subjects and capture, listed at the first lookup.
     streams: Option<Vec<(Vec<String>, Capture)>>,
-    /// `--fast`: target stream → whether it takes fast-ingest batches.
-    batched: HashMap<String, bool>,
     summary: Summary,
 }
 
@@ -501,7 +498,7 @@ impl Replayer<'_> {
         let mut stored = Vec::new();
         for (target, members) in groups {
             if self.fast {
-                if self.takes_fast(&target.stream).await? {
+                if target.batched {
                     self.fast_batch(&publisher, members, &mut stored).await;
                     continue;
                 }
@@ -594,17 +591,6 @@ impl Replayer<'_> {
                 Err(e) => self.summary.fail(seq, crate::ops::telemetry::chain(&e)),
             }
         }
-    }
-
-    /// Whether `stream` takes fast-ingest batches, looked up once.
-    async fn takes_fast(&mut self, stream: &str) -> Result<bool, DlqError> {
-        if let Some(b) = self.batched.get(stream) {
-            return Ok(*b);
-        }
-        // A stream gone since it was found takes nothing: the normal path says why.
-        let b = self.nats.allows_fast_ingest(stream).await?.unwrap_or(false);
-        self.batched.insert(stream.to_string(), b);
-        Ok(b)
     }
 
     /// The stream that captures `subject`: the streams are listed once, then each

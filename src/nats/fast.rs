@@ -40,9 +40,9 @@ use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use super::Nats;
 use super::outputs::{ApiError, PubAck, oversized};
 use super::publish::header_map;
-use super::{Nats, TopologyError};
 use crate::outputs::Output;
 
 /// The most messages per flow-control ack this client allows (the `<flow>` token);
@@ -201,42 +201,6 @@ impl Nats {
         FastPublisher {
             client: self.client.clone(),
             patience: self.patience,
-        }
-    }
-
-    /// Whether `stream` takes fast-ingest batches (`allow_batched`); `None` when
-    /// there is no such stream.
-    ///
-    /// # Errors
-    /// [`TopologyError`] when it cannot be read.
-    pub async fn allows_fast_ingest(&self, stream: &str) -> Result<Option<bool>, TopologyError> {
-        #[derive(Deserialize)]
-        struct Info {
-            config: Flags,
-        }
-        #[derive(Deserialize)]
-        struct Flags {
-            #[serde(default)]
-            allow_batched: bool,
-        }
-        let info: async_nats::jetstream::response::Response<Info> = self
-            .js
-            .request(format!("STREAM.INFO.{stream}"), &serde_json::json!({}))
-            .await
-            .map_err(|e| TopologyError::Unavailable(e.into()))?;
-        match info {
-            async_nats::jetstream::response::Response::Ok(i) => Ok(Some(i.config.allow_batched)),
-            async_nats::jetstream::response::Response::Err { error }
-                if error.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND =>
-            {
-                Ok(None)
-            }
-            async_nats::jetstream::response::Response::Err { error } => {
-                Err(TopologyError::Refused {
-                    step: "read the stream",
-                    source: error.into(),
-                })
-            }
         }
     }
 }

@@ -604,6 +604,7 @@ impl Nats {
                         direct: c.allow_direct,
                         duplicate_window: c.duplicate_window,
                         staged_on_disk: staged_on_disk(c),
+                        batched: c.allow_batch_publish,
                     });
                 }
                 Err(e) if e.kind() == GetStreamErrorKind::Request => return Err(unavailable(e)),
@@ -628,6 +629,7 @@ impl Nats {
                 let c = i.config;
                 let capture = Capture {
                     staged_on_disk: staged_on_disk(&c),
+                    batched: c.allow_batch_publish,
                     stream: c.name,
                     atomic: c.allow_atomic_publish,
                     direct: c.allow_direct,

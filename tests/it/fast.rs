@@ -266,12 +266,19 @@ async fn a_stream_without_allow_batched_refuses_the_batch_and_stores_nothing() {
     assert!(matches!(e.error, FastError::NotEnabled), "{e:?}");
 
     batched_stream(&client, "FAST", &["g.>"], true, json!({})).await;
-    assert_eq!(
-        handle.allows_fast_ingest("PLAIN").await.unwrap(),
-        Some(false)
-    );
-    assert_eq!(handle.allows_fast_ingest("FAST").await.unwrap(), Some(true));
-    assert_eq!(handle.allows_fast_ingest("NOPE").await.unwrap(), None);
+    // Whether a stream takes them is read with its config, listed or looked up.
+    let batched = |name: &str, captures: &[(Vec<String>, jetrelay::outputs::Capture)]| {
+        captures
+            .iter()
+            .find(|(_, c)| c.stream == name)
+            .map(|(_, c)| c.batched)
+    };
+    let listed = handle.stream_captures().await.unwrap();
+    assert_eq!(batched("PLAIN", &listed), Some(false));
+    assert_eq!(batched("FAST", &listed), Some(true));
+    assert_eq!(batched("NOPE", &listed), None);
+    let found = handle.capturing("g.x").await.unwrap();
+    assert!(found.len() == 1 && found[0].stream == "FAST" && found[0].batched);
 
     let e = handle
         .fast_ingest()
