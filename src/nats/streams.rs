@@ -193,8 +193,20 @@ impl Nats {
     }
 
     async fn read_stream(&self, name: &str) -> Result<Option<StreamSpec>, TopologyError> {
+        Ok(self
+            .stream_info(name)
+            .await?
+            .map(|info| from_stream_config(&info.config)))
+    }
+
+    /// A stream's info (config and state, one request); `None` when there is no such
+    /// stream.
+    async fn stream_info(
+        &self,
+        name: &str,
+    ) -> Result<Option<async_nats::jetstream::stream::Info>, TopologyError> {
         match self.js.get_stream(name).await {
-            Ok(s) => Ok(Some(from_stream_config(&s.cached_info().config))),
+            Ok(s) => Ok(Some(s.cached_info().clone())),
             Err(e) => match e.kind() {
                 GetStreamErrorKind::JetStream(js)
                     if js.error_code() == ErrorCode::STREAM_NOT_FOUND =>
@@ -645,21 +657,10 @@ impl Nats {
     /// # Errors
     /// [`TopologyError`] when it cannot be read.
     pub async fn last_sequence(&self, stream: &str) -> Result<Option<u64>, TopologyError> {
-        match self.js.get_stream(stream).await {
-            Ok(mut s) => match s.info().await {
-                Ok(info) => Ok(Some(info.state.last_sequence)),
-                Err(e) => Err(unavailable(e)),
-            },
-            Err(e) => match e.kind() {
-                GetStreamErrorKind::JetStream(js)
-                    if js.error_code() == ErrorCode::STREAM_NOT_FOUND =>
-                {
-                    Ok(None)
-                }
-                GetStreamErrorKind::Request => Err(unavailable(e)),
-                _ => Err(refused("read the stream", e)),
-            },
-        }
+        Ok(self
+            .stream_info(stream)
+            .await?
+            .map(|info| info.state.last_sequence))
     }
 
     /// Deletes messages of a stream, 64 at a time; each sequence's
