@@ -152,14 +152,12 @@ impl Forwarder {
             |u: &str| reqwest::Url::parse(u).map_err(|e| ForwardError::Url(u.to_string(), e));
         // Proxy environment variables (often set cluster-wide) never divert the app's
         // traffic, bearer token included: only `http.proxy` does.
-        let tls =
-            crate::tls::client_config(&cfg.tls_ca_file).map_err(|source| ForwardError::TlsCa {
+        let mut builder = crate::http::client::builder(&cfg.tls_ca_file).map_err(|source| {
+            ForwardError::TlsCa {
                 path: cfg.tls_ca_file.clone(),
                 source,
-            })?;
-        let mut builder = reqwest::Client::builder()
-            .no_proxy()
-            .tls_backend_preconfigured(tls);
+            }
+        })?;
         if !cfg.proxy.is_empty() {
             let proxy = reqwest::Proxy::all(&cfg.proxy)
                 .map_err(|e| ForwardError::Proxy(cfg.proxy.clone(), e))?;
@@ -169,7 +167,6 @@ impl Forwarder {
             .pool_max_idle_per_host(pool)
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(ForwardError::Client)?;
         Ok(Forwarder {

@@ -26,18 +26,11 @@ use tokio_util::sync::CancellationToken;
 pub use app::{MockApp, Reply};
 pub use nats_server::{Cluster, NatsServer};
 
-/// An HTTP client for the tests' own requests. reqwest is built with rustls and no
-/// default crypto provider (the daemon configures its own): the tests install ring as
-/// the process default once.
+/// An HTTP client for the tests' own requests, built as jetrelay builds every client
+/// (reqwest has no default crypto provider; none is installed process-wide here, so
+/// the daemon's clients run in the tests exactly as in production).
 pub fn http() -> reqwest::Client {
-    static PROVIDER: std::sync::Once = std::sync::Once::new();
-    PROVIDER.call_once(|| {
-        // Another test binary thread may have installed it first: fine.
-        rustls::crypto::ring::default_provider()
-            .install_default()
-            .ok();
-    });
-    reqwest::Client::new()
+    jetrelay::http::client::plain().expect("an HTTP client")
 }
 
 /// Unique names per test, so tests never collide even on a shared server.
