@@ -85,15 +85,25 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Group { options, command } => group(options, command),
         Command::Dlq { options, command } => dlq(options, command),
-        Command::Run { config } => with_config(config.as_deref(), run),
-        Command::Check { config } => with_config(config.as_deref(), check),
+        Command::Run { config } => with_config(config.as_deref(), Logs::Daemon, run),
+        Command::Check { config } => with_config(config.as_deref(), Logs::Terminal, check),
     }
+}
+
+/// Where a command's logs go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Logs {
+    /// The daemon: `[log]` as configured (JSON lines for a collector, by default).
+    Daemon,
+    /// A command a person reads (`check`): jetrelay's warnings as text, nothing of
+    /// the NATS client's own, which would be JSON lines among the report.
+    Terminal,
 }
 
 /// Loads the config, starts logging and the runtime, runs `job` on it, and maps its
 /// result to the exit code.
 #[allow(clippy::print_stderr)] // The process edge talks to the terminal.
-fn with_config<F, Fut>(file: Option<&Path>, job: F) -> ExitCode
+fn with_config<F, Fut>(file: Option<&Path>, logs: Logs, job: F) -> ExitCode
 where
     F: FnOnce(Config) -> Fut,
     Fut: Future<Output = anyhow::Result<ExitCode>>,
@@ -105,7 +115,13 @@ where
             return ExitCode::from(EX_USAGE);
         }
     };
-    jetrelay::ops::telemetry::init(&config.log);
+    match logs {
+        Logs::Daemon => jetrelay::ops::telemetry::init(&config.log),
+        Logs::Terminal => jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
+            format: jetrelay::config::LogFormat::Text,
+            level: "warn,async_nats=off".into(),
+        }),
+    }
     let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
         return ExitCode::FAILURE;
     };
@@ -118,7 +134,9 @@ where
         Err(e) => {
             // Each cause once: async-nats repeats its cause in its own text.
             let chain = jetrelay::ops::telemetry::chain(e.as_ref());
-            tracing::error!(error = %chain, "jetrelay stopped");
+            if logs == Logs::Daemon {
+                tracing::error!(error = %chain, "jetrelay stopped");
+            }
             eprintln!("jetrelay: {chain}");
             let config_error = e
                 .downcast_ref::<DaemonError>()
@@ -224,7 +242,7 @@ where
 {
     jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
         format: jetrelay::config::LogFormat::Text,
-        level: "warn".into(),
+        level: "warn,async_nats=off".into(),
     });
     let mut cfg = match NatsConfig::load(options.config.as_deref()) {
         Ok(c) => c,

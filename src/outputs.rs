@@ -349,12 +349,12 @@ pub fn identify(outputs: &mut [Output], stream: &str, sequence: u64) {
     }
 }
 
-/// Whether a stream's `duplicate_window` outlasts every redelivery of an input: the
-/// last one can come `ack_wait × max_deliver` after the first (`None`: unlimited
-/// deliveries, which no window covers). A redelivery after the window could publish
-/// the same outputs twice.
-pub fn window_covers(window: Duration, ack_wait: Duration, max_deliver: Option<u32>) -> bool {
-    max_deliver.is_some_and(|n| window >= ack_wait.saturating_mul(n))
+/// Whether a target stream's duplicate window keeps the outputs' ids long enough:
+/// an input whose ack was lost (a crash right after its outputs were stored) comes
+/// again after its redelivery delay, and the app answers it within its timeout;
+/// `needed` is that time ([`crate::config::Publishing::window_needed`]).
+pub fn window_covers(window: Duration, needed: Duration) -> bool {
+    window >= needed
 }
 
 /// A stream that captures a subject, and what publishing to it takes.
@@ -374,63 +374,117 @@ pub struct Capture {
     pub staged_on_disk: bool,
     /// `allow_batched`: it takes fast-ingest batches (nats-server 2.14+).
     pub batched: bool,
+    /// Not there yet: `run` creates it (a managed stream).
+    pub planned: bool,
+}
+
+impl Capture {
+    /// The capture of a stream as `run` will leave it (created, or its subjects
+    /// added).
+    pub fn planned(spec: &crate::topology::StreamSpec) -> Capture {
+        Capture {
+            stream: spec.name.clone(),
+            atomic: spec.allow_atomic,
+            direct: spec.allow_direct,
+            duplicate_window: Duration::from_millis(spec.duplicate_window_ms),
+            staged_on_disk: spec.replicas == 1 && spec.storage == crate::config::Storage::File,
+            batched: false,
+            planned: true,
+        }
+    }
+
+    /// `stream S`, or `stream S (to be created)`.
+    pub fn named(&self) -> String {
+        if self.planned {
+            format!("stream {} (to be created)", self.stream)
+        } else {
+            format!("stream {}", self.stream)
+        }
+    }
 }
 
 /// nats-server's default bound on atomic batches in flight per stream; one over it is
 /// refused (10210, `too_many_batches`). The publisher keeps at most this many open.
 pub const SERVER_BATCHES_IN_FLIGHT: usize = 50;
 
+/// What publishing takes of the streams it goes to (for `jetrelay check`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Needs {
+    /// `publish.atomic`: the stream must take atomic batches.
+    pub atomic: bool,
+    /// How long the duplicate window must keep the outputs' ids
+    /// ([`window_covers`]).
+    pub window: Duration,
+    /// The managed source stream, whose subjects could take the pattern.
+    pub managed_stream: Option<String>,
+}
+
 /// What `jetrelay check` says about one allowed subject pattern: the streams that
-/// capture it, whether they take what `publish.atomic` sends, and whether their
-/// duplicate window outlasts the input's redeliveries. Each line starting with
-/// `warning:` is something `run` would not stop for but the user should fix.
-pub fn findings(
-    pattern: &str,
-    streams: &[Capture],
-    atomic: bool,
-    ack_wait: Duration,
-    max_deliver: Option<u32>,
-) -> Vec<String> {
+/// capture it (now, or once `run` created them), whether they take what
+/// `publish.atomic` sends, and whether their duplicate window outlasts a redelivery.
+/// Each line starting with `warning:` is something `run` would not stop for but the
+/// user should fix, and says the change that fixes it.
+pub fn findings(pattern: &str, streams: &[Capture], needs: &Needs) -> Vec<String> {
+    let atomic = needs.atomic;
     if streams.is_empty() {
+        let mut fix = format!(
+            "create a stream with subjects [\"{pattern}\"]{}",
+            if atomic {
+                " and allow_atomic: true"
+            } else {
+                ""
+            }
+        );
+        if let Some(managed) = &needs.managed_stream {
+            fix.push_str(&format!(
+                ", or add \"{pattern}\" to topology.managed_stream.subjects (stream {managed})"
+            ));
+        }
         return vec![format!(
-            "warning: publish {pattern}: no stream captures it; publishing there fails (the input is retried)"
+            "warning: publish {pattern}: no stream captures it: publishing there fails (the input is retried). Change: {fix}"
         )];
     }
     let mut lines = Vec::new();
     if streams.len() > 1 && atomic {
         let names: Vec<&str> = streams.iter().map(|s| s.stream.as_str()).collect();
         lines.push(format!(
-            "warning: publish {pattern}: captured by {} streams ({}); an answer publishing to two of them in one atomic batch fails",
+            "warning: publish {pattern}: captured by {} streams ({}); an answer publishing to two of them in one atomic batch fails. Change: let one stream capture it",
             names.len(),
             names.join(", ")
         ));
     }
-    let reach = max_deliver.map(|n| ack_wait.saturating_mul(n));
     for s in streams {
+        let name = s.named();
         lines.push(format!(
-            "publish {pattern}: stream {} (atomic publish {}, duplicate window {})",
-            s.stream,
+            "publish {pattern}: {name}: atomic publish {}, duplicate window {}",
             if s.atomic { "allowed" } else { "not allowed" },
             seconds(s.duplicate_window)
         ));
         if atomic && !s.atomic {
+            let how = if s.planned {
+                "topology.managed_stream.allow_atomic = true".to_string()
+            } else {
+                format!(
+                    "allow_atomic: true on stream {} (jetrelay never changes a stream that exists)",
+                    s.stream
+                )
+            };
             lines.push(format!(
-                "warning: publish {pattern}: stream {} does not take atomic batches: set allow_atomic on it, or publish.atomic = false",
-                s.stream
+                "warning: publish {pattern}: {name} does not take atomic batches, so every answer that publishes there is refused. Change: {how}, or publish.atomic = false"
             ));
         }
         if atomic && s.atomic && s.staged_on_disk {
             lines.push(format!(
-                "warning: publish {pattern}: stream {} is one replica on disk: nats-server stages every atomic batch to it on disk (about 7 ms of server CPU each, ~100 answers/s): use a memory or replicated stream, or publish.atomic = false",
-                s.stream
+                "warning: publish {pattern}: {name} is one replica on disk: nats-server stages every atomic batch to it on disk (about 7 ms of server CPU each, ~100 answers/s). Change: a memory or replicated stream, or publish.atomic = false"
             ));
         }
-        if !window_covers(s.duplicate_window, ack_wait, max_deliver) {
+        if !window_covers(s.duplicate_window, needs.window) {
             lines.push(format!(
-                "warning: publish {pattern}: stream {}'s duplicate window ({}) is shorter than consumer.ack_wait_ms × consumer.max_deliver ({}): a redelivery after it could publish the same outputs twice",
-                s.stream,
+                "warning: publish {pattern}: {name}'s duplicate window ({}) is shorter than an input's redelivery takes (the ack wait, or the longest backoff_ms, plus http.timeout_ms: {}): the outputs of an input whose ack was lost in a crash would be stored twice. Change: duplicate_window of at least {} on stream {}",
                 seconds(s.duplicate_window),
-                reach.map_or_else(|| "unlimited".to_string(), seconds)
+                seconds(needs.window),
+                seconds(needs.window),
+                s.stream
             ));
         }
     }
@@ -651,6 +705,7 @@ mod tests {
             duplicate_window: s(window),
             staged_on_disk: false,
             batched: false,
+            planned: false,
         };
         let warnings = |lines: Vec<String>| -> Vec<String> {
             lines
@@ -658,48 +713,76 @@ mod tests {
                 .filter(|l| l.starts_with("warning:"))
                 .collect()
         };
-        // (streams, atomic, max_deliver, the warnings' telltale words)
-        type Case = (Vec<Capture>, bool, Option<u32>, Vec<&'static str>);
+        let needs = |atomic| Needs {
+            atomic,
+            window: s(60),
+            managed_stream: None,
+        };
+        // (streams, atomic, the warnings' telltale words)
+        type Case = (Vec<Capture>, bool, Vec<&'static str>);
         let cases: Vec<Case> = vec![
-            (vec![capture("OUT", true, 120)], true, Some(4), vec![]),
-            (vec![], true, Some(4), vec!["no stream captures"]),
+            (vec![capture("OUT", true, 120)], true, vec![]),
+            (vec![capture("OUT", true, 60)], true, vec![]),
+            (
+                vec![],
+                true,
+                vec![
+                    "no stream captures it: publishing there fails (the input is retried). Change: create a stream with subjects [\"out.>\"] and allow_atomic: true",
+                ],
+            ),
             (
                 vec![capture("OUT", false, 120)],
                 true,
-                Some(4),
-                vec!["allow_atomic"],
+                vec!["Change: allow_atomic: true on stream OUT"],
             ),
-            (vec![capture("OUT", false, 120)], false, Some(4), vec![]),
+            (vec![capture("OUT", false, 120)], false, vec![]),
             (
-                vec![capture("OUT", true, 60)],
+                vec![capture("OUT", true, 59)],
                 true,
-                Some(4),
-                vec!["duplicate window (60s)"],
-            ),
-            (
-                vec![capture("OUT", true, 600)],
-                true,
-                None,
-                vec!["unlimited"],
+                vec![
+                    "duplicate window (59s) is shorter",
+                    "Change: duplicate_window of at least 60s on stream OUT",
+                ],
             ),
             (
                 vec![capture("A", true, 120), capture("B", true, 120)],
                 true,
-                Some(4),
                 vec!["2 streams (A, B)"],
             ),
         ];
-        for (streams, atomic, max, want) in cases {
-            let got = warnings(findings("out.>", &streams, atomic, s(30), max));
-            assert_eq!(got.len(), want.len(), "{got:?}");
-            for (line, word) in got.iter().zip(&want) {
-                assert!(line.contains(word), "{line} lacks {word}");
+        for (streams, atomic, want) in cases {
+            let got = warnings(findings("out.>", &streams, &needs(atomic)));
+            // One warning a case at most; its telltale words.
+            assert_eq!(got.len(), usize::from(!want.is_empty()), "{got:?}");
+            for word in &want {
+                assert!(got.iter().any(|l| l.contains(word)), "{got:?} lacks {word}");
             }
         }
-        let lines = findings("out.>", &[capture("OUT", true, 120)], true, s(30), Some(4));
+        let lines = findings("out.>", &[capture("OUT", true, 120)], &needs(true));
         assert_eq!(
             lines,
-            ["publish out.>: stream OUT (atomic publish allowed, duplicate window 120s)"]
+            ["publish out.>: stream OUT: atomic publish allowed, duplicate window 120s"]
+        );
+        // A stream run creates, and the managed stream that could take the pattern.
+        let planned = Capture {
+            planned: true,
+            ..capture("ORDERS", false, 120)
+        };
+        let got = warnings(findings("out.>", &[planned], &needs(true)));
+        assert!(
+            got[0].contains("stream ORDERS (to be created) does not take atomic batches")
+                && got[0].contains("Change: topology.managed_stream.allow_atomic = true"),
+            "{got:?}"
+        );
+        let managed = Needs {
+            managed_stream: Some("ORDERS".into()),
+            ..needs(true)
+        };
+        let got = warnings(findings("out.>", &[], &managed));
+        assert!(
+            got[0]
+                .ends_with("or add \"out.>\" to topology.managed_stream.subjects (stream ORDERS)"),
+            "{got:?}"
         );
         // What nats-server makes slow, for atomic batches only.
         let on_disk = Capture {
@@ -709,22 +792,20 @@ mod tests {
         let got = warnings(findings(
             "out.>",
             std::slice::from_ref(&on_disk),
-            true,
-            s(30),
-            Some(4),
+            &needs(true),
         ));
         assert!(
             got.len() == 1 && got[0].contains("one replica on disk"),
             "{got:?}"
         );
-        assert!(warnings(findings("out.>", &[on_disk], false, s(30), Some(4))).is_empty());
+        assert!(warnings(findings("out.>", &[on_disk], &needs(false))).is_empty());
     }
 
     #[test]
     fn windows_table() {
         let s = Duration::from_secs;
-        assert!(window_covers(s(120), s(30), Some(4)));
-        assert!(!window_covers(s(120), s(30), Some(5)));
-        assert!(!window_covers(s(3600), s(1), None), "unlimited deliveries");
+        assert!(window_covers(s(120), s(60)));
+        assert!(window_covers(s(60), s(60)));
+        assert!(!window_covers(s(59), s(60)));
     }
 }

@@ -263,27 +263,43 @@ pub fn replay(m: &Stored, dlq_stream: &str, to: Option<&str>) -> Result<Output, 
     })
 }
 
-/// What `jetrelay check` says about `dlq.subject`: the stream that stores dead
-/// letters, and whether `jetrelay dlq` can read it (`warning:` lines need a fix).
-pub fn findings(subject: &str, streams: &[Capture]) -> Vec<String> {
+/// What `jetrelay check` says about the dead-letter subject: the streams that store
+/// it (now, or once `run` created the managed one) and whether `jetrelay dlq` can
+/// read them; `named` is `dlq.stream`. Each `warning:` line says the change that
+/// fixes it.
+pub fn findings(subject: &str, streams: &[Capture], named: Option<&str>) -> Vec<String> {
     if streams.is_empty() {
+        let manage = match named {
+            Some(name) => format!("dlq.manage = true (jetrelay creates {name})"),
+            None => "dlq.stream = \"DLQ\" and dlq.manage = true (jetrelay creates it)".into(),
+        };
         return vec![format!(
-            "warning: dlq {subject}: no stream captures it; dead letters cannot be stored (the messages are retried instead)"
+            "warning: dlq {subject}: no stream captures it: dead letters cannot be stored (the messages are retried instead). Change: {manage}, or create a stream with subjects [\"{subject}\"] and allow_direct: true"
         )];
     }
     let mut lines = Vec::new();
     for s in streams {
+        let name = s.named();
         lines.push(format!(
-            "dlq {subject}: stream {} (direct get {})",
-            s.stream,
+            "dlq {subject}: {name}: direct get {}",
             if s.direct { "allowed" } else { "not allowed" }
         ));
         if !s.direct {
             lines.push(format!(
-                "warning: dlq {subject}: stream {} does not answer direct gets, so jetrelay dlq cannot read it: set allow_direct on it",
+                "warning: dlq {subject}: {name} does not answer direct gets, so `jetrelay dlq` cannot read it. Change: allow_direct: true on stream {}",
                 s.stream
             ));
         }
+    }
+    if let Some(named) = named
+        && !streams.iter().any(|s| s.stream == named)
+    {
+        let stored: Vec<&str> = streams.iter().map(|s| s.stream.as_str()).collect();
+        lines.push(format!(
+            "warning: dlq {subject}: dlq.stream is {named}, but the dead letters are stored by {}. Change: dlq.stream = \"{}\"",
+            stored.join(", "),
+            stored[0]
+        ));
     }
     lines
 }
@@ -331,17 +347,42 @@ mod tests {
             duplicate_window: Duration::from_secs(120),
             staged_on_disk: false,
             batched: false,
+            planned: false,
         };
         assert_eq!(
-            findings("dlq.x", &[capture(true)]),
-            ["dlq dlq.x: stream DLQ (direct get allowed)"]
+            findings("dlq.x", &[capture(true)], Some("DLQ")),
+            ["dlq dlq.x: stream DLQ: direct get allowed"]
         );
-        let lines = findings("dlq.x", &[capture(false)]);
+        let lines = findings("dlq.x", &[capture(false)], None);
         assert!(
-            lines[1].starts_with("warning:") && lines[1].contains("allow_direct"),
+            lines[1].starts_with("warning:")
+                && lines[1].ends_with("Change: allow_direct: true on stream DLQ"),
             "{lines:?}"
         );
-        assert!(findings("dlq.x", &[])[0].contains("no stream captures"));
+        let none = findings("dlq.x", &[], None);
+        assert!(
+            none[0].contains("no stream captures")
+                && none[0].contains("Change: dlq.stream = \"DLQ\" and dlq.manage = true"),
+            "{none:?}"
+        );
+        let named = findings("dlq.x", &[], Some("LETTERS"));
+        assert!(
+            named[0].contains("Change: dlq.manage = true (jetrelay creates LETTERS)"),
+            "{named:?}"
+        );
+        let elsewhere = findings("dlq.x", &[capture(true)], Some("LETTERS"));
+        assert!(
+            elsewhere[1].ends_with("stored by DLQ. Change: dlq.stream = \"DLQ\""),
+            "{elsewhere:?}"
+        );
+        let planned = Capture {
+            planned: true,
+            ..capture(true)
+        };
+        assert_eq!(
+            findings("dlq.x", &[planned], Some("DLQ")),
+            ["dlq dlq.x: stream DLQ (to be created): direct get allowed"]
+        );
     }
 
     #[test]

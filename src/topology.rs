@@ -49,6 +49,12 @@ pub struct StreamSpec {
     pub max_bytes: i64,
     /// The `Nats-Msg-Id` deduplication window.
     pub duplicate_window_ms: u64,
+    /// It answers direct gets (`jetrelay dlq` reads with them).
+    pub allow_direct: bool,
+    /// It takes atomic batches.
+    pub allow_atomic: bool,
+    /// It takes per-message TTLs.
+    pub allow_msg_ttl: bool,
 }
 
 /// What to do to the stream.
@@ -74,6 +80,24 @@ pub struct StreamPlan {
     pub action: StreamAction,
     /// Managed settings that differ from the existing stream; never changed.
     pub untouched: Vec<Row>,
+    /// The stream as it is, when it exists.
+    pub current: Option<StreamSpec>,
+}
+
+impl StreamPlan {
+    /// The stream as the plan leaves it: created, its subjects added, or as it is.
+    pub fn after(&self) -> Option<StreamSpec> {
+        match &self.action {
+            StreamAction::Create(spec) => Some(spec.clone()),
+            StreamAction::AddSubjects { subjects, .. } => {
+                self.current.clone().map(|c| StreamSpec {
+                    subjects: subjects.clone(),
+                    ..c
+                })
+            }
+            StreamAction::Keep => self.current.clone(),
+        }
+    }
 }
 
 /// Why the stream cannot be used as it is.
@@ -147,7 +171,11 @@ pub fn plan_stream(
             filters: uncovered,
         });
     }
-    Ok(StreamPlan { action, untouched })
+    Ok(StreamPlan {
+        action,
+        untouched,
+        current: existing.cloned(),
+    })
 }
 
 fn stream_rows(have: &StreamSpec, want: &StreamSpec) -> Vec<Row> {
@@ -193,6 +221,17 @@ fn stream_rows(have: &StreamSpec, want: &StreamSpec) -> Vec<Row> {
         have.duplicate_window_ms.to_string(),
         want.duplicate_window_ms.to_string(),
     );
+    // A flag the config asks for and the stream lacks; one the stream has beyond
+    // the config harms nothing and is not shown.
+    for (field, has, wants) in [
+        ("allow_direct", have.allow_direct, want.allow_direct),
+        ("allow_atomic", have.allow_atomic, want.allow_atomic),
+        ("allow_msg_ttl", have.allow_msg_ttl, want.allow_msg_ttl),
+    ] {
+        if wants && !has {
+            cmp(field, has.to_string(), wants.to_string());
+        }
+    }
     rows
 }
 
@@ -410,6 +449,9 @@ mod tests {
             max_msgs: -1,
             max_bytes: -1,
             duplicate_window_ms: 120_000,
+            allow_direct: false,
+            allow_atomic: false,
+            allow_msg_ttl: false,
         }
     }
 

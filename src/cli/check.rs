@@ -1,14 +1,15 @@
 //! `jetrelay check`: the config checked, then the topology plan (a durable) or the
 //! member's share of its group, as text, changing nothing.
 
-use std::time::Duration;
-
-use crate::config::{Config, OnMissing, Settings, SourceKind, SourceSettings};
+use crate::config::{
+    Config, DeadLetters, OnMissing, Settings, SourceKind, SourceSettings, StreamMode,
+};
 use crate::group::admin::GroupAdmin;
+use crate::group::spec::Member;
 use crate::nats::{Nats, NatsError};
-use crate::outputs;
-use crate::topology::TopologyRequest;
-use crate::topology::{ConsumerPlan, StreamAction, Table};
+use crate::outputs::{self, Capture, Needs};
+use crate::subject;
+use crate::topology::{ConsumerPlan, StreamAction, StreamPlan, StreamSpec, Table, TopologyRequest};
 
 /// What `check` prints and whether `run` could proceed.
 #[derive(Debug)]
@@ -41,33 +42,43 @@ pub fn config_ok(config: &Config) -> String {
     )
 }
 
-/// Connects (once, no retry) and reports what `run` would find.
+/// Connects (once, no retry) and reports what `run` would find: the source's
+/// topology (or the member's share of its group), the dead-letter stream, and the
+/// streams the allowed publish subjects go to, as they will be once `run` made its
+/// additive changes.
 ///
 /// # Errors
 /// [`CheckError`] when the config does not parse, or the server cannot be reached
 /// or is too old.
 pub async fn check(config: &Config) -> Result<Report, CheckError> {
     let settings = offline(config)?;
-    let mut lines = Vec::new();
     let nats = Nats::connect(&config.nats, false).await?;
     nats.check_server_version()?;
-    let mut publishing = publishing(&nats, config, &settings).await;
-    publishing.extend(dead_letters(&nats, &settings).await);
-    let member = match &settings.source {
+    // The streams run creates or extends, as they will be.
+    let mut planned: Vec<StreamSpec> = Vec::new();
+    let mut report = match &settings.source {
         SourceSettings::Durable(request) => {
-            let mut report = report(&nats, request, settings.retry.on_missing).await;
-            lines.append(&mut report.lines);
-            lines.extend(publishing);
-            return Ok(Report {
-                lines,
-                ok: report.ok,
-            });
+            let (report, plan) = report(&nats, request, settings.retry.on_missing).await;
+            if request.stream_mode == StreamMode::Managed {
+                planned.extend(plan.and_then(|p| p.after()));
+            }
+            report
         }
-        SourceSettings::Group(member) => member,
+        SourceSettings::Group(member) => group_report(&nats, member).await,
     };
-    // A member's consumer is the group's business: report the group and this member's
-    // share instead of a durable plan.
-    let ok = match GroupAdmin::new(nats)
+    let source_stream = config.source.stream.as_str();
+    if let Some(dlq) = &settings.dlq {
+        let mut lines = dead_letters(&nats, dlq, source_stream, &mut planned).await;
+        report.lines.append(&mut lines);
+    }
+    let mut lines = publishing(&nats, config, &settings, &planned).await;
+    report.lines.append(&mut lines);
+    Ok(report)
+}
+
+/// A member's consumer is the group's business: the group and this member's share.
+async fn group_report(nats: &Nats, member: &Member) -> Report {
+    match GroupAdmin::new(nats.clone())
         .member_info(
             member.flavour,
             &member.stream,
@@ -76,57 +87,148 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
         )
         .await
     {
-        Ok(m) => {
-            lines.push(format!(
+        Ok(m) => Report {
+            lines: vec![format!(
                 "group {}: member {} in membership {}, partitions {:?}, consumer {}, active {}, pinned {}",
-                member.group, m.member, m.in_membership, m.partitions, m.consumer, m.active, m.pinned
-            ));
-            true
-        }
-        Err(e) => {
-            lines.push(format!("group {}: {e}", member.group));
-            false
-        }
-    };
-    lines.extend(publishing);
-    Ok(Report { lines, ok })
-}
-
-/// The stream that stores dead letters, and whether `jetrelay dlq` can read it.
-async fn dead_letters(nats: &Nats, settings: &Settings) -> Vec<String> {
-    let Some(subject) = &settings.dlq_subject else {
-        return Vec::new();
-    };
-    match nats.capturing(subject).await {
-        Ok(streams) => crate::redrive::findings(subject, &streams),
-        Err(e) => vec![format!(
-            "dlq {subject}: cannot read the streams: {}",
-            crate::ops::telemetry::chain(&e)
-        )],
+                member.group,
+                m.member,
+                m.in_membership,
+                m.partitions,
+                m.consumer,
+                m.active,
+                m.pinned
+            )],
+            ok: true,
+        },
+        Err(e) => Report {
+            lines: vec![format!("group {}: {e}", member.group)],
+            ok: false,
+        },
     }
 }
 
-/// For each allowed publish subject: the streams that capture it, and what would go
-/// wrong there (`crate::outputs::findings`).
-async fn publishing(nats: &Nats, config: &Config, settings: &Settings) -> Vec<String> {
+/// The captures of `pattern`: what the server has now, with the streams `run` will
+/// create or extend in their place.
+async fn captures(
+    nats: &Nats,
+    pattern: &str,
+    planned: &[StreamSpec],
+) -> Result<Vec<Capture>, String> {
+    let mut found = nats
+        .capturing(pattern)
+        .await
+        .map_err(|e| crate::ops::telemetry::chain(&e))?;
+    for spec in planned {
+        if spec.subjects.iter().any(|s| subject::overlaps(s, pattern)) {
+            let exists = found.iter().position(|c| c.stream == spec.name);
+            let mut capture = Capture::planned(spec);
+            if let Some(i) = exists {
+                capture.planned = false;
+                found[i] = capture;
+            } else {
+                found.push(capture);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The dead-letter stream: the managed one's plan, and whether `jetrelay dlq` can
+/// read what stores the letters.
+async fn dead_letters(
+    nats: &Nats,
+    dlq: &DeadLetters,
+    source_stream: &str,
+    planned: &mut Vec<StreamSpec>,
+) -> Vec<String> {
     let mut lines = Vec::new();
-    let ack_wait = Duration::from_millis(config.consumer.ack_wait_ms);
-    for pattern in &settings.publish.rules.allowed {
-        match nats.capturing(pattern).await {
-            Ok(streams) => lines.extend(outputs::findings(
-                pattern,
-                &streams,
-                settings.publish.atomic,
-                ack_wait,
-                settings.policy.max_attempts,
-            )),
+    if let Some(spec) = &dlq.managed {
+        match nats.plan_owned(spec, source_stream).await {
+            Ok(plan) => {
+                lines.push(match &plan.action {
+                    StreamAction::Keep => format!("dlq stream {}: exists, no change", spec.name),
+                    StreamAction::Create(s) => format!(
+                        "dlq stream {}: would be created with subjects {:?} (direct gets, file storage, {} replica(s), max age {}, duplicate window {})",
+                        s.name,
+                        s.subjects,
+                        s.replicas,
+                        age(s.max_age_ms),
+                        age(s.duplicate_window_ms)
+                    ),
+                    StreamAction::AddSubjects { added, .. } => {
+                        format!("dlq stream {}: would get the subjects {added:?}", spec.name)
+                    }
+                });
+                if !plan.untouched.is_empty() {
+                    lines.push(format!(
+                        "dlq stream {}: differs from what [dlq] asks for (never changed):\n{}",
+                        spec.name,
+                        Table(&plan.untouched)
+                    ));
+                }
+                planned.extend(plan.after());
+            }
             Err(e) => lines.push(format!(
-                "publish {pattern}: cannot read the streams: {}",
+                "dlq stream {}: {}",
+                spec.name,
                 crate::ops::telemetry::chain(&e)
             )),
         }
     }
+    match captures(nats, &dlq.subject, planned).await {
+        Ok(streams) => lines.extend(crate::redrive::findings(
+            &dlq.subject,
+            &streams,
+            dlq.stream.as_deref(),
+        )),
+        Err(e) => lines.push(format!("dlq {}: cannot read the streams: {e}", dlq.subject)),
+    }
     lines
+}
+
+/// For each allowed publish subject: the streams that capture it, and what would go
+/// wrong there (`crate::outputs::findings`).
+async fn publishing(
+    nats: &Nats,
+    config: &Config,
+    settings: &Settings,
+    planned: &[StreamSpec],
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let needs = Needs {
+        atomic: settings.publish.atomic,
+        window: settings.publish.window_needed,
+        managed_stream: (config.topology.stream == StreamMode::Managed)
+            .then(|| config.source.stream.clone()),
+    };
+    for pattern in &settings.publish.rules.allowed {
+        match captures(nats, pattern, planned).await {
+            Ok(streams) => lines.extend(outputs::findings(pattern, &streams, &needs)),
+            Err(e) => lines.push(format!("publish {pattern}: cannot read the streams: {e}")),
+        }
+    }
+    lines
+}
+
+/// A duration in milliseconds as people read it: `7d`, `2h`, `2m`, `30s`; `forever`
+/// for 0.
+fn age(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1000, "s"),
+    ];
+    if ms == 0 {
+        return "forever".into();
+    }
+    UNITS
+        .iter()
+        .find(|(unit, _)| ms.is_multiple_of(*unit))
+        .map_or_else(
+            || format!("{ms}ms"),
+            |(unit, name)| format!("{}{name}", ms / unit),
+        )
 }
 
 /// Why `check` could not report.
@@ -144,8 +246,13 @@ pub enum CheckError {
 }
 
 /// Reads the topology and describes the plan; `ok` is false where `run` would stop
-/// (a conflicting consumer, or something missing with `on_missing = "fail"`).
-pub async fn report(nats: &Nats, req: &TopologyRequest, on_missing: OnMissing) -> Report {
+/// (a conflicting consumer, or something missing with `on_missing = "fail"`). Also
+/// returns the stream's plan, when there is one.
+pub async fn report(
+    nats: &Nats,
+    req: &TopologyRequest,
+    on_missing: OnMissing,
+) -> (Report, Option<StreamPlan>) {
     let waits = on_missing == OnMissing::Retry;
     let stream = &req.stream;
     let plan = match nats.plan(req).await {
@@ -156,17 +263,32 @@ pub async fn report(nats: &Nats, req: &TopologyRequest, on_missing: OnMissing) -
                 (true, false) => (false, "; run would stop (topology.on_missing = \"fail\")"),
                 (false, _) => (false, ""),
             };
-            return Report {
+            let report = Report {
                 lines: vec![format!("stream {stream}: {e}{what}")],
                 ok,
             };
+            return (report, None);
         }
     };
     let mut lines = vec![match &plan.stream.action {
         StreamAction::Keep => format!("stream {stream}: exists, no change"),
         StreamAction::Create(s) => {
+            let flags: Vec<&str> = [
+                (s.allow_direct, "allow_direct"),
+                (s.allow_atomic, "allow_atomic"),
+                (s.allow_msg_ttl, "allow_msg_ttl"),
+            ]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, name)| *name)
+            .collect();
+            let flags = if flags.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", flags.join(", "))
+            };
             format!(
-                "stream {stream}: would be created with subjects {:?}",
+                "stream {stream}: would be created with subjects {:?}{flags}",
                 s.subjects
             )
         }
@@ -203,5 +325,5 @@ pub async fn report(nats: &Nats, req: &TopologyRequest, on_missing: OnMissing) -
         ),
     };
     lines.push(line);
-    Report { lines, ok }
+    (Report { lines, ok }, Some(plan.stream))
 }

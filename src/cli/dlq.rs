@@ -308,9 +308,14 @@ struct Pages<'a> {
 
 impl<'a> Pages<'a> {
     async fn open(nats: &'a Nats, stream: &'a str, sel: &Selection) -> Result<Pages<'a>, DlqError> {
-        let Some(last) = nats.last_sequence(stream).await? else {
+        let Some(tail) = nats.last_sequence(stream).await? else {
             return Err(DlqError::NoStream(stream.to_string()));
         };
+        // Said even when it holds nothing: an empty answer would look like no letters.
+        if !tail.direct {
+            return Err(DirectError::NotEnabled(stream.to_string()).into());
+        }
+        let last = tail.last_sequence;
         let up_to = sel.last_seq().map_or(last, |b| b.min(last));
         Ok(Pages {
             nats,

@@ -11,13 +11,13 @@ mod delivery;
 mod http;
 mod nats;
 mod ops;
+mod problems;
 mod publish;
 mod settings;
 mod source;
 mod topology;
 
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
@@ -28,8 +28,13 @@ pub use self::delivery::{AckMode, DeliveryConfig, Ordering};
 pub use self::http::{HttpConfig, RequestFormat};
 pub use self::nats::{NatsConfig, redact, split_servers};
 pub use self::ops::{AdminConfig, DlqConfig, LogConfig, LogFormat};
+use self::problems::Problems;
+pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
-pub use self::settings::{Batching, Publishing, Retry, Settings, SourceSettings, topology_request};
+pub use self::settings::{
+    Batching, DeadLetters, Publishing, Retry, Settings, SourceSettings, dlq_duplicate_window,
+    topology_request,
+};
 pub use self::source::{SourceConfig, SourceKind};
 pub use self::topology::{
     ConsumerMode, Discard, ManagedStreamConfig, OnMissing, Retention, Storage, StreamMode,
@@ -62,51 +67,6 @@ pub struct Config {
     pub log: LogConfig,
 }
 
-/// One problem with one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The dotted key, e.g. `delivery.max_in_flight`.
-    pub key: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.message)
-    }
-}
-
-/// Why a configuration could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file named on the command line does not exist.
-    #[error("config file {0} does not exist")]
-    MissingFile(PathBuf),
-    /// The file or environment could not be read into the config tree, or values break
-    /// the rules; every problem is listed.
-    #[error("invalid configuration:\n{}", list(.0))]
-    Invalid(Vec<Problem>),
-}
-
-impl ConfigError {
-    /// The problems, for tests and callers that want the keys.
-    pub fn problems(&self) -> &[Problem] {
-        match self {
-            ConfigError::MissingFile(_) => &[],
-            ConfigError::Invalid(p) => p,
-        }
-    }
-}
-
-fn list(problems: &[Problem]) -> String {
-    problems
-        .iter()
-        .map(|p| format!("  {p}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// The environment variable prefix.
 pub const ENV_PREFIX: &str = "JETRELAY_";
 
@@ -124,7 +84,15 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming every bad key.
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
-        Self::from_figment(layered(file)?)
+        match Self::from_figment(layered(file)?) {
+            // Nothing given at all: say so, rather than only which keys are missing.
+            Err(ConfigError::Invalid(p))
+                if file.is_none() && p.iter().any(|p| p.message.starts_with("is required")) =>
+            {
+                Err(ConfigError::NoFile(p))
+            }
+            other => other,
+        }
     }
 
     /// Extracts and validates a config from any figment (tests feed strings).
@@ -132,12 +100,16 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming every bad key.
     pub fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment.extract().map_err(invalid)?;
-        let problems = config.problems();
-        if problems.is_empty() {
+        let config: Config = figment
+            .extract()
+            .map_err(|e| problems::extraction(&figment, e))?;
+        let found = config.problems();
+        if found.is_empty() {
             Ok(config)
         } else {
-            Err(ConfigError::Invalid(problems))
+            Err(ConfigError::Invalid(problems::with_origins(
+                &figment, found,
+            )))
         }
     }
 
@@ -179,6 +151,7 @@ fn layered(file: Option<&Path>) -> Result<Figment, ConfigError> {
         if !path.is_file() {
             return Err(ConfigError::MissingFile(path.to_path_buf()));
         }
+        problems::check_syntax(path)?;
         figment = figment.merge(Toml::file_exact(path));
     }
     // JETRELAY_CONFIG names the file; it is not a key of the tree.
@@ -186,42 +159,6 @@ fn layered(file: Option<&Path>) -> Result<Figment, ConfigError> {
         .split("__")
         .filter(|k| !k.as_str().eq_ignore_ascii_case("config"));
     Ok(figment.merge(env))
-}
-
-fn invalid(e: figment::Error) -> ConfigError {
-    ConfigError::Invalid(
-        e.into_iter()
-            .map(|e| Problem {
-                key: if e.path.is_empty() {
-                    "config".into()
-                } else {
-                    e.path.join(".")
-                },
-                message: e.kind.to_string(),
-            })
-            .collect(),
-    )
-}
-
-#[derive(Default)]
-struct Problems(Vec<Problem>);
-
-impl Problems {
-    fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Problem {
-            key: key.into(),
-            message: message.into(),
-        });
-    }
-
-    /// Between `min` and `max`, both included.
-    fn range(&mut self, key: &str, value: u64, min: u64, max: u64) {
-        if value < min {
-            self.add(key, format!("must be at least {min}"));
-        } else if value > max {
-            self.add(key, format!("must be at most {max}"));
-        }
-    }
 }
 
 #[cfg(test)]
@@ -287,6 +224,82 @@ mod tests {
         assert_eq!(keys(err), vec!["delivery.max_inflight"]);
         let err = parse(&format!("{MINIMAL}\n[extra]\nx = 1\n")).unwrap_err();
         assert!(err.to_string().contains("extra"), "{err}");
+    }
+
+    #[test]
+    fn a_misspelt_key_names_the_closest_one_plainly() {
+        let err = parse(&format!("{MINIMAL}\n[delivery]\nmax_inflight = 3\n")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration:\n  delivery.max_inflight: unknown key; did you mean max_in_flight?"
+        );
+        let err = parse(&format!("{MINIMAL}\n[delivery]\ncolour = 3\n")).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("delivery.colour: unknown key (the keys of [delivery] are max_in_flight, max_buffered,"),
+            "{text}"
+        );
+        assert!(!text.contains('`'), "{text}");
+        let err = parse(&format!("{MINIMAL}\n[sources]\nx = 1\n")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("sources: unknown section; did you mean source?"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail fixes the closure's error type.
+    fn a_mistake_in_the_environment_names_the_variable() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("c.toml", MINIMAL)?;
+            jail.set_env("JETRELAY_DELIVERY__MAX_INFLIGHT", "3");
+            let err = Config::load(Some(Path::new("c.toml"))).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "invalid configuration:\n  JETRELAY_DELIVERY__MAX_INFLIGHT (delivery.max_inflight): unknown key; did you mean JETRELAY_DELIVERY__MAX_IN_FLIGHT?"
+            );
+            jail.clear_env();
+            jail.set_env("JETRELAY_DELIVERY__MAX_IN_FLIGHT", "0");
+            let err = Config::load(Some(Path::new("c.toml"))).unwrap_err();
+            assert!(
+                err.to_string().contains(
+                    "JETRELAY_DELIVERY__MAX_IN_FLIGHT (delivery.max_in_flight): must be at least 1"
+                ),
+                "{err}"
+            );
+            jail.set_env("JETRELAY_DELIVERY__MAX_IN_FLIGHT", "many");
+            let err = Config::load(Some(Path::new("c.toml"))).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("JETRELAY_DELIVERY__MAX_IN_FLIGHT (delivery.max_in_flight): must be a whole number"),
+                "{err}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail fixes the closure's error type.
+    fn no_file_at_all_says_that_no_file_was_given() {
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            let err = Config::load(None).unwrap_err();
+            assert!(matches!(err, ConfigError::NoFile(_)), "{err}");
+            assert!(
+                err.to_string().starts_with(
+                    "no config file was given (--config FILE, or JETRELAY_CONFIG=FILE)"
+                ),
+                "{err}"
+            );
+            // The environment alone may make a whole config.
+            jail.set_env("JETRELAY_SOURCE__STREAM", "S");
+            jail.set_env("JETRELAY_SOURCE__KIND", "durable");
+            jail.set_env("JETRELAY_SOURCE__DURABLE", "d");
+            jail.set_env("JETRELAY_HTTP__URL", "http://127.0.0.1:1/x");
+            assert!(Config::load(None).is_ok());
+            Ok(())
+        });
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, HOUR, Problems, invalid, layered};
+use super::{ConfigError, HOUR, Problems, layered};
 
 /// `[nats]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -196,7 +196,11 @@ impl NatsConfig {
             #[serde(default)]
             nats: NatsConfig,
         }
-        let nats = layered(file)?.extract::<OnlyNats>().map_err(invalid)?.nats;
+        let figment = layered(file)?;
+        let nats = figment
+            .extract::<OnlyNats>()
+            .map_err(|e| super::problems::extraction(&figment, e))?
+            .nats;
         nats.validate()?;
         Ok(nats)
     }

@@ -9,11 +9,28 @@ use super::{Config, Problems};
 use crate::subject;
 
 /// `[dlq]`
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DlqConfig {
     /// The dead-letter subject; empty = no DLQ (a stream must capture it).
     pub subject: String,
+    /// The DLQ stream's name: what `check` verifies, and what `manage` creates.
+    pub stream: String,
+    /// Ensure `stream` exists, capturing `subject`, with direct gets and file storage.
+    pub manage: bool,
+    /// A managed DLQ stream keeps dead letters this long (7 days); 0 = forever.
+    pub max_age_ms: u64,
+}
+
+impl Default for DlqConfig {
+    fn default() -> Self {
+        Self {
+            subject: String::new(),
+            stream: String::new(),
+            manage: false,
+            max_age_ms: 7 * super::DAY,
+        }
+    }
 }
 
 /// `[admin]`
@@ -64,10 +81,36 @@ impl Default for LogConfig {
 
 impl Config {
     pub(super) fn check_ops(&self, p: &mut Problems) {
-        if !self.dlq.subject.is_empty()
-            && let Err(e) = subject::validate_publish_subject(&self.dlq.subject)
+        let d = &self.dlq;
+        if !d.subject.is_empty()
+            && let Err(e) = subject::validate_publish_subject(&d.subject)
         {
             p.add("dlq.subject", e);
+        }
+        if !d.stream.is_empty() {
+            if let Err(e) = subject::validate_name(&d.stream) {
+                p.add("dlq.stream", e);
+            }
+            if d.stream == self.source.stream {
+                p.add(
+                    "dlq.stream",
+                    "must not be the source stream (its dead letters would be delivered again)",
+                );
+            }
+            if d.subject.is_empty() {
+                p.add("dlq.subject", "is required with dlq.stream");
+            }
+        }
+        if d.manage && d.stream.is_empty() {
+            p.add("dlq.stream", "is required with dlq.manage = true");
+        }
+        // Ten years: beyond, a duration overflows the server's nanoseconds.
+        p.range("dlq.max_age_ms", d.max_age_ms, 0, 3650 * super::DAY);
+        if d.max_age_ms > 0 && d.max_age_ms < 60_000 {
+            p.add(
+                "dlq.max_age_ms",
+                "must be 0 (forever) or at least 60000: dead letters are kept to be looked at",
+            );
         }
         if self.admin.listen.parse::<SocketAddr>().is_err() {
             p.add(

@@ -15,8 +15,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{
-    Config, ConfigError, Ordering, Problem, Problems, SourceKind, delivery::AckMode,
-    topology::OnMissing,
+    Config, ConfigError, Discard, Ordering, Problem, Problems, Retention, SourceKind, Storage,
+    delivery::AckMode, topology::OnMissing,
 };
 use crate::capacity::{Limits, PullTiming};
 use crate::group::model::Flavour;
@@ -72,11 +72,36 @@ pub struct Settings {
     /// steps down.
     pub unhealthy_handover: Duration,
     /// Where permanent failures go before their TERM.
-    pub dlq_subject: Option<String>,
+    pub dlq: Option<DeadLetters>,
     /// Batch delivery (`delivery.batch_size` > 1), else one message per request.
     pub batch: Option<Batching>,
     /// What the app may publish through jetrelay.
     pub publish: Publishing,
+}
+
+/// `[dlq]`, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetters {
+    /// Where dead letters are published.
+    pub subject: String,
+    /// The stream that stores them, when named (`dlq.stream`).
+    pub stream: Option<String>,
+    /// The stream jetrelay ensures (`dlq.manage`); its replicas are the source
+    /// stream's, read when it is created.
+    pub managed: Option<StreamSpec>,
+}
+
+/// The duplicate window of a managed DLQ stream: the letter ids
+/// (`jetrelay-dlq:<stream>:<consumer>:<sequence>`) must still be known when a
+/// message whose TERM was lost comes again, an ack wait later; at least two
+/// minutes (nats-server's default), at most the stream's `max_age`.
+pub fn dlq_duplicate_window(ack_wait: Duration, max_age: Duration) -> Duration {
+    let window = ack_wait.saturating_mul(2).max(Duration::from_secs(120));
+    if max_age.is_zero() {
+        window
+    } else {
+        window.min(max_age)
+    }
 }
 
 /// `[publish]`, parsed.
@@ -88,6 +113,11 @@ pub struct Publishing {
     pub atomic: bool,
     /// The local publish endpoint's address, when on.
     pub listen: Option<SocketAddr>,
+    /// How long a target stream's duplicate window must keep the outputs' ids: an
+    /// input whose ack was lost comes again after its redelivery delay (the ack
+    /// wait, or the longest `consumer.backoff_ms`), and the app answers within
+    /// `http.timeout_ms`.
+    pub window_needed: Duration,
 }
 
 /// Batch delivery: many messages per request.
@@ -165,7 +195,7 @@ impl Settings {
             confirmed_acks,
             shutdown_grace: Duration::from_millis(d.shutdown_grace_ms),
             unhealthy_handover: Duration::from_millis(c.http.unhealthy_handover_ms),
-            dlq_subject: (!c.dlq.subject.is_empty()).then(|| c.dlq.subject.clone()),
+            dlq: dead_letters(c, ack_wait),
             batch: (d.batch_size > 1).then(|| Batching {
                 size: d.batch_size as usize,
                 max_bytes: d.batch_max_bytes,
@@ -179,6 +209,14 @@ impl Settings {
                 },
                 atomic: c.publish.atomic,
                 listen: c.publish.listen_addr(),
+                window_needed: c
+                    .consumer
+                    .backoff_ms
+                    .iter()
+                    .copied()
+                    .map(Duration::from_millis)
+                    .fold(Duration::from_millis(c.consumer.ack_wait_ms), Duration::max)
+                    + Duration::from_millis(c.http.timeout_ms),
             },
         })
     }
@@ -189,14 +227,42 @@ impl Settings {
     }
 }
 
+fn dead_letters(c: &Config, ack_wait: Duration) -> Option<DeadLetters> {
+    let d = &c.dlq;
+    if d.subject.is_empty() {
+        return None;
+    }
+    let stream = (!d.stream.is_empty()).then(|| d.stream.clone());
+    let managed = stream.as_ref().filter(|_| d.manage).map(|name| StreamSpec {
+        name: name.clone(),
+        subjects: vec![d.subject.clone()],
+        storage: Storage::File,
+        replicas: 1,
+        retention: Retention::Limits,
+        discard: Discard::Old,
+        max_age_ms: d.max_age_ms,
+        max_msgs: -1,
+        max_bytes: -1,
+        duplicate_window_ms: u64::try_from(
+            dlq_duplicate_window(ack_wait, Duration::from_millis(d.max_age_ms)).as_millis(),
+        )
+        .unwrap_or(u64::MAX),
+        allow_direct: true,
+        allow_atomic: false,
+        allow_msg_ttl: false,
+    });
+    Some(DeadLetters {
+        subject: d.subject.clone(),
+        stream,
+        managed,
+    })
+}
+
 fn status_set(p: &mut Problems, key: &str, patterns: &[String]) -> Option<StatusSet> {
     match StatusSet::parse(patterns) {
         Ok(set) => Some(set),
         Err(e) => {
-            p.0.push(Problem {
-                key: key.to_string(),
-                message: e.to_string(),
-            });
+            p.0.push(Problem::new(key, e.to_string()));
             None
         }
     }
@@ -248,6 +314,9 @@ pub fn topology_request(c: &Config) -> TopologyRequest {
         max_msgs: m.max_msgs,
         max_bytes: m.max_bytes,
         duplicate_window_ms: m.duplicate_window_ms,
+        allow_direct: m.allow_direct,
+        allow_atomic: m.allow_atomic,
+        allow_msg_ttl: m.allow_msg_ttl,
     });
     TopologyRequest {
         stream: c.source.stream.clone(),

@@ -92,6 +92,12 @@ pub struct ManagedStreamConfig {
     pub max_bytes: i64,
     /// The `Nats-Msg-Id` deduplication window.
     pub duplicate_window_ms: u64,
+    /// Direct gets (`jetrelay dlq` reads a stream with them).
+    pub allow_direct: bool,
+    /// Atomic batch publish (what `[publish]` sends with `atomic = true`).
+    pub allow_atomic: bool,
+    /// Per-message TTLs (`Nats-TTL`); the server never turns it off again.
+    pub allow_msg_ttl: bool,
 }
 
 impl Default for ManagedStreamConfig {
@@ -106,6 +112,9 @@ impl Default for ManagedStreamConfig {
             max_msgs: -1,
             max_bytes: -1,
             duplicate_window_ms: 120_000,
+            allow_direct: false,
+            allow_atomic: false,
+            allow_msg_ttl: false,
         }
     }
 }

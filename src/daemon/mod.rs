@@ -309,6 +309,11 @@ impl Supervisor {
             return Ok(());
         }
         nats.check_server_version()?;
+        if let Some(spec) = set.dlq.as_ref().and_then(|d| d.managed.as_ref())
+            && !self.ensure_dlq_stream(nats, spec, shutdown).await?
+        {
+            return Ok(());
+        }
         let dispatch = Arc::new(Dispatch {
             forwarder: self.forwarder.clone(),
             policy: set.policy.clone(),
@@ -319,7 +324,7 @@ impl Supervisor {
             pinned_mode: set.pinned(),
             ordering: set.ordering,
             progress_every: set.progress_every,
-            dlq: set.dlq_subject.as_deref().map(|subject| nats.dlq(subject)),
+            dlq: set.dlq.as_ref().map(|d| nats.dlq(&d.subject)),
             app_healthy: crate::http::probe::watch(
                 self.forwarder.clone(),
                 &cfg.http,
@@ -440,6 +445,31 @@ impl Supervisor {
             );
         }
         Ok(bound.is_some())
+    }
+
+    /// Ensures the managed DLQ stream (`dlq.manage`) before anything is consumed, so
+    /// that the first dead letter has somewhere to go; waits while NATS is
+    /// unavailable. `Ok(false)` when shutdown came first.
+    async fn ensure_dlq_stream(
+        &self,
+        nats: &Nats,
+        spec: &crate::topology::StreamSpec,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, DaemonError> {
+        let source = &self.config.source.stream;
+        let done = self
+            .until_ready(shutdown, "dead-letter stream", || async {
+                match nats.ensure_owned(spec, source).await {
+                    Ok(action) => Ok(action),
+                    Err(e) if e.is_unavailable() => Err(Try::Again(chain(&e))),
+                    Err(e) => Err(Try::Fail(e.into())),
+                }
+            })
+            .await?;
+        if let Some(action) = &done {
+            tracing::info!(stream = %spec.name, action = ?action, "dead-letter stream ready");
+        }
+        Ok(done.is_some())
     }
 
     /// Runs `step` until it succeeds (`Some`), fails for good, or shutdown comes

@@ -127,8 +127,11 @@ pub(super) enum Fate {
     HeldBack,
 }
 
-/// In ordered modes, every message after the first one of its key that is not acked
-/// is held back. `lanes` are the messages' lanes, in batch (= stream) order.
+/// In ordered modes, every message after the first one of its key that will come
+/// again (a retry, or a hold: the request did not get through) is held back. A
+/// message that ends in the batch (acked, terminated, dead-lettered) holds nothing
+/// back: the later messages of its key get their own verdicts, as they would one
+/// message at a time. `lanes` are the messages' lanes, in batch (= stream) order.
 pub(super) fn fates(
     dispositions: Vec<Disposition>,
     lanes: &[&LaneKey],
@@ -145,12 +148,20 @@ pub(super) fn fates(
             if stopped.contains(lane) {
                 return Fate::HeldBack;
             }
-            if d != Disposition::Ack {
+            if comes_again(&d) {
                 stopped.insert(lane);
             }
             Fate::Decided(d)
         })
         .collect()
+}
+
+/// Whether the message will be offered again after this disposition.
+fn comes_again(d: &Disposition) -> bool {
+    match d {
+        Disposition::Retry { .. } | Disposition::Hold => true,
+        Disposition::Ack | Disposition::Term { .. } => false,
+    }
 }
 
 #[cfg(test)]
@@ -265,42 +276,80 @@ mod tests {
     }
 
     #[test]
-    fn a_key_not_acked_holds_back_its_later_messages_only() {
+    fn fates_table() {
         let (a, b, free) = (LaneKey::Partition(1), LaneKey::Partition(2), LaneKey::Free);
+        let ack = Disposition::Ack;
         let retry = Disposition::Retry {
             delay: Duration::from_secs(1),
         };
-        let lanes = [&a, &b, &a, &a, &b, &free, &free];
-        let dispositions = vec![
-            Disposition::Ack,
-            Disposition::Ack,
-            retry.clone(),
-            Disposition::Ack, // after a's retry: held back
-            Disposition::Ack,
-            retry.clone(),
-            Disposition::Ack, // free messages are independent
-        ];
-        let got = fates(dispositions.clone(), &lanes, true);
-        assert_eq!(
-            got,
-            vec![
-                Fate::Decided(Disposition::Ack),
-                Fate::Decided(Disposition::Ack),
-                Fate::Decided(retry.clone()),
-                Fate::HeldBack,
-                Fate::Decided(Disposition::Ack),
-                Fate::Decided(retry.clone()),
-                Fate::Decided(Disposition::Ack),
-            ]
-        );
-        let unordered = fates(dispositions.clone(), &lanes, false);
-        assert!(unordered.iter().all(|f| matches!(f, Fate::Decided(_))));
-        // A terminated message holds back the rest of its key too: they come again
-        // after it, in order.
         let term = Disposition::Term {
             reason: crate::policy::TermReason::Status(400),
         };
-        let got = fates(vec![term.clone(), Disposition::Ack], &[&a, &a], true);
-        assert_eq!(got, vec![Fate::Decided(term), Fate::HeldBack]);
+        let decided = |d: &Disposition| Fate::Decided(d.clone());
+        let held = Fate::HeldBack;
+        // (lanes, dispositions, ordered, fates)
+        type Case<'a> = (Vec<&'a LaneKey>, Vec<Disposition>, bool, Vec<Fate>);
+        let cases: Vec<Case> = vec![
+            // A retry holds back its key's later messages, whatever the app said of them.
+            (
+                vec![&a, &b, &a, &a, &b],
+                vec![
+                    ack.clone(),
+                    ack.clone(),
+                    retry.clone(),
+                    ack.clone(),
+                    ack.clone(),
+                ],
+                true,
+                vec![
+                    decided(&ack),
+                    decided(&ack),
+                    decided(&retry),
+                    held.clone(),
+                    decided(&ack),
+                ],
+            ),
+            // A hold (the request did not get through) too.
+            (
+                vec![&a, &a],
+                vec![Disposition::Hold, ack.clone()],
+                true,
+                vec![decided(&Disposition::Hold), held.clone()],
+            ),
+            // A message that ends in the batch holds nothing back: term (a dead
+            // letter) ends there, and the next of its key gets its own verdict.
+            (
+                vec![&a, &a, &a],
+                vec![term.clone(), ack.clone(), retry.clone()],
+                true,
+                vec![decided(&term), decided(&ack), decided(&retry)],
+            ),
+            (
+                vec![&a, &a, &a],
+                vec![term.clone(), retry.clone(), ack.clone()],
+                true,
+                vec![decided(&term), decided(&retry), held.clone()],
+            ),
+            // Free lanes, and unordered batches, keep no order.
+            (
+                vec![&free, &free],
+                vec![retry.clone(), ack.clone()],
+                true,
+                vec![decided(&retry), decided(&ack)],
+            ),
+            (
+                vec![&a, &a],
+                vec![retry.clone(), ack.clone()],
+                false,
+                vec![decided(&retry), decided(&ack)],
+            ),
+        ];
+        for (lanes, dispositions, ordered, want) in cases {
+            assert_eq!(
+                fates(dispositions.clone(), &lanes, ordered),
+                want,
+                "{dispositions:?} ordered {ordered}"
+            );
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! group member stands. Pure: the dispatcher feeds it what it learns and shows what
 //! [`Gate::shown`] says.
 
+use crate::http::probe::Health;
 use crate::ops::readiness::State;
 
 /// Where a group member stands.
@@ -35,19 +36,28 @@ pub(super) enum Reach {
 }
 
 /// The gate.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Gate {
-    /// The health URL's verdict (always true without one).
-    pub(super) healthy: bool,
+    /// The health URL's verdict (always healthy without one).
+    pub(super) health: Health,
     /// Set while the app cannot be reached.
     pub(super) unreachable: Option<Unreachable>,
     pub(super) standing: Standing,
 }
 
 impl Gate {
+    /// A gate for an app in this health, reachable, of a member that stands nowhere yet.
+    pub(super) fn new(health: Health) -> Gate {
+        Gate {
+            health,
+            unreachable: None,
+            standing: Standing::default(),
+        }
+    }
+
     /// Whether the app can take work: healthy and reachable.
     pub(super) fn serviceable(&self) -> bool {
-        self.healthy && self.unreachable.is_none()
+        self.health.is_healthy() && self.unreachable.is_none()
     }
 
     /// Records what a request taught about the app. Returns whether what is shown
@@ -85,7 +95,12 @@ impl Gate {
     /// consumer without the pin (readiness tells standby from idle); else consuming.
     pub(super) fn shown(&self, pinned_mode: bool, pinned: bool) -> (State, String) {
         let s = &self.standing;
-        if !self.healthy {
+        if self.health == Health::Waiting {
+            (
+                State::NotReady,
+                "waiting for the first health probe (http.health_url)".into(),
+            )
+        } else if self.health == Health::Unhealthy {
             (
                 State::NotReady,
                 "the app is not healthy (http.health_url)".into(),
@@ -115,7 +130,11 @@ mod tests {
 
     fn gate(healthy: bool, unreachable: bool, standing: Standing) -> Gate {
         Gate {
-            healthy,
+            health: if healthy {
+                Health::Healthy
+            } else {
+                Health::Unhealthy
+            },
             unreachable: unreachable.then_some(Unreachable {
                 streak: 2,
                 kind: "connection refused",
@@ -198,6 +217,17 @@ mod tests {
                 "config changed",
             ),
         ];
+        let waiting_for_a_probe = Gate::new(Health::Waiting);
+        let cases: Vec<_> = cases
+            .into_iter()
+            .chain([(
+                waiting_for_a_probe,
+                false,
+                false,
+                State::NotReady,
+                "waiting for the first health probe (http.health_url)",
+            )])
+            .collect();
         for (g, pinned_mode, pinned, state, reason) in cases {
             assert_eq!(
                 g.shown(pinned_mode, pinned),

@@ -47,6 +47,7 @@ use crate::config::{Batching, Ordering};
 use crate::daemon::shutdown::{Deadline, bounded};
 use crate::delivery::Delivery;
 use crate::http::forward::Forwarder;
+use crate::http::probe::Health;
 use crate::nats::DlqPublisher;
 use crate::ops::metrics::{Metrics, SettleLabel};
 use crate::ops::readiness::{Readiness, State};
@@ -75,7 +76,7 @@ pub struct Dispatch<F = Forwarder> {
     /// Where permanent failures go before their TERM.
     pub dlq: Option<DlqPublisher>,
     /// Whether the app is healthy (always true without `http.health_url`).
-    pub app_healthy: watch::Receiver<bool>,
+    pub app_healthy: watch::Receiver<Health>,
     /// Pinned sources: how long the app may be unhealthy (or unreachable) before this
     /// instance steps down so that a healthy instance of the member takes over.
     pub unhealthy_handover: Duration,
@@ -113,7 +114,7 @@ struct Run<S: Source> {
     source: S,
     book: Book<S::Settler>,
     gate: Gate,
-    app_healthy: watch::Receiver<bool>,
+    app_healthy: watch::Receiver<Health>,
     /// Without a health URL nobody ever sends: stop watching once the sender is gone.
     health_watched: bool,
     /// Shutting down (or the group ended): nothing new starts; what is held settles.
@@ -150,10 +151,7 @@ impl<F: Forward> Dispatch<F> {
         shutdown: CancellationToken,
     ) -> Result<Ended, DispatchError> {
         let mut app_healthy = self.app_healthy.clone();
-        let gate = Gate {
-            healthy: *app_healthy.borrow_and_update(),
-            ..Gate::default()
-        };
+        let gate = Gate::new(*app_healthy.borrow_and_update());
         let mut run = Run {
             source,
             book: Book::new(),
@@ -213,7 +211,7 @@ impl<F: Forward> Dispatch<F> {
                 }
                 changed = run.app_healthy.changed(), if !run.draining && run.health_watched => {
                     if changed.is_ok() {
-                        run.gate.healthy = *run.app_healthy.borrow_and_update();
+                        run.gate.health = *run.app_healthy.borrow_and_update();
                         Flow::Refresh
                     } else {
                         run.health_watched = false;
@@ -249,7 +247,7 @@ impl<F: Forward> Dispatch<F> {
         if run.draining {
             // Only dead letters still to publish remain held.
             self.fill(&mut run.book, Fill::All, true);
-        } else if run.gate.healthy && !run.quiescing {
+        } else if run.gate.health.is_healthy() && !run.quiescing {
             let mode = if run.gate.unreachable.is_some() {
                 Fill::Probe
             } else {

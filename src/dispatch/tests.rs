@@ -19,6 +19,7 @@ use crate::config::Ordering;
 use crate::daemon::shutdown::Deadline;
 use crate::delivery::{Delivery, Meta};
 use crate::http::batch::{Answer, ItemResult};
+use crate::http::probe::Health;
 use crate::ops::metrics::{HttpClass, Metrics};
 use crate::ops::readiness::{Readiness, State};
 use crate::policy::{Outcome, Policy, StatusSet};
@@ -257,7 +258,7 @@ struct Rig {
     side: Arc<Mutex<SourceSide>>,
     seen: Arc<Mutex<Vec<Seen>>>,
     in_flight: Arc<Mutex<(usize, usize)>>,
-    healthy: watch::Sender<bool>,
+    healthy: watch::Sender<Health>,
     readiness: Readiness,
     shutdown: CancellationToken,
     run: tokio::task::JoinHandle<Result<Ended, super::DispatchError>>,
@@ -301,7 +302,11 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let metrics = Metrics::new().unwrap();
     let readiness = Readiness::new(None, metrics.clone());
     readiness.set_nats_down(None);
-    let (healthy, app_healthy) = watch::channel(knobs.healthy);
+    let (healthy, app_healthy) = watch::channel(if knobs.healthy {
+        Health::Healthy
+    } else {
+        Health::Unhealthy
+    });
     let (seen, in_flight, batches) = (Arc::default(), Arc::default(), Arc::default());
     let dispatch = Arc::new(Dispatch {
         forwarder: FakeApp {
@@ -604,7 +609,7 @@ async fn an_unhealthy_app_gets_nothing_and_the_source_is_paused_until_it_is_heal
     assert_eq!(r.readiness.status().state, State::NotReady);
     assert_eq!(r.side.lock().unwrap().paused.first(), Some(&true));
     assert_eq!(r.told(1), [Told::Progress], "held, kept alive");
-    r.healthy.send(true).unwrap();
+    r.healthy.send(Health::Healthy).unwrap();
     wait(S).await;
     assert_eq!(r.told(1).last(), Some(&Told::Ack));
     assert_eq!(r.side.lock().unwrap().paused.last(), Some(&false));

@@ -1,7 +1,7 @@
 //! App health gating: the probe loop on `http.health_url`, and the pure state machine
 //! behind it (consecutive failed probes past a threshold make the app unhealthy; one
-//! good probe makes it healthy again). The app starts unknown (= not healthy), so the
-//! first pull waits for a good probe.
+//! good probe makes it healthy again). The app starts waiting for its first probe
+//! (not healthy yet), so the first pull waits for a good one.
 
 use std::time::Duration;
 
@@ -11,12 +11,35 @@ use crate::config::HttpConfig;
 use crate::http::forward::Forwarder;
 use crate::ops::metrics::Metrics;
 
+/// What the health URL says of the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// No probe has answered yet: nothing is pulled until one does.
+    Waiting,
+    /// Healthy (always, without a health URL).
+    Healthy,
+    /// `http.health_threshold` probes in a row failed.
+    Unhealthy,
+}
+
+impl Health {
+    /// Whether work may start.
+    pub fn is_healthy(self) -> bool {
+        self == Health::Healthy
+    }
+}
+
 /// Probes `http.health_url` and publishes whether the app is healthy; without a
 /// health URL the app is always healthy and nothing is probed. The probe stops when
 /// the receiver is dropped.
-pub fn watch(forwarder: Forwarder, h: &HttpConfig, metrics: Metrics) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(h.health_url.is_empty());
-    metrics.app_healthy.set(i64::from(h.health_url.is_empty()));
+pub fn watch(forwarder: Forwarder, h: &HttpConfig, metrics: Metrics) -> watch::Receiver<Health> {
+    let first = if h.health_url.is_empty() {
+        Health::Healthy
+    } else {
+        Health::Waiting
+    };
+    let (tx, rx) = watch::channel(first);
+    metrics.app_healthy.set(i64::from(first.is_healthy()));
     if h.health_url.is_empty() {
         return rx;
     }
@@ -32,10 +55,10 @@ pub fn watch(forwarder: Forwarder, h: &HttpConfig, metrics: Metrics) -> watch::R
                 return; // the dispatcher is gone
             }
             let ok = forwarder.healthy(timeout).await;
-            if let Some(healthy) = tracker.observe(ok) {
-                tracing::info!(healthy, "app health changed");
-                metrics.app_healthy.set(i64::from(healthy));
-                if tx.send(healthy).is_err() {
+            if let Some(health) = tracker.observe(ok) {
+                tracing::info!(health = ?health, "app health changed");
+                metrics.app_healthy.set(i64::from(health.is_healthy()));
+                if tx.send(health).is_err() {
                     return; // the dispatcher is gone
                 }
             }
@@ -44,12 +67,14 @@ pub fn watch(forwarder: Forwarder, h: &HttpConfig, metrics: Metrics) -> watch::R
     rx
 }
 
-/// The tracker.
+/// The tracker: waiting until the first probe answers or `threshold` fail in a row;
+/// then `threshold` consecutive failures make the app unhealthy and one good probe
+/// makes it healthy again.
 #[derive(Debug, Clone)]
 pub struct HealthTracker {
     threshold: u32,
     failures: u32,
-    healthy: bool,
+    health: Health,
 }
 
 impl HealthTracker {
@@ -58,29 +83,23 @@ impl HealthTracker {
         HealthTracker {
             threshold: threshold.max(1),
             failures: 0,
-            healthy: false,
+            health: Health::Waiting,
         }
     }
 
     /// Records one probe; returns the new state when it changed.
-    pub fn observe(&mut self, ok: bool) -> Option<bool> {
-        let was = self.healthy;
+    pub fn observe(&mut self, ok: bool) -> Option<Health> {
+        let was = self.health;
         if ok {
             self.failures = 0;
-            self.healthy = true;
+            self.health = Health::Healthy;
         } else {
             self.failures = self.failures.saturating_add(1);
             if self.failures >= self.threshold {
-                self.healthy = false;
+                self.health = Health::Unhealthy;
             }
         }
-        (was != self.healthy).then_some(self.healthy)
-    }
-
-    /// The current state.
-    #[cfg(test)]
-    fn healthy(&self) -> bool {
-        self.healthy
+        (was != self.health).then_some(self.health)
     }
 }
 
@@ -90,25 +109,24 @@ mod tests {
 
     #[test]
     fn transitions_table() {
+        use Health::{Healthy as H, Unhealthy as U, Waiting as W};
         // (probes, expected transitions, final state) with threshold 3
-        let cases: &[(&[bool], &[bool], bool)] = &[
-            (&[], &[], false),
-            (&[true], &[true], true),
-            (&[false, false, false], &[], false),
-            (&[true, false, false], &[true], true),
-            (&[true, false, false, false], &[true, false], false),
-            (&[true, false, false, true, false, false], &[true], true),
-            (
-                &[true, false, false, false, true],
-                &[true, false, true],
-                true,
-            ),
+        let cases: &[(&[bool], &[Health], Health)] = &[
+            (&[], &[], W),
+            (&[true], &[H], H),
+            (&[false, false], &[], W),
+            (&[false, false, false], &[U], U),
+            (&[false, false, false, true], &[U, H], H),
+            (&[true, false, false], &[H], H),
+            (&[true, false, false, false], &[H, U], U),
+            (&[true, false, false, true, false, false], &[H], H),
+            (&[true, false, false, false, true], &[H, U, H], H),
         ];
         for (probes, transitions, last) in cases {
             let mut t = HealthTracker::new(3);
-            let seen: Vec<bool> = probes.iter().filter_map(|ok| t.observe(*ok)).collect();
+            let seen: Vec<Health> = probes.iter().filter_map(|ok| t.observe(*ok)).collect();
             assert_eq!(&seen, transitions, "{probes:?}");
-            assert_eq!(t.healthy(), *last, "{probes:?}");
+            assert_eq!(t.health, *last, "{probes:?}");
         }
     }
 }

@@ -54,7 +54,7 @@ pub struct Page {
 pub enum DirectError {
     /// Nobody answers direct gets for the stream.
     #[error(
-        "stream {0} does not answer direct gets: enable allow_direct on it (nats stream edit {0} --allow-direct)"
+        "stream {0} does not answer direct gets, so its dead letters cannot be read: set allow_direct: true on it (nats stream edit {0} --allow-direct; a stream jetrelay creates with dlq.manage = true has it)"
     )]
     NotEnabled(String),
     /// The server refused the request.

@@ -92,6 +92,25 @@ impl OutputError {
     pub fn is_permanent(&self) -> bool {
         matches!(self, OutputError::TooLarge(_))
     }
+
+    /// Whether the same publish, tried again as it is, may succeed: NATS was
+    /// unavailable, slow or busy. A stream's refusal (it takes no atomic batches, no
+    /// stream captures the subject, a wrong expected sequence) stays until someone
+    /// changes the stream or the request.
+    pub fn retry_may_help(&self) -> bool {
+        match self {
+            OutputError::Timeout
+            | OutputError::Request(_)
+            | OutputError::Publish(_)
+            | OutputError::TooManyBatches => true,
+            // JetStream itself unavailable (a leader election): later.
+            OutputError::Refused { code, .. } => *code == 503,
+            OutputError::NoStream(_)
+            | OutputError::NotAtomic
+            | OutputError::TooLarge(_)
+            | OutputError::BadAnswer(_) => false,
+        }
+    }
 }
 
 /// JetStream's error codes that the publish path tells apart.

@@ -131,23 +131,7 @@ impl Nats {
     /// [`TopologyError`].
     pub async fn ensure(&self, req: &TopologyRequest) -> Result<Bound, TopologyError> {
         let plan = self.plan(req).await?;
-        for row in &plan.stream.untouched {
-            tracing::warn!(
-                stream = %req.stream, field = row.field, current = %row.current, configured = %row.required,
-                "managed stream differs from its config; jetrelay never changes this setting"
-            );
-        }
-        match &plan.stream.action {
-            StreamAction::Keep => {}
-            StreamAction::Create(spec) => {
-                tracing::info!(stream = %spec.name, config = ?spec, "creating the managed stream");
-                self.create_stream(spec).await?;
-            }
-            StreamAction::AddSubjects { added, subjects } => {
-                tracing::info!(stream = %req.stream, added = ?added, "adding subjects to the managed stream");
-                self.set_subjects(&req.stream, subjects).await?;
-            }
-        }
+        self.apply(&req.stream, &plan.stream).await?;
         let created = match plan.consumer {
             ConsumerPlan::Keep => false,
             ConsumerPlan::Missing => {
@@ -179,6 +163,70 @@ impl Nats {
             stream_action: plan.stream.action,
             consumer_created: created,
         })
+    }
+
+    /// Plans a stream this daemon owns besides the source (the managed DLQ stream),
+    /// changing nothing. A stream to be created takes the replicas of `like` (the
+    /// source stream) when that exists.
+    ///
+    /// # Errors
+    /// [`TopologyError`].
+    pub async fn plan_owned(
+        &self,
+        spec: &StreamSpec,
+        like: &str,
+    ) -> Result<StreamPlan, TopologyError> {
+        let existing = self.read_stream(&spec.name).await?;
+        let mut plan = plan_stream(
+            &spec.name,
+            crate::config::StreamMode::Managed,
+            Some(spec),
+            existing.as_ref(),
+            &[],
+        )?;
+        if let StreamAction::Create(new) = &mut plan.action
+            && let Some(source) = self.read_stream(like).await?
+        {
+            new.replicas = source.replicas;
+        }
+        Ok(plan)
+    }
+
+    /// Ensures a stream this daemon owns besides the source ([`Nats::plan_owned`]):
+    /// created when missing, its missing subjects added; nothing else is changed.
+    ///
+    /// # Errors
+    /// [`TopologyError`].
+    pub async fn ensure_owned(
+        &self,
+        spec: &StreamSpec,
+        like: &str,
+    ) -> Result<StreamAction, TopologyError> {
+        let plan = self.plan_owned(spec, like).await?;
+        self.apply(&spec.name, &plan).await?;
+        Ok(plan.action)
+    }
+
+    /// Carries out a stream plan: logs what differs and is left alone, then creates
+    /// the stream or adds its missing subjects.
+    async fn apply(&self, name: &str, plan: &StreamPlan) -> Result<(), TopologyError> {
+        for row in &plan.untouched {
+            tracing::warn!(
+                stream = %name, field = row.field, current = %row.current, configured = %row.required,
+                "managed stream differs from its config; jetrelay never changes this setting"
+            );
+        }
+        match &plan.action {
+            StreamAction::Keep => Ok(()),
+            StreamAction::Create(spec) => {
+                tracing::info!(stream = %spec.name, config = ?spec, "creating the managed stream");
+                self.create_stream(spec).await
+            }
+            StreamAction::AddSubjects { added, subjects } => {
+                tracing::info!(stream = %name, added = ?added, "adding subjects to the managed stream");
+                self.set_subjects(name, subjects).await
+            }
+        }
     }
 
     /// A handle on a stream, without reading its info.
@@ -355,6 +403,9 @@ fn from_stream_config(c: &stream::Config) -> StreamSpec {
         max_msgs: c.max_messages,
         max_bytes: c.max_bytes,
         duplicate_window_ms: ms(c.duplicate_window),
+        allow_direct: c.allow_direct,
+        allow_atomic: c.allow_atomic_publish,
+        allow_msg_ttl: c.allow_message_ttl,
     }
 }
 
@@ -380,6 +431,9 @@ fn to_stream_config(s: &StreamSpec) -> stream::Config {
         max_messages: s.max_msgs,
         max_bytes: s.max_bytes,
         duplicate_window: Duration::from_millis(s.duplicate_window_ms),
+        allow_direct: s.allow_direct,
+        allow_atomic_publish: s.allow_atomic,
+        allow_message_ttl: s.allow_msg_ttl,
         ..Default::default()
     }
 }
@@ -463,6 +517,15 @@ fn to_consumer_config(s: &ConsumerSpec) -> pull::Config {
         priority_timeout,
         ..Default::default()
     }
+}
+
+/// Where a stream ends, and whether it can be read with direct gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tail {
+    /// Its last sequence (0 when it never held a message).
+    pub last_sequence: u64,
+    /// `allow_direct`.
+    pub direct: bool,
 }
 
 /// What the consumer's info says, for the gauges and readiness.
@@ -617,6 +680,7 @@ impl Nats {
                         duplicate_window: c.duplicate_window,
                         staged_on_disk: staged_on_disk(c),
                         batched: c.allow_batch_publish,
+                        planned: false,
                     });
                 }
                 Err(e) if e.kind() == GetStreamErrorKind::Request => return Err(unavailable(e)),
@@ -646,21 +710,23 @@ impl Nats {
                     atomic: c.allow_atomic_publish,
                     direct: c.allow_direct,
                     duplicate_window: c.duplicate_window,
+                    planned: false,
                 };
                 (c.subjects, capture)
             })
             .collect())
     }
 
-    /// A stream's last sequence; `None` when there is no such stream.
+    /// A stream's last sequence and whether it answers direct gets; `None` when
+    /// there is no such stream.
     ///
     /// # Errors
     /// [`TopologyError`] when it cannot be read.
-    pub async fn last_sequence(&self, stream: &str) -> Result<Option<u64>, TopologyError> {
-        Ok(self
-            .stream_info(stream)
-            .await?
-            .map(|info| info.state.last_sequence))
+    pub async fn last_sequence(&self, stream: &str) -> Result<Option<Tail>, TopologyError> {
+        Ok(self.stream_info(stream).await?.map(|info| Tail {
+            last_sequence: info.state.last_sequence,
+            direct: info.config.allow_direct,
+        }))
     }
 
     /// Deletes messages of a stream, 64 at a time; each sequence's

@@ -8,8 +8,10 @@
 //!   `"duplicate": true` when the batch carried an id already stored: then nothing of
 //!   it was stored by this request).
 //!
-//! 400 malformed, 403 subject not allowed, 413 too large, 503 NATS unavailable or the
-//! publish failed (nothing stored in an atomic batch); every error is
+//! 400 malformed, 403 subject not allowed, 413 too large, 409 refused in a way a
+//! retry cannot fix (the stream takes no atomic batches, no stream captures the
+//! subject, a wrong expected sequence), 503 only when a retry may succeed (NATS
+//! unavailable, a timeout; nothing stored in an atomic batch); every error is
 //! `{"error": "..."}`. Every publish awaits its PubAck; at most [`MAX_CONCURRENT`]
 //! publishes run at once, the others wait.
 
@@ -66,7 +68,10 @@ fn status(f: &Failure) -> StatusCode {
         Failure::Refused(Refusal::NotAllowed(_)) => StatusCode::FORBIDDEN,
         Failure::Refused(Refusal::TooMany { .. } | Refusal::TooLarge { .. })
         | Failure::Failed(OutputError::TooLarge(_)) => StatusCode::PAYLOAD_TOO_LARGE,
-        Failure::Failed(_) => StatusCode::SERVICE_UNAVAILABLE,
+        // 503 only when the same request may succeed later; a client that retries on
+        // 503 must not retry a refusal forever.
+        Failure::Failed(e) if e.retry_may_help() => StatusCode::SERVICE_UNAVAILABLE,
+        Failure::Failed(_) => StatusCode::CONFLICT,
     }
 }
 
@@ -232,10 +237,27 @@ mod tests {
                 413,
             ),
             (Failure::Failed(OutputError::TooLarge(String::new())), 413),
-            (Failure::Failed(OutputError::NoStream(String::new())), 503),
+            (Failure::Failed(OutputError::NoStream(String::new())), 409),
             (Failure::Failed(OutputError::Timeout), 503),
-            (Failure::Failed(OutputError::NotAtomic), 503),
+            (Failure::Failed(OutputError::NotAtomic), 409),
             (Failure::Failed(OutputError::TooManyBatches), 503),
+            (
+                Failure::Failed(OutputError::Refused {
+                    code: 400,
+                    err_code: 10071,
+                    description: "wrong last sequence: 3".into(),
+                }),
+                409,
+            ),
+            (
+                Failure::Failed(OutputError::Refused {
+                    code: 503,
+                    err_code: 10008,
+                    description: "JetStream system temporarily unavailable".into(),
+                }),
+                503,
+            ),
+            (Failure::Failed(OutputError::BadAnswer(String::new())), 409),
         ];
         for (f, want) in cases {
             assert_eq!(status(&f).as_u16(), want, "{f:?}");

@@ -299,6 +299,57 @@ async fn a_key_retried_in_a_batch_holds_back_its_later_messages_which_come_again
 }
 
 #[tokio::test]
+async fn a_message_that_ends_in_a_batch_holds_nothing_back() {
+    // a0 is dead-lettered, a1 terminated: both end there, as they would one message
+    // at a time. a1 and a2 are not sent again; each key's messages are sent once.
+    let app = MockApp::start(|r, _| {
+        let entries = items(r)
+            .iter()
+            .filter_map(|i| match i["data"].as_str() {
+                Some("a0") => Some(json!({"id": i["id"], "action": "dlq"})),
+                Some("a1") => Some(json!({"id": i["id"], "action": "term"})),
+                _ => None,
+            })
+            .collect();
+        Reply::status(200).body(results(entries))
+    })
+    .await;
+    let env = Env::start(&["h.>"]).await;
+    create_stream(&env.js, "HDLQ", &["hdlq"]).await;
+    for (subject, body) in [("h.a", "a0"), ("h.a", "a1"), ("h.a", "a2"), ("h.b", "b0")] {
+        env.js
+            .publish(subject, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let extra = "[delivery]\nbatch_size = 10\nbatch_wait_ms = 300\nordering = \"subject\"\n\
+                 retry_initial_ms = 50\n[dlq]\nsubject = \"hdlq\"\n";
+    let relay = Relay::ready(batch_config(&env, &app, extra)).await;
+    eventually("all settled", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    let mut bodies: Vec<String> = sent(&app)
+        .iter()
+        .map(|i| i["data"].as_str().unwrap().to_string())
+        .collect();
+    bodies.sort();
+    assert_eq!(bodies, ["a0", "a1", "a2", "b0"], "each sent once");
+    let m = |s: &'static str| relay.metric(s);
+    assert_eq!(
+        m("jetrelay_messages_settled_total{action=\"ack\"}").await,
+        2.0
+    );
+    assert_eq!(
+        m("jetrelay_messages_settled_total{action=\"dlq\"}").await,
+        2.0
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn an_unparsable_answer_retries_the_whole_batch_and_is_counted() {
     let app = MockApp::start(|_, seen| {
         if seen == 0 {

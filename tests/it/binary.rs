@@ -53,6 +53,66 @@ fn a_bad_config_exits_64_naming_the_key() {
 }
 
 #[test]
+fn mistakes_are_explained_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    let minimal = "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n[http]\nurl = \"http://127.0.0.1:1/x\"\n";
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env_remove("JETRELAY_CONFIG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // A misspelt key, in the file and in the environment.
+    let path = write_config(&dir, &format!("{minimal}[delivery]\nmax_inflight = 3\n"));
+    let path = path.to_str().unwrap().to_string();
+    let (code, err) = run(&["check", "--config", &path], &[]);
+    assert_eq!(code, Some(64));
+    assert_eq!(
+        err.trim(),
+        "jetrelay: invalid configuration:\n  delivery.max_inflight: unknown key; did you mean max_in_flight?"
+    );
+    let path = write_config(&dir, minimal);
+    let path = path.to_str().unwrap().to_string();
+    let (code, err) = run(
+        &["check", "--config", &path],
+        &[("JETRELAY_DELIVERY__MAX_INFLIGHT", "3")],
+    );
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains("JETRELAY_DELIVERY__MAX_INFLIGHT (delivery.max_inflight): unknown key; did you mean JETRELAY_DELIVERY__MAX_IN_FLIGHT?"),
+        "{err}"
+    );
+    // A TOML syntax error: the file, the line, the column.
+    let bad = write_config(&dir, "[source]\nstream = \"S\"\n[http\n");
+    let (code, err) = run(&["run", "--config", bad.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains(&format!(
+            "{}, line 3, column 6: not valid TOML",
+            bad.display()
+        )),
+        "{err}"
+    );
+    // No config at all.
+    for cmd in ["check", "run"] {
+        let (code, err) = run(&[cmd], &[]);
+        assert_eq!(code, Some(64));
+        assert!(
+            err.starts_with(
+                "jetrelay: no config file was given (--config FILE, or JETRELAY_CONFIG=FILE)"
+            ),
+            "{cmd}: {err}"
+        );
+    }
+}
+
+#[test]
 fn usage_errors_exit_64() {
     let out = Command::new(BIN).arg("frobnicate").output().unwrap();
     assert_eq!(out.status.code(), Some(64));
@@ -111,7 +171,7 @@ async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wron
         name: "OUT".into(),
         subjects: vec!["out.>".into()],
         allow_atomic_publish: true,
-        duplicate_window: Duration::from_secs(60),
+        duplicate_window: Duration::from_secs(45),
         ..Default::default()
     })
     .await
@@ -140,16 +200,71 @@ async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wron
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "warnings do not fail check: {text}");
     for want in [
-        "publish out.>: stream OUT (atomic publish allowed, duplicate window 60s)",
-        "warning: publish out.>: stream OUT's duplicate window (60s) is shorter than consumer.ack_wait_ms × consumer.max_deliver (120s)",
+        "publish out.>: stream OUT: atomic publish allowed, duplicate window 45s",
+        "warning: publish out.>: stream OUT's duplicate window (45s) is shorter than an input's redelivery takes (the ack wait, or the longest backoff_ms, plus http.timeout_ms: 60s)",
+        "Change: duplicate_window of at least 60s on stream OUT",
         "warning: publish out.>: stream OUT is one replica on disk: nats-server stages every atomic batch to it on disk",
-        "publish plain.x: stream PLAIN (atomic publish not allowed",
-        "warning: publish plain.x: stream PLAIN does not take atomic batches",
-        "warning: publish nowhere.>: no stream captures it",
-        "dlq plain.dlq: stream PLAIN (direct get not allowed)",
-        "warning: dlq plain.dlq: stream PLAIN does not answer direct gets",
+        "publish plain.x: stream PLAIN: atomic publish not allowed",
+        "warning: publish plain.x: stream PLAIN does not take atomic batches, so every answer that publishes there is refused. Change: allow_atomic: true on stream PLAIN",
+        "warning: publish nowhere.>: no stream captures it: publishing there fails (the input is retried). Change: create a stream with subjects [\"nowhere.>\"] and allow_atomic: true",
+        "dlq plain.dlq: stream PLAIN: direct get not allowed",
+        "warning: dlq plain.dlq: stream PLAIN does not answer direct gets, so `jetrelay dlq` cannot read it. Change: allow_direct: true on stream PLAIN",
     ] {
         assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
+    // The report is for people: no log lines among it, on either stream.
+    let err = String::from_utf8_lossy(&out.stderr);
+    for line in text.lines().chain(err.lines()) {
+        assert!(
+            !line.trim_start().starts_with('{'),
+            "a log line in check's output: {line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_config_of_defaults_checks_without_a_warning() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    // The target stream as nats-server makes it by default (a two-minute duplicate
+    // window), taking atomic batches, in memory.
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "OUT".into(),
+        subjects: vec!["out.>".into()],
+        allow_atomic_publish: true,
+        storage: async_nats::jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: stream.clone(),
+        subjects: vec![format!("{stream}.>")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for extra in ["", "[publish]\nallowed_subjects = [\"out.>\"]\n"] {
+        let text = format!(
+            "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{durable}\"\n[http]\nurl = \"{}\"\n{extra}",
+            nats.url(),
+            app.url()
+        );
+        let path = write_config(&dir, &text);
+        let out = tokio::process::Command::new(BIN)
+            .args(["check", "--config"])
+            .arg(&path)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        assert!(!stdout.contains("warning"), "{extra}: {stdout}");
+        assert!(stderr.is_empty(), "{extra}: {stderr}");
     }
 }
 

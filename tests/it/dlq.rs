@@ -221,6 +221,17 @@ async fn a_dlq_stream_without_direct_get_says_how_to_enable_it() {
     let nats = NatsServer::start();
     let (_, js) = client(&nats).await;
     a_stream(&js, "PLAIN", &["plain.>"], false, false).await;
+    // Empty, it says so too: an empty answer would look like "no dead letters".
+    for cmd in ["ls", "replay", "purge"] {
+        let args = if cmd == "purge" {
+            vec![cmd, "PLAIN", "--yes"]
+        } else {
+            vec![cmd, "PLAIN"]
+        };
+        let (code, out, err) = dlq(&nats, &args).await;
+        assert_eq!(code, 1, "{cmd}: {out}");
+        assert!(err.contains("set allow_direct: true on it"), "{cmd}: {err}");
+    }
     publish(&js, "plain.x", 1).await;
     let (code, _, err) = dlq(&nats, &["ls", "PLAIN"]).await;
     assert_eq!(code, 1);

@@ -26,7 +26,7 @@ async fn out_stream(js: &jetstream::Context, name: &str, subjects: &[&str]) {
 /// latter), at most 3 messages and 1000 bytes per request.
 async fn relay_with_endpoint(env: &Env) -> (Relay, String) {
     let app = MockApp::ok().await;
-    let extra = "[publish]\nlisten = \"127.0.0.1:0\"\nallowed_subjects = [\"out.>\", \"nowhere.>\"]\n\
+    let extra = "[publish]\nlisten = \"127.0.0.1:0\"\nallowed_subjects = [\"out.>\", \"nowhere.>\", \"plain.>\"]\n\
                  max_messages = 3\nmax_bytes = 1000\n[nats]\nrequest_timeout_ms = 1000\n";
     let relay = Relay::ready(durable_config(
         &env.nats,
@@ -102,6 +102,8 @@ async fn the_endpoint_publishes_raw_and_json_and_answers_as_documented() {
 
     let four = json!({"publish": (0..4).map(|i| json!({"subject": "out.d", "data": i.to_string()})).collect::<Vec<_>>()});
     let secret = json!({"publish": [{"subject": "secret.x", "data": "no"}]});
+    create_stream(&env.js, &unique("PLAIN"), &["plain.>"]).await;
+    let plain = json!({"publish": [{"subject": "plain.a", "data": "1"}, {"subject": "plain.b", "data": "2"}]});
     let cases: Vec<(String, String, u16)> = vec![
         (base.clone(), "{not json".into(), 400),
         (
@@ -114,11 +116,21 @@ async fn the_endpoint_publishes_raw_and_json_and_answers_as_documented() {
         (base.clone(), secret.to_string(), 403),
         (format!("{base}/out.e"), "x".repeat(2000), 413),
         (base.clone(), four.to_string(), 413),
-        (format!("{base}/nowhere.x"), "x".into(), 503),
+        // Refusals a retry cannot fix are 409, with the reason: 503 is for what may
+        // pass (a client retrying on 503 would retry these forever).
+        (format!("{base}/nowhere.x"), "x".into(), 409),
+        (base.clone(), plain.to_string(), 409),
     ];
     for (url, body, want) in cases {
         let (code, answer) = post(&url, &[], body).await;
         assert_eq!(code, want, "{url}: {answer}");
+        if want == 409 {
+            let why = answer["error"].as_str().unwrap_or_default();
+            assert!(
+                why.contains("no stream captures") || why.contains("does not allow atomic publish"),
+                "{url}: {answer}"
+            );
+        }
         if want != 413 || url.ends_with("/publish") {
             assert!(answer["error"].is_string(), "{url}: {answer}");
         }

@@ -242,7 +242,7 @@ async fn a_pin_taken_away_is_noticed_and_regained() {
 /// health the test controls.
 fn instance(
     app: &MockApp,
-    healthy: tokio::sync::watch::Receiver<bool>,
+    healthy: tokio::sync::watch::Receiver<jetrelay::http::probe::Health>,
 ) -> (Arc<Dispatch>, Readiness) {
     if std::env::var_os("TEST_LOG").is_some() {
         jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
@@ -301,8 +301,10 @@ async fn an_instance_whose_app_stays_unhealthy_steps_down_and_a_standby_is_serve
     // A long pin timeout: only the step-down can move the pin within the test.
     pinned_consumer_with_timeout(&js, &stream, &consumer, Duration::from_secs(60)).await;
     let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
-    let (health_a_tx, health_a_rx) = tokio::sync::watch::channel(true);
-    let (_health_b_tx, health_b_rx) = tokio::sync::watch::channel(true);
+    let (health_a_tx, health_a_rx) =
+        tokio::sync::watch::channel(jetrelay::http::probe::Health::Healthy);
+    let (_health_b_tx, health_b_rx) =
+        tokio::sync::watch::channel(jetrelay::http::probe::Health::Healthy);
     let stop = CancellationToken::new();
 
     let (a, status_a) = instance(&app_a, health_a_rx);
@@ -330,7 +332,9 @@ async fn an_instance_whose_app_stays_unhealthy_steps_down_and_a_standby_is_serve
     })
     .await;
 
-    health_a_tx.send(false).unwrap();
+    health_a_tx
+        .send(jetrelay::http::probe::Health::Unhealthy)
+        .unwrap();
     eventually("A stepped down", T, || async { !status_a.status().pinned }).await;
     publish(&js, "p.x", 3).await;
     app_b.wait_for("B is served", T, |r| r.len() == 3).await;

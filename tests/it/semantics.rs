@@ -425,6 +425,41 @@ async fn confirmed_acks_are_confirmed_and_a_failed_one_is_counted() {
 }
 
 #[tokio::test]
+async fn before_the_first_probe_answers_ready_says_it_waits_for_it() {
+    // A health URL that accepts the connection and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let health = format!("http://{}/healthz", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            open.push(conn);
+        }
+    });
+    let app = MockApp::ok().await;
+    let env = Env::start(&["w.>"]).await;
+    let extra = format!(
+        "[http]\nhealth_url = \"{health}\"\nhealth_timeout_ms = 60000\nhealth_interval_ms = 60000\n"
+    );
+    let relay = Relay::start(durable_config(
+        &env.nats,
+        &app,
+        &env.stream,
+        &env.durable,
+        &extra,
+    ))
+    .await;
+    eventually("waiting for the probe", T, || async {
+        relay.health.status().reason == "waiting for the first health probe (http.health_url)"
+    })
+    .await;
+    let (code, body) = relay.get("/ready").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("\"state\":\"not_ready\""), "{body}");
+    relay.stop().await.unwrap();
+    held.abort();
+}
+
+#[tokio::test]
 async fn pulling_waits_for_a_healthy_app_and_pauses_while_it_is_unhealthy() {
     let app = MockApp::ok().await;
     let Env {

@@ -287,3 +287,79 @@ async fn a_deleted_consumer_sends_the_daemon_back_to_topology_and_it_recovers() 
     app.wait_for("3 requests", T, |r| r.len() >= 3).await;
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_managed_dlq_stream_is_created_for_dead_letters_and_an_existing_one_left_alone() {
+    let nats = NatsServer::start();
+    let (_, js) = client(&nats).await;
+    let app = MockApp::start(|_, _| Reply::status(400)).await;
+    let (stream, durable, dlq) = (unique("S"), unique("d"), unique("DLQ"));
+    let extra = format!(
+        "{}[dlq]\nsubject = \"{dlq}.letters\"\nstream = \"{dlq}\"\nmanage = true\n",
+        managed("[\"dm.>\"]")
+    );
+    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, &extra)).await;
+    let info = js.get_stream(&dlq).await.unwrap().cached_info().clone();
+    let c = &info.config;
+    assert_eq!(c.subjects, [format!("{dlq}.letters")]);
+    assert!(c.allow_direct, "jetrelay dlq reads it with direct gets");
+    assert_eq!(c.storage, jetstream::stream::StorageType::File);
+    assert_eq!(c.max_age, Duration::from_secs(7 * 86_400));
+    // Covers a letter's id past the ack wait of a TERM lost in a crash.
+    assert_eq!(c.duplicate_window, Duration::from_secs(120));
+    publish(&js, "dm.1", 2).await;
+    eventually("two dead letters", T, || async {
+        js.get_stream(&dlq)
+            .await
+            .is_ok_and(|s| s.cached_info().state.messages == 2)
+    })
+    .await;
+    relay.stop().await.unwrap();
+
+    // An existing DLQ stream that differs is left as it is (its missing subject
+    // aside); check shows field / current / required.
+    let other = unique("DLQ");
+    js.create_stream(jetstream::stream::Config {
+        name: other.clone(),
+        subjects: vec![format!("{other}.old")],
+        max_age: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let extra = format!(
+        "{}[dlq]\nsubject = \"{other}.letters\"\nstream = \"{other}\"\nmanage = true\n",
+        managed("[\"dm.>\"]")
+    );
+    let config = durable_config(&nats, &app, &stream, &durable, &extra);
+    let report = jetrelay::cli::check::check(&config).await.unwrap();
+    let text = report.lines.join("\n");
+    assert!(
+        text.contains(&format!(
+            "dlq stream {other}: would get the subjects [\"{other}.letters\"]"
+        )),
+        "{text}"
+    );
+    for row in ["max_age_ms", "3600000", "604800000", "allow_direct"] {
+        assert!(text.contains(row), "{row} missing:\n{text}");
+    }
+    assert!(
+        text.contains("does not answer direct gets, so `jetrelay dlq` cannot read it"),
+        "{text}"
+    );
+    let relay = Relay::ready(config).await;
+    let c = js
+        .get_stream(&other)
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    assert_eq!(
+        c.subjects,
+        [format!("{other}.old"), format!("{other}.letters")]
+    );
+    assert_eq!(c.max_age, Duration::from_secs(3600), "never changed");
+    assert!(!c.allow_direct, "never changed");
+    relay.stop().await.unwrap();
+}
