@@ -203,7 +203,7 @@ async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wron
         "publish out.>: stream OUT: atomic publish allowed, duplicate window 45s",
         "warning: publish out.>: stream OUT's duplicate window (45s) is shorter than an input's redelivery takes (the ack wait, or the longest backoff_ms, plus http.timeout_ms: 60s)",
         "Change: duplicate_window of at least 60s on stream OUT",
-        "warning: publish out.>: stream OUT is one replica on disk: nats-server stages every atomic batch to it on disk",
+        "note: publish out.>: stream OUT is one replica on disk: nats-server stages every atomic batch to it on disk",
         "publish plain.x: stream PLAIN: atomic publish not allowed",
         "warning: publish plain.x: stream PLAIN does not take atomic batches, so every answer that publishes there is refused. Change: allow_atomic: true on stream PLAIN",
         "warning: publish nowhere.>: no stream captures it: publishing there fails (the input is retried). Change: create a stream with subjects [\"nowhere.>\"] and allow_atomic: true",

@@ -1,0 +1,38 @@
+"""The smallest app jetrelay can deliver to: Python's standard library only.
+
+It prints each message it is given and answers 200; 400 for a body that says "bad"
+(jetrelay dead-letters it); 503 on the first delivery of a body that says "flaky"
+(jetrelay retries it after a delay). `python3 examples/app.py` listens on
+127.0.0.1:8080, where config/quickstart.toml sends (PORT changes the port).
+"""
+
+import os
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class App(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        delivered = self.headers.get("Nats-Delivered", "1")
+        if b"bad" in body:
+            status = 400
+        elif b"flaky" in body and delivered == "1":
+            status = 503
+        else:
+            status = 200
+        print(
+            f"app <- {self.headers['Nats-Subject']} seq={self.headers['Nats-Sequence']}"
+            f" delivered={delivered} body={body.decode(errors='replace')!r} -> {status}",
+            flush=True,
+        )
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass  # the one line per message above is enough
+
+
+if __name__ == "__main__":
+    port = int(os.environ.get("PORT", "8080"))
+    ThreadingHTTPServer(("127.0.0.1", port), App).serve_forever()
