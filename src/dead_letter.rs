@@ -3,7 +3,8 @@
 //!
 //! Server-interpreted `Nats-*` headers of the original are not copied (a copied
 //! `Nats-Expected-Last-Sequence` would make the publish fail, a copied `Nats-Msg-Id`
-//! would be deduplicated against unrelated messages). The DLQ publish carries its own
+//! would be deduplicated against unrelated messages), nor any `Jetrelay-*` one: a
+//! publisher cannot forge what a letter says of itself. The DLQ publish carries its own
 //! `Nats-Msg-Id` of stream, consumer and sequence, so a repeated dead-lettering of the
 //! same message by the same consumer (after a crash between PubAck and TERM) is
 //! deduplicated by the DLQ stream, while another consumer's dead letter of the same
@@ -11,7 +12,10 @@
 //!
 //! A letter that would not fit in one NATS message (headers and payload over the
 //! server's `max_payload`) goes without its payload, saying so in
-//! `Jetrelay-Dlq-Payload-Omitted: <bytes>`; the original stays in its stream.
+//! `Jetrelay-Dlq-Payload-Omitted: <bytes>`; when that is still too large (a header
+//! block over JetStream's 64 KiB), without the original headers too
+//! (`Jetrelay-Dlq-Headers-Omitted: <bytes>`), then with its reason shortened. The
+//! original stays in its stream.
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -57,8 +61,24 @@ pub mod header {
     pub const MSG_ID: &str = "Jetrelay-Dlq-Msg-Id";
     /// The payload was left out; its size.
     pub const PAYLOAD_OMITTED: &str = "Jetrelay-Dlq-Payload-Omitted";
+    /// The original headers were left out too; the size of their block.
+    pub const HEADERS_OMITTED: &str = "Jetrelay-Dlq-Headers-Omitted";
     /// Every header of a dead letter starts with this.
     pub const PREFIX: &str = "jetrelay-dlq-";
+}
+
+/// The id a letter is published with: `jetrelay-dlq:<stream>:<consumer>:<sequence>`.
+pub fn letter_id(stream: &str, consumer: &str, sequence: u64) -> String {
+    format!("jetrelay-dlq:{stream}:{consumer}:{sequence}")
+}
+
+/// Whether an original header is left out of its letter: the server's `Nats-*` (a
+/// copied `Nats-Expected-*` would fail the publish, a copied `Nats-Msg-Id` be taken
+/// for another message's) and every `Jetrelay-*` (a publisher cannot forge a
+/// letter's metadata).
+pub fn left_out(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.starts_with("nats-") || lower.starts_with("jetrelay-")
 }
 
 /// The headers of the DLQ message.
@@ -67,7 +87,7 @@ pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = d
         .headers
         .iter()
-        .filter(|(n, _)| !n.to_ascii_lowercase().starts_with("nats-"))
+        .filter(|(n, _)| !left_out(n))
         .cloned()
         .collect();
     let mut add = |n: &str, v: String| out.push((n.to_string(), v));
@@ -82,7 +102,7 @@ pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
         add(header::SEQUENCE, m.stream_seq.to_string());
         add(
             "Nats-Msg-Id",
-            format!("jetrelay-dlq:{}:{}:{}", m.stream, m.consumer, m.stream_seq),
+            letter_id(&m.stream, &m.consumer, m.stream_seq),
         );
     }
     add(header::DELIVERED, dl.attempts.to_string());
@@ -104,6 +124,38 @@ pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
 /// The header that says the payload was left out, and how big it was.
 pub const PAYLOAD_OMITTED: &str = header::PAYLOAD_OMITTED;
 
+/// JetStream refuses a message whose header block is over 64 KiB (error 10097),
+/// whatever `max_payload` says.
+pub const MAX_HEADER_BLOCK: usize = 65_535;
+
+/// A shortened reason is at most this many bytes.
+const SHORT_REASON: usize = 200;
+
+/// What a letter goes without so that the DLQ takes it, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Shed {
+    /// The whole letter.
+    Nothing,
+    /// Without the payload (`Jetrelay-Dlq-Payload-Omitted`).
+    Payload,
+    /// Without the payload and the original headers (`Jetrelay-Dlq-Headers-Omitted`).
+    Headers,
+    /// That, and a shortened reason.
+    Reason,
+}
+
+impl Shed {
+    /// The next thing to go without, when this was still too large.
+    pub fn next(self) -> Option<Shed> {
+        match self {
+            Shed::Nothing => Some(Shed::Payload),
+            Shed::Payload => Some(Shed::Headers),
+            Shed::Headers => Some(Shed::Reason),
+            Shed::Reason => None,
+        }
+    }
+}
+
 /// What is published to the DLQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Letter {
@@ -111,24 +163,62 @@ pub struct Letter {
     pub headers: Vec<(String, String)>,
     /// Whether the original payload goes with it.
     pub with_payload: bool,
+    /// What it goes without.
+    pub shed: Shed,
 }
 
-/// The letter for `dl`, with its payload when headers and payload fit in
-/// `max_payload` (the server's limit for one message), without it otherwise.
-pub fn letter(dl: &DeadLetter<'_>, max_payload: usize) -> Letter {
-    let mut headers = headers(dl);
+/// The letter for `dl` that fits in `max_payload` (the server's limit for one
+/// message) and in JetStream's 64 KiB header limit, going without at least `at_least`:
+/// whole; else without its payload; else without the original headers too; else with
+/// its reason shortened. `None` when not even that fits (what it says of the original
+/// is itself too large).
+pub fn letter(dl: &DeadLetter<'_>, max_payload: usize, at_least: Shed) -> Option<Letter> {
     let payload = dl.delivery.payload.len();
-    if header_block_len(&headers).saturating_add(payload) <= max_payload {
-        return Letter {
-            headers,
-            with_payload: true,
-        };
+    let mut shed = Some(at_least);
+    while let Some(level) = shed {
+        let mut headers = headers(dl);
+        if level >= Shed::Headers {
+            let original: Vec<(String, String)> = dl
+                .delivery
+                .headers
+                .iter()
+                .filter(|(n, _)| !left_out(n))
+                .cloned()
+                .collect();
+            headers.retain(|h| !original.contains(h));
+            headers.push((
+                header::HEADERS_OMITTED.to_string(),
+                header_block_len(&original).to_string(),
+            ));
+        }
+        if level >= Shed::Reason {
+            for (n, v) in &mut headers {
+                if n == header::REASON && v.len() > SHORT_REASON {
+                    let mut end = SHORT_REASON;
+                    while !v.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    v.truncate(end);
+                    v.push('…');
+                }
+            }
+        }
+        let with_payload = level == Shed::Nothing;
+        if !with_payload {
+            headers.push((PAYLOAD_OMITTED.to_string(), payload.to_string()));
+        }
+        let block = header_block_len(&headers);
+        let body = if with_payload { payload } else { 0 };
+        if block <= MAX_HEADER_BLOCK && block.saturating_add(body) <= max_payload {
+            return Some(Letter {
+                headers,
+                with_payload,
+                shed: level,
+            });
+        }
+        shed = level.next();
     }
-    headers.push((PAYLOAD_OMITTED.to_string(), payload.to_string()));
-    Letter {
-        headers,
-        with_payload: false,
-    }
+    None
 }
 
 /// The size of the header block NATS sends for these headers: `NATS/1.0\r\n`, one
@@ -161,6 +251,10 @@ mod tests {
                 ("X-Trace".into(), "t".into()),
                 ("Nats-Msg-Id".into(), "orig".into()),
                 ("Nats-Expected-Last-Sequence".into(), "4".into()),
+                // A publisher's forgery of the letter's own metadata.
+                ("Jetrelay-Dlq-Subject".into(), "pay.refund.all".into()),
+                ("JETRELAY-DLQ-STREAM".into(), "PAY".into()),
+                ("Jetrelay-Other".into(), "x".into()),
             ],
             payload: Bytes::from_static(b"p"),
             partition: Some(3),
@@ -185,6 +279,11 @@ mod tests {
         assert_eq!(get("Nats-Msg-Id"), ["jetrelay-dlq:ORDERS:w:42"]);
         assert!(get("Nats-Expected-Last-Sequence").is_empty());
         assert_eq!(get("Jetrelay-Dlq-Subject"), ["orders.eu"], "as published");
+        assert!(
+            !h.iter()
+                .any(|(n, v)| n == "JETRELAY-DLQ-STREAM" || n == "Jetrelay-Other" || v == "PAY"),
+            "no Jetrelay-* header of the original: {h:?}"
+        );
         assert_eq!(get("Jetrelay-Dlq-Partition"), ["3"]);
         assert_eq!(get("Jetrelay-Dlq-Stream"), ["ORDERS"]);
         assert_eq!(get("Jetrelay-Dlq-Sequence"), ["42"]);
@@ -199,34 +298,73 @@ mod tests {
     }
 
     #[test]
-    fn a_letter_too_large_goes_without_its_payload() {
-        let d = Delivery {
+    fn a_letter_too_large_sheds_its_payload_then_the_headers_then_its_reason() {
+        let d = |headers: Vec<(String, String)>, payload: usize| Delivery {
             subject: "s".into(),
             meta: Err("none".into()),
-            headers: vec![("X-A".into(), "b".into())],
-            payload: Bytes::from(vec![7u8; 1000]),
+            headers,
+            payload: Bytes::from(vec![7u8; payload]),
             partition: None,
             app_subject: "s".into(),
             origin: None,
             invalid: None,
         };
-        let dl = DeadLetter {
-            delivery: &d,
-            attempts: 1,
-            last_status: None,
-            reason: "r",
-            at: OffsetDateTime::UNIX_EPOCH,
+        let letter_of = |d: &Delivery, reason: &str, max: usize, at: Shed| {
+            let dl = DeadLetter {
+                delivery: d,
+                attempts: 1,
+                last_status: None,
+                reason,
+                at: OffsetDateTime::UNIX_EPOCH,
+            };
+            (letter(&dl, max, at), header_block_len(&headers(&dl)))
         };
-        let exact = header_block_len(&headers(&dl)) + 1000;
-        let fits = letter(&dl, exact);
-        assert!(fits.with_payload);
-        assert!(!fits.headers.iter().any(|(n, _)| n == PAYLOAD_OMITTED));
-        let over = letter(&dl, exact - 1);
-        assert!(!over.with_payload);
+        let get = |l: &Letter, n: &str| {
+            l.headers
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+        };
+        // A payload too large for max_payload: without it.
+        let small = d(vec![("X-A".into(), "b".into())], 1000);
+        let (whole, block) = letter_of(&small, "r", 1 << 20, Shed::Nothing);
+        let whole = whole.unwrap();
+        assert!(whole.with_payload && whole.shed == Shed::Nothing);
+        assert_eq!(get(&whole, PAYLOAD_OMITTED), None);
+        let (fits, _) = letter_of(&small, "r", block + 1000, Shed::Nothing);
+        assert!(fits.unwrap().with_payload, "exactly fits");
+        let (over, _) = letter_of(&small, "r", block + 999, Shed::Nothing);
+        let over = over.unwrap();
+        assert_eq!((over.with_payload, over.shed), (false, Shed::Payload));
+        assert_eq!(get(&over, PAYLOAD_OMITTED).as_deref(), Some("1000"));
+        assert_eq!(get(&over, "X-A").as_deref(), Some("b"), "headers kept");
+        // Headers over JetStream's 64 KiB: without them too, saying how large.
+        let big = d(vec![("X-Big".into(), "h".repeat(70_000))], 10);
+        let (l, _) = letter_of(&big, "r", 1 << 20, Shed::Nothing);
+        let l = l.unwrap();
+        assert_eq!(l.shed, Shed::Headers);
+        assert_eq!(get(&l, "X-Big"), None);
         assert_eq!(
-            over.headers.last(),
-            Some(&(PAYLOAD_OMITTED.to_string(), "1000".to_string()))
+            get(&l, header::HEADERS_OMITTED).as_deref(),
+            Some(
+                header_block_len(&[("X-Big".into(), "h".repeat(70_000))])
+                    .to_string()
+                    .as_str()
+            )
         );
+        assert_eq!(get(&l, PAYLOAD_OMITTED).as_deref(), Some("10"));
+        assert!(header_block_len(&l.headers) <= MAX_HEADER_BLOCK);
+        // A stream that refused a letter for its size: the caller asks for more shed.
+        let (l, _) = letter_of(&small, "r", 1 << 20, Shed::Headers);
+        assert_eq!(l.unwrap().shed, Shed::Headers);
+        // A long reason, shortened last.
+        let reason = "x".repeat(5000);
+        let (l, _) = letter_of(&small, &reason, 1200, Shed::Nothing);
+        let l = l.unwrap();
+        assert_eq!(l.shed, Shed::Reason);
+        assert!(get(&l, header::REASON).unwrap().len() <= SHORT_REASON + 3);
+        // Nothing fits at all.
+        assert_eq!(letter_of(&small, "r", 10, Shed::Nothing).0, None);
         assert_eq!(
             header_block_len(&[("A".into(), "bc".into())]),
             "NATS/1.0\r\nA: bc\r\n\r\n".len()

@@ -3,11 +3,11 @@
 //! (`publish.allowed_subjects`, `max_messages`, `max_bytes`), and the deterministic
 //! message ids that make an answer's outputs exactly-once.
 //!
-//! An answer's outputs carry `Nats-Msg-Id: jetrelay:<stream>:<sequence>:<i>`: a
-//! redelivered input re-sends the same ids, and the target stream (within its
+//! An answer's outputs carry `Nats-Msg-Id: jetrelay:<stream>:<consumer>:<sequence>:<i>`:
+//! a redelivered input re-sends the same ids, and the target stream (within its
 //! `duplicate_window`) stores them once. So an answer may not set `Nats-*` headers
 //! itself; the local endpoint may set `Nats-Msg-Id` (its own deduplication), nothing
-//! else of the server's.
+//! else of the server's, and no id under jetrelay's own prefixes.
 
 use std::time::Duration;
 
@@ -198,6 +198,12 @@ fn check_header(name: &str, values: &[String], author: Author) -> Result<(), Str
     }
     let server = name.len() >= 5 && name[..5].eq_ignore_ascii_case("nats-");
     let own_id = author == Author::Endpoint && name.eq_ignore_ascii_case(MSG_ID);
+    if own_id && let Some(taken) = values.iter().find(|v| is_own_id(v)) {
+        return Err(format!(
+            "Nats-Msg-Id {taken:?}: ids under {} are jetrelay's own",
+            OWN_ID_PREFIXES.join(", ")
+        ));
+    }
     if server && !own_id {
         return Err(format!(
             "header {name:?}: Nats-* headers are the server's{}",
@@ -335,18 +341,34 @@ impl Rules {
     }
 }
 
-/// The message id of an answer's `i`-th output: `jetrelay:<stream>:<sequence>:<i>`.
-pub fn answer_id(stream: &str, sequence: u64, i: usize) -> String {
-    format!("jetrelay:{stream}:{sequence}:{i}")
+/// The message id of an answer's `i`-th output:
+/// `jetrelay:<stream>:<consumer>:<sequence>:<i>`. The consumer is in it: two
+/// consumers of one stream publishing into one stream must never take each other's
+/// outputs for redeliveries of their own.
+pub fn answer_id(stream: &str, consumer: &str, sequence: u64, i: usize) -> String {
+    format!("jetrelay:{stream}:{consumer}:{sequence}:{i}")
 }
 
-/// Gives an answer's outputs their ids (the input's stream and sequence).
-pub fn identify(outputs: &mut [Output], stream: &str, sequence: u64) {
+/// Gives an answer's outputs their ids (the input's stream, consumer and sequence).
+pub fn identify(outputs: &mut [Output], stream: &str, consumer: &str, sequence: u64) {
     for (i, o) in outputs.iter_mut().enumerate() {
         o.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(MSG_ID));
         o.headers
-            .push((MSG_ID.to_string(), answer_id(stream, sequence, i)));
+            .push((MSG_ID.to_string(), answer_id(stream, consumer, sequence, i)));
     }
+}
+
+/// The message id prefixes that are jetrelay's own: an answer's outputs
+/// (`jetrelay:`), dead letters (`jetrelay-dlq:`) and replays (`jetrelay-replay:`). A
+/// caller of the publish endpoint may not use them: an id taken beforehand would
+/// make jetrelay take its own output, letter or replay for stored.
+pub const OWN_ID_PREFIXES: [&str; 3] = ["jetrelay:", "jetrelay-dlq:", "jetrelay-replay:"];
+
+/// Whether `id` is under one of jetrelay's own prefixes (case-insensitive).
+pub fn is_own_id(id: &str) -> bool {
+    OWN_ID_PREFIXES.iter().any(|p| {
+        id.len() >= p.len() && id.is_char_boundary(p.len()) && id[..p.len()].eq_ignore_ascii_case(p)
+    })
 }
 
 /// Whether a target stream's duplicate window keeps the outputs' ids long enough:
@@ -687,12 +709,16 @@ mod tests {
         outs[1]
             .headers
             .push(("nats-msg-id".into(), "theirs".into()));
-        identify(&mut outs, "ORDERS", 42);
-        assert_eq!(outs[0].msg_id(), Some("jetrelay:ORDERS:42:0"));
-        assert_eq!(outs[1].msg_id(), Some("jetrelay:ORDERS:42:1"));
+        identify(&mut outs, "ORDERS", "worker", 42);
+        assert_eq!(outs[0].msg_id(), Some("jetrelay:ORDERS:worker:42:0"));
+        assert_eq!(outs[1].msg_id(), Some("jetrelay:ORDERS:worker:42:1"));
         assert_eq!(outs[1].headers.len(), 1);
-        identify(&mut outs, "ORDERS", 42);
-        assert_eq!(outs[1].msg_id(), Some("jetrelay:ORDERS:42:1"), "idempotent");
+        identify(&mut outs, "ORDERS", "worker", 42);
+        assert_eq!(
+            outs[1].msg_id(),
+            Some("jetrelay:ORDERS:worker:42:1"),
+            "idempotent"
+        );
     }
 
     #[test]

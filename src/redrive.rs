@@ -76,22 +76,77 @@ pub struct Entry {
     pub bytes: usize,
 }
 
-/// Whether `m` is a dead letter jetrelay wrote (it says why: `Jetrelay-Dlq-Reason`).
-/// Anything else in the stream (say, a source stream named by mistake) is never
-/// replayed or purged.
+/// Whether `m` is verifiably a dead letter jetrelay wrote ([`verify`]). Anything
+/// else in the stream (a source stream named by mistake, a message someone
+/// published to the DLQ subject) is never replayed or purged.
 pub fn is_letter(m: &Stored) -> bool {
-    m.header(header::REASON).is_some()
+    verify(m).is_ok()
+}
+
+/// Checks that `m` is a letter as jetrelay writes them: each `Jetrelay-Dlq-*` header
+/// once, the original's stream, consumer, sequence, subject and the reason all
+/// there, and the message id jetrelay gives a letter of that original
+/// (`jetrelay-dlq:<stream>:<consumer>:<sequence>`, or that and `:<n>` when the id was
+/// taken).
+///
+/// # Errors
+/// What does not hold.
+pub fn verify(m: &Stored) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for (name, _) in &m.headers {
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with(header::PREFIX) && !seen.insert(lower) {
+            return Err(format!("its {name} header is there twice"));
+        }
+    }
+    let required = |n: &str| m.header(n).ok_or_else(|| format!("it has no {n} header"));
+    let (stream, consumer) = (required(header::STREAM)?, required(header::CONSUMER)?);
+    let sequence: u64 = required(header::SEQUENCE)?
+        .trim()
+        .parse()
+        .map_err(|_| format!("its {} is not a number", header::SEQUENCE))?;
+    required(header::SUBJECT)?;
+    required(header::REASON)?;
+    let id = m.header(MSG_ID).unwrap_or("");
+    let own = crate::dead_letter::letter_id(stream, consumer, sequence);
+    let renamed = id
+        .strip_prefix(own.as_str())
+        .and_then(|rest| rest.strip_prefix(':'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if id != own && !renamed {
+        return Err(format!("its Nats-Msg-Id is not {own}"));
+    }
+    Ok(())
 }
 
 /// Why a message that is not a dead letter is left alone.
-pub fn not_a_letter(dlq_stream: &str) -> String {
+pub fn not_a_letter(dlq_stream: &str, why: &str) -> String {
     format!(
-        "not a dead letter (no Jetrelay-Dlq-* headers): left as it is; is {dlq_stream} the DLQ stream?"
+        "not a dead letter jetrelay wrote ({why}): left as it is; is {dlq_stream} the DLQ stream?"
     )
 }
 
-/// Reads a stored dead letter.
+/// Reads a stored dead letter. What a message that is not verifiably one says of
+/// itself is not shown as a letter's metadata: its own subject, and why it is not a
+/// letter, are.
 pub fn entry(m: &Stored) -> Entry {
+    if let Err(why) = verify(m) {
+        return Entry {
+            dlq_seq: m.seq,
+            time: m.time.clone(),
+            stream: None,
+            sequence: None,
+            subject: m.subject.clone(),
+            partition: None,
+            consumer: None,
+            delivered: None,
+            status: None,
+            reason: format!("not a dead letter jetrelay wrote: {why}"),
+            msg_id: None,
+            payload_omitted: None,
+            bytes: m.payload.len(),
+        };
+    }
     let text = |n: &str| m.header(n).map(str::to_string);
     let number = |n: &str| m.header(n).and_then(|v| v.trim().parse::<u64>().ok());
     Entry {
@@ -233,10 +288,17 @@ pub fn replay_id(dlq_stream: &str, dlq_seq: u64) -> String {
 /// # Errors
 /// A sentence saying why.
 pub fn replay(m: &Stored, dlq_stream: &str, to: Option<&str>) -> Result<Output, String> {
-    if !is_letter(m) {
-        return Err(not_a_letter(dlq_stream));
-    }
+    verify(m).map_err(|why| not_a_letter(dlq_stream, &why))?;
     let e = entry(m);
+    let subject = to.unwrap_or(&e.subject);
+    if let Err(why) = subject::validate_publish_subject(subject) {
+        return Err(format!("its subject {subject:?} {why}: not replayed"));
+    }
+    if subject.starts_with('$') {
+        return Err(format!(
+            "its subject {subject:?} is a system subject: not replayed"
+        ));
+    }
     if let Some(size) = e.payload_omitted {
         let at = match (&e.stream, e.sequence) {
             (Some(s), Some(n)) => format!(" (the original is in {s} at {n})"),
@@ -249,15 +311,12 @@ pub fn replay(m: &Stored, dlq_stream: &str, to: Option<&str>) -> Result<Output, 
     let mut headers: Vec<(String, String)> = m
         .headers
         .iter()
-        .filter(|(n, _)| {
-            let lower = n.to_ascii_lowercase();
-            !lower.starts_with(header::PREFIX) && !lower.starts_with("nats-")
-        })
+        .filter(|(n, _)| !crate::dead_letter::left_out(n))
         .cloned()
         .collect();
     headers.push((MSG_ID.to_string(), replay_id(dlq_stream, m.seq)));
     Ok(Output {
-        subject: to.unwrap_or(&e.subject).to_string(),
+        subject: subject.to_string(),
         headers,
         payload: m.payload.clone(),
     })
@@ -560,5 +619,85 @@ mod tests {
             why.contains("not a dead letter") && why.contains("ORDERS"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn only_what_is_verifiably_a_letter_is_one() {
+        let without = |name: &str| {
+            let mut m = letter(3, &[]);
+            m.headers.retain(|(n, _)| n != name);
+            m
+        };
+        let with_id = |id: &str| {
+            let mut m = letter(3, &[]);
+            for (n, v) in &mut m.headers {
+                if n == "Nats-Msg-Id" {
+                    *v = id.to_string();
+                }
+            }
+            m
+        };
+        // (the message, what is wrong with it; None: a letter)
+        let cases: Vec<(Stored, Option<&str>)> = vec![
+            (letter(3, &[]), None),
+            (with_id("jetrelay-dlq:ORDERS:w:42:17"), None),
+            (
+                letter(3, &[("Jetrelay-Dlq-Reason", "x")]),
+                Some("Jetrelay-Dlq-Reason header is there twice"),
+            ),
+            (
+                letter(3, &[("jetrelay-dlq-subject", "pay.refund.all")]),
+                Some("there twice"),
+            ),
+            (
+                without("Jetrelay-Dlq-Reason"),
+                Some("no Jetrelay-Dlq-Reason"),
+            ),
+            (
+                without("Jetrelay-Dlq-Stream"),
+                Some("no Jetrelay-Dlq-Stream"),
+            ),
+            (
+                without("Nats-Msg-Id"),
+                Some("Nats-Msg-Id is not jetrelay-dlq:ORDERS:w:42"),
+            ),
+            (
+                with_id("jetrelay-dlq:PAY:w:42"),
+                Some("is not jetrelay-dlq:ORDERS:w:42"),
+            ),
+            (with_id("jetrelay-dlq:ORDERS:w:42:"), Some("is not")),
+            (with_id("jetrelay-dlq:ORDERS:w:42:x"), Some("is not")),
+        ];
+        for (m, want) in cases {
+            match (verify(&m), want) {
+                (Ok(()), None) => {}
+                (Err(why), Some(w)) => {
+                    assert!(why.contains(w), "{why} lacks {w}");
+                    assert!(!is_letter(&m));
+                    // Shown for what it is, not as a letter's metadata.
+                    let e = entry(&m);
+                    assert!(e.stream.is_none() && e.reason.starts_with("not a dead letter"));
+                }
+                (got, want) => panic!("{:?}: {got:?}, want {want:?}", m.headers),
+            }
+        }
+        // A replay goes only to a subject that can be published to.
+        for (subject, why) in [
+            ("pay.*", "wildcards"),
+            ("pay.>", "wildcards"),
+            ("$JS.API.STREAM.DELETE.ORDERS", "system subject"),
+        ] {
+            let mut m = letter(5, &[]);
+            for (n, v) in &mut m.headers {
+                if n == "Jetrelay-Dlq-Subject" {
+                    *v = subject.to_string();
+                }
+            }
+            let got = replay(&m, "DLQ", None).unwrap_err();
+            assert!(
+                got.contains("not replayed") && got.contains(why),
+                "{subject}: {got}"
+            );
+        }
     }
 }

@@ -21,14 +21,27 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks a subject filter: dot-separated non-empty tokens without whitespace, `*` only
-/// as a whole token, `>` only as the whole last token.
+/// The longest subject jetrelay publishes to or filters on, in bytes. A publish's
+/// control line (`HPUB <subject> <reply> <sizes>`) must fit in the server's
+/// `max_control_line` (4096 bytes by default): a longer one makes the server close
+/// the connection, every message in flight on it with it.
+pub const MAX_SUBJECT_LEN: usize = 2048;
+
+/// Checks a subject filter: at most [`MAX_SUBJECT_LEN`] bytes of dot-separated
+/// non-empty tokens without whitespace, `*` only as a whole token, `>` only as the
+/// whole last token.
 ///
 /// # Errors
 /// A sentence saying what is wrong.
 pub fn validate_filter(subject: &str) -> Result<(), String> {
     if subject.is_empty() {
         return Err("must not be empty".into());
+    }
+    if subject.len() > MAX_SUBJECT_LEN {
+        return Err(format!(
+            "is {} bytes long: at most {MAX_SUBJECT_LEN} (the server drops a connection whose line is too long)",
+            subject.len()
+        ));
     }
     let tokens: Vec<&str> = subject.split('.').collect();
     for (i, t) in tokens.iter().enumerate() {
@@ -148,6 +161,14 @@ mod tests {
         }
         assert!(validate_publish_subject("a.b").is_ok());
         assert!(validate_publish_subject("a.*").is_err());
+        let longest = format!("a.{}", "x".repeat(MAX_SUBJECT_LEN - 2));
+        assert!(validate_publish_subject(&longest).is_ok());
+        let over = format!("{longest}x");
+        assert!(
+            validate_publish_subject(&over)
+                .unwrap_err()
+                .contains("at most 2048")
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use crate::nats::{
-    DirectError, FastFailed, Nats, NatsError, OutputError, OutputPublisher, PageRequest,
+    DirectError, FastFailed, Listed, Nats, NatsError, OutputError, OutputPublisher, PageRequest,
     TopologyError,
 };
 use crate::outputs::{Capture, Output};
@@ -277,10 +277,9 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
                 let mut seqs = Vec::new();
                 for m in page.iter().filter(|m| sel.matches(&redrive::entry(m))) {
                     summary.selected += 1;
-                    if redrive::is_letter(m) {
-                        seqs.push(m.seq);
-                    } else {
-                        summary.fail(m.seq, redrive::not_a_letter(&stream));
+                    match redrive::verify(m) {
+                        Ok(()) => seqs.push(m.seq),
+                        Err(why) => summary.fail(m.seq, redrive::not_a_letter(&stream, &why)),
                     }
                 }
                 for (seq, result) in seqs.iter().zip(nats.delete_messages(&stream, &seqs).await?) {
@@ -461,8 +460,8 @@ struct Replayer<'a> {
     fast: bool,
     /// Target subject → the stream that captures it (`None`: no stream does).
     targets: HashMap<String, Option<Capture>>,
-    /// Every stream's subjects and capture, listed at the first lookup.
-    streams: Option<Vec<(Vec<String>, Capture)>>,
+    /// Every stream's subjects, capture and sources, listed at the first lookup.
+    streams: Option<Vec<Listed>>,
     summary: Summary,
 }
 
@@ -487,6 +486,15 @@ impl Replayer<'_> {
                     .fail(m.seq, format!("no stream captures {}", output.subject));
                 continue;
             };
+            // Back where it came from, unless told otherwise: a letter's subject
+            // must be stored by its own stream (or the stream it sources from, an
+            // elastic group's).
+            if self.to.is_none()
+                && let Err(why) = self.comes_from(m, &target).await?
+            {
+                self.summary.fail(m.seq, why);
+                continue;
+            }
             if self.dry_run {
                 self.summary.planned.push((
                     m.seq,
@@ -598,6 +606,37 @@ impl Replayer<'_> {
         }
     }
 
+    /// Whether replaying `m` to its own subject goes back to the stream it was
+    /// consumed from: `target` is that stream, or one that stream sources from.
+    async fn comes_from(
+        &mut self,
+        m: &Stored,
+        target: &Capture,
+    ) -> Result<Result<(), String>, DlqError> {
+        let origin = redrive::entry(m).stream.unwrap_or_default();
+        if origin == target.stream {
+            return Ok(Ok(()));
+        }
+        if self.streams.is_none() {
+            self.streams = Some(self.nats.stream_captures().await?);
+        }
+        let sourced = self
+            .streams
+            .iter()
+            .flatten()
+            .find(|l| l.capture.stream == origin)
+            .is_some_and(|l| l.sources.contains(&target.stream));
+        Ok(if sourced {
+            Ok(())
+        } else {
+            Err(format!(
+                "its subject {} is stored by stream {}, not by {origin}, the stream it was consumed from: not replayed (--to replays it elsewhere)",
+                redrive::entry(m).subject,
+                target.stream
+            ))
+        })
+    }
+
     /// The stream that captures `subject`: the streams are listed once, then each
     /// subject is matched here (a replay over many subjects would otherwise cost two
     /// requests per subject).
@@ -608,16 +647,12 @@ impl Replayer<'_> {
         if self.streams.is_none() {
             self.streams = Some(self.nats.stream_captures().await?);
         }
-        let mut found = self
-            .streams
-            .iter()
-            .flatten()
-            .find_map(|(subjects, capture)| {
-                subjects
-                    .iter()
-                    .any(|p| crate::subject::covers(p, subject))
-                    .then(|| capture.clone())
-            });
+        let mut found = self.streams.iter().flatten().find_map(|l| {
+            l.subjects
+                .iter()
+                .any(|p| crate::subject::covers(p, subject))
+                .then(|| l.capture.clone())
+        });
         if found.is_none() {
             // The list leaves out streams the cluster cannot reach now: ask the
             // server about this subject before saying nothing captures it.

@@ -221,6 +221,13 @@ impl Settings {
         })
     }
 
+    /// How many messages may be kept on their last delivery for a dead letter the
+    /// DLQ does not store yet: a quarter of what is held (at least one), so that the
+    /// rest of `max_ack_pending` keeps the consumer flowing.
+    pub fn letters_waiting_max(&self) -> usize {
+        (self.limits.max_buffered as usize / 4).max(1)
+    }
+
     /// Whether the source is a pinned group member.
     pub fn pinned(&self) -> bool {
         matches!(self.source, SourceSettings::Group(_))

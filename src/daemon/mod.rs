@@ -337,6 +337,7 @@ impl Supervisor {
                 rules: set.publish.rules.clone(),
                 atomic: set.publish.atomic,
             }),
+            letters_waiting_max: set.letters_waiting_max(),
         });
         loop {
             let ended = match &set.source {

@@ -16,7 +16,7 @@ use super::lanes::LaneKey;
 use super::outbox::Commit;
 use super::seam::{Forward, NoAnswer, Settle};
 use crate::config::Ordering;
-use crate::dead_letter::{self, DeadLetter};
+use crate::dead_letter::{self, DeadLetter, Shed};
 use crate::delivery::Delivery;
 use crate::nats::{DlqPublisher, NatsError};
 use crate::ops::metrics::{HttpClass, SettleLabel};
@@ -211,11 +211,7 @@ impl<F: Forward> Dispatch<F> {
             reason: &text,
             at: time::OffsetDateTime::now_utc(),
         };
-        let mut published = publish_dead_letter(dlq, &letter, dlq.max_payload()).await;
-        if let Err(NatsError::DeadLetterTooLarge(_)) = published {
-            // The DLQ stream takes less than the server: go without the payload.
-            published = publish_dead_letter(dlq, &letter, 0).await;
-        }
+        let published = publish_dead_letter(dlq, &letter).await;
         match published {
             Ok(()) => {
                 let result = settler.term(&text).await;
@@ -308,24 +304,38 @@ impl<F: Forward> Dispatch<F> {
     }
 }
 
-/// Publishes one dead letter, with its payload when it fits in `max_payload`.
-async fn publish_dead_letter(
-    dlq: &DlqPublisher,
-    letter: &DeadLetter<'_>,
-    max_payload: usize,
-) -> Result<(), NatsError> {
-    let l = dead_letter::letter(letter, max_payload);
-    let payload = if l.with_payload {
-        letter.delivery.payload.clone()
-    } else {
-        tracing::warn!(
-            stream_seq = letter.delivery.stream_seq(),
-            bytes = letter.delivery.payload.len(),
-            "the dead letter is too large: published without its payload (the original stays in its stream)"
-        );
-        bytes::Bytes::new()
-    };
-    dlq.publish(&l.headers, payload).await
+/// Publishes one dead letter: whole when it fits, else shedding what it must
+/// (`dead_letter::letter`); a DLQ stream that refuses it for its size (it takes less
+/// than the server) makes it shed the next thing.
+async fn publish_dead_letter(dlq: &DlqPublisher, letter: &DeadLetter<'_>) -> Result<(), NatsError> {
+    let mut shed = Some(Shed::Nothing);
+    let mut last = NatsError::DeadLetterUnfit;
+    while let Some(at_least) = shed {
+        let Some(l) = dead_letter::letter(letter, dlq.max_payload(), at_least) else {
+            break;
+        };
+        if l.shed > Shed::Nothing {
+            tracing::warn!(
+                stream_seq = letter.delivery.stream_seq(),
+                bytes = letter.delivery.payload.len(),
+                without = ?l.shed,
+                "the dead letter is too large: published without what does not fit (the original stays in its stream)"
+            );
+        }
+        let payload = if l.with_payload {
+            letter.delivery.payload.clone()
+        } else {
+            bytes::Bytes::new()
+        };
+        match dlq.publish(&l.headers, payload).await {
+            Err(e @ NatsError::DeadLetterTooLarge(_)) => {
+                last = e;
+                shed = l.shed.next();
+            }
+            other => return other,
+        }
+    }
+    Err(last)
 }
 
 /// One message of a batch task.

@@ -104,6 +104,11 @@ pub(super) struct Book<T> {
 }
 
 impl<T> Book<T> {
+    /// Messages kept only for their dead letter (the DLQ did not store it yet).
+    pub(super) fn letters_waiting(&self) -> usize {
+        self.held.values().filter(|e| e.verdict.is_some()).count()
+    }
+
     pub(super) fn new() -> Book<T> {
         Book {
             held: HashMap::new(),

@@ -43,6 +43,8 @@ pub(super) struct Gate {
     /// Set while the app cannot be reached.
     pub(super) unreachable: Option<Unreachable>,
     pub(super) standing: Standing,
+    /// Messages kept only for their dead letter, which the DLQ does not store yet.
+    pub(super) letters_waiting: usize,
 }
 
 impl Gate {
@@ -52,6 +54,7 @@ impl Gate {
             health,
             unreachable: None,
             standing: Standing::default(),
+            letters_waiting: 0,
         }
     }
 
@@ -118,6 +121,15 @@ impl Gate {
             )
         } else if pinned_mode && !pinned {
             (State::Standby, String::new())
+        } else if self.letters_waiting > 0 {
+            // Still consuming (and ready): what waits is bounded, the rest flows.
+            (
+                State::Consuming,
+                format!(
+                    "{} message(s) wait for their dead letter: the DLQ does not store it yet",
+                    self.letters_waiting
+                ),
+            )
         } else {
             (State::Consuming, String::new())
         }
@@ -140,6 +152,7 @@ mod tests {
                 kind: "connection refused",
             }),
             standing,
+            letters_waiting: 0,
         }
     }
 
@@ -218,15 +231,28 @@ mod tests {
             ),
         ];
         let waiting_for_a_probe = Gate::new(Health::Waiting);
+        let letters = Gate {
+            letters_waiting: 3,
+            ..Gate::new(Health::Healthy)
+        };
         let cases: Vec<_> = cases
             .into_iter()
-            .chain([(
-                waiting_for_a_probe,
-                false,
-                false,
-                State::NotReady,
-                "waiting for the first health probe (http.health_url)",
-            )])
+            .chain([
+                (
+                    waiting_for_a_probe,
+                    false,
+                    false,
+                    State::NotReady,
+                    "waiting for the first health probe (http.health_url)",
+                ),
+                (
+                    letters,
+                    false,
+                    false,
+                    State::Consuming,
+                    "3 message(s) wait for their dead letter: the DLQ does not store it yet",
+                ),
+            ])
             .collect();
         for (g, pinned_mode, pinned, state, reason) in cases {
             assert_eq!(

@@ -37,7 +37,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use self::attempt::BatchItem;
-use self::book::{Book, Done, Fill, Step};
+use self::book::{Book, Done, Fill, Step, Verdict};
 use self::gate::Gate;
 use self::lanes::LaneKey;
 pub use self::outbox::Outbox;
@@ -88,6 +88,10 @@ pub struct Dispatch<F = Forwarder> {
     /// Where the outputs of the app's answers are published (`None`: publishing is
     /// off, and an answer that publishes is refused).
     pub outbox: Option<Outbox>,
+    /// At most this many messages are kept on their last delivery while the DLQ does
+    /// not store their dead letters; one more is terminated without one (it stays in
+    /// its stream), so that letters that cannot be stored never stall the consumer.
+    pub letters_waiting_max: usize,
 }
 
 /// Why the loop ended.
@@ -633,11 +637,20 @@ impl<F: Forward> Dispatch<F> {
                     }
                 }
                 Step::DeadLetterIn(delay, verdict) => {
-                    // Kept even while draining: its last delivery, a NAK would lose it.
-                    if let Some(e) = book.held.get_mut(&id) {
-                        e.verdict = Some(verdict);
+                    let waits = book.held.get(&id).is_some_and(|e| e.verdict.is_some());
+                    if !waits && book.letters_waiting() >= self.letters_waiting_max {
+                        // As many wait already: this one would take one more of the
+                        // consumer's max_ack_pending, and enough would stall it.
+                        self.abandon_letter(book, id, &verdict).await;
+                        occupies = false;
+                    } else {
+                        // Kept even while draining: its last delivery, a NAK would
+                        // lose it.
+                        if let Some(e) = book.held.get_mut(&id) {
+                            e.verdict = Some(verdict);
+                        }
+                        book.retry_at(id, now + delay);
                     }
-                    book.retry_at(id, now + delay);
                 }
                 Step::Requeue => {
                     if run.draining {
@@ -663,7 +676,40 @@ impl<F: Forward> Dispatch<F> {
                 run.book.lanes.done(&lane);
             }
         }
-        if refresh { Flow::Refresh } else { Flow::Go }
+        let waiting = run.book.letters_waiting();
+        let letters_changed = run.gate.letters_waiting != waiting;
+        if letters_changed {
+            run.gate.letters_waiting = waiting;
+            self.metrics.dead_letters_waiting.set(waiting as i64);
+        }
+        if refresh || letters_changed {
+            Flow::Refresh
+        } else {
+            Flow::Go
+        }
+    }
+
+    /// Terminates, without its dead letter, a message whose letter the DLQ does not
+    /// store while [`Dispatch::letters_waiting_max`] others wait already. It is not
+    /// erased: it stays in its stream under its sequence (the log line says where).
+    async fn abandon_letter<T: Settle>(&self, book: &mut Book<T>, id: u64, verdict: &Verdict) {
+        let Some(e) = book.take(id) else {
+            return;
+        };
+        let reason = verdict.reason.to_string();
+        let result = e.settler.term(&reason).await;
+        match &result {
+            Ok(()) => self.metrics.settled(SettleLabel::Term),
+            Err(err) => self.settle_failed(err),
+        }
+        let d = &e.delivery;
+        tracing::error!(
+            stream = d.meta.as_ref().map(|m| m.stream.as_str()).unwrap_or(""),
+            stream_seq = d.stream_seq(),
+            waiting = self.letters_waiting_max,
+            reason = %reason,
+            "message terminated without its dead letter: the DLQ does not store it and as many others wait already (it stays in its stream under its sequence)"
+        );
     }
 
     /// Releases one held message (NAK with `delay`); its lane is the caller's.

@@ -1,6 +1,6 @@
 //! The answer outbox: a message the app acked with outputs is acked only after they
 //! are stored. The outputs are checked against `[publish]`, given their ids
-//! (`jetrelay:<stream>:<sequence>:<i>`), published (one atomic batch, or one by one),
+//! (`jetrelay:<stream>:<consumer>:<sequence>:<i>`), published (one atomic batch, or one by one),
 //! and then the input is acked, confirmed. A redelivered input re-sends the same ids
 //! and learns that they were stored already, so the outputs are stored once within
 //! the target stream's duplicate window.
@@ -60,8 +60,11 @@ impl<F: Forward> Dispatch<F> {
             // An empty rule set refuses every subject: not reached.
             return self.refused(d, "not_allowed", "publishing is off".into());
         };
-        let stream = d.meta.as_ref().map(|m| m.stream.as_str()).unwrap_or("");
-        outputs::identify(&mut outputs, stream, d.stream_seq());
+        let (stream, consumer) = d
+            .meta
+            .as_ref()
+            .map_or(("", ""), |m| (m.stream.as_str(), m.consumer.as_str()));
+        outputs::identify(&mut outputs, stream, consumer, d.stream_seq());
         match outbox.publisher.publish(&outputs, outbox.atomic).await {
             Ok(c) => {
                 if c.duplicate {

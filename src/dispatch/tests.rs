@@ -336,6 +336,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         deadline: Deadline::new(knobs.grace),
         batch: knobs.batch,
         outbox: None,
+        letters_waiting_max: 4,
     });
     let (events, rx) = mpsc::unbounded_channel();
     let side: Arc<Mutex<SourceSide>> = Arc::default();

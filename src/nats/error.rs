@@ -58,6 +58,21 @@ pub enum NatsError {
     /// The dead letter is larger than the server or the DLQ stream takes.
     #[error("the dead letter is too large for the DLQ")]
     DeadLetterTooLarge(#[source] async_nats::jetstream::context::PublishError),
+    /// The DLQ stream answered that the letter's id was stored already, and what is
+    /// stored under it (and under the id tried next) is not this letter: someone
+    /// published under jetrelay's id.
+    #[error(
+        "the dead letter's id {0} is taken in the DLQ stream by a message that is not this letter"
+    )]
+    DeadLetterIdTaken(String),
+    /// Not even a letter without the payload, the original headers and a long reason
+    /// fits in what the server takes (what it says of the original is too large).
+    #[error("the dead letter does not fit in the DLQ, even without its payload and headers")]
+    DeadLetterUnfit,
+    /// The message stored under a duplicate dead letter's id could not be read back
+    /// to check it.
+    #[error("cannot read back the message stored under the dead letter's id")]
+    DeadLetterUnchecked(#[source] Cause),
     /// A consumer-group config bucket operation failed.
     #[error("the consumer-group config store cannot {step}")]
     Kv {

@@ -38,4 +38,4 @@ pub use outputs::{Committed, OutputError, OutputPublisher};
 pub use publish::DlqPublisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;
-pub use streams::{Bound, ConsumerCounts, GroupConsumer, Tail, TopologyError};
+pub use streams::{Bound, ConsumerCounts, GroupConsumer, Listed, Tail, TopologyError};

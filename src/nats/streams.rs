@@ -519,6 +519,17 @@ fn to_consumer_config(s: &ConsumerSpec) -> pull::Config {
     }
 }
 
+/// One stream of the stream list ([`Nats::stream_captures`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Its subjects (none for a stream that only sources or mirrors).
+    pub subjects: Vec<String>,
+    /// What publishing to it takes.
+    pub capture: Capture,
+    /// The streams it sources from (or mirrors).
+    pub sources: Vec<String>,
+}
+
 /// Where a stream ends, and whether it can be read with direct gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tail {
@@ -690,12 +701,13 @@ impl Nats {
         Ok(out)
     }
 
-    /// Every stream with its subjects and what publishing to it takes, listed once
-    /// (pages of the stream list): for callers that look up many subjects.
+    /// Every stream with its subjects, what publishing to it takes and the streams it
+    /// sources from, listed once (pages of the stream list): for callers that look up
+    /// many subjects.
     ///
     /// # Errors
     /// [`TopologyError`] when they cannot be listed.
-    pub async fn stream_captures(&self) -> Result<Vec<(Vec<String>, Capture)>, TopologyError> {
+    pub async fn stream_captures(&self) -> Result<Vec<Listed>, TopologyError> {
         use futures::TryStreamExt;
         let infos: Vec<async_nats::jetstream::stream::Info> =
             self.js.streams().try_collect().await.map_err(unavailable)?;
@@ -712,7 +724,18 @@ impl Nats {
                     duplicate_window: c.duplicate_window,
                     planned: false,
                 };
-                (c.subjects, capture)
+                let sources = c
+                    .sources
+                    .iter()
+                    .flatten()
+                    .chain(c.mirror.iter())
+                    .map(|s| s.name.clone())
+                    .collect();
+                Listed {
+                    subjects: c.subjects,
+                    capture,
+                    sources,
+                }
             })
             .collect())
     }

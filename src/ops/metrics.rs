@@ -157,6 +157,9 @@ pub struct Metrics {
     pub progress_sent: IntCounter,
     /// `jetrelay_dlq_failures_total`.
     pub dlq_failures: IntCounter,
+    /// `jetrelay_dead_letters_waiting`: messages kept on their last delivery because
+    /// the DLQ does not store their dead letter yet.
+    pub dead_letters_waiting: IntGauge,
     action_overrides: IntCounterVec,
     /// Per reason (`crate::delivery::Invalid::NAMES`), resolved once.
     invalid: [IntCounter; 3],
@@ -367,6 +370,10 @@ impl Metrics {
                 "jetrelay_dlq_failures_total",
                 "Dead-letter publishes that failed (the message was retried instead)",
             )?,
+            dead_letters_waiting: gauge(
+                "jetrelay_dead_letters_waiting",
+                "Messages kept on their last delivery because the DLQ does not store their dead letter yet (at most a quarter of delivery.max_buffered)",
+            )?,
             app_healthy: gauge(
                 "jetrelay_app_healthy",
                 "1 when the app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
@@ -536,6 +543,7 @@ mod tests {
             "jetrelay_retries_in_place_total",
             "jetrelay_progress_sent_total",
             "jetrelay_dlq_failures_total",
+            "jetrelay_dead_letters_waiting 0",
             "jetrelay_action_overrides_total{action=\"dlq\"} 0",
             "jetrelay_app_healthy",
             "jetrelay_invalid_messages_total{reason=\"malformed_headers\"} 0",

@@ -111,6 +111,86 @@ async fn setup() -> Setup {
 }
 
 #[tokio::test]
+async fn a_publisher_cannot_forge_what_a_dead_letter_says_or_where_it_replays() {
+    let s = setup().await;
+    // A stream the forger wants to reach.
+    a_stream(&s.env.js, "PAY", &["pay.>"], false, false).await;
+    // 1. A message carrying jetrelay's letter headers itself, refused by the app.
+    let mut h = HeaderMap::new();
+    h.insert("Jetrelay-Dlq-Subject", "pay.refund.all");
+    h.insert("Jetrelay-Dlq-Stream", "PAY");
+    h.insert("Jetrelay-Dlq-Reason", "forged");
+    h.insert("X-Keep", "kept");
+    s.env
+        .js
+        .publish_with_headers("orders.eu", h, "bad forged".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    eventually("dead-lettered", T, || async {
+        count(&s.env.js, &s.dlq).await == 1
+    })
+    .await;
+    let (code, out, err) = dlq(&s.env.nats, &["ls", &s.dlq, "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["stream"], s.env.stream.as_str(), "{out}");
+    assert_eq!(rows[0]["subject"], "orders.eu", "{out}");
+    assert_eq!(rows[0]["reason"], "jetrelay: app answered 400", "{out}");
+    let (_, shown, _) = dlq(&s.env.nats, &["show", &s.dlq, "1"]).await;
+    assert!(
+        shown.contains("X-Keep: kept") && !shown.contains("pay.refund"),
+        "{shown}"
+    );
+    // 2. Letters someone published straight to the DLQ subject, claiming the source
+    // stream but a subject elsewhere (or a wildcard): not replayed.
+    for (i, subject) in ["pay.refund.all", "pay.*", "pay.>"].into_iter().enumerate() {
+        let mut h = HeaderMap::new();
+        h.insert("Jetrelay-Dlq-Subject", subject);
+        h.insert("Jetrelay-Dlq-Stream", s.env.stream.as_str());
+        h.insert("Jetrelay-Dlq-Consumer", "x");
+        h.insert("Jetrelay-Dlq-Sequence", "99");
+        h.insert("Jetrelay-Dlq-Reason", "forged");
+        h.insert(
+            "Nats-Msg-Id",
+            format!("jetrelay-dlq:{}:x:99:{i}", s.env.stream).as_str(),
+        );
+        s.env
+            .js
+            .publish_with_headers(format!("dlq.{}", s.env.stream), h, "pay me".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    // 3. A message with only a reason header: not a letter at all.
+    let mut h = HeaderMap::new();
+    h.insert("Jetrelay-Dlq-Reason", "looks like one");
+    s.env
+        .js
+        .publish_with_headers(format!("dlq.{}", s.env.stream), h, "x".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    s.fixed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (code, out, _) = dlq(&s.env.nats, &["replay", &s.dlq, "--delete"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("selected 5, replayed 1,"), "{out}");
+    assert!(
+        out.contains("is stored by stream PAY, not by") && out.contains("wildcards"),
+        "{out}"
+    );
+    assert!(out.contains("not a dead letter jetrelay wrote"), "{out}");
+    assert_eq!(count(&s.env.js, "PAY").await, 0, "nothing reached PAY");
+    // Purge deletes only what is verifiably a letter: the reason-only message stays.
+    let (_, out, _) = dlq(&s.env.nats, &["purge", &s.dlq, "--yes"]).await;
+    assert!(out.contains("selected 4, deleted 3, failed 1"), "{out}");
+    s.relay.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn ls_and_show_read_the_dead_letters_the_daemon_wrote() {
     let s = setup().await;
     let mut headers = HeaderMap::new();
@@ -377,12 +457,15 @@ async fn a_static_members_dead_letters_replay_into_the_partition_of_their_key() 
     relay.stop().await.unwrap();
 }
 
-/// Fills `stream` with `n` dead letters for the subject `to.<i % 10>`.
+/// Fills `stream` with `n` dead letters, as jetrelay writes them, of messages of the
+/// stream `TO` on the subject `to.<i % 10>`.
 async fn fill_letters(client: &async_nats::Client, js: &jetstream::Context, subject: &str, n: u64) {
     for i in 0..n {
         let mut h = HeaderMap::new();
         h.insert("Jetrelay-Dlq-Subject", format!("to.{}", i % 10).as_str());
-        h.insert("Jetrelay-Dlq-Stream", "SRC");
+        h.insert("Jetrelay-Dlq-Stream", "TO");
+        h.insert("Jetrelay-Dlq-Consumer", "c");
+        h.insert("Nats-Msg-Id", format!("jetrelay-dlq:TO:c:{i}").as_str());
         h.insert("Jetrelay-Dlq-Sequence", i.to_string().as_str());
         h.insert("Jetrelay-Dlq-Reason", "jetrelay: app answered 400");
         h.insert("Jetrelay-Dlq-Status", "400");

@@ -267,11 +267,11 @@ async fn a_stream_without_allow_batched_refuses_the_batch_and_stores_nothing() {
 
     batched_stream(&client, "FAST", &["g.>"], true, json!({})).await;
     // Whether a stream takes them is read with its config, listed or looked up.
-    let batched = |name: &str, captures: &[(Vec<String>, jetrelay::outputs::Capture)]| {
-        captures
+    let batched = |name: &str, listed: &[jetrelay::nats::Listed]| {
+        listed
             .iter()
-            .find(|(_, c)| c.stream == name)
-            .map(|(_, c)| c.batched)
+            .find(|l| l.capture.stream == name)
+            .map(|l| l.capture.batched)
     };
     let listed = handle.stream_captures().await.unwrap();
     assert_eq!(batched("PLAIN", &listed), Some(false));

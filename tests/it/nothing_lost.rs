@@ -215,6 +215,185 @@ async fn a_dead_letter_too_large_for_its_headers_goes_without_its_payload() {
 }
 
 #[tokio::test]
+async fn messages_whose_letters_are_too_large_even_without_payload_never_stall_the_consumer() {
+    // Just under 64 KiB of headers each: a letter with them (jetrelay adds its own)
+    // is over JetStream's header limit.
+    // Refused by the app, with max_buffered 4: they are dead-lettered without their
+    // headers, and the good messages behind them flow.
+    let app = MockApp::start(|r, _| {
+        if r.header("X-Big").is_some() {
+            Reply::status(400)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let env = Env::start(&["fat.>"]).await;
+    let dead = unique("DLQ");
+    dlq_stream(&env.js, &dead, "dead.fat").await;
+    let extra = "[dlq]\nsubject = \"dead.fat\"\n[delivery]\nmax_buffered = 4\nmax_in_flight = 4\n";
+    let relay = Relay::ready(durable_config(
+        &env.nats,
+        &app,
+        &env.stream,
+        &env.durable,
+        extra,
+    ))
+    .await;
+    for i in 0..4 {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("X-Big", "h".repeat(65_400).as_str());
+        h.insert("X-Small", format!("{i}").as_str());
+        env.js
+            .publish_with_headers("fat.x", h, "fat".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    publish(&env.js, "fat.y", 20).await;
+    eventually("every message settled", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    assert_eq!(app.acked_seqs().len(), 20, "the good ones were delivered");
+    let letters = stream_messages(&env.js, &dead).await;
+    assert_eq!(letters.len(), 4);
+    for l in &letters {
+        assert!(l.headers.get("X-Big").is_none() && l.headers.get("X-Small").is_none());
+        let omitted: usize = l
+            .headers
+            .get("Jetrelay-Dlq-Headers-Omitted")
+            .unwrap()
+            .as_str()
+            .parse()
+            .unwrap();
+        assert!(omitted > 65_400, "{omitted}");
+        assert!(l.headers.get("Jetrelay-Dlq-Payload-Omitted").is_some());
+    }
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn letters_the_dlq_never_stores_are_kept_within_a_bound_and_the_rest_flows() {
+    // No stream captures the DLQ subject and the first delivery is the last: the
+    // letters cannot be stored. max_buffered 8: at most 2 are kept, the others are
+    // terminated without one, and the good messages flow; /ready and a gauge say so.
+    let app = MockApp::start(|r, _| {
+        if String::from_utf8_lossy(&r.body).starts_with("bad") {
+            Reply::status(400)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let env = Env::start(&["nl.>"]).await;
+    let extra = "[dlq]\nsubject = \"nowhere.letters\"\n[consumer]\nmax_deliver = 1\n\
+                 [delivery]\nmax_buffered = 8\nmax_in_flight = 8\nretry_initial_ms = 100\nretry_max_ms = 200\n";
+    let relay = Relay::ready(durable_config(
+        &env.nats,
+        &app,
+        &env.stream,
+        &env.durable,
+        extra,
+    ))
+    .await;
+    for i in 0..6 {
+        env.js
+            .publish("nl.bad", format!("bad {i}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    publish(&env.js, "nl.good", 30).await;
+    eventually("the good ones delivered", T, || async {
+        app.requests()
+            .iter()
+            .filter(|r| !String::from_utf8_lossy(&r.body).starts_with("bad"))
+            .count()
+            == 30
+    })
+    .await;
+    eventually("two letters wait", T, || async {
+        relay.metric("jetrelay_dead_letters_waiting").await == 2.0
+    })
+    .await;
+    let status = relay.health.status();
+    assert!(status.ready, "{status:?}");
+    assert_eq!(
+        status.reason,
+        "2 message(s) wait for their dead letter: the DLQ does not store it yet"
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await,
+        4.0,
+        "the others, terminated without a letter"
+    );
+    // The DLQ comes: the two kept are dead-lettered.
+    let dead = unique("DLQ");
+    dlq_stream(&env.js, &dead, "nowhere.letters").await;
+    eventually("the kept ones stored", T, || async {
+        stored(&env.js, &dead).await == 2
+    })
+    .await;
+    eventually("nothing waits", T, || async {
+        relay.metric("jetrelay_dead_letters_waiting").await == 0.0
+            && relay.health.status().reason.is_empty()
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_letter_id_taken_beforehand_does_not_lose_the_letter() {
+    // Someone publishes under the id jetrelay will give the letter of sequence 1:
+    // the duplicate PubAck is checked, and the letter is stored under another id.
+    let app = MockApp::start(|_, _| Reply::status(400)).await;
+    let env = Env::start(&["pre.>"]).await;
+    let dead = unique("DLQ");
+    dlq_stream(&env.js, &dead, "dead.pre").await;
+    let mut h = async_nats::HeaderMap::new();
+    let id = format!("jetrelay-dlq:{}:{}:1", env.stream, env.durable);
+    h.insert("Nats-Msg-Id", id.as_str());
+    env.js
+        .publish_with_headers("dead.pre", h, "squatter".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let extra = "[dlq]\nsubject = \"dead.pre\"\n";
+    let relay = Relay::ready(durable_config(
+        &env.nats,
+        &app,
+        &env.stream,
+        &env.durable,
+        extra,
+    ))
+    .await;
+    publish(&env.js, "pre.x", 1).await;
+    eventually("dead-lettered", T, || async {
+        stored(&env.js, &dead).await == 2
+    })
+    .await;
+    let letters = stream_messages(&env.js, &dead).await;
+    let letter = &letters[1];
+    assert_eq!(letter.payload.as_ref(), b"m0");
+    assert_eq!(
+        letter.headers.get("Nats-Msg-Id").map(|v| v.to_string()),
+        Some(format!("{id}:1")),
+        "under the id and the squatter's sequence"
+    );
+    eventually("terminated", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn the_dead_letters_of_two_consumers_of_one_message_are_both_kept() {
     let app = MockApp::start(|_, _| Reply::status(400)).await;
     let Env {

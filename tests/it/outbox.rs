@@ -110,7 +110,7 @@ async fn an_answer_publishes_its_outputs_atomically_before_the_input_is_acked() 
             .collect();
         let ids: Vec<&str> = mine.iter().map(|s| s.id.as_str()).collect();
         let want: Vec<String> = (0..3)
-            .map(|i| format!("jetrelay:{}:{input}:{i}", env.stream))
+            .map(|i| format!("jetrelay:{}:{}:{input}:{i}", env.stream, env.durable))
             .collect();
         assert_eq!(
             ids, want,
@@ -166,7 +166,7 @@ async fn outputs_stored_before_a_crash_are_not_stored_again_and_the_input_is_ack
             subject: "out.1".into(),
             headers: vec![(
                 "Nats-Msg-Id".into(),
-                format!("jetrelay:{}:1:{i}", env.stream),
+                format!("jetrelay:{}:{}:1:{i}", env.stream, env.durable),
             )],
             payload: format!("m0-{i}").into(),
         })
@@ -358,8 +358,53 @@ async fn without_atomic_outputs_go_one_by_one_to_a_stream_that_does_not_take_bat
     .await;
     let got = stored(&env.js, &out).await;
     assert_eq!(got.len(), 6);
-    assert_eq!(got[0].id, format!("jetrelay:{}:1:0", env.stream));
+    assert_eq!(
+        got[0].id,
+        format!("jetrelay:{}:{}:1:0", env.stream, env.durable)
+    );
     relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn outputs_of_two_consumers_of_one_stream_never_collide() {
+    // Two durables of one stream, each publishing one output per input into one
+    // shared stream: every output of each is stored (the ids carry the consumer).
+    let env = Env::start(&["in.>"]).await;
+    let out = unique("OUT");
+    out_stream(&env.js, &out, &["shared.>"], true).await;
+    let mut relays = Vec::new();
+    let durables = [unique("a"), unique("b")];
+    for name in &durables {
+        let who = name.clone();
+        let app = MockApp::start(move |r, _| {
+            publishing(&[(format!("shared.{}", r.seq()), format!("{who}-{}", r.seq()))])
+        })
+        .await;
+        let config = durable_config(
+            &env.nats,
+            &app,
+            &env.stream,
+            name,
+            "[publish]\nallowed_subjects = [\"shared.>\"]\n",
+        );
+        relays.push((Relay::ready(config).await, app));
+    }
+    publish(&env.js, "in.x", 30).await;
+    for name in &durables {
+        eventually("acked", T, || consumer_drained(&env.js, &env.stream, name)).await;
+    }
+    let got = stored(&env.js, &out).await;
+    assert_eq!(got.len(), 60, "each consumer's 30 outputs");
+    for name in &durables {
+        let mine = got
+            .iter()
+            .filter(|s| s.payload.starts_with(name.as_str()))
+            .count();
+        assert_eq!(mine, 30, "{name}");
+    }
+    for (relay, _) in relays {
+        relay.stop().await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -469,7 +514,7 @@ async fn each_batch_result_publishes_for_its_own_input() {
     for s in &got {
         let input = s.subject.trim_start_matches("out.");
         assert!(
-            s.id.starts_with(&format!("jetrelay:{}:{input}:", env.stream)),
+            s.id.starts_with(&format!("jetrelay:{}:{}:{input}:", env.stream, env.durable)),
             "{s:?}"
         );
     }

@@ -282,6 +282,7 @@ fn instance(
         deadline: jetrelay::daemon::shutdown::Deadline::new(Duration::from_secs(5)),
         batch: None,
         outbox: None,
+        letters_waiting_max: 4,
         pinned_mode: true,
         ordering: Ordering::None,
         progress_every: Duration::from_secs(10),
