@@ -13,6 +13,7 @@ pub mod delivery;
 pub mod outputs;
 pub mod policy;
 pub mod redrive;
+pub mod secret;
 pub mod subject;
 pub mod topology;
 

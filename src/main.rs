@@ -145,7 +145,7 @@ where
                 || match e.downcast_ref::<CheckError>() {
                     Some(CheckError::Config(_)) => true,
                     Some(CheckError::Nats(n)) => n.is_config(),
-                    Some(CheckError::App(_)) => true,
+                    Some(CheckError::App(_) | CheckError::Secret(_)) => true,
                     None => false,
                 };
             if config_error {

@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
-use serde_json::Value;
 
 use crate::subject;
+
+pub(crate) mod document;
 
 /// One message to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,17 @@ impl Output {
         (self.payload.len() + headers) as u64
     }
 
-    /// Its `Nats-Msg-Id`, if it has one.
+    /// Its size on the wire: the payload and the header block as NATS sends it.
+    pub fn wire_size(&self) -> usize {
+        let block = if self.headers.is_empty() {
+            0
+        } else {
+            crate::dead_letter::header_block_len(&self.headers)
+        };
+        self.payload.len() + block
+    }
+
+    /// Its `Nats-Msg-Id`, when it has one.
     pub fn msg_id(&self) -> Option<&str> {
         self.headers
             .iter()
@@ -62,10 +72,8 @@ pub enum Refusal {
     #[error("{0}")]
     NotAllowed(String),
     /// More messages than `publish.max_messages`.
-    #[error("{count} messages to publish, publish.max_messages is {max}")]
+    #[error("more than {max} messages to publish (publish.max_messages is {max})")]
     TooMany {
-        /// How many.
-        count: usize,
         /// The limit.
         max: usize,
     },
@@ -99,96 +107,27 @@ pub enum Author {
     Endpoint,
 }
 
-/// Reads a `{"publish": [...]}` document.
+/// Parses a `{"publish": [...]}` document (an answer's, or the endpoint's), at most
+/// `max_messages` messages: read straight into outputs, with no JSON tree (an
+/// answer of N bytes costs about N more), and refused as soon as it has one too
+/// many.
 ///
 /// # Errors
-/// [`Refusal::Malformed`] naming what is wrong.
-pub fn parse(body: &[u8], author: Author) -> Result<Vec<Output>, Refusal> {
-    let doc: Value =
-        serde_json::from_slice(body).map_err(|e| Refusal::Malformed(format!("not JSON: {e}")))?;
-    let Value::Object(mut doc) = doc else {
-        return Err(Refusal::Malformed("not a JSON object".into()));
+/// [`Refusal::Malformed`] saying what is wrong (JSON, shape, a subject, a
+/// header); [`Refusal::TooMany`].
+pub fn parse(body: &[u8], author: Author, max_messages: usize) -> Result<Vec<Output>, Refusal> {
+    let seed = document::Document {
+        list: document::List {
+            author,
+            max: max_messages,
+        },
     };
-    let list = doc
-        .remove("publish")
-        .ok_or_else(|| Refusal::Malformed("no \"publish\" list".into()))?;
-    if let Some(other) = doc.keys().next() {
-        return Err(Refusal::Malformed(format!("unknown field {other:?}")));
-    }
-    parse_list(list, author)
-}
-
-/// Reads a `publish` list (of a document, or of a batch result item).
-///
-/// # Errors
-/// [`Refusal::Malformed`] naming the item and what is wrong.
-pub fn parse_list(list: Value, author: Author) -> Result<Vec<Output>, Refusal> {
-    let Value::Array(items) = list else {
-        return Err(Refusal::Malformed("\"publish\" is not a list".into()));
-    };
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| {
-            parse_item(item, author).map_err(|why| Refusal::Malformed(format!("item {i}: {why}")))
-        })
-        .collect()
-}
-
-fn parse_item(item: Value, author: Author) -> Result<Output, String> {
-    let Value::Object(fields) = item else {
-        return Err("not an object".into());
-    };
-    let (mut subject, mut headers, mut payload) = (None, Vec::new(), None);
-    for (key, value) in fields {
-        match (key.as_str(), value) {
-            ("subject", Value::String(s)) => {
-                subject::validate_publish_subject(&s).map_err(|e| format!("subject {s:?} {e}"))?;
-                subject = Some(s);
-            }
-            ("headers", Value::Object(map)) => {
-                for (name, value) in map {
-                    let values = match value {
-                        Value::String(v) => vec![v],
-                        Value::Array(vs) => vs
-                            .into_iter()
-                            .map(|v| match v {
-                                Value::String(v) => Ok(v),
-                                _ => Err(format!("header {name:?}: values are strings")),
-                            })
-                            .collect::<Result<_, _>>()?,
-                        _ => return Err(format!("header {name:?}: values are strings")),
-                    };
-                    check_header(&name, &values, author)?;
-                    headers.extend(values.into_iter().map(|v| (name.clone(), v)));
-                }
-            }
-            ("data", Value::String(s)) if payload.is_none() => payload = Some(Bytes::from(s)),
-            ("data_base64", Value::String(s)) if payload.is_none() => {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(s.as_bytes())
-                    .map_err(|e| format!("data_base64 is not base64: {e}"))?;
-                payload = Some(Bytes::from(bytes));
-            }
-            ("data" | "data_base64", Value::String(_)) => {
-                return Err("has both data and data_base64".into());
-            }
-            (k @ ("subject" | "headers" | "data" | "data_base64"), _) => {
-                return Err(format!("{k} has the wrong type"));
-            }
-            (other, _) => return Err(format!("unknown field {other:?}")),
-        }
-    }
-    Ok(Output {
-        subject: subject.ok_or("has no subject")?,
-        headers,
-        payload: payload.unwrap_or_default(),
-    })
+    document::read(body, seed).map_err(|e| Refusal::Malformed(format!("not JSON: {e}")))?
 }
 
 /// A header an output may carry: a valid HTTP-like name, a one-line value, and no
 /// server header but the endpoint's own `Nats-Msg-Id`.
-fn check_header(name: &str, values: &[String], author: Author) -> Result<(), String> {
+pub(crate) fn check_header(name: &str, values: &[String], author: Author) -> Result<(), String> {
     let valid_name = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
     if !valid_name {
         return Err(format!("header name {name:?} is not valid"));
@@ -304,7 +243,6 @@ impl Rules {
     pub fn check(&self, outputs: &[Output]) -> Result<(), Refusal> {
         if outputs.len() > self.max_messages {
             return Err(Refusal::TooMany {
-                count: outputs.len(),
                 max: self.max_messages,
             });
         }
@@ -531,7 +469,7 @@ mod tests {
 
     #[test]
     fn documents_table() {
-        let ok = |body: &str| parse(body.as_bytes(), Author::Answer).unwrap();
+        let ok = |body: &str| parse(body.as_bytes(), Author::Answer, 10).unwrap();
         let out = ok(r#"{"publish": [
             {"subject": "a.b", "headers": {"X": "1", "Y": ["2", "3"]}, "data": "hi"},
             {"subject": "c", "data_base64": "//4="},
@@ -548,10 +486,14 @@ mod tests {
         assert!(out[2].payload.is_empty());
         assert_eq!(ok(r#"{"publish": []}"#), []);
 
-        let bad = |body: &str, author| match parse(body.as_bytes(), author) {
+        let bad = |body: &str, author| match parse(body.as_bytes(), author, 10) {
             Err(Refusal::Malformed(why)) => why,
             other => panic!("{body}: {other:?}"),
         };
+        let long = format!(
+            r#"{{"publish": [{{"subject": "a.{}"}}]}}"#,
+            "x".repeat(3000)
+        );
         for (body, why) in [
             ("nope", "not JSON"),
             ("[]", "not a JSON object"),
@@ -591,6 +533,7 @@ mod tests {
                 r#"{"publish": [{"subject": "a", "extra": 1}]}"#,
                 "unknown field",
             ),
+            (long.as_str(), "at most 2048"),
         ] {
             let got = bad(body, Author::Answer);
             assert!(got.contains(why), "{body}: {got}");
@@ -599,6 +542,7 @@ mod tests {
         let out = parse(
             br#"{"publish": [{"subject": "a", "headers": {"Nats-Msg-Id": "k1"}}]}"#,
             Author::Endpoint,
+            10,
         )
         .unwrap();
         assert_eq!(out[0].msg_id(), Some("k1"));
@@ -641,7 +585,7 @@ mod tests {
                     output("a", "")
                 ]
             ),
-            Refusal::TooMany { count: 4, max: 3 }
+            Refusal::TooMany { max: 3 }
         );
         let big = "x".repeat(101);
         assert_eq!(

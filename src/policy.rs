@@ -112,6 +112,8 @@ pub enum Outcome {
     TransportError,
     /// No answer within `http.timeout_ms`.
     Timeout,
+    /// A 2xx whose body, a batch answer, does not parse: the batch is retried.
+    BadAnswer,
     /// The message broke what the transport promises (bad metadata, no partition
     /// token, malformed headers); it is never sent.
     Invalid(Invalid),
@@ -166,6 +168,8 @@ pub enum LastFailure {
     Timeout,
     /// The app answered, but its outputs could not be published (the reason label).
     Publish(&'static str),
+    /// The app answered 2xx, but its batch answer did not parse.
+    BadAnswer,
 }
 
 impl fmt::Display for LastFailure {
@@ -176,6 +180,7 @@ impl fmt::Display for LastFailure {
             LastFailure::Transport => f.write_str("no answer (connection closed)"),
             LastFailure::Timeout => f.write_str("no answer in time"),
             LastFailure::Publish(why) => write!(f, "outputs not published ({why})"),
+            LastFailure::BadAnswer => f.write_str("the answer did not parse"),
         }
     }
 }
@@ -235,6 +240,7 @@ impl Policy {
             Outcome::Unreachable => return Disposition::Hold,
             Outcome::TransportError => (None, LastFailure::Transport),
             Outcome::Timeout => (None, LastFailure::Timeout),
+            Outcome::BadAnswer => (None, LastFailure::BadAnswer),
             Outcome::Answered {
                 status,
                 retry_after,
@@ -437,6 +443,11 @@ mod tests {
             (Outcome::Timeout, 2, retry(2000)),
             (answered(503), 10, exhausted(10, LastFailure::Status(503))),
             (Outcome::Timeout, 11, exhausted(11, LastFailure::Timeout)),
+            (
+                Outcome::BadAnswer,
+                10,
+                exhausted(10, LastFailure::BadAnswer),
+            ),
             (
                 Outcome::TransportError,
                 10,

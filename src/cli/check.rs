@@ -30,6 +30,9 @@ pub fn offline(config: &Config) -> Result<Settings, CheckError> {
     let settings = Settings::from_config(config)?;
     let limits = crate::http::forward::AnswerLimits::from_settings(&settings);
     crate::http::forward::Forwarder::new(&config.http, 1, limits)?;
+    if let Some(path) = &settings.publish.token_file {
+        crate::secret::SecretFile::load("publish.token_file", path)?;
+    }
     Ok(settings)
 }
 
@@ -243,6 +246,9 @@ pub enum CheckError {
     /// The app's side cannot be set up (a secret file, the TLS CA, the proxy).
     #[error(transparent)]
     App(#[from] crate::http::forward::ForwardError),
+    /// A secret file of the endpoint cannot be used.
+    #[error(transparent)]
+    Secret(#[from] crate::secret::SecretError),
 }
 
 /// Reads the topology and describes the plan; `ok` is false where `run` would stop

@@ -23,6 +23,9 @@ pub struct PublishConfig {
     /// The local publish endpoint: `host:port`, or a port alone for loopback; empty =
     /// off.
     pub listen: String,
+    /// A file holding the token the endpoint requires (`Authorization: Bearer
+    /// <token>`); read again when it changes; empty = no token.
+    pub token_file: String,
 }
 
 impl Default for PublishConfig {
@@ -33,6 +36,7 @@ impl Default for PublishConfig {
             max_messages: 100,
             max_bytes: 1024 * 1024,
             listen: String::new(),
+            token_file: String::new(),
         }
     }
 }
@@ -86,6 +90,11 @@ impl Config {
                     "the endpoint needs publish.allowed_subjects (nothing may be published)",
                 );
             }
+        } else if !c.token_file.is_empty() {
+            p.add(
+                "publish.token_file",
+                "is for the endpoint: set publish.listen too",
+            );
         }
     }
 }

@@ -113,6 +113,8 @@ pub struct Publishing {
     pub atomic: bool,
     /// The local publish endpoint's address, when on.
     pub listen: Option<SocketAddr>,
+    /// The file of the token the endpoint requires, when one is set.
+    pub token_file: Option<String>,
     /// How long a target stream's duplicate window must keep the outputs' ids: an
     /// input whose ack was lost comes again after its redelivery delay (the ack
     /// wait, or the longest `consumer.backoff_ms`), and the app answers within
@@ -209,6 +211,8 @@ impl Settings {
                 },
                 atomic: c.publish.atomic,
                 listen: c.publish.listen_addr(),
+                token_file: (!c.publish.token_file.is_empty())
+                    .then(|| c.publish.token_file.clone()),
                 window_needed: c
                     .consumer
                     .backoff_ms

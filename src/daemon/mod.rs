@@ -24,6 +24,7 @@ use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{PinHolder, Readiness, State};
 use crate::ops::telemetry::chain;
 use crate::policy::backoff;
+use crate::secret::SecretFile;
 use crate::topology::TopologyRequest;
 
 /// A failure that ends the daemon.
@@ -71,6 +72,9 @@ pub enum DaemonError {
     /// The signal handlers could not be installed.
     #[error("cannot listen for signals")]
     Signals(#[source] std::io::Error),
+    /// A secret file cannot be used.
+    #[error(transparent)]
+    Secret(#[from] crate::secret::SecretError),
 }
 
 impl DaemonError {
@@ -82,12 +86,13 @@ impl DaemonError {
             other => matches!(
                 other,
                 DaemonError::Forward(
-                    ForwardError::SecretFile { .. }
+                    ForwardError::SecretFile(_)
                         | ForwardError::Header(_)
                         | ForwardError::Proxy(..)
                         | ForwardError::TlsCa { .. }
                         | ForwardError::Url(..)
                 ) | DaemonError::Config(_)
+                    | DaemonError::Secret(_)
             ),
         }
     }
@@ -101,8 +106,24 @@ pub struct Daemon {
     metrics: Metrics,
     readiness: Readiness,
     admin: TcpListener,
-    publish: Option<TcpListener>,
+    /// The publish endpoint's listener and the token it requires, when it is on.
+    publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
     forwarder: Forwarder,
+}
+
+/// The publish endpoint's token file (`publish.token_file`), read now: a missing or
+/// empty one is a config error.
+///
+/// # Errors
+/// [`DaemonError::Secret`].
+pub fn publish_token(settings: &Settings) -> Result<Option<Arc<SecretFile>>, DaemonError> {
+    match &settings.publish.token_file {
+        Some(path) => Ok(Some(Arc::new(SecretFile::load(
+            "publish.token_file",
+            path,
+        )?))),
+        None => Ok(None),
+    }
 }
 
 impl Daemon {
@@ -132,11 +153,12 @@ impl Daemon {
                 source,
             })?;
         let publish = match settings.publish.listen {
-            Some(addr) => Some(
+            Some(addr) => Some((
                 TcpListener::bind(addr)
                     .await
                     .map_err(|source| DaemonError::PublishBind { addr, source })?,
-            ),
+                publish_token(&settings)?,
+            )),
             None => None,
         };
         let limits = AnswerLimits::from_settings(&settings);
@@ -159,7 +181,16 @@ impl Daemon {
 
     /// The bound publish endpoint's address, when it is on.
     pub fn publish_addr(&self) -> Option<SocketAddr> {
-        self.publish.as_ref().and_then(|l| l.local_addr().ok())
+        self.publish.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// The admin port's and the publish endpoint's connection caps, within the
+    /// process's open-files limit.
+    fn connection_caps(&self) -> (usize, usize) {
+        crate::serve::connection_caps(
+            crate::serve::open_files_limit(),
+            self.settings.max_in_flight,
+        )
     }
 
     /// The readiness handle.
@@ -181,10 +212,12 @@ impl Daemon {
     /// [`DaemonError`].
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), DaemonError> {
         let admin_stop = CancellationToken::new();
+        let (admin_cap, publish_cap) = self.connection_caps();
         let admin = tokio::spawn(crate::serve::admin::serve(
             self.admin,
             self.readiness.clone(),
             self.metrics.clone(),
+            admin_cap,
             admin_stop.clone(),
         ));
         let deadline = Deadline::new(self.settings.shutdown_grace);
@@ -196,6 +229,7 @@ impl Daemon {
             forwarder: self.forwarder,
             deadline: deadline.clone(),
             publish: self.publish,
+            publish_cap,
         };
         let run = supervisor.run(&shutdown);
         tokio::pin!(run);
@@ -235,8 +269,10 @@ struct Supervisor {
     readiness: Readiness,
     forwarder: Forwarder,
     deadline: Deadline,
-    /// The publish endpoint's listener, when it is on.
-    publish: Option<TcpListener>,
+    /// The publish endpoint's listener and token, when it is on.
+    publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
+    /// The publish endpoint's connection cap.
+    publish_cap: usize,
 }
 
 impl Supervisor {
@@ -244,7 +280,10 @@ impl Supervisor {
         self.readiness.set(State::NotReady, "starting");
         let nats = Nats::connect(&self.config.nats, true).await?;
         let mirror = self.mirror_connection(&nats);
-        let endpoint = self.publish.take().map(|l| self.serve_publish(l, &nats));
+        let endpoint = self
+            .publish
+            .take()
+            .map(|(l, token)| self.serve_publish(l, token, &nats));
         let result = self.consume(&nats, shutdown).await;
         mirror.abort();
         // The app may publish until its messages are drained.
@@ -269,6 +308,7 @@ impl Supervisor {
     fn serve_publish(
         &self,
         listener: TcpListener,
+        token: Option<Arc<SecretFile>>,
         nats: &Nats,
     ) -> (CancellationToken, JoinHandle<std::io::Result<()>>) {
         let p = &self.settings.publish;
@@ -277,12 +317,14 @@ impl Supervisor {
             rules: p.rules.clone(),
             atomic: p.atomic,
             metrics: self.metrics.clone(),
+            token,
         };
         tracing::info!(listen = ?listener.local_addr().ok(), "publish endpoint listening");
         let stop = CancellationToken::new();
         let served = tokio::spawn(crate::serve::publish::serve(
             listener,
             endpoint,
+            self.publish_cap,
             stop.clone(),
         ));
         (stop, served)

@@ -399,10 +399,11 @@ impl<F: Forward> Dispatch<F> {
             }
             _ => Reach::Reached,
         };
-        if bf.answer == Some(crate::http::batch::Answer::Unparsable) {
+        if let Some(crate::http::batch::Answer::Unparsable(why)) = &bf.answer {
             self.metrics.batch_bad_answers.inc();
             tracing::warn!(
                 messages = send.len(),
+                error = %why,
                 "the app's answer to a batch does not parse: the whole batch is retried"
             );
         }

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use super::lanes::LaneKey;
 use crate::http::batch::Answer;
 use crate::outputs::{Output, Refusal};
-use crate::policy::{AppAction, Disposition, Outcome};
+use crate::policy::{Disposition, Outcome};
 
 /// What each message's outcome is, given the batch request's own outcome and, for a
 /// 2xx, its per-message answer. `ids` are the messages' batch ids, in batch order.
@@ -22,15 +22,10 @@ pub(super) fn outcomes(
         // No answer (unreachable, reset, timeout): each message as if alone.
         return all(request.clone());
     };
-    let retry = |status| Outcome::Answered {
-        status,
-        retry_after: None,
-        action: Some(AppAction::Retry),
-    };
     match answer {
         // Not a 2xx (or no body was read): each message as if it got this answer.
         None | Some(Answer::AllAcked) => all(request.clone()),
-        Some(Answer::Unparsable) => all(retry(*status)),
+        Some(Answer::Unparsable(_)) => all(Outcome::BadAnswer),
         Some(Answer::Results(results)) => {
             let by_id: HashMap<&str, usize> = ids
                 .iter()
@@ -170,6 +165,7 @@ mod tests {
 
     use super::*;
     use crate::http::batch::ItemResult;
+    use crate::policy::AppAction;
 
     #[test]
     fn commit_groups_table() {
@@ -253,8 +249,8 @@ mod tests {
             ),
             (
                 ok.clone(),
-                Some(Answer::Unparsable),
-                vec![answered(200, Some(AppAction::Retry), None); 3],
+                Some(Answer::Unparsable("x".into())),
+                vec![Outcome::BadAnswer; 3],
                 0,
             ),
             (

@@ -860,7 +860,7 @@ async fn a_failed_batch_gives_every_message_what_it_would_get_alone() {
             if carried[0].1 == 1 {
                 (status(503), None, MS)
             } else {
-                (status(200), Some(Answer::Unparsable), MS)
+                (status(200), Some(Answer::Unparsable("x".into())), MS)
             }
         }),
     );

@@ -16,7 +16,10 @@
 use std::time::Duration;
 
 use base64::Engine;
-use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use serde::Serialize;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 
@@ -138,50 +141,160 @@ pub enum Answer {
     AllAcked,
     /// Per-message results; the messages not listed are acked.
     Results(Vec<ItemResult>),
-    /// The body does not parse: the whole batch is retried.
-    Unparsable,
+    /// The body does not parse (or is not a batch answer): the whole batch is
+    /// retried. Why, for the log.
+    Unparsable(String),
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawItem {
-    id: String,
-    action: String,
-    #[serde(default)]
-    retry_after_ms: Option<u64>,
-    #[serde(default)]
-    publish: Option<Value>,
+/// How much a batch answer may say: at most `results` results (the batch's size),
+/// and at most `outputs` messages to publish per result (`publish.max_messages`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerBounds {
+    /// Results at most.
+    pub results: usize,
+    /// Outputs per result at most.
+    pub outputs: usize,
 }
 
-/// Reads a 2xx answer's body.
-pub fn answer(body: &[u8]) -> Answer {
+/// Reads a 2xx answer's body, straight into results (no JSON tree: an answer of N
+/// bytes costs about N more), reading no more than `bounds` allow.
+pub fn answer(body: &[u8], bounds: AnswerBounds) -> Answer {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Answer::AllAcked;
     }
-    let Ok(Value::Object(mut object)) = serde_json::from_slice::<Value>(body) else {
-        return Answer::Unparsable;
-    };
-    let Some(results) = object.remove("results") else {
-        return Answer::AllAcked;
-    };
-    let Ok(raw) = serde_json::from_value::<Vec<RawItem>>(results) else {
-        return Answer::Unparsable;
-    };
-    let mut out = Vec::with_capacity(raw.len());
-    for r in raw {
-        let Some(action) = AppAction::parse(&r.action) else {
-            return Answer::Unparsable;
-        };
-        out.push(ItemResult {
-            id: r.id,
-            action,
-            retry_after: r.retry_after_ms.map(Duration::from_millis),
-            outputs: r
-                .publish
-                .map(|list| outputs::parse_list(list, Author::Answer)),
-        });
+    match outputs::document::read(body, Top(bounds)) {
+        Ok(answer) => answer,
+        Err(e) => Answer::Unparsable(format!("not a batch answer: {e}")),
     }
-    Answer::Results(out)
+}
+
+/// The answer's object: `results`, any other key skipped, and the single-message
+/// form `{"publish": [...]}` refused (its outputs would belong to no message).
+struct Top(AnswerBounds);
+
+impl<'de> DeserializeSeed<'de> for Top {
+    type Value = Answer;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Answer, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Top {
+    type Value = Answer;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Answer, A::Error> {
+        let mut results = None;
+        let mut top_outputs = false;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "results" if results.is_none() => {
+                    results = Some(map.next_value_seed(Results(self.0))?);
+                }
+                "results" => return Err(de::Error::custom("\"results\" twice")),
+                "publish" => {
+                    map.next_value::<IgnoredAny>()?;
+                    top_outputs = true;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if top_outputs {
+            return Ok(Answer::Unparsable(
+                "the answer to a batch has a \"publish\" list of its own: in batch delivery each result carries its message's outputs (results[].publish)".into(),
+            ));
+        }
+        Ok(results.map_or(Answer::AllAcked, Answer::Results))
+    }
+}
+
+/// The `results` list, at most `bounds.results` long.
+struct Results(AnswerBounds);
+
+impl<'de> DeserializeSeed<'de> for Results {
+    type Value = Vec<ItemResult>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Results {
+    type Value = Vec<ItemResult>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of results")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(item) = seq.next_element_seed(Result_(self.0))? {
+            if out.len() == self.0.results {
+                return Err(de::Error::custom(format!(
+                    "more results than the batch's {} messages",
+                    self.0.results
+                )));
+            }
+            out.push(item);
+        }
+        Ok(out)
+    }
+}
+
+/// One result: `id`, `action`, `retry_after_ms`, `publish`; nothing else.
+struct Result_(AnswerBounds);
+
+impl<'de> DeserializeSeed<'de> for Result_ {
+    type Value = ItemResult;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<ItemResult, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Result_ {
+    type Value = ItemResult;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a result")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ItemResult, A::Error> {
+        let (mut id, mut action, mut retry_after, mut outputs) = (None, None, None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "id" => id = Some(map.next_value::<String>()?),
+                "action" => {
+                    let text = map.next_value::<String>()?;
+                    let parsed = AppAction::parse(&text)
+                        .ok_or_else(|| de::Error::custom(format!("unknown action {text:?}")))?;
+                    action = Some(parsed);
+                }
+                "retry_after_ms" => {
+                    retry_after = map.next_value::<Option<u64>>()?.map(Duration::from_millis);
+                }
+                "publish" => {
+                    outputs = Some(map.next_value_seed(outputs::document::List {
+                        author: Author::Answer,
+                        max: self.0.outputs,
+                    })?);
+                }
+                other => return Err(de::Error::custom(format!("unknown field {other:?}"))),
+            }
+        }
+        Ok(ItemResult {
+            id: id.ok_or_else(|| de::Error::missing_field("id"))?,
+            action: action.ok_or_else(|| de::Error::missing_field("action"))?,
+            retry_after,
+            outputs,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -311,21 +424,55 @@ mod tests {
                     outputs: Some(Err(Refusal::Malformed("\"publish\" is not a list".into()))),
                 }]),
             ),
-            ("ok", Answer::Unparsable),
-            ("[1]", Answer::Unparsable),
-            (r#"{"results": {"id": "S:1"}}"#, Answer::Unparsable),
+        ];
+        let bounds = AnswerBounds {
+            results: 3,
+            outputs: 2,
+        };
+        for (text, want) in cases {
+            assert_eq!(answer(text.as_bytes(), bounds), want, "{text}");
+        }
+        // (answer, why it does not parse)
+        let unparsable = [
+            ("ok", "not a batch answer"),
+            ("[1]", "expected a JSON object"),
+            (
+                r#"{"results": {"id": "S:1"}}"#,
+                "expected a list of results",
+            ),
             (
                 r#"{"results": [{"id": "S:1", "action": "later"}]}"#,
-                Answer::Unparsable,
+                "unknown action \"later\"",
             ),
-            (r#"{"results": [{"id": "S:1"}]}"#, Answer::Unparsable),
+            (r#"{"results": [{"id": "S:1"}]}"#, "missing field `action`"),
             (
                 r#"{"results": [{"id": "S:1", "action": "ack", "extra": 1}]}"#,
-                Answer::Unparsable,
+                "unknown field \"extra\"",
+            ),
+            // Stops after the batch's size.
+            (
+                r#"{"results": [{"id": "1", "action": "ack"}, {"id": "2", "action": "ack"}, {"id": "3", "action": "ack"}, {"id": "4", "action": "ack"}]}"#,
+                "more results than the batch's 3 messages",
+            ),
+            // The single-message form: its outputs would belong to no message.
+            (
+                r#"{"publish": [{"subject": "o.1", "data": "x"}]}"#,
+                "each result carries its message's outputs",
             ),
         ];
-        for (text, want) in cases {
-            assert_eq!(answer(text.as_bytes()), want, "{text}");
+        for (text, why) in unparsable {
+            match answer(text.as_bytes(), bounds) {
+                Answer::Unparsable(got) => assert!(got.contains(why), "{text}: {got}"),
+                other => panic!("{text}: {other:?}"),
+            }
         }
+        // Outputs over publish.max_messages are that result's refusal, not the
+        // answer's.
+        let three = r#"{"results": [{"id": "S:1", "action": "ack", "publish": [{"subject": "a"}, {"subject": "b"}, {"subject": "c"}]}, {"id": "S:2", "action": "retry"}]}"#;
+        let Answer::Results(r) = answer(three.as_bytes(), bounds) else {
+            panic!("{three}");
+        };
+        assert_eq!(r[0].outputs, Some(Err(Refusal::TooMany { max: 2 })));
+        assert_eq!(r[1].action, AppAction::Retry);
     }
 }

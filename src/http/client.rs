@@ -68,7 +68,7 @@ mod tests {
         // The daemon's: plain http and https apps, a proxy, a health URL.
         let limits = AnswerLimits {
             publish_bytes: 1024,
-            batch_size: 1,
+            publish_messages: 10,
         };
         for (url, proxy) in [
             ("http://127.0.0.1:1/messages", ""),

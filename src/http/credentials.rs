@@ -6,37 +6,27 @@
 //! every request to the app and on health probes.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
-use tokio::time::Instant;
 
 use super::forward::ForwardError;
-
-/// How often the files are looked at, at most.
-const CHECK_EVERY: Duration = Duration::from_secs(1);
+use crate::secret::SecretFile;
 
 /// One header whose value lives in a file.
 #[derive(Debug)]
 struct FileHeader {
     name: HeaderName,
-    /// The config key, for messages.
-    key: String,
-    path: PathBuf,
+    secret: SecretFile,
     /// Put before the file's content (`Bearer `).
     prefix: &'static str,
 }
 
-/// What a file looked like when it was last read.
-type Stamp = Option<(SystemTime, u64)>;
-
+/// The headers last built, and the file values they were built from.
 #[derive(Debug)]
 struct Cached {
     headers: HeaderMap,
-    checked: Instant,
-    stamps: Vec<Stamp>,
+    values: Vec<Arc<str>>,
 }
 
 /// The credentials sent to the app.
@@ -69,8 +59,7 @@ impl Credentials {
         if !bearer_token_file.is_empty() {
             files.push(FileHeader {
                 name: AUTHORIZATION,
-                key: "http.bearer_token_file".into(),
-                path: bearer_token_file.into(),
+                secret: SecretFile::load("http.bearer_token_file", bearer_token_file)?,
                 prefix: "Bearer ",
             });
         }
@@ -78,29 +67,18 @@ impl Credentials {
             files.push(FileHeader {
                 name: HeaderName::from_bytes(name.as_bytes())
                     .map_err(|_| ForwardError::Header(name.clone()))?,
-                key: format!("http.header_files.{name}"),
-                path: path.into(),
+                secret: SecretFile::load(format!("http.header_files.{name}"), path)?,
                 prefix: "",
             });
         }
-        let mut headers = fixed.clone();
-        let mut stamps = Vec::with_capacity(files.len());
-        for f in &files {
-            let value = read(f).map_err(|(why, source)| ForwardError::SecretFile {
-                key: f.key.clone(),
-                path: f.path.display().to_string(),
-                why,
-                source,
-            })?;
-            headers.insert(f.name.clone(), value);
-            stamps.push(stamp(f));
-        }
+        let values: Vec<Arc<str>> = files.iter().map(|f| f.secret.value()).collect();
+        let built = build(&fixed, &files, &values, None)
+            .map_err(|f| ForwardError::Header(files[f].secret.key().to_string()))?;
         Ok(Credentials {
             files,
             cached: Mutex::new(Cached {
-                headers,
-                checked: Instant::now(),
-                stamps,
+                headers: built,
+                values,
             }),
             fixed,
         })
@@ -108,59 +86,59 @@ impl Credentials {
 
     /// The headers to send now: the files are read again when they changed.
     pub fn headers(&self) -> HeaderMap {
-        // A poisoned lock means a panic elsewhere while reading files; the cached
-        // headers are still whole (they are replaced, never edited in place).
+        // A poisoned lock means a panic elsewhere while building; the cached headers
+        // are still whole (they are replaced, never edited in place).
         let mut cached = match self.cached.lock() {
             Ok(c) => c,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if self.files.is_empty() || cached.checked.elapsed() < CHECK_EVERY {
+        let values: Vec<Arc<str>> = self.files.iter().map(|f| f.secret.value()).collect();
+        let same = values
+            .iter()
+            .zip(&cached.values)
+            .all(|(a, b)| Arc::ptr_eq(a, b));
+        if same {
             return cached.headers.clone();
         }
-        cached.checked = Instant::now();
-        let now: Vec<Stamp> = self.files.iter().map(stamp).collect();
-        if now == cached.stamps {
-            return cached.headers.clone();
-        }
-        let mut headers = self.fixed.clone();
-        for f in &self.files {
-            match read(f) {
-                Ok(v) => {
-                    headers.insert(f.name.clone(), v);
-                }
-                Err((why, _)) => {
-                    // Read again when it changes (reappears) next.
-                    tracing::warn!(key = %f.key, path = %f.path.display(), why, "a secret file cannot be read again: its last value stays in use");
-                    if let Some(old) = cached.headers.get(&f.name) {
-                        headers.insert(f.name.clone(), old.clone());
-                    }
-                }
+        match build(&self.fixed, &self.files, &values, Some(&cached.headers)) {
+            Ok(headers) => {
+                cached.headers = headers;
+                cached.values = values;
             }
+            Err(f) => tracing::warn!(
+                key = %self.files[f].secret.key(),
+                "a secret file's new content is not a valid header value: its last value stays in use"
+            ),
         }
-        tracing::info!("a secret file changed: its value is read again");
-        cached.stamps = now;
-        cached.headers = headers.clone();
-        headers
+        cached.headers.clone()
     }
 }
 
-/// A file's modification time and size (`None`: cannot be seen).
-fn stamp(f: &FileHeader) -> Stamp {
-    let m = std::fs::metadata(&f.path).ok()?;
-    Some((m.modified().ok()?, m.len()))
-}
-
-/// The header value a file holds (trimmed, marked sensitive).
-fn read(f: &FileHeader) -> Result<HeaderValue, (&'static str, Option<std::io::Error>)> {
-    let text = std::fs::read_to_string(&f.path).map_err(|e| ("cannot read it", Some(e)))?;
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(("it is empty", None));
+/// The headers from the fixed ones and the files' values (marked sensitive); `Err`
+/// is the index of a file whose value is not a valid header value. With `last`, such
+/// a file keeps its value in it.
+fn build(
+    fixed: &HeaderMap,
+    files: &[FileHeader],
+    values: &[Arc<str>],
+    last: Option<&HeaderMap>,
+) -> Result<HeaderMap, usize> {
+    let mut headers = fixed.clone();
+    for (i, (f, v)) in files.iter().zip(values).enumerate() {
+        match HeaderValue::from_str(&format!("{}{v}", f.prefix)) {
+            Ok(mut value) => {
+                value.set_sensitive(true);
+                headers.insert(f.name.clone(), value);
+            }
+            Err(_) => match last.and_then(|l| l.get(&f.name)) {
+                Some(old) => {
+                    headers.insert(f.name.clone(), old.clone());
+                }
+                None => return Err(i),
+            },
+        }
     }
-    let mut v = HeaderValue::from_str(&format!("{}{text}", f.prefix))
-        .map_err(|_| ("its content is not a valid header value", None))?;
-    v.set_sensitive(true);
-    Ok(v)
+    Ok(headers)
 }
 
 #[cfg(test)]
@@ -184,11 +162,11 @@ mod tests {
         assert_eq!(h["x-source"], "jetrelay");
 
         std::fs::write(&token, "v2-longer\n").unwrap();
-        c.cached.lock().unwrap().checked -= CHECK_EVERY;
+        c.files.iter().for_each(|f| f.secret.expire());
         assert_eq!(c.headers()["authorization"], "Bearer v2-longer");
         // Gone (mid-rotation): the last value stays.
         std::fs::remove_file(&key).unwrap();
-        c.cached.lock().unwrap().checked -= CHECK_EVERY;
+        c.files.iter().for_each(|f| f.secret.expire());
         assert_eq!(c.headers()["x-api-key"], "k1");
     }
 

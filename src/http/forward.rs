@@ -32,9 +32,9 @@ pub const ACTION_HEADER: &str = "jetrelay-action";
 /// At most this much of a response body is read before the connection is dropped.
 const MAX_BODY_DRAIN: usize = 64 * 1024;
 
-/// At most this much of a batch answer is read (1000 results fit many times over),
-/// plus what its items may publish.
-const MAX_BATCH_ANSWER: usize = 4 * 1024 * 1024;
+/// What one result of a batch answer takes besides its outputs (its id, action and
+/// retry delay, with room to spare).
+const RESULT_BYTES: usize = 1024;
 
 /// The most of a batch answer ever read, outputs included.
 const MAX_BATCH_ANSWER_WITH_OUTPUTS: usize = 256 * 1024 * 1024;
@@ -44,17 +44,16 @@ const MAX_BATCH_ANSWER_WITH_OUTPUTS: usize = 256 * 1024 * 1024;
 pub struct AnswerLimits {
     /// `publish.max_bytes`: an answer's outputs, decoded.
     pub publish_bytes: u64,
-    /// `delivery.batch_size`: a batch answer has up to this many items publishing.
-    pub batch_size: usize,
+    /// `publish.max_messages`: an answer's outputs, counted.
+    pub publish_messages: usize,
 }
 
 impl AnswerLimits {
-    /// From the settings: `publish.max_bytes` and the batch size (1 without batch
-    /// delivery).
+    /// From the settings: `publish.max_bytes` and `publish.max_messages`.
     pub fn from_settings(s: &crate::config::Settings) -> AnswerLimits {
         AnswerLimits {
             publish_bytes: s.publish.rules.max_bytes,
-            batch_size: s.batch.map_or(1, |b| b.size),
+            publish_messages: s.publish.rules.max_messages,
         }
     }
 
@@ -67,11 +66,14 @@ impl AnswerLimits {
             .saturating_add(64 * 1024)
     }
 
-    /// How much of a batch answer is read.
-    fn batch_answer(self) -> usize {
+    /// How much of the answer to a batch of `messages` is read: what that many
+    /// results can carry (each its id, action and outputs), never what the largest
+    /// batch could.
+    fn batch_answer(self, messages: usize) -> usize {
         self.publish_answer()
-            .saturating_mul(self.batch_size)
-            .saturating_add(MAX_BATCH_ANSWER)
+            .saturating_add(RESULT_BYTES)
+            .saturating_mul(messages)
+            .saturating_add(64 * 1024)
             .min(MAX_BATCH_ANSWER_WITH_OUTPUTS)
     }
 }
@@ -83,18 +85,8 @@ pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
 #[derive(Debug, thiserror::Error)]
 pub enum ForwardError {
     /// A secret file (the bearer token, a header value) cannot be used.
-    #[error("{key} ({path}): {why}")]
-    SecretFile {
-        /// The config key.
-        key: String,
-        /// The path.
-        path: String,
-        /// What is wrong.
-        why: &'static str,
-        /// The cause, when it is an I/O error.
-        #[source]
-        source: Option<std::io::Error>,
-    },
+    #[error(transparent)]
+    SecretFile(#[from] crate::secret::SecretError),
     /// A configured header or the token is not valid HTTP.
     #[error("http.headers.{0}: not a valid header")]
     Header(String),
@@ -211,7 +203,11 @@ impl Forwarder {
             .await;
         f.skipped_headers = skipped;
         f.outputs = match body {
-            Body::Publish(body) => Some(outputs::parse(&body, Author::Answer)),
+            Body::Publish(body) => Some(outputs::parse(
+                &body,
+                Author::Answer,
+                self.limits.publish_messages,
+            )),
             Body::PublishTooLarge(read) => Some(Err(Refusal::TooLarge {
                 bytes: read as u64,
                 max: publish as u64,
@@ -228,19 +224,26 @@ impl Forwarder {
         let mut headers = HeaderMap::with_capacity(6);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(BATCH_SIZE_HEADER, HeaderValue::from(items.len()));
-        let keep = self.limits.batch_answer();
+        let keep = self.limits.batch_answer(items.len());
         let (mut forwarded, body) = self.post(headers, body.into(), keep, keep).await;
         forwarded.skipped_headers = skipped;
+        let bounds = crate::http::batch::AnswerBounds {
+            results: items.len(),
+            outputs: self.limits.publish_messages,
+        };
         let answer = match (&forwarded.outcome, body) {
             (Outcome::Answered { status, .. }, Body::Publish(body) | Body::Other(body))
                 if (200..300).contains(status) =>
             {
-                Some(crate::http::batch::answer(&body))
+                Some(crate::http::batch::answer(&body, bounds))
             }
-            (Outcome::Answered { status, .. }, Body::PublishTooLarge(_))
+            (Outcome::Answered { status, .. }, Body::PublishTooLarge(read))
                 if (200..300).contains(status) =>
             {
-                Some(crate::http::batch::Answer::Unparsable)
+                Some(crate::http::batch::Answer::Unparsable(format!(
+                    "the answer is over the {keep} bytes {} messages can carry ({read} read)",
+                    items.len()
+                )))
             }
             _ => None,
         };
@@ -293,7 +296,13 @@ impl Forwarder {
                     .map(|v| v.to_str().unwrap_or(""));
                 let action = raw_action.and_then(AppAction::parse);
                 let bad_action = raw_action.is_some() && action.is_none();
+                // The whole answer at once when it says how large it is (growing the
+                // buffer by doubling would hold up to twice the answer).
+                if let Some(len) = resp.content_length() {
+                    kept.reserve_exact(usize::try_from(len).unwrap_or(usize::MAX).min(keep));
+                }
                 let mut read = 0;
+                let mut cut = None;
                 while read < keep.max(MAX_BODY_DRAIN) {
                     match tokio::time::timeout_at(start + self.timeout, resp.chunk()).await {
                         Ok(Ok(Some(chunk))) => {
@@ -304,19 +313,43 @@ impl Forwarder {
                                 too_large = Some(read);
                             }
                         }
-                        _ => break,
+                        Ok(Ok(None)) => break,
+                        // Shorter than its Content-Length, a reset, a timeout: the
+                        // answer did not arrive whole, so it is no answer.
+                        Ok(Err(e)) => {
+                            cut = Some(cut_off(&e));
+                            break;
+                        }
+                        Err(_) => {
+                            cut = Some((
+                                Outcome::Timeout,
+                                HttpClass::Timeout,
+                                NoAnswer {
+                                    kind: "timeout",
+                                    cause: "the answer's body did not arrive in time".into(),
+                                },
+                            ));
+                            break;
+                        }
                     }
                 }
-                (
-                    Outcome::Answered {
-                        status,
-                        retry_after,
-                        action,
-                    },
-                    HttpClass::Status(status),
-                    bad_action,
-                    None,
-                )
+                match cut {
+                    Some((outcome, class, failure)) => {
+                        kept.clear();
+                        publishes = false;
+                        (outcome, class, false, Some(failure))
+                    }
+                    None => (
+                        Outcome::Answered {
+                            status,
+                            retry_after,
+                            action,
+                        },
+                        HttpClass::Status(status),
+                        bad_action,
+                        None,
+                    ),
+                }
             }
             Err(e) => {
                 let (outcome, class, failure) = no_answer(&e);
@@ -387,6 +420,35 @@ fn is_publish_type(value: &str) -> bool {
         .split(';')
         .next()
         .is_some_and(|t| t.trim().eq_ignore_ascii_case(outputs::CONTENT_TYPE))
+}
+
+/// An answer whose body broke off (shorter than its `Content-Length`, the connection
+/// reset): a transport failure, retried, never taken as the status it began with.
+fn cut_off(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
+    let mut innermost: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = innermost.source() {
+        innermost = next;
+    }
+    let cause = innermost.to_string();
+    if e.is_timeout() {
+        // The request's timeout covers its answer's body too.
+        return (
+            Outcome::Timeout,
+            HttpClass::Timeout,
+            NoAnswer {
+                kind: "timeout",
+                cause,
+            },
+        );
+    }
+    (
+        Outcome::TransportError,
+        HttpClass::Error,
+        NoAnswer {
+            kind: "answer cut off",
+            cause,
+        },
+    )
 }
 
 /// Classifies a request that got no answer. A connection that could not be made

@@ -171,17 +171,14 @@ pub(super) struct ApiError {
 /// Why the first of `outputs` that the server would refuse for its size is too
 /// large, before anything is sent (`max`: the server's max_payload).
 pub(super) fn oversized(outputs: &[Output], max: usize) -> Option<String> {
-    // The batch headers add well under 200 bytes.
-    outputs
-        .iter()
-        .find(|o| o.size() as usize + 200 > max)
-        .map(|o| {
-            format!(
-                "a message to {} of {} bytes is over the server's max_payload ({max})",
-                o.subject,
-                o.size()
-            )
-        })
+    // Its size on the wire, and the batch headers, which add well under 200 bytes.
+    outputs.iter().find(|o| o.wire_size() + 200 > max).map(|o| {
+        format!(
+            "a message to {} of {} bytes is over the server's max_payload ({max})",
+            o.subject,
+            o.wire_size()
+        )
+    })
 }
 
 impl OutputPublisher {

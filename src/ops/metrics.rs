@@ -491,7 +491,7 @@ mod tests {
         let refusals = [
             Refusal::Malformed(String::new()),
             Refusal::NotAllowed(String::new()),
-            Refusal::TooMany { count: 2, max: 1 },
+            Refusal::TooMany { max: 1 },
         ];
         for r in refusals {
             assert!(PUBLISH_FAILURES.contains(&r.label()), "{}", r.label());

@@ -46,13 +46,8 @@ async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
     )
 }
 
-/// Probes and scrapes: a few at a time, each quick.
-const LIMITS: super::Limits = super::Limits {
-    connections: 64,
-    request: std::time::Duration::from_secs(10),
-};
-
-/// Serves until `stop` is cancelled.
+/// Serves until `stop` is cancelled, with at most `connections` open at once
+/// (probes and scrapes: a few at a time, each quick).
 ///
 /// # Errors
 /// The server's I/O error.
@@ -60,7 +55,12 @@ pub async fn serve(
     listener: TcpListener,
     readiness: Readiness,
     metrics: Metrics,
+    connections: usize,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    super::serve(listener, router(readiness, metrics), LIMITS, stop).await
+    let limits = super::Limits {
+        connections,
+        request: std::time::Duration::from_secs(10),
+    };
+    super::serve(listener, router(readiness, metrics), limits, stop).await
 }

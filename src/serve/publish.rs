@@ -20,7 +20,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::json;
@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::nats::{Committed, OutputError, OutputPublisher};
 use crate::ops::metrics::{Metrics, Via};
 use crate::outputs::{self, Author, Output, Refusal, Rules};
+use crate::secret::SecretFile;
 
 /// Publishes in progress at once, at most.
 pub const MAX_CONCURRENT: usize = 64;
@@ -46,6 +47,109 @@ pub struct Endpoint {
     pub atomic: bool,
     /// Collectors.
     pub metrics: Metrics,
+    /// `publish.token_file`: every request must carry `Authorization: Bearer <it>`.
+    pub token: Option<Arc<SecretFile>>,
+}
+
+/// What a request publishes: its body as one message, or a document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Raw,
+    Document,
+}
+
+/// The endpoint serves the app next to it, never a browser: a page anyone's browser
+/// loads could otherwise POST to it (a cross-site request needs no permission when it
+/// looks like a form: `text/plain`, a form encoding, no body type), and a DNS name
+/// rebound to 127.0.0.1 would reach it with the page's own host name. So, before
+/// anything is read: the token when `publish.token_file` sets one (401); a request
+/// a browser says is cross-site (`Origin`, `Sec-Fetch-Site`) is refused (403), and
+/// without a token so is one to a host name that is not an address or `localhost`
+/// (403) or one whose body is not of a type a form cannot send (415); an encoded
+/// body is not decoded (400).
+fn guard(headers: &HeaderMap, token: Option<&str>, kind: Kind) -> Result<(), (StatusCode, String)> {
+    let get = |name| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    if let Some(token) = token {
+        let given = get(header::AUTHORIZATION.as_str())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !crate::secret::same(given.trim().as_bytes(), token.as_bytes()) {
+            return Err((
+                StatusCode::UNAUTHORIZED,
+                "Authorization: Bearer <token> is required (publish.token_file)".into(),
+            ));
+        }
+    }
+    let cross_site = get("sec-fetch-site").is_some_and(|s| s != "same-origin" && s != "none");
+    if get(header::ORIGIN.as_str()).is_some() || cross_site {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "a browser's request (Origin, Sec-Fetch-Site) is refused: the endpoint serves the app next to it".into(),
+        ));
+    }
+    if let Some(encoding) = get(header::CONTENT_ENCODING.as_str())
+        && !encoding.trim().eq_ignore_ascii_case("identity")
+    {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!("Content-Encoding {encoding:?}: bodies are taken as they are, never decoded"),
+        ));
+    }
+    if token.is_some() {
+        return Ok(());
+    }
+    let host = get(header::HOST.as_str()).unwrap_or("");
+    if !local_host(host) {
+        return Err((
+            StatusCode::FORBIDDEN,
+            format!(
+                "Host {host:?} is a name: without publish.token_file only an address or localhost is served (a rebound DNS name could reach it from a browser)"
+            ),
+        ));
+    }
+    let media = get(header::CONTENT_TYPE.as_str())
+        .and_then(|v| v.split(';').next())
+        .map(|t| t.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let json = media == "application/json"
+        || (media.starts_with("application/") && media.ends_with("+json"));
+    let fits = match kind {
+        Kind::Raw => json || media == "application/octet-stream",
+        Kind::Document => json,
+    };
+    if !fits {
+        let wanted = match kind {
+            Kind::Raw => "application/octet-stream or application/json",
+            Kind::Document => "application/json",
+        };
+        return Err((
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Type {media:?}: send {wanted} (a browser's form cannot), or set publish.token_file"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a `Host` is an IP address or `localhost` (with or without a port).
+fn local_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        return rest
+            .split(']')
+            .next()
+            .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok());
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        })
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
 }
 
 #[derive(Clone)]
@@ -146,10 +250,25 @@ async fn one(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Failure> {
-    let named: Vec<(&str, &str)> = headers
-        .iter()
-        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
-        .collect();
+    if let Err((status, why)) = guard(&headers, s.token().as_deref(), Kind::Raw) {
+        return Ok(error(status, &why));
+    }
+    // The message's own headers must be sent as they are: a value that is not
+    // visible ASCII is refused, never dropped.
+    let mut named: Vec<(&str, &str)> = Vec::with_capacity(headers.len());
+    for (n, v) in &headers {
+        let own = n.as_str().eq_ignore_ascii_case(outputs::MSG_ID)
+            || n.as_str().starts_with(outputs::HEADER_PREFIX);
+        match v.to_str() {
+            Ok(text) => named.push((n.as_str(), text)),
+            Err(_) if own => {
+                return Err(Failure::Refused(Refusal::Malformed(format!(
+                    "header {n}: its value is not visible ASCII"
+                ))));
+            }
+            Err(_) => {}
+        }
+    }
     let output = outputs::from_request(&subject, &named, body).map_err(Failure::Refused);
     let c = s.publish(output.map(|o| vec![o])).await?;
     Ok(axum::Json(json!({
@@ -161,8 +280,16 @@ async fn one(
 }
 
 /// `POST /v1/publish`.
-async fn many(State(s): State<Shared>, body: Bytes) -> Result<Response, Failure> {
-    let list = outputs::parse(&body, Author::Endpoint).map_err(Failure::Refused);
+async fn many(
+    State(s): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Failure> {
+    if let Err((status, why)) = guard(&headers, s.token().as_deref(), Kind::Document) {
+        return Ok(error(status, &why));
+    }
+    let max = s.endpoint.rules.max_messages;
+    let list = outputs::parse(&body, Author::Endpoint, max).map_err(Failure::Refused);
     let c = s.publish(list).await?;
     let mut answer = json!({ "stream": c.stream, "seq": c.seq, "count": c.count });
     if c.duplicate {
@@ -174,6 +301,11 @@ async fn many(State(s): State<Shared>, body: Bytes) -> Result<Response, Failure>
 }
 
 impl Shared {
+    /// The token requests must carry, now (read again when its file changed).
+    fn token(&self) -> Option<Arc<str>> {
+        self.endpoint.token.as_ref().map(|t| t.value())
+    }
+
     /// Checks the rules, publishes, counts.
     async fn publish(&self, outputs: Result<Vec<Output>, Failure>) -> Result<Committed, Failure> {
         let e = &self.endpoint;
@@ -204,19 +336,20 @@ impl Shared {
     }
 }
 
-/// Serves until `stop` is cancelled.
+/// Serves until `stop` is cancelled, with at most `connections` open at once.
 ///
 /// # Errors
 /// The server's I/O error.
 pub async fn serve(
     listener: TcpListener,
     endpoint: Endpoint,
+    connections: usize,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     // A publish awaits its PubAck (at most the request timeout, per batch message
     // request): a minute covers a slow body and a full batch.
     let limits = super::Limits {
-        connections: 256,
+        connections,
         request: std::time::Duration::from_secs(60),
     };
     super::serve(listener, router(endpoint), limits, stop).await
@@ -231,7 +364,7 @@ mod tests {
         let cases = [
             (Failure::Refused(Refusal::Malformed(String::new())), 400),
             (Failure::Refused(Refusal::NotAllowed(String::new())), 403),
-            (Failure::Refused(Refusal::TooMany { count: 2, max: 1 }), 413),
+            (Failure::Refused(Refusal::TooMany { max: 1 }), 413),
             (
                 Failure::Refused(Refusal::TooLarge { bytes: 2, max: 1 }),
                 413,

@@ -43,8 +43,12 @@ async fn relay_with_endpoint(env: &Env) -> (Relay, String) {
     (relay, base)
 }
 
+/// POSTs as the app would: JSON (or bytes), with the request's own headers after.
 async fn post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> (u16, Value) {
-    let mut req = http().post(url).body(body);
+    let mut req = http()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .body(body);
     for (n, v) in headers {
         req = req.header(*n, *v);
     }
@@ -206,6 +210,7 @@ async fn concurrent_clients_get_exactly_what_they_publish() {
                 // Alternately one raw message and a batch of two.
                 let resp = if i % 2 == 0 {
                     http.post(format!("{base}/out.c{c}"))
+                        .header("Content-Type", "application/octet-stream")
                         .header("Nats-Msg-Id", format!("{c}-{i}"))
                         .body(format!("{c}-{i}"))
                         .send()
@@ -215,7 +220,11 @@ async fn concurrent_clients_get_exactly_what_they_publish() {
                         {"subject": format!("out.c{c}"), "data": format!("{c}-{i}-a")},
                         {"subject": format!("out.c{c}"), "data": format!("{c}-{i}-b")}
                     ]});
-                    http.post(&base).body(list.to_string()).send().await
+                    http.post(&base)
+                        .header("Content-Type", "application/json")
+                        .body(list.to_string())
+                        .send()
+                        .await
                 };
                 assert_eq!(resp.unwrap().status().as_u16(), 200);
             }
@@ -261,6 +270,275 @@ async fn with_nats_gone_the_endpoint_answers_503_and_stays_up() {
     env.nats.start_again();
     eventually("publishing again", T, || async {
         post(&format!("{base}/out.a"), &[], "3").await.0 == 200
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+/// A raw request on the endpoint's socket: exactly these headers, nothing added.
+async fn raw(addr: std::net::SocketAddr, request: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+fn request(path: &str, headers: &[&str], body: &str) -> String {
+    let mut r = format!(
+        "POST {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for h in headers {
+        r.push_str(h);
+        r.push_str("\r\n");
+    }
+    r.push_str("\r\n");
+    r.push_str(body);
+    r
+}
+
+#[tokio::test]
+async fn a_browsers_cross_site_post_and_hostile_headers_are_refused_and_nothing_is_stored() {
+    let env = Env::start(&["in.>"]).await;
+    let out = unique("OUT");
+    out_stream(&env.js, &out, &["out.>"]).await;
+    let (relay, _) = relay_with_endpoint(&env).await;
+    let addr = relay.publish.unwrap();
+    let local = "Host: 127.0.0.1";
+    let long = format!("/v1/publish/out.{}", "x".repeat(5000));
+    // (path, headers, body, the status line's code, a word of the reason)
+    let cases: Vec<(&str, Vec<&str>, &str, &str, &str)> = vec![
+        // What a page's fetch or form sends: refused, with or without the Origin.
+        (
+            "/v1/publish/out.a",
+            vec![
+                "Host: 127.0.0.1:9091",
+                "Origin: https://evil.example",
+                "Content-Type: text/plain",
+            ],
+            "x",
+            "403",
+            "browser",
+        ),
+        (
+            "/v1/publish/out.a",
+            vec![
+                local,
+                "Sec-Fetch-Site: cross-site",
+                "Content-Type: application/json",
+            ],
+            "x",
+            "403",
+            "browser",
+        ),
+        (
+            "/v1/publish/out.a",
+            vec![local, "Content-Type: text/plain"],
+            "x",
+            "415",
+            "application/octet-stream",
+        ),
+        (
+            "/v1/publish/out.a",
+            vec![local, "Content-Type: application/x-www-form-urlencoded"],
+            "x",
+            "415",
+            "form",
+        ),
+        ("/v1/publish/out.a", vec![local], "x", "415", "Content-Type"),
+        (
+            "/v1/publish",
+            vec![local, "Content-Type: text/plain"],
+            "{}",
+            "415",
+            "application/json",
+        ),
+        // DNS rebinding: a name that is not the loopback's.
+        (
+            "/v1/publish/out.a",
+            vec!["Host: evil.example:9091", "Content-Type: application/json"],
+            "x",
+            "403",
+            "Host",
+        ),
+        // An encoded body is never decoded; a header value that is not ASCII is
+        // refused, not dropped.
+        (
+            "/v1/publish/out.a",
+            vec![
+                local,
+                "Content-Type: application/json",
+                "Content-Encoding: gzip",
+            ],
+            "x",
+            "400",
+            "never decoded",
+        ),
+        (
+            "/v1/publish/out.a",
+            vec![
+                local,
+                "Content-Type: application/json",
+                "Nats-Msg-Id: caf\u{e9}",
+            ],
+            "x",
+            "400",
+            "visible ASCII",
+        ),
+        // jetrelay's own ids.
+        (
+            "/v1/publish/out.a",
+            vec![
+                local,
+                "Content-Type: application/json",
+                "Nats-Msg-Id: jetrelay:S:c:1:0",
+            ],
+            "x",
+            "400",
+            "jetrelay's own",
+        ),
+        (
+            "/v1/publish/out.a",
+            vec![
+                local,
+                "Content-Type: application/json",
+                "Nats-Msg-Id: jetrelay-dlq:S:c:1",
+            ],
+            "x",
+            "400",
+            "jetrelay's own",
+        ),
+        // A subject the server's control line cannot carry.
+        (
+            &long,
+            vec![local, "Content-Type: application/json"],
+            "x",
+            "400",
+            "at most 2048",
+        ),
+    ];
+    for (path, headers, body, code, why) in &cases {
+        let answer = raw(addr, request(path, headers, body)).await;
+        let status = answer.split_whitespace().nth(1).unwrap_or("");
+        assert_eq!(status, *code, "{headers:?}: {answer}");
+        assert!(answer.contains(why), "{headers:?} lacks {why}: {answer}");
+    }
+    // The document form refuses jetrelay's ids too.
+    let doc = json!({"publish": [{"subject": "out.b", "headers": {"Nats-Msg-Id": "jetrelay-replay:D:1"}}]});
+    let answer = raw(
+        addr,
+        request(
+            "/v1/publish",
+            &[local, "Content-Type: application/json"],
+            &doc.to_string(),
+        ),
+    )
+    .await;
+    assert!(
+        answer.starts_with("HTTP/1.1 400") && answer.contains("jetrelay's own"),
+        "{answer}"
+    );
+    // Nothing was stored, and the connection to NATS survived the long subject.
+    let ok = raw(
+        addr,
+        request(
+            "/v1/publish/out.ok",
+            &[
+                "Host: localhost:9091",
+                "Content-Type: application/octet-stream",
+            ],
+            "fine",
+        ),
+    )
+    .await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let stored = env
+        .js
+        .get_stream(&out)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    assert_eq!(stored, 1);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_a_token_only_requests_that_carry_it_publish() {
+    let env = Env::start(&["in.>"]).await;
+    let out = unique("OUT");
+    out_stream(&env.js, &out, &["out.>"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let app = MockApp::ok().await;
+    let extra = format!(
+        "[publish]\nlisten = \"127.0.0.1:0\"\nallowed_subjects = [\"out.>\"]\ntoken_file = \"{}\"\n",
+        token.display()
+    );
+    let relay = Relay::ready(durable_config(
+        &env.nats,
+        &app,
+        &env.stream,
+        &env.durable,
+        &extra,
+    ))
+    .await;
+    let addr = relay.publish.unwrap();
+    let named = "Host: publisher.orders.svc:9091";
+    for (headers, code) in [
+        (vec![named, "Content-Type: text/plain"], "401"),
+        (
+            vec![
+                named,
+                "Content-Type: text/plain",
+                "Authorization: Bearer wrong",
+            ],
+            "401",
+        ),
+        // With the token: a name, any type.
+        (
+            vec![
+                named,
+                "Content-Type: text/plain",
+                "Authorization: Bearer s3cret",
+            ],
+            "200",
+        ),
+        // A browser is refused even with it.
+        (
+            vec![
+                named,
+                "Authorization: Bearer s3cret",
+                "Origin: https://evil.example",
+            ],
+            "403",
+        ),
+    ] {
+        let answer = raw(addr, request("/v1/publish/out.t", &headers, "x")).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {code}")),
+            "{headers:?}: {answer}"
+        );
+    }
+    // A rotated token is read again.
+    std::fs::write(&token, "rotated\n").unwrap();
+    eventually("the rotated token is used", T, || async {
+        raw(
+            addr,
+            request(
+                "/v1/publish/out.t",
+                &[named, "Authorization: Bearer rotated"],
+                "y",
+            ),
+        )
+        .await
+        .starts_with("HTTP/1.1 200")
     })
     .await;
     relay.stop().await.unwrap();

@@ -3,6 +3,7 @@
 #![allow(unreachable_pub)] // A test binary: `pub` only shares the harness between its modules.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In the harness, a panic is the failure report.
 
+mod answers;
 mod atomic;
 mod batches;
 mod binary;

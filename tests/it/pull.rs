@@ -264,7 +264,7 @@ fn instance(
             4,
             AnswerLimits {
                 publish_bytes: 1024,
-                batch_size: 1,
+                publish_messages: 10,
             },
         )
         .unwrap(),

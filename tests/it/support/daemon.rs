@@ -131,6 +131,18 @@ impl Daemon {
         }
     }
 
+    /// The peak resident memory of the process so far (`VmHWM`), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let pid = self.child.id().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kb * 1024
+    }
+
     /// Sends a signal by name (`TERM`, `INT`, `KILL`).
     pub fn signal(&self, name: &str) {
         let pid = self.child.id().expect("running");
