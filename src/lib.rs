@@ -12,6 +12,7 @@ pub mod dead_letter;
 pub mod delivery;
 pub mod outputs;
 pub mod policy;
+pub mod printable;
 pub mod redrive;
 pub mod secret;
 pub mod subject;

@@ -726,37 +726,14 @@ async fn show(nats: &Nats, stream: &str, seq: u64, json: bool) -> Result<Done, D
     })
 }
 
-/// `text` for a terminal: control characters (a publisher's escape sequences) are
-/// written escaped, never sent to the terminal.
+/// `text` for a terminal (`crate::printable`).
 fn printable(text: &str) -> String {
-    escape(text, |_| false)
+    crate::printable::printable(text).into_owned()
 }
 
 /// As [`printable`], keeping line breaks and tabs (a payload's own layout).
 fn printable_lines(text: &str) -> String {
-    escape(text, |c| c == '\n' || c == '\t')
-}
-
-/// What a terminal must not be handed raw: control characters, and the bidirectional
-/// formatting characters that make text display in another order than it is.
-fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}')
-}
-
-fn escape(text: &str, keep: impl Fn(char) -> bool) -> String {
-    if !text.chars().any(hidden) {
-        return text.to_string();
-    }
-    text.chars()
-        .map(|c| {
-            if hidden(c) && !keep(c) {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    crate::printable::printable_lines(text).into_owned()
 }
 
 /// The `ls` table.

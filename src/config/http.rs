@@ -55,8 +55,10 @@ pub struct HttpConfig {
     /// A CA bundle that verifies an `https://` app (the system's roots otherwise).
     pub tls_ca_file: String,
     /// An explicit proxy for the app's requests (proxy environment variables are
-    /// ignored); empty = none.
+    /// ignored); empty = none. Never with credentials in it.
     pub proxy: String,
+    /// A file holding the proxy's `user:password` (basic authentication).
+    pub proxy_credentials_file: String,
     /// If set, only these message headers pass through (`X-*`: a prefix); identity
     /// headers never do.
     pub pass_headers: Vec<String>,
@@ -81,6 +83,7 @@ impl Default for HttpConfig {
             term_statuses: vec!["4xx".into()],
             pass_headers: Vec::new(),
             proxy: String::new(),
+            proxy_credentials_file: String::new(),
             tls_ca_file: String::new(),
             format: RequestFormat::Raw,
         }
@@ -100,10 +103,24 @@ impl Config {
         {
             p.add("http.health_url", e);
         }
-        if !h.proxy.is_empty()
+        if super::nats::has_userinfo(&h.proxy) {
+            p.add(
+                "http.proxy",
+                format!(
+                    "{:?} carries credentials: put user:password in http.proxy_credentials_file instead",
+                    super::redact(&h.proxy)
+                ),
+            );
+        } else if !h.proxy.is_empty()
             && let Err(e) = check_http_url(&h.proxy)
         {
             p.add("http.proxy", e);
+        }
+        if !h.proxy_credentials_file.is_empty() && h.proxy.is_empty() {
+            p.add(
+                "http.proxy_credentials_file",
+                "is for http.proxy: set it too",
+            );
         }
         p.range("http.timeout_ms", h.timeout_ms, 1, HOUR);
         p.range("http.health_interval_ms", h.health_interval_ms, 10, HOUR);

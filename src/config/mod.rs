@@ -451,6 +451,14 @@ mod tests {
                 "[delivery]\nbatch_size = 10\nbatch_max_bytes = 2000000\nmax_buffered_bytes = 1000000",
                 "delivery.batch_max_bytes",
             ),
+            (
+                "[http]\nproxy = \"http://alice:s3cret@proxy:3128\"",
+                "http.proxy",
+            ),
+            (
+                "[http]\nproxy_credentials_file = \"/run/proxy\"",
+                "http.proxy_credentials_file",
+            ),
             ("[http]\npass_headers = [\"Cookie\"]", "http.pass_headers"),
             ("[http]\npass_headers = [\"*\"]", "http.pass_headers"),
             ("[http]\npass_headers = [\"a b\"]", "http.pass_headers"),
@@ -472,6 +480,19 @@ mod tests {
                 "{extra:?}: expected {key}, got {k:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_proxy_with_credentials_in_its_url_is_refused_and_never_shown() {
+        let figment = Figment::from(Toml::string(MINIMAL)).merge(Toml::string(
+            "[http]\nproxy = \"http://alice:s3cret@proxy:3128\"\n",
+        ));
+        let err = Config::from_figment(figment).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("http://***@proxy:3128") && !text.contains("s3cret"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -74,7 +74,7 @@ impl Default for NatsConfig {
 }
 
 /// Whether a URL carries credentials (`nats://user:pass@host`, `nats://token@host`).
-fn has_userinfo(url: &str) -> bool {
+pub(super) fn has_userinfo(url: &str) -> bool {
     userinfo_span(url).is_some()
 }
 

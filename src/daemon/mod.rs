@@ -552,7 +552,8 @@ impl Supervisor {
     }
 
     /// Refreshes the consumer pending gauges, an elastic group's backlog (and, for a
-    /// pinned consumer, who holds the pin) every few seconds.
+    /// pinned consumer, who holds the pin) every few seconds (every second for a
+    /// pinned consumer).
     fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> GaugeTask {
         let (nats, metrics, readiness) =
             (nats.clone(), self.metrics.clone(), self.readiness.clone());
@@ -562,8 +563,12 @@ impl Supervisor {
             SourceSettings::Group(m) if m.flavour == crate::group::model::Flavour::Elastic
         );
         let (stream, consumer) = (stream.to_string(), consumer.to_string());
+        // A pinned consumer's instance reads who holds the pin every second: a
+        // standby must not go on saying that nobody does (an idle member) after
+        // another instance took it.
+        let every = Duration::from_secs(if pinned_mode { 1 } else { 5 });
         let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
                 // Consumer info is answered by the consumer's leader: current, not a

@@ -151,8 +151,17 @@ impl Forwarder {
             }
         })?;
         if !cfg.proxy.is_empty() {
-            let proxy = reqwest::Proxy::all(&cfg.proxy)
-                .map_err(|e| ForwardError::Proxy(cfg.proxy.clone(), e))?;
+            let mut proxy = reqwest::Proxy::all(&cfg.proxy)
+                .map_err(|e| ForwardError::Proxy(crate::config::redact(&cfg.proxy), e))?;
+            if !cfg.proxy_credentials_file.is_empty() {
+                let secret = crate::secret::SecretFile::load(
+                    "http.proxy_credentials_file",
+                    &cfg.proxy_credentials_file,
+                )?;
+                let value = secret.value();
+                let (user, password) = value.split_once(':').unwrap_or((&value, ""));
+                proxy = proxy.basic_auth(user, password);
+            }
             builder = builder.proxy(proxy);
         }
         let client = builder

@@ -102,8 +102,9 @@ pub struct Mapped {
 /// With [`RequestFormat::Cloudevents`] the request is a CloudEvent in binary content mode:
 /// `ce-specversion`, `ce-id` (the `Nats-Msg-Id`, else `<stream>:<sequence>`),
 /// `ce-source` (`/jetstream/<stream>`), `ce-type`, `ce-subject`, `ce-time`. A message
-/// that is already a CloudEvent (it carries `ce-specversion`) keeps its own `ce-*`
-/// headers unchanged; another message's `ce-*` headers are replaced.
+/// that is already a CloudEvent (its `ce-specversion` passes `pass`) keeps its own
+/// `ce-*` headers that pass, and gets the required ones it lacks; another message's
+/// `ce-*` headers are replaced.
 pub fn map(d: &Delivery, attempt: u32, pass: &Pass, format: RequestFormat) -> Mapped {
     let mut out = Mapped::default();
     out.skipped_invalid = passed(d, pass, |name, value| {
@@ -136,48 +137,65 @@ pub fn map(d: &Delivery, attempt: u32, pass: &Pass, format: RequestFormat) -> Ma
         add("nats-msg-id", id.to_string());
     }
     if format == RequestFormat::Cloudevents {
-        cloudevent(d, &mut out);
+        cloudevent(d, pass, &mut out);
     }
     out
 }
 
-/// The `ce-*` headers of a CloudEvent in binary content mode.
-fn cloudevent(d: &Delivery, out: &mut Mapped) {
-    let is_ce = |n: &str| n.len() > 3 && n[..3].eq_ignore_ascii_case("ce-");
+/// The `ce-*` headers of a CloudEvent in binary content mode. A message that is a
+/// CloudEvent already (its `ce-specversion` passes `http.pass_headers`) keeps the
+/// `ce-*` headers of its own that pass; what it lacks of `ce-id`, `ce-source` and
+/// `ce-type` jetrelay adds, so that what the app gets is always a valid CloudEvent.
+/// Its `ce-source` is the publisher's claim, not checked. Any other message's `ce-*`
+/// headers are replaced by jetrelay's.
+fn cloudevent(d: &Delivery, pass: &Pass, out: &mut Mapped) {
+    let is_ce =
+        |n: &str| n.len() > 3 && n.is_char_boundary(3) && n[..3].eq_ignore_ascii_case("ce-");
+    let admitted = |n: &str| pass.admits(&n.to_ascii_lowercase());
     let own = d
         .headers
         .iter()
-        .any(|(n, _)| n.eq_ignore_ascii_case("ce-specversion"));
+        .any(|(n, _)| n.eq_ignore_ascii_case("ce-specversion") && admitted(n));
     out.headers.retain(|(n, _)| !is_ce(n));
+    let meta = d.meta.as_ref().ok();
+    let stream = meta.map_or("", |m| m.stream.as_str());
+    let id = d
+        .header("Nats-Msg-Id")
+        .filter(|v| is_valid_value(v) && !v.is_empty())
+        .map_or_else(|| format!("{stream}:{}", d.stream_seq()), str::to_string);
+    let source = format!("/jetstream/{stream}");
+    let kind = "io.nats.jetstream.message";
     if own {
-        // Already a CloudEvent: its own attributes, as they are (valid ones).
-        for (n, v) in d.headers.iter().filter(|(n, _)| is_ce(n)) {
+        // Already a CloudEvent: its own attributes that pass (valid ones), and the
+        // required ones it lacks.
+        let has = |name: &str| {
+            d.headers.iter().any(|(n, v)| {
+                n.eq_ignore_ascii_case(name) && admitted(n) && is_valid_value(v) && !v.is_empty()
+            })
+        };
+        let (id_given, source_given, type_given) = (has("ce-id"), has("ce-source"), has("ce-type"));
+        for (n, v) in d.headers.iter().filter(|(n, _)| is_ce(n) && admitted(n)) {
             if is_valid_name(n) && is_valid_value(v) {
                 out.headers.push((Cow::Owned(n.clone()), v.clone()));
             }
+        }
+        let mut add = |n: &'static str, v: String| out.headers.push((Cow::Borrowed(n), v));
+        if !id_given {
+            add("ce-id", id);
+        }
+        if !source_given {
+            add("ce-source", source);
+        }
+        if !type_given {
+            add("ce-type", kind.into());
         }
         return;
     }
     let mut add = |n: &'static str, v: String| out.headers.push((Cow::Borrowed(n), v));
     add("ce-specversion", "1.0".into());
-    let meta = d.meta.as_ref().ok();
-    let id = match d
-        .header("Nats-Msg-Id")
-        .filter(|v| is_valid_value(v) && !v.is_empty())
-    {
-        Some(id) => id.to_string(),
-        None => format!(
-            "{}:{}",
-            meta.map_or("", |m| m.stream.as_str()),
-            d.stream_seq()
-        ),
-    };
     add("ce-id", id);
-    add(
-        "ce-source",
-        format!("/jetstream/{}", meta.map_or("", |m| m.stream.as_str())),
-    );
-    add("ce-type", "io.nats.jetstream.message".into());
+    add("ce-source", source);
+    add("ce-type", kind.into());
     add("ce-subject", d.app_subject.clone());
     if let Some(t) = meta.and_then(|m| {
         m.published
@@ -445,8 +463,48 @@ mod tests {
         ]);
         assert_eq!(get(&m, "ce-id"), ["evt-1"]);
         assert_eq!(get(&m, "ce-type"), ["com.example.order"]);
-        assert_eq!(get(&m, "ce-source"), ["/shop"]);
+        assert_eq!(get(&m, "ce-source"), ["/shop"], "the publisher's claim");
         assert!(get(&m, "ce-subject").is_empty());
+        // Claiming to be a CloudEvent without its required attributes: it gets them.
+        let m = ce(&[("ce-specversion", "1.0"), ("ce-type", "com.example.order")]);
+        assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
+        assert_eq!(get(&m, "ce-source"), ["/jetstream/ORDERS"]);
+        assert_eq!(get(&m, "ce-type"), ["com.example.order"]);
+        // http.pass_headers decides which of its own pass: with only X-* passing, the
+        // message is not taken for a CloudEvent, and its ce-* headers are jetrelay's.
+        let only_x = Pass::new(&["X-*".to_string()]);
+        let m = map(
+            &delivery(
+                &[
+                    ("ce-specversion", "1.0"),
+                    ("ce-id", "evt-1"),
+                    ("ce-type", "forged"),
+                ],
+                Some(3),
+            ),
+            1,
+            &only_x,
+            RequestFormat::Cloudevents,
+        );
+        assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
+        assert_eq!(get(&m, "ce-type"), ["io.nats.jetstream.message"]);
+        // Passing ce-specversion and ce-type but not ce-id: the id is jetrelay's.
+        let some = Pass::new(&["ce-specversion".to_string(), "ce-type".to_string()]);
+        let m = map(
+            &delivery(
+                &[
+                    ("ce-specversion", "1.0"),
+                    ("ce-id", "evt-1"),
+                    ("ce-type", "com.example.order"),
+                ],
+                Some(3),
+            ),
+            1,
+            &some,
+            RequestFormat::Cloudevents,
+        );
+        assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
+        assert_eq!(get(&m, "ce-type"), ["com.example.order"]);
         // Raw: nothing added.
         let raw = map(
             &delivery(&[], None),

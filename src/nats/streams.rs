@@ -788,8 +788,11 @@ impl Nats {
                     Ok(async_nats::jetstream::response::Response::Ok(_)) => {
                         Err(format!("the server did not delete message {seq}"))
                     }
+                    // Gone already (another run deleted it first): deleted.
                     Ok(async_nats::jetstream::response::Response::Err { error })
-                        if error.error_code() == ErrorCode::NO_MESSAGE_FOUND =>
+                        if error.error_code() == ErrorCode::NO_MESSAGE_FOUND
+                            || (error.error_code() == ErrorCode::STREAM_MESSAGE_DELETE_FAILED
+                                && error.to_string().contains("no message found")) =>
                     {
                         Ok(())
                     }

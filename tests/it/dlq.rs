@@ -565,6 +565,38 @@ async fn replays_to_a_stream_that_takes_batches_go_in_atomic_pages() {
 }
 
 #[tokio::test]
+async fn two_replays_with_delete_at_once_store_each_letter_once_and_both_succeed() {
+    let nats = NatsServer::start();
+    let (client, js) = client(&nats).await;
+    a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
+    a_stream(&js, "TO", &["to.>"], false, true).await;
+    let total = 3000;
+    fill_letters(&client, &js, "dlq.x", total).await;
+    eventually("filled", T, || async { count(&js, "DLQ").await == total }).await;
+    let run = || dlq(&nats, &["replay", "DLQ", "--delete"]);
+    let (a, b) = tokio::join!(run(), run());
+    let number = |out: &str, after: &str| -> u64 {
+        let at = out.find(after).unwrap() + after.len();
+        out[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut replayed = 0;
+    for (code, out, err) in [&a, &b] {
+        assert_eq!(*code, 0, "{out}\n{err}");
+        assert!(out.contains("failed 0"), "{out}");
+        replayed += number(out, ", replayed ");
+    }
+    // What one stored first, the other reports as already replayed.
+    assert_eq!(replayed, total, "{}\n{}", a.1, b.1);
+    assert_eq!(count(&js, "TO").await, total, "each stored once");
+    assert_eq!(count(&js, "DLQ").await, 0, "all deleted");
+}
+
+#[tokio::test]
 async fn purge_deletes_only_what_is_selected_and_only_with_yes() {
     let nats = NatsServer::start();
     let (client, js) = client(&nats).await;

@@ -474,6 +474,26 @@ async fn proxy_variables_are_ignored_and_http_proxy_is_used_when_set() {
         .wait_for("through the configured proxy", T, |r| r.len() == 1)
         .await;
     assert_eq!(app.arrivals(), 1);
+    assert_eq!(proxy.requests()[0].header("proxy-authorization"), None);
+    drop(_d);
+    // Its credentials come from a file (never in the URL).
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("proxy");
+    std::fs::write(&creds, "alice:s3cret\n").unwrap();
+    let _d = crate::support::daemon::Daemon::start(&text(&format!(
+        "proxy = \"{proxy_url}\"\nproxy_credentials_file = \"{}\"\n",
+        creds.display()
+    )))
+    .await;
+    publish(&js, "px.c", 1).await;
+    proxy
+        .wait_for("through the proxy, authenticated", T, |r| r.len() == 2)
+        .await;
+    assert_eq!(
+        proxy.requests()[1].header("proxy-authorization"),
+        Some("Basic YWxpY2U6czNjcmV0"),
+        "alice:s3cret"
+    );
 }
 
 #[tokio::test]
@@ -566,8 +586,9 @@ async fn a_half_sent_request_cannot_hold_the_admin_port_and_connections_are_boun
         started.elapsed()
     );
 
-    // 64 open connections at most: the 65th is closed at once, and the port still
-    // serves once some are gone.
+    // 64 open connections at most: a 65th pushes out the oldest idle one, so a
+    // flood of idle connections cannot lock a prober out, and the number open
+    // never goes over the bound.
     let mut open = Vec::new();
     for _ in 0..64 {
         open.push(tokio::net::TcpStream::connect(relay.admin).await.unwrap());
@@ -576,16 +597,25 @@ async fn a_half_sent_request_cannot_hold_the_admin_port_and_connections_are_boun
     extra
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
-        .ok();
-    let n = tokio::time::timeout(Duration::from_secs(3), extra.read(&mut buf))
+        .unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
         .await
-        .expect("the connection over the bound is closed at once")
+        .expect("the prober past the bound is answered")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The oldest of the flood was closed to make room.
+    let oldest = tokio::time::timeout(Duration::from_secs(5), open[0].read(&mut buf))
+        .await
+        .expect("the oldest idle connection is closed")
         .unwrap_or(0);
-    assert_eq!(
-        n,
-        0,
-        "served over the bound: {}",
-        String::from_utf8_lossy(&buf[..n])
+    assert_eq!(oldest, 0, "the oldest idle connection still open");
+    // And the newest of the flood still is: only one was pushed out.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), open[63].read(&mut buf))
+            .await
+            .is_err(),
+        "more than the oldest connection was closed"
     );
     open.truncate(10);
     eventually("served again", T, || async {

@@ -122,6 +122,92 @@ async fn a_second_signal_stops_at_once() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
 
+/// Publishes about 100 messages a second until the returned token is cancelled.
+fn steady_publisher(js: &async_nats::jetstream::Context) -> tokio_util::sync::CancellationToken {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (js, done) = (js.clone(), stop.clone());
+    tokio::spawn(async move {
+        while !done.is_cancelled() {
+            publish_keys(&js, "o", 1, 1).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    stop
+}
+
+/// Every state `relay` shows for `span`.
+async fn states_for(relay: &Relay, span: Duration) -> Vec<(State, String)> {
+    let mut rx = relay.health.subscribe();
+    let mut seen = vec![{
+        let s = rx.borrow_and_update();
+        (s.state, s.reason.clone())
+    }];
+    let until = tokio::time::Instant::now() + span;
+    while let Ok(Ok(())) = tokio::time::timeout_at(until, rx.changed()).await {
+        let s = rx.borrow_and_update();
+        seen.push((s.state, s.reason.clone()));
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_standby_says_another_instance_holds_the_pin_in_either_order_of_start_up() {
+    // Order 1: one instance pinned and serving ~100 msg/s, the other starts: never
+    // "idle" (nobody holds the pin), which would be a lie.
+    let (nats, js, stream, _admin) = static_group(1, &["m1"]).await;
+    let app = MockApp::ok().await;
+    let cfg = member_config(&nats, &app, "static", &stream, "cg", "m1", "");
+    let first = Relay::ready(cfg.clone()).await;
+    let publisher = steady_publisher(&js);
+    let mut status = first.health.subscribe();
+    tokio::time::timeout(T, status.wait_for(|s| s.pinned))
+        .await
+        .expect("pinned")
+        .unwrap();
+    let second = Relay::ready(cfg.clone()).await;
+    let seen = states_for(&second, Duration::from_secs(3)).await;
+    assert!(seen.iter().all(|(s, _)| *s != State::Idle), "{seen:?}");
+    assert_eq!(
+        seen.last().unwrap(),
+        &(State::Standby, "another instance holds the pin".to_string())
+    );
+    publisher.cancel();
+    second.stop().await.unwrap();
+    first.stop().await.unwrap();
+
+    // Order 2: both start while nothing is published (both idle, truly); then one is
+    // pinned by the traffic, and the other says so within two seconds, and stays so.
+    let (nats, js, stream, _admin) = static_group(1, &["m1"]).await;
+    let cfg = member_config(&nats, &app, "static", &stream, "cg", "m1", "");
+    let (a, b) = (Relay::ready(cfg.clone()).await, Relay::ready(cfg).await);
+    for r in [&a, &b] {
+        let mut rx = r.health.subscribe();
+        tokio::time::timeout(T, rx.wait_for(|s| s.state == State::Idle))
+            .await
+            .expect("idle while nothing was delivered")
+            .unwrap();
+    }
+    let publisher = steady_publisher(&js);
+    let (mut ra, mut rb) = (a.health.subscribe(), b.health.subscribe());
+    let standby = tokio::select! {
+        _ = ra.wait_for(|s| s.pinned) => &b,
+        _ = rb.wait_for(|s| s.pinned) => &a,
+    };
+    let mut rx = standby.health.subscribe();
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        rx.wait_for(|s| s.reason == "another instance holds the pin"),
+    )
+    .await
+    .expect("the standby learns within two seconds that the pin is held")
+    .unwrap();
+    let seen = states_for(standby, Duration::from_secs(3)).await;
+    assert!(seen.iter().all(|(s, _)| *s == State::Standby), "{seen:?}");
+    publisher.cancel();
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_sole_instance_of_an_idle_pinned_member_says_nobody_holds_the_pin() {
     let (nats, js, stream, _admin) = static_group(2, &["m1"]).await;

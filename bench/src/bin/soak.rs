@@ -13,6 +13,11 @@
 //!            hot standby): the pinned one is SIGKILLed and replaced, twice
 //!   d        a rolling restart (SIGKILL, start again, wait until caught up) of a
 //!            three-node cluster holding an R3 stream, consumer leader first
+//!   e        the surfaces an app and the world reach (`surfaces.rs`): two consumers of
+//!            one stream publishing outputs into one shared stream (one in batches
+//!            answered in odd shapes), poison messages dead-lettered and replayed from
+//!            the DLQ during delivery, and the publish endpoint under a flood with
+//!            hostile requests among it; every input and every output accounted for
 //!
 //! Then publishing stops and the driver waits (bounded) until every published id was
 //! answered 2xx by the app and the consumer has nothing pending. Per phase: published,
@@ -27,7 +32,7 @@
 //! nats-server logs), which is also kept whenever something was lost.
 //!
 //!   soak --nats-server=PATH --relay=PATH [--out=DIR] [--rate=200] [--scale=1.0]
-//!        [--only=a1,a2,b,c,d] [--keep] [--source=REVISION]
+//!        [--only=a1,a2,b,c,d,e] [--keep] [--source=REVISION]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -67,11 +72,15 @@ macro_rules! say {
     ($($arg:tt)*) => {
         eprintln!(
             "[{:7.1}s] {}",
-            START.get_or_init(Instant::now).elapsed().as_secs_f64(),
+            $crate::START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64(),
             format!($($arg)*)
         )
     };
 }
+
+// Phase e, in a file of its own (after `say!`, which it uses).
+#[path = "soak/surfaces.rs"]
+mod surfaces;
 
 // === small helpers ===
 
@@ -695,6 +704,10 @@ struct RelaySpec<'a> {
     source: String,
     ordering: &'a str,
     app_url: String,
+    /// More `[delivery]` keys.
+    delivery: String,
+    /// More config, appended (whole tables: `[publish]`, `[dlq]`, ...).
+    extra: String,
 }
 
 impl Relay {
@@ -717,12 +730,14 @@ impl Relay {
              [source]\n{source}\n\
              [consumer]\nack_wait_ms = {ACK_WAIT_MS}\nmax_deliver = -1\n\
              [delivery]\nmax_in_flight = {MAX_IN_FLIGHT}\nmax_buffered = {MAX_BUFFERED}\nmax_batch = {MAX_BATCH}\n\
-             ordering = \"{ordering}\"\nretry_initial_ms = {RETRY_INITIAL_MS}\nretry_max_ms = {RETRY_MAX_MS}\nshutdown_grace_ms = 5000\n\
+             ordering = \"{ordering}\"\nretry_initial_ms = {RETRY_INITIAL_MS}\nretry_max_ms = {RETRY_MAX_MS}\nshutdown_grace_ms = 5000\n{delivery}\
              [http]\nurl = \"{url}\"\ntimeout_ms = {HTTP_TIMEOUT_MS}\nheaders = {{ \"X-Instance\" = \"{tag}\" }}\n\
-             [admin]\nlisten = \"127.0.0.1:{admin}\"\n[log]\nlevel = \"info\"\n",
+             [admin]\nlisten = \"127.0.0.1:{admin}\"\n[log]\nlevel = \"info\"\n{extra}",
             source = spec.source,
             ordering = spec.ordering,
             url = spec.app_url,
+            delivery = spec.delivery,
+            extra = spec.extra,
         );
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, toml)?;
@@ -1099,6 +1114,8 @@ impl Phase {
             source,
             ordering,
             app_url: self.app.url(),
+            delivery: String::new(),
+            extra: String::new(),
         };
         let mut r = Relay::start(&self.dir, &ctx.relay_bin, &name, tag, &spec).await?;
         self.admin_ports.lock().unwrap().push(r.admin);
@@ -1825,12 +1842,13 @@ async fn run(args: &BTreeMap<String, String>) -> Result<i32, Error> {
     let wanted = |k: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == k));
     let started = Instant::now();
     let mut results = Vec::new();
-    let phases: [(&str, &str); 5] = [
+    let phases: [(&str, &str); 6] = [
         ("a1", "flapping app, ordering \"none\""),
         ("a2", "flapping app, ordering \"subject\""),
         ("b", "nats-server restart"),
         ("c", "static group member failover"),
         ("d", "rolling restart of a 3-node cluster"),
+        ("e", surfaces::TITLE),
     ];
     for (key, title) in phases {
         if !wanted(key) {
@@ -1841,7 +1859,8 @@ async fn run(args: &BTreeMap<String, String>) -> Result<i32, Error> {
             "a2" => phase_flapping(&ctx, key, "subject").await,
             "b" => phase_server_restart(&ctx).await,
             "c" => phase_group_failover(&ctx).await,
-            _ => phase_rolling_restart(&ctx).await,
+            "d" => phase_rolling_restart(&ctx).await,
+            _ => surfaces::phase(&ctx).await,
         };
         results.push(r.unwrap_or_else(|e| {
             say!("phase {key} could not run: {e}");

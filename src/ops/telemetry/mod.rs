@@ -38,10 +38,27 @@ pub fn init(cfg: &LogConfig) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let result = match cfg.format {
         LogFormat::Json => builder.event_format(json_lines::JsonLines).try_init(),
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder.fmt_fields(text_fields()).try_init(),
     };
     // An already-installed subscriber (tests) is fine.
     drop(result);
+}
+
+/// The text format's fields, `name=value` with every control character escaped: a
+/// value can carry what a publisher or the app wrote (a subject, a reason), and
+/// must not drive the terminal or forge a log line.
+fn text_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let shown = crate::printable::printable(&text);
+        if field.name() == "message" {
+            write!(w, "{shown}")
+        } else {
+            write!(w, "{field}={shown}")
+        }
+    })
+    .delimited(" ")
 }
 
 #[cfg(test)]
@@ -89,6 +106,34 @@ mod tests {
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect()
+    }
+
+    #[test]
+    fn the_text_format_escapes_control_characters_in_every_field() {
+        let buf = Buffer::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .fmt_fields(super::text_fields())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(
+                subject = %"orders\n2026-12-01T00:00:00Z ERROR forged",
+                reason = %"\u{1b}[2Jwiped",
+                quoted = "a\tb",
+                "message \u{7} delivered"
+            );
+        });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("subject=orders\\n2026"), "{text}");
+        assert!(text.contains("reason=\\u{1b}[2Jwiped"), "{text}");
+        assert!(text.contains("message \\u{7} delivered"), "{text}");
     }
 
     #[test]
