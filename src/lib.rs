@@ -1,38 +1,43 @@
 //! jetrelay: a sidecar that consumes NATS JetStream and delivers each message to a
 //! local app over HTTP, mapping the app's answer to ack, delayed nak, term or
-//! in-progress. See `ARCHITECTURE.md` for the code map.
+//! in-progress. See `ARCHITECTURE.md` for the code map and the layer table.
 //!
-//! The modules in reading order: the pure core first (no I/O, table and property
-//! tests at the bottom of each), then the boundaries to the outside crates, then the
-//! wiring.
+//! The modules in layer order, from the ground up: a module imports only from the
+//! layers below its own (`tests/tidy.rs` checks it).
 
-// The pure core: decisions and data, no I/O.
+// The pure core: decisions and data, no I/O, no clocks.
+pub mod app;
 pub mod capacity;
 pub mod dead_letter;
-pub mod delivery;
+pub mod message;
 pub mod outputs;
 pub mod policy;
 pub mod printable;
-pub mod redrive;
-pub mod secret;
 pub mod subject;
 pub mod topology;
 
-// Configuration: the tree, its layering and its rules.
-pub mod config;
-
-// The boundaries: NATS (async-nats), the app (reqwest), operations (prometheus), the
-// servers jetrelay offers (axum).
-pub mod http;
-pub mod nats;
-pub mod ops;
-pub mod serve;
+// The vocabulary the dispatcher and the boundaries share (the seams, the shutdown
+// clock), and the files read at start-up (secrets, TLS).
+pub mod seam;
+pub mod secret;
 pub mod tls;
 
-// Consumer groups: the wire contract (pure) and a member's protocol.
+// Operations: metrics (prometheus), readiness, logging.
+pub mod ops;
+
+// The boundaries: NATS (async-nats), the app (reqwest), the servers jetrelay offers
+// (axum). None imports another.
+pub mod http;
+pub mod nats;
+pub mod serve;
+
+// What runs over the boundaries: a consumer group's member and its administration,
+// and the dispatcher.
+pub mod dispatch;
 pub mod group;
 
-// The wiring: the dispatcher, the daemon's supervisor, the command line.
+// The wiring: the configuration tree, the daemon's supervisor (and the settings it
+// hands each room), the command line.
 pub mod cli;
+pub mod config;
 pub mod daemon;
-pub mod dispatch;

@@ -14,7 +14,7 @@ use jetrelay::cli::group::GroupCommand;
 use jetrelay::config::{Config, ConfigError, NatsConfig};
 use jetrelay::daemon::shutdown::Signals;
 use jetrelay::daemon::{Daemon, DaemonError};
-use jetrelay::group::admin::{AdminError, GroupAdmin};
+use jetrelay::group::manage::{AdminError, GroupAdmin};
 use tokio_util::sync::CancellationToken;
 
 /// mimalloc instead of the system allocator: per message the daemon makes a few dozen
@@ -116,11 +116,11 @@ where
         }
     };
     match logs {
-        Logs::Daemon => jetrelay::ops::telemetry::init(&config.log),
-        Logs::Terminal => jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
-            format: jetrelay::config::LogFormat::Text,
-            level: "warn,async_nats=off".into(),
-        }),
+        Logs::Daemon => jetrelay::ops::telemetry::init(config.log.format, &config.log.level),
+        Logs::Terminal => jetrelay::ops::telemetry::init(
+            jetrelay::ops::telemetry::LogFormat::Text,
+            "warn,async_nats=off",
+        ),
     }
     let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
         return ExitCode::FAILURE;
@@ -240,10 +240,10 @@ where
     F: FnOnce(jetrelay::nats::Nats) -> Fut,
     Fut: Future<Output = Result<(String, bool), (String, bool)>>,
 {
-    jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
-        format: jetrelay::config::LogFormat::Text,
-        level: "warn,async_nats=off".into(),
-    });
+    jetrelay::ops::telemetry::init(
+        jetrelay::ops::telemetry::LogFormat::Text,
+        "warn,async_nats=off",
+    );
     let mut cfg = match NatsConfig::load(options.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use crate::delivery::Invalid;
+use crate::message::Invalid;
 
 /// A set of HTTP statuses written as `"503"` or `"5xx"`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

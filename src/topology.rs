@@ -8,8 +8,62 @@
 
 use std::fmt;
 
-use crate::config::{ConsumerMode, Discard, Retention, Storage, StreamMode};
 use crate::subject;
+use serde::{Deserialize, Serialize};
+
+/// `topology.stream`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamMode {
+    /// The publisher owns the stream; it is only checked.
+    #[default]
+    External,
+    /// This daemon owns the stream: it creates it and adds missing subjects.
+    Managed,
+}
+
+/// `topology.consumer`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsumerMode {
+    /// Create the consumer when missing, then validate it.
+    #[default]
+    Ensure,
+    /// Only read, validate and bind.
+    Bind,
+}
+
+/// `topology.managed_stream.storage`
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Storage {
+    /// On disk.
+    File,
+    /// In memory.
+    Memory,
+}
+
+/// `topology.managed_stream.retention`
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Retention {
+    /// Kept until a limit.
+    Limits,
+    /// Kept while a consumer has not acked it.
+    Interest,
+    /// Removed once acked.
+    Workqueue,
+}
+
+/// `topology.managed_stream.discard`
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Discard {
+    /// The oldest messages.
+    Old,
+    /// Refuse new messages.
+    New,
+}
 
 /// Everything the topology step needs to know.
 #[derive(Debug, Clone)]

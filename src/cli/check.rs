@@ -1,15 +1,16 @@
 //! `jetrelay check`: the config checked, then the topology plan (a durable) or the
 //! member's share of its group, as text, changing nothing.
 
-use crate::config::{
-    Config, DeadLetters, OnMissing, Settings, SourceKind, SourceSettings, StreamMode,
-};
-use crate::group::admin::GroupAdmin;
+use crate::config::{Config, OnMissing, SourceKind};
+use crate::daemon::settings::{DeadLetters, Settings, SourceSettings};
+use crate::group::manage::GroupAdmin;
 use crate::group::spec::Member;
 use crate::nats::{Nats, NatsError};
 use crate::outputs::{self, Capture, Needs};
 use crate::subject;
-use crate::topology::{ConsumerPlan, StreamAction, StreamPlan, StreamSpec, Table, TopologyRequest};
+use crate::topology::{
+    ConsumerPlan, StreamAction, StreamMode, StreamPlan, StreamSpec, Table, TopologyRequest,
+};
 
 /// What `check` prints and whether `run` could proceed.
 #[derive(Debug)]
@@ -179,7 +180,7 @@ async fn dead_letters(
         }
     }
     match captures(nats, &dlq.subject, planned).await {
-        Ok(streams) => lines.extend(crate::redrive::findings(
+        Ok(streams) => lines.extend(crate::dead_letter::stored::findings(
             &dlq.subject,
             &streams,
             dlq.stream.as_deref(),

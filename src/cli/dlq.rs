@@ -1,6 +1,6 @@
-//! `jetrelay dlq ls|show|replay|purge`: browse dead letters and redrive them. The DLQ
+//! `jetrelay dlq ls|show|replay|purge`: browse dead letters and replay them. The DLQ
 //! stream is read in pages with batch direct get (no consumer, its state untouched);
-//! replays are published with their own ids (`crate::redrive`), in pages of at most
+//! replays are published with their own ids (`crate::dead_letter::stored`), in pages of at most
 //! 1000, as atomic batches where the target stream takes them, one by one otherwise;
 //! with `--fast`, as fast-ingest batches where the target allows them (`allow_batched`).
 
@@ -13,12 +13,12 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
+use crate::dead_letter::stored::{self, Entry, Selection, Stored};
 use crate::nats::{
     DirectError, FastFailed, Listed, Nats, NatsError, OutputError, OutputPublisher, PageRequest,
     TopologyError,
 };
 use crate::outputs::{Capture, Output};
-use crate::redrive::{self, Entry, Selection, Stored};
 
 /// Messages per page read, and per replay batch (the server's atomic batch limit).
 pub const PAGE: usize = 1000;
@@ -122,13 +122,13 @@ impl SelectArgs {
             seqs: self
                 .seq
                 .as_deref()
-                .map(redrive::parse_seqs)
+                .map(stored::parse_seqs)
                 .transpose()
                 .map_err(DlqError::Usage)?,
             since: self
                 .since
                 .as_deref()
-                .map(|t| redrive::parse_since(t, now))
+                .map(|t| stored::parse_since(t, now))
                 .transpose()
                 .map_err(DlqError::Usage)?,
             subject: self.subject.clone(),
@@ -196,7 +196,7 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
             {
                 entries.extend(
                     page.iter()
-                        .map(redrive::entry)
+                        .map(stored::entry)
                         .filter(|e| sel.matches(e))
                         .take(limit - entries.len()),
                 );
@@ -242,7 +242,7 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
             while let Some(page) = pages.next().await? {
                 let chosen: Vec<Stored> = page
                     .into_iter()
-                    .filter(|m| sel.matches(&redrive::entry(m)))
+                    .filter(|m| sel.matches(&stored::entry(m)))
                     .collect();
                 r.page(chosen).await?;
             }
@@ -261,7 +261,7 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
                 while let Some(page) = pages.next().await? {
                     selected += page
                         .iter()
-                        .filter(|m| redrive::is_letter(m) && sel.matches(&redrive::entry(m)))
+                        .filter(|m| stored::is_letter(m) && sel.matches(&stored::entry(m)))
                         .count();
                 }
                 return Err(DlqError::Usage(format!(
@@ -275,11 +275,11 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
             let mut pages = Pages::open(nats, &stream, &sel).await?;
             while let Some(page) = pages.next().await? {
                 let mut seqs = Vec::new();
-                for m in page.iter().filter(|m| sel.matches(&redrive::entry(m))) {
+                for m in page.iter().filter(|m| sel.matches(&stored::entry(m))) {
                     summary.selected += 1;
-                    match redrive::verify(m) {
+                    match stored::verify(m) {
                         Ok(()) => seqs.push(m.seq),
-                        Err(why) => summary.fail(m.seq, redrive::not_a_letter(&stream, &why)),
+                        Err(why) => summary.fail(m.seq, stored::not_a_letter(&stream, &why)),
                     }
                 }
                 for (seq, result) in seqs.iter().zip(nats.delete_messages(&stream, &seqs).await?) {
@@ -474,7 +474,7 @@ impl Replayer<'_> {
         // (target stream, the letters' sequences and messages), in page order.
         let mut groups: Vec<(Capture, Vec<(u64, Output)>)> = Vec::new();
         for m in &letters {
-            let output = match redrive::replay(m, self.stream, self.to) {
+            let output = match stored::replay(m, self.stream, self.to) {
                 Ok(o) => o,
                 Err(why) => {
                     self.summary.fail(m.seq, why);
@@ -613,7 +613,7 @@ impl Replayer<'_> {
         m: &Stored,
         target: &Capture,
     ) -> Result<Result<(), String>, DlqError> {
-        let origin = redrive::entry(m).stream.unwrap_or_default();
+        let origin = stored::entry(m).stream.unwrap_or_default();
         if origin == target.stream {
             return Ok(Ok(()));
         }
@@ -631,7 +631,7 @@ impl Replayer<'_> {
         } else {
             Err(format!(
                 "its subject {} is stored by stream {}, not by {origin}, the stream it was consumed from: not replayed (--to replays it elsewhere)",
-                redrive::entry(m).subject,
+                stored::entry(m).subject,
                 target.stream
             ))
         })
@@ -681,7 +681,7 @@ async fn show(nats: &Nats, stream: &str, seq: u64, json: bool) -> Result<Done, D
             seq,
         });
     };
-    let e = redrive::entry(&m);
+    let e = stored::entry(&m);
     let text = match std::str::from_utf8(&m.payload) {
         Ok(t) => (Some(t.to_string()), None),
         Err(_) => (

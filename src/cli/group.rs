@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::group::admin::{AdminError, GroupAdmin, GroupReport, MemberReport};
+use crate::group::manage::{AdminError, GroupAdmin, GroupReport, MemberReport};
 use crate::group::model::{Flavour, GroupConfig, MemberMapping, PartitioningFilter};
 
 /// `jetrelay group …`

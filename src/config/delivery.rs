@@ -4,18 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::source::SourceKind;
 use super::{Config, DAY, HOUR, Problems};
-
-/// `delivery.ordering`
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Ordering {
-    /// One lane per partition number.
-    Partition,
-    /// One lane per subject (partition token stripped).
-    Subject,
-    /// No order: full concurrency.
-    None,
-}
+use crate::dispatch::lanes::Ordering;
 
 /// `delivery.ack`
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]

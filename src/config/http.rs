@@ -6,18 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Config, DAY, HOUR, Problems};
+use crate::app::headers::RequestFormat;
 use crate::policy::StatusSet;
-
-/// `http.format`: how a message is laid out in its request.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum RequestFormat {
-    /// The payload as the body, metadata in `Nats-*` headers.
-    #[default]
-    Raw,
-    /// CloudEvents binary content mode: `ce-*` headers added (batch requests ignore it).
-    Cloudevents,
-}
 
 /// `[http]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -138,12 +128,12 @@ impl Config {
             DAY,
         );
         for (name, value) in &h.headers {
-            if !crate::http::headers::is_valid_name(name) {
+            if !crate::app::headers::is_valid_name(name) {
                 p.add(
                     format!("http.headers.{name}"),
                     "is not a valid HTTP header name",
                 );
-            } else if !crate::http::headers::is_valid_value(value) {
+            } else if !crate::app::headers::is_valid_value(value) {
                 p.add(
                     format!("http.headers.{name}"),
                     "is not a valid HTTP header value",
@@ -153,7 +143,7 @@ impl Config {
         for pattern in &h.pass_headers {
             let name = pattern.strip_suffix('*').unwrap_or(pattern);
             let lower = name.to_ascii_lowercase();
-            if name.is_empty() || !crate::http::headers::is_valid_name(name) {
+            if name.is_empty() || !crate::app::headers::is_valid_name(name) {
                 p.add(
                     "http.pass_headers",
                     format!("{pattern:?} is not a header name (or a prefix ending in *)"),
@@ -163,7 +153,7 @@ impl Config {
                     "http.pass_headers",
                     format!("{pattern:?} is too wide: name a prefix"),
                 );
-            } else if !pattern.ends_with('*') && crate::http::headers::never_passed(&lower) {
+            } else if !pattern.ends_with('*') && crate::app::headers::never_passed(&lower) {
                 p.add(
                     "http.pass_headers",
                     format!("{pattern:?} is never passed (identity, hop-by-hop, Nats-* and Jetrelay-* headers)"),
@@ -172,7 +162,7 @@ impl Config {
         }
         for (name, path) in &h.header_files {
             let key = format!("http.header_files.{name}");
-            if !crate::http::headers::is_valid_name(name) {
+            if !crate::app::headers::is_valid_name(name) {
                 p.add(key, "is not a valid HTTP header name");
             } else if path.is_empty() {
                 p.add(key, "needs a file path");

@@ -13,7 +13,6 @@ mod nats;
 mod ops;
 mod problems;
 mod publish;
-mod settings;
 mod source;
 mod topology;
 
@@ -24,22 +23,16 @@ use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
 pub use self::consumer::{ConsumerConfig, DeliverPolicy};
-pub use self::delivery::{AckMode, DeliveryConfig, Ordering};
-pub use self::http::{HttpConfig, RequestFormat};
+pub use self::delivery::{AckMode, DeliveryConfig};
+pub use self::http::HttpConfig;
 pub use self::nats::{NatsConfig, redact, split_servers};
-pub use self::ops::{AdminConfig, DlqConfig, LogConfig, LogFormat};
+pub use self::ops::{AdminConfig, DlqConfig, LogConfig};
 use self::problems::Problems;
 pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
-pub use self::settings::{
-    Batching, DeadLetters, Publishing, Retry, Settings, SourceSettings, dlq_duplicate_window,
-    topology_request,
-};
 pub use self::source::{SourceConfig, SourceKind};
-pub use self::topology::{
-    ConsumerMode, Discard, ManagedStreamConfig, OnMissing, Retention, Storage, StreamMode,
-    TopologyConfig,
-};
+pub use self::topology::{ManagedStreamConfig, OnMissing, TopologyConfig};
+use crate::dispatch::lanes::Ordering;
 
 /// The whole configuration, as the user wrote it (after defaults).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::{Config, Problems};
+use crate::ops::telemetry::LogFormat;
 use crate::subject;
 
 /// `[dlq]`
@@ -47,17 +48,6 @@ impl Default for AdminConfig {
             listen: "0.0.0.0:9090".into(),
         }
     }
-}
-
-/// `log.format`
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum LogFormat {
-    #[default]
-    /// One JSON object per line.
-    Json,
-    /// Human-readable text.
-    Text,
 }
 
 /// `[log]`

@@ -5,28 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Config, DAY, HOUR, Problems};
 use crate::subject;
-
-/// `topology.stream`
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum StreamMode {
-    /// The publisher owns the stream; it is only checked.
-    #[default]
-    External,
-    /// This daemon owns the stream: it creates it and adds missing subjects.
-    Managed,
-}
-
-/// `topology.consumer`
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ConsumerMode {
-    /// Create the consumer when missing, then validate it.
-    #[default]
-    Ensure,
-    /// Only read, validate and bind.
-    Bind,
-}
+use crate::topology::{ConsumerMode, Discard, Retention, Storage, StreamMode};
 
 /// `topology.on_missing`
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -117,38 +96,6 @@ impl Default for ManagedStreamConfig {
             allow_msg_ttl: false,
         }
     }
-}
-
-/// `topology.managed_stream.storage`
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Storage {
-    /// On disk.
-    File,
-    /// In memory.
-    Memory,
-}
-
-/// `topology.managed_stream.retention`
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Retention {
-    /// Kept until a limit.
-    Limits,
-    /// Kept while a consumer has not acked it.
-    Interest,
-    /// Removed once acked.
-    Workqueue,
-}
-
-/// `topology.managed_stream.discard`
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Discard {
-    /// The oldest messages.
-    Old,
-    /// Refuse new messages.
-    New,
 }
 
 impl Config {

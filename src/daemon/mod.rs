@@ -2,6 +2,7 @@
 //! connect → topology (with a stop-aware retry) → consume, and the ordered shutdown
 //! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last).
 
+pub mod settings;
 pub mod shutdown;
 
 use std::future::Future;
@@ -13,9 +14,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, ConfigError, OnMissing, Settings, SourceSettings};
-use crate::daemon::shutdown::{Deadline, bounded};
-use crate::dispatch::{Dispatch, DispatchError, Ended, Outbox};
+use crate::config::{Config, ConfigError, OnMissing};
+use crate::daemon::settings::{Settings, SourceSettings};
+use crate::dispatch::{Dispatch, DispatchError, Ended, OutputRules};
 use crate::group::member::{GroupSource, JoinError};
 use crate::group::spec::Member;
 use crate::http::forward::{AnswerLimits, ForwardError, Forwarder};
@@ -24,6 +25,7 @@ use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{PinHolder, Readiness, State};
 use crate::ops::telemetry::chain;
 use crate::policy::backoff;
+use crate::seam::time::{Deadline, bounded};
 use crate::secret::SecretFile;
 use crate::topology::TopologyRequest;
 
@@ -312,8 +314,8 @@ impl Supervisor {
         nats: &Nats,
     ) -> (CancellationToken, JoinHandle<std::io::Result<()>>) {
         let p = &self.settings.publish;
-        let endpoint = crate::serve::publish::Endpoint {
-            publisher: nats.outputs(),
+        let endpoint = crate::serve::endpoint::Endpoint {
+            publisher: nats.publisher(),
             rules: p.rules.clone(),
             atomic: p.atomic,
             metrics: self.metrics.clone(),
@@ -321,7 +323,7 @@ impl Supervisor {
         };
         tracing::info!(listen = ?listener.local_addr().ok(), "publish endpoint listening");
         let stop = CancellationToken::new();
-        let served = tokio::spawn(crate::serve::publish::serve(
+        let served = tokio::spawn(crate::serve::endpoint::serve(
             listener,
             endpoint,
             self.publish_cap,
@@ -366,7 +368,8 @@ impl Supervisor {
             pinned_mode: set.pinned(),
             ordering: set.ordering,
             progress_every: set.progress_every,
-            dlq: set.dlq.as_ref().map(|d| nats.dlq(&d.subject)),
+            publisher: nats.publisher(),
+            dead_letters: set.dlq.as_ref().map(|d| d.subject.clone()),
             app_healthy: crate::http::probe::watch(
                 self.forwarder.clone(),
                 &cfg.http,
@@ -374,8 +377,7 @@ impl Supervisor {
             ),
             unhealthy_handover: set.unhealthy_handover,
             batch: set.batch,
-            outbox: set.publish.rules.enabled().then(|| Outbox {
-                publisher: nats.outputs(),
+            outputs: set.publish.rules.enabled().then(|| OutputRules {
                 rules: set.publish.rules.clone(),
                 atomic: set.publish.atomic,
             }),

@@ -9,18 +9,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Dispatch;
-use super::batch::{self, Fate};
 use super::book::{Step, Verdict};
+use super::fates::{self, Fate};
 use super::gate::Reach;
 use super::lanes::LaneKey;
-use super::outbox::Commit;
-use super::seam::{Forward, NoAnswer, Settle};
-use crate::config::Ordering;
+use super::outputs::Commit;
+use crate::app::{self, batch::Answer};
 use crate::dead_letter::{self, DeadLetter, Shed};
-use crate::delivery::Delivery;
-use crate::nats::{DlqPublisher, NatsError};
-use crate::ops::metrics::{HttpClass, SettleLabel};
+use crate::dispatch::lanes::Ordering;
+use crate::message::Delivery;
+use crate::ops::metrics::SettleLabel;
+use crate::ops::telemetry::chain;
 use crate::policy::{Disposition, Outcome, backoff};
+use crate::seam::publish::{LetterFailure, Publish};
+use crate::seam::{Forward, HttpClass, NoAnswer, Settle};
 
 /// What one attempt learned, for the log line.
 pub(super) struct Record<'a> {
@@ -32,7 +34,7 @@ pub(super) struct Record<'a> {
     received: Instant,
 }
 
-impl<F: Forward> Dispatch<F> {
+impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// One attempt: one request, one decision, then either one final action and one
     /// log line, or a retry in place, or a hold, reported back.
     pub(super) async fn attempt<T: Settle>(
@@ -199,7 +201,7 @@ impl<F: Forward> Dispatch<F> {
         record: &Record<'_>,
     ) -> Step {
         let text = verdict.reason.to_string();
-        let Some(dlq) = &self.dlq else {
+        let Some(subject) = &self.dead_letters else {
             let result = settler.term(&text).await;
             self.record(d, record, SettleLabel::Term, &result, None, Some(&text));
             return Step::Settled;
@@ -211,7 +213,7 @@ impl<F: Forward> Dispatch<F> {
             reason: &text,
             at: time::OffsetDateTime::now_utc(),
         };
-        let published = publish_dead_letter(dlq, &letter).await;
+        let published = publish_dead_letter(&self.publisher, subject, &letter).await;
         match published {
             Ok(()) => {
                 let result = settler.term(&text).await;
@@ -224,7 +226,7 @@ impl<F: Forward> Dispatch<F> {
                 if self.policy.is_last_delivery(d.delivered()) {
                     let delay = backoff(self.policy.retry_initial, self.policy.retry_max, tries);
                     tracing::error!(
-                        error = %e, stream_seq = d.stream_seq(), tries, retry_in_ms = delay.as_millis(),
+                        error = %chain(&e), stream_seq = d.stream_seq(), tries, retry_in_ms = delay.as_millis(),
                         "dead-letter publish failed on the message's last delivery: kept, and tried again"
                     );
                     return Step::DeadLetterIn(delay, Verdict { tries, ..verdict });
@@ -234,7 +236,7 @@ impl<F: Forward> Dispatch<F> {
                     self.policy.retry_max,
                     verdict.attempts,
                 );
-                tracing::error!(error = %e, stream_seq = d.stream_seq(), "dead-letter publish failed; the message is retried instead");
+                tracing::error!(error = %chain(&e), stream_seq = d.stream_seq(), "dead-letter publish failed; the message is retried instead");
                 let result = settler.nak(delay).await;
                 self.record(
                     d,
@@ -304,14 +306,30 @@ impl<F: Forward> Dispatch<F> {
     }
 }
 
+/// Why a dead letter was not stored.
+#[derive(Debug, thiserror::Error)]
+enum NotStored<E: std::error::Error + 'static> {
+    /// Not even a letter without the payload, the original headers and a long reason
+    /// fits in what the server takes.
+    #[error("the dead letter does not fit in the DLQ, even without its payload and headers")]
+    Unfit,
+    /// The publish failed.
+    #[error("the dead-letter publish failed")]
+    Failed(#[source] E),
+}
+
 /// Publishes one dead letter: whole when it fits, else shedding what it must
 /// (`dead_letter::letter`); a DLQ stream that refuses it for its size (it takes less
 /// than the server) makes it shed the next thing.
-async fn publish_dead_letter(dlq: &DlqPublisher, letter: &DeadLetter<'_>) -> Result<(), NatsError> {
+async fn publish_dead_letter<P: Publish>(
+    publisher: &P,
+    subject: &str,
+    letter: &DeadLetter<'_>,
+) -> Result<(), NotStored<P::LetterError>> {
     let mut shed = Some(Shed::Nothing);
-    let mut last = NatsError::DeadLetterUnfit;
+    let mut last = NotStored::Unfit;
     while let Some(at_least) = shed {
-        let Some(l) = dead_letter::letter(letter, dlq.max_payload(), at_least) else {
+        let Some(l) = dead_letter::letter(letter, publisher.max_payload(), at_least) else {
             break;
         };
         if l.shed > Shed::Nothing {
@@ -327,12 +345,12 @@ async fn publish_dead_letter(dlq: &DlqPublisher, letter: &DeadLetter<'_>) -> Res
         } else {
             bytes::Bytes::new()
         };
-        match dlq.publish(&l.headers, payload).await {
-            Err(e @ NatsError::DeadLetterTooLarge(_)) => {
-                last = e;
+        match publisher.dead_letter(subject, &l.headers, payload).await {
+            Err(e) if e.is_too_large() => {
+                last = NotStored::Failed(e);
                 shed = l.shed.next();
             }
-            other => return other,
+            other => return other.map_err(NotStored::Failed),
         }
     }
     Err(last)
@@ -349,7 +367,7 @@ pub(super) struct BatchItem<T> {
     pub(super) verdict: Option<Verdict>,
 }
 
-impl<F: Forward> Dispatch<F> {
+impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// One batch: one request for the messages it can carry (a message that only
     /// waits for its dead letter, or cannot be offered at all, is settled on its own),
     /// then each message's fate from the answer, settled one by one with one log line
@@ -399,7 +417,7 @@ impl<F: Forward> Dispatch<F> {
             }
             _ => Reach::Reached,
         };
-        if let Some(crate::http::batch::Answer::Unparsable(why)) = &bf.answer {
+        if let Some(Answer::Unparsable(why)) = &bf.answer {
             self.metrics.batch_bad_answers.inc();
             tracing::warn!(
                 messages = send.len(),
@@ -407,11 +425,8 @@ impl<F: Forward> Dispatch<F> {
                 "the app's answer to a batch does not parse: the whole batch is retried"
             );
         }
-        let ids: Vec<String> = send
-            .iter()
-            .map(|i| crate::http::batch::id(&i.delivery))
-            .collect();
-        let (outcomes, unknown) = batch::outcomes(&f.outcome, bf.answer.as_ref(), &ids);
+        let ids: Vec<String> = send.iter().map(|i| app::batch::id(&i.delivery)).collect();
+        let (outcomes, unknown) = fates::outcomes(&f.outcome, bf.answer.as_ref(), &ids);
         if unknown > 0 {
             self.metrics.batch_unknown_ids.inc_by(unknown as u64);
             tracing::warn!(
@@ -429,15 +444,15 @@ impl<F: Forward> Dispatch<F> {
         // The outputs of the messages that will be acked: per key in batch order, the
         // keys (and every message of an unordered batch) at once. A key whose commit
         // failed commits nothing after it (its later messages are held back below).
-        let acked = batch::fates(dispositions.clone(), &lanes, ordered);
-        let mut outputs = batch::outputs(bf.answer.as_ref(), &ids);
+        let acked = fates::fates(dispositions.clone(), &lanes, ordered);
+        let mut outputs = fates::outputs(bf.answer.as_ref(), &ids);
         let commits: Vec<bool> = acked
             .iter()
             .zip(&outputs)
             .map(|(fate, o)| *fate == Fate::Decided(Disposition::Ack) && o.is_some())
             .collect();
-        let groups: Vec<Vec<(usize, batch::Published)>> =
-            batch::commit_groups(&commits, &lanes, ordered)
+        let groups: Vec<Vec<(usize, fates::Published)>> =
+            fates::commit_groups(&commits, &lanes, ordered)
                 .into_iter()
                 .map(|g| {
                     g.into_iter()
@@ -467,7 +482,7 @@ impl<F: Forward> Dispatch<F> {
                 Commit::Instead(d) => dispositions[i] = d,
             }
         }
-        let fates = batch::fates(dispositions, &lanes, ordered);
+        let fates = fates::fates(dispositions, &lanes, ordered);
         let status = match f.class {
             HttpClass::Status(s) => Some(s),
             _ => None,

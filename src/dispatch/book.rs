@@ -11,9 +11,9 @@ use tokio::time::Instant;
 
 use super::gate::Reach;
 use super::lanes::{LaneKey, Lanes};
-use super::seam::Held;
 use super::timers::{Due, Timers};
-use crate::delivery::Delivery;
+use crate::capacity::Held;
+use crate::message::Delivery;
 use crate::policy::TermReason;
 
 /// The app's permanent verdict on a message whose dead letter is still to be

@@ -3,8 +3,8 @@
 //! group member stands. Pure: the dispatcher feeds it what it learns and shows what
 //! [`Gate::shown`] says.
 
-use crate::http::probe::Health;
 use crate::ops::readiness::State;
+use crate::seam::Health;
 
 /// Where a group member stands.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

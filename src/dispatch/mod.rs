@@ -1,14 +1,16 @@
-//! The dispatcher: pull → lanes → forward → decide → settle, with bounded
+//! The dispatcher: pull → lanes → forward → decide → (publish) → settle, with bounded
 //! concurrency, in-progress keep-alives, in-place retries, dead-lettering, app health
 //! gating, the unreachable app, and the drain on shutdown. The only module that sees
-//! both sides, through its seams ([`seam::Source`] and [`seam::Settle`] on the NATS
-//! side, [`seam::Forward`] on the app's).
+//! both sides, through the seams of `crate::seam`: [`Source`] and [`Settle`] on the
+//! NATS side, [`Forward`] on the app's, and [`Publish`] for dead letters and outputs.
 //!
 //! - `book`: every held message, its lane, its timers and the bytes held.
 //! - `gate`: whether work may start, and what readiness says about it (pure).
-//! - `attempt`: one message's work, run as a task.
+//! - `attempt`: one message's (or one batch's) work, run as a task.
+//! - `fates`: what a batch answer means for each message, and the held-back rule (pure).
+//! - `outputs`: an answer's outputs published before the input's ack.
 //! - `lanes`, `timers`: the ordered-lane scheduler and the one timer set (pure).
-//! - this file: the loop, which only routes what happens to the part it concerns.
+//! - this file: the loop, which routes what happens to the part it concerns.
 //!
 //! Bounds: at most `max_in_flight` requests run, in one `JoinSet`; at most
 //! `max_buffered` messages (and `max_buffered_bytes` of payload) are held, because the
@@ -18,12 +20,11 @@
 //! not deliver again.
 
 mod attempt;
-mod batch;
 mod book;
+mod fates;
 mod gate;
 pub mod lanes;
-mod outbox;
-pub mod seam;
+mod outputs;
 #[cfg(test)]
 mod tests;
 pub mod timers;
@@ -40,25 +41,37 @@ use self::attempt::BatchItem;
 use self::book::{Book, Done, Fill, Step, Verdict};
 use self::gate::Gate;
 use self::lanes::LaneKey;
-pub use self::outbox::Outbox;
-use self::seam::{Event, Forward, Settle, Source};
-use self::timers::{Due, sleep_until};
-use crate::config::{Batching, Ordering};
-use crate::daemon::shutdown::{Deadline, bounded};
-use crate::delivery::Delivery;
-use crate::http::forward::Forwarder;
-use crate::http::probe::Health;
-use crate::nats::DlqPublisher;
+use self::lanes::Ordering;
+pub use self::outputs::OutputRules;
+use self::timers::Due;
+use crate::message::Delivery;
 use crate::ops::metrics::{Metrics, SettleLabel};
 use crate::ops::readiness::{Readiness, State};
 use crate::policy::Policy;
+use crate::seam::publish::Publish;
+use crate::seam::time::{Deadline, bounded, sleep_until};
+use crate::seam::{Event, Forward, Health, Settle, Source};
+
+/// Batch delivery: many messages per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batching {
+    /// Messages per request at most.
+    pub size: usize,
+    /// Payload bytes per request at most (a larger message goes alone).
+    pub max_bytes: u64,
+    /// How long a partial batch may wait for more.
+    pub wait: Duration,
+}
 
 /// What the dispatcher needs, shared with every message task. `F` is where messages
-/// go: the app's HTTP client, or a fake in tests.
+/// go (the app's HTTP client), `P` where dead letters and outputs are published (NATS);
+/// fakes of both in tests.
 #[derive(Debug)]
-pub struct Dispatch<F = Forwarder> {
+pub struct Dispatch<F, P> {
     /// The app.
     pub forwarder: F,
+    /// Dead letters and outputs.
+    pub publisher: P,
     /// Outcome → disposition.
     pub policy: Policy,
     /// Collectors.
@@ -73,8 +86,9 @@ pub struct Dispatch<F = Forwarder> {
     pub ordering: Ordering,
     /// How often a held message gets `+WPI` (half the ack wait).
     pub progress_every: Duration,
-    /// Where permanent failures go before their TERM.
-    pub dlq: Option<DlqPublisher>,
+    /// Where permanent failures go before their TERM (`dlq.subject`; `None`: they are
+    /// terminated without a dead letter).
+    pub dead_letters: Option<String>,
     /// Whether the app is healthy (always true without `http.health_url`).
     pub app_healthy: watch::Receiver<Health>,
     /// Pinned sources: how long the app may be unhealthy (or unreachable) before this
@@ -85,9 +99,9 @@ pub struct Dispatch<F = Forwarder> {
     pub deadline: Deadline,
     /// Batch delivery (many messages per request), or one message per request.
     pub batch: Option<Batching>,
-    /// Where the outputs of the app's answers are published (`None`: publishing is
+    /// The rules the outputs of the app's answers must meet (`None`: publishing is
     /// off, and an answer that publishes is refused).
-    pub outbox: Option<Outbox>,
+    pub outputs: Option<OutputRules>,
     /// At most this many messages are kept on their last delivery while the DLQ does
     /// not store their dead letters; one more is terminated without one (it stays in
     /// its stream), so that letters that cannot be stored never stall the consumer.
@@ -144,7 +158,7 @@ enum Flow {
     Fail(DispatchError),
 }
 
-impl<F: Forward> Dispatch<F> {
+impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// Runs until shutdown (then drains) or until the source ends.
     ///
     /// # Errors

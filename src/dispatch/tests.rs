@@ -1,6 +1,9 @@
-//! The dispatcher against fakes of its three seams, in virtual time
+//! The dispatcher against fakes of its seams, in virtual time
 //! (`tokio::time::pause`): a source fed by the test, settle handles that record what
-//! they were told, and an app answering from a script after a virtual delay.
+//! they were told, an app answering from a script after a virtual delay, and a
+//! publisher whose PubAcks come from a script after a virtual delay, recorded in the
+//! same log as the settles (so that "the PubAck before the TERM" and "the outputs
+//! before the ack" are read off one timeline).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,17 +15,20 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::book::Book;
-use super::lanes::LaneKey;
-use super::seam::{BatchForwarded, Event, Forward, Forwarded, Held, NoAnswer, Settle, Source};
-use super::{Dispatch, Ended};
-use crate::config::Ordering;
-use crate::daemon::shutdown::Deadline;
-use crate::delivery::{Delivery, Meta};
-use crate::http::batch::{Answer, ItemResult};
-use crate::http::probe::Health;
-use crate::ops::metrics::{HttpClass, Metrics};
+use super::lanes::{LaneKey, Ordering};
+use super::{Dispatch, Ended, OutputRules};
+use crate::app::batch::{Answer, ItemResult};
+use crate::capacity::Held;
+use crate::message::{Delivery, Meta};
+use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{Readiness, State};
+use crate::outputs::{Output, Rules};
 use crate::policy::{Outcome, Policy, StatusSet};
+use crate::seam::publish::{Committed, LetterFailure, OutputFailure, Publish};
+use crate::seam::time::Deadline;
+use crate::seam::{
+    BatchForwarded, Event, Forward, Forwarded, Health, HttpClass, NoAnswer, Settle, Source,
+};
 
 // === the fakes ===
 
@@ -30,9 +36,19 @@ use crate::policy::{Outcome, Policy, StatusSet};
 #[derive(Debug, Clone, PartialEq)]
 enum Told {
     Ack,
+    /// An ack that waits for the server's confirmation (after outputs).
+    AckConfirmed,
     Nak(Duration),
     Term,
     Progress,
+    /// The dead letter's PubAck.
+    Letter,
+    /// A dead-letter publish that failed.
+    LetterFailed,
+    /// The outputs' PubAck.
+    Published,
+    /// An outputs publish that failed.
+    PublishFailed,
 }
 
 type Log = Arc<Mutex<Vec<(u64, Told, Instant)>>>;
@@ -58,7 +74,7 @@ impl Settle for FakeSettler {
     }
 
     async fn ack_confirmed(&self) -> Result<(), String> {
-        self.tell(Told::Ack);
+        self.tell(Told::AckConfirmed);
         Ok(())
     }
 
@@ -126,6 +142,139 @@ impl Source for FakeSource {
     }
 }
 
+/// A publish failure: `transient` ones may pass, the others are a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum FakeFailure {
+    #[error("unavailable")]
+    Transient,
+    #[error("too large")]
+    TooLarge,
+}
+
+impl LetterFailure for FakeFailure {
+    fn is_too_large(&self) -> bool {
+        *self == FakeFailure::TooLarge
+    }
+}
+
+impl OutputFailure for FakeFailure {
+    fn label(&self) -> &'static str {
+        match self {
+            FakeFailure::Transient => "unavailable",
+            FakeFailure::TooLarge => "too_large",
+        }
+    }
+    fn is_permanent(&self) -> bool {
+        *self == FakeFailure::TooLarge
+    }
+    fn is_too_large(&self) -> bool {
+        *self == FakeFailure::TooLarge
+    }
+    fn retry_may_help(&self) -> bool {
+        *self == FakeFailure::Transient
+    }
+}
+
+/// Whether the `n`-th publish (from 1) for an input's stream sequence is stored, and
+/// after how long its PubAck comes.
+type PublishScript = Box<dyn Fn(u64, u32) -> (Result<(), FakeFailure>, Duration) + Send + Sync>;
+
+struct FakePublisher {
+    log: Log,
+    letters: PublishScript,
+    outputs: PublishScript,
+    tries: Mutex<HashMap<(bool, u64), u32>>,
+    /// The outputs of every stored publish, in PubAck order.
+    stored: Arc<Mutex<Vec<Output>>>,
+}
+
+impl FakePublisher {
+    /// The `n`-th try for `seq` (of letters or of outputs).
+    fn next_try(&self, letter: bool, seq: u64) -> u32 {
+        let mut tries = self.tries.lock().unwrap();
+        let n = tries.entry((letter, seq)).or_insert(0);
+        *n += 1;
+        *n
+    }
+}
+
+/// The input's stream sequence an output id (`jetrelay:<stream>:<consumer>:<seq>:<i>`)
+/// or a letter (`Jetrelay-Dlq-Sequence`) names.
+fn input_seq(headers: &[(String, String)]) -> u64 {
+    headers
+        .iter()
+        .find_map(|(n, v)| {
+            if n.eq_ignore_ascii_case(crate::dead_letter::header::SEQUENCE) {
+                v.parse().ok()
+            } else if n.eq_ignore_ascii_case(crate::outputs::MSG_ID) {
+                v.rsplit(':').nth(1)?.parse().ok()
+            } else {
+                None
+            }
+        })
+        .expect("an input sequence")
+}
+
+impl Publish for FakePublisher {
+    type LetterError = FakeFailure;
+    type OutputError = FakeFailure;
+
+    fn max_payload(&self) -> usize {
+        1024 * 1024
+    }
+
+    async fn dead_letter(
+        &self,
+        _subject: &str,
+        headers: &[(String, String)],
+        _payload: Bytes,
+    ) -> Result<(), FakeFailure> {
+        let seq = input_seq(headers);
+        let (result, delay) = (self.letters)(seq, self.next_try(true, seq));
+        tokio::time::sleep(delay).await;
+        let told = if result.is_ok() {
+            Told::Letter
+        } else {
+            Told::LetterFailed
+        };
+        self.log.lock().unwrap().push((seq, told, Instant::now()));
+        result
+    }
+
+    async fn outputs(&self, outputs: &[Output], _atomic: bool) -> Result<Committed, FakeFailure> {
+        let seq = input_seq(&outputs[0].headers);
+        let (result, delay) = (self.outputs)(seq, self.next_try(false, seq));
+        tokio::time::sleep(delay).await;
+        let told = if result.is_ok() {
+            self.stored.lock().unwrap().extend_from_slice(outputs);
+            Told::Published
+        } else {
+            Told::PublishFailed
+        };
+        self.log.lock().unwrap().push((seq, told, Instant::now()));
+        result.map(|()| Committed {
+            stream: "OUT".into(),
+            seq,
+            count: outputs.len(),
+            duplicate: false,
+        })
+    }
+}
+
+/// Every publish stored, its PubAck after `d`.
+fn stored_after(d: Duration) -> PublishScript {
+    Box::new(move |_, _| (Ok(()), d))
+}
+
+/// One output of the input `seq`, for an answer that publishes.
+fn output_of(seq: u64) -> Output {
+    Output {
+        subject: format!("out.{seq}"),
+        headers: Vec::new(),
+        payload: Bytes::from(seq.to_string()),
+    }
+}
+
 /// One request the app saw.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -146,6 +295,8 @@ type BatchScript = Box<dyn Fn(&[(u64, u32)]) -> (Outcome, Option<Answer>, Durati
 struct FakeApp {
     script: Script,
     batch_script: Option<BatchScript>,
+    /// A 2xx answer publishes one output (`out.<seq>`).
+    publishes: bool,
     seen: Arc<Mutex<Vec<Seen>>>,
     batches: Arc<Mutex<Vec<Vec<u64>>>>,
     in_flight: Arc<Mutex<(usize, usize)>>,
@@ -169,7 +320,11 @@ impl Forward for FakeApp {
             start,
             end: Instant::now(),
         });
-        forwarded(outcome, delay)
+        let mut f = forwarded(outcome, delay);
+        if self.publishes && matches!(f.class, HttpClass::Status(200..=299)) {
+            f.outputs = Some(Ok(vec![output_of(d.stream_seq())]));
+        }
+        f
     }
 
     async fn forward_batch(&self, items: &[(&Delivery, u32)]) -> BatchForwarded {
@@ -255,6 +410,7 @@ struct Rig {
     batches: Arc<Mutex<Vec<Vec<u64>>>>,
     events: mpsc::UnboundedSender<Event<FakeSettler>>,
     log: Log,
+    stored: Arc<Mutex<Vec<Output>>>,
     side: Arc<Mutex<SourceSide>>,
     seen: Arc<Mutex<Vec<Seen>>>,
     in_flight: Arc<Mutex<(usize, usize)>>,
@@ -265,12 +421,18 @@ struct Rig {
 }
 
 struct Knobs {
-    batch: Option<crate::config::Batching>,
+    batch: Option<crate::dispatch::Batching>,
     max_in_flight: usize,
     ordering: Ordering,
     progress_every: Duration,
     grace: Duration,
     healthy: bool,
+    /// Dead letters go to `dlq` (`dlq.subject` set).
+    dead_letters: bool,
+    /// The app's answers publish one output each (`publish.allowed_subjects = ["out.>"]`).
+    publishes: bool,
+    letters: Option<PublishScript>,
+    outputs: Option<PublishScript>,
 }
 
 impl Default for Knobs {
@@ -282,6 +444,10 @@ impl Default for Knobs {
             progress_every: Duration::from_secs(15),
             grace: Duration::from_secs(20),
             healthy: true,
+            dead_letters: false,
+            publishes: false,
+            letters: None,
+            outputs: None,
         }
     }
 }
@@ -308,13 +474,23 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         Health::Unhealthy
     });
     let (seen, in_flight, batches) = (Arc::default(), Arc::default(), Arc::default());
+    let log: Log = Arc::default();
+    let stored: Arc<Mutex<Vec<Output>>> = Arc::default();
     let dispatch = Arc::new(Dispatch {
         forwarder: FakeApp {
             script,
             batch_script,
+            publishes: knobs.publishes,
             seen: Arc::clone(&seen),
             batches: Arc::clone(&batches),
             in_flight: Arc::clone(&in_flight),
+        },
+        publisher: FakePublisher {
+            log: Arc::clone(&log),
+            letters: knobs.letters.unwrap_or_else(|| stored_after(MS)),
+            outputs: knobs.outputs.unwrap_or_else(|| stored_after(MS)),
+            tries: Mutex::default(),
+            stored: Arc::clone(&stored),
         },
         policy: Policy {
             retry: StatusSet::parse(&["5xx"]).unwrap(),
@@ -330,12 +506,19 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         pinned_mode: false,
         ordering: knobs.ordering,
         progress_every: knobs.progress_every,
-        dlq: None,
+        dead_letters: knobs.dead_letters.then(|| "dlq".to_string()),
         app_healthy,
         unhealthy_handover: Duration::from_secs(30),
         deadline: Deadline::new(knobs.grace),
         batch: knobs.batch,
-        outbox: None,
+        outputs: knobs.publishes.then(|| OutputRules {
+            rules: Rules {
+                allowed: vec!["out.>".into()],
+                max_messages: 100,
+                max_bytes: 1024 * 1024,
+            },
+            atomic: true,
+        }),
         letters_waiting_max: 4,
     });
     let (events, rx) = mpsc::unbounded_channel();
@@ -350,7 +533,8 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     Rig {
         batches,
         events,
-        log: Arc::default(),
+        log,
+        stored,
         side,
         seen,
         in_flight,
@@ -363,13 +547,40 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
 
 impl Rig {
     fn send(&self, seq: u64, subject: &str) {
+        self.send_delivered(seq, subject, 1);
+    }
+
+    /// Sends a message on its `delivered`-th delivery.
+    fn send_delivered(&self, seq: u64, subject: &str, delivered: u32) {
         let settler = FakeSettler {
             seq,
             log: Arc::clone(&self.log),
         };
+        let mut d = delivery(seq, subject);
+        if let Ok(m) = &mut d.meta {
+            m.delivered = delivered;
+        }
         self.events
-            .send(Event::Message(Box::new(delivery(seq, subject)), settler))
+            .send(Event::Message(Box::new(d), settler))
             .unwrap();
+    }
+
+    /// What was told for `seq`, in order, without the keep-alives.
+    fn settled(&self, seq: u64) -> Vec<Told> {
+        self.told(seq)
+            .into_iter()
+            .filter(|t| *t != Told::Progress)
+            .collect()
+    }
+
+    /// The input sequences of the stored outputs, in PubAck order.
+    fn stored_inputs(&self) -> Vec<u64> {
+        self.stored
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|o| o.subject.trim_start_matches("out.").parse().unwrap())
+            .collect()
     }
 
     fn told(&self, seq: u64) -> Vec<Told> {
@@ -713,8 +924,8 @@ fn the_timers_hold_at_most_a_keep_alive_and_a_retry_per_held_message() {
 
 // === batch delivery ===
 
-fn batching(size: usize, max_bytes: u64, wait: Duration) -> Option<crate::config::Batching> {
-    Some(crate::config::Batching {
+fn batching(size: usize, max_bytes: u64, wait: Duration) -> Option<crate::dispatch::Batching> {
+    Some(crate::dispatch::Batching {
         size,
         max_bytes,
         wait,
@@ -897,4 +1108,328 @@ async fn the_drain_settles_a_batch_in_flight_like_a_single_request() {
     assert_eq!((&mut r.run).await.unwrap().unwrap(), Ended::Shutdown);
     assert_eq!(r.told(1), [Told::Ack]);
     assert_eq!(r.told(2), [Told::Ack]);
+}
+
+// === the publish seam: dead letters and outputs ===
+
+/// The app refuses every message for good (a 4xx).
+fn refuses() -> Script {
+    Box::new(|_, _, _| (status(400), MS))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letters_pubacks_comes_before_the_term() {
+    let r = rig(
+        Knobs {
+            dead_letters: true,
+            letters: Some(stored_after(50 * MS)),
+            ..Knobs::default()
+        },
+        refuses(),
+    );
+    r.send(1, "a");
+    wait(S).await;
+    assert_eq!(r.settled(1), [Told::Letter, Told::Term]);
+    let letter = r.told_at(1, &Told::Letter)[0];
+    let term = r.told_at(1, &Told::Term)[0];
+    assert!(letter <= term, "the TERM waited for the PubAck");
+    r.stop().await;
+
+    // Without a DLQ: terminated at once, no letter.
+    let r = rig(Knobs::default(), refuses());
+    r.send(1, "a");
+    wait(S).await;
+    assert_eq!(r.settled(1), [Told::Term]);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_that_fails_before_the_last_delivery_naks_the_message_instead() {
+    let r = rig(
+        Knobs {
+            dead_letters: true,
+            letters: Some(Box::new(|_, _| (Err(FakeFailure::Transient), MS))),
+            ..Knobs::default()
+        },
+        refuses(),
+    );
+    r.send(1, "a");
+    wait(S).await;
+    // Not terminated: JetStream redelivers it, and the letter is tried again then.
+    assert_eq!(r.settled(1), [Told::LetterFailed, Told::Nak(S)]);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_that_fails_on_the_last_delivery_keeps_the_message_and_is_tried_again() {
+    let r = rig(
+        Knobs {
+            dead_letters: true,
+            // Stored on the third try.
+            letters: Some(Box::new(|_, n| {
+                (
+                    if n < 3 {
+                        Err(FakeFailure::Transient)
+                    } else {
+                        Ok(())
+                    },
+                    MS,
+                )
+            })),
+            progress_every: 5 * S,
+            ..Knobs::default()
+        },
+        refuses(),
+    );
+    // The fifth delivery of five: a NAK would never come back.
+    r.send_delivered(1, "a", 5);
+    wait(60 * S).await;
+    assert_eq!(
+        r.settled(1),
+        [
+            Told::LetterFailed,
+            Told::LetterFailed,
+            Told::Letter,
+            Told::Term
+        ],
+        "kept (no NAK, no TERM) until the letter was stored"
+    );
+    assert_eq!(
+        r.seen().len(),
+        1,
+        "the app was asked once: only the letter is retried"
+    );
+    // Kept alive while it waited (the backoff is 1 s, then 2 s).
+    let term = r.told_at(1, &Told::Term)[0];
+    assert!(
+        r.told_at(1, &Told::Progress).iter().all(|p| *p < term),
+        "no keep-alive after the TERM"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_letter_the_dlq_refuses_for_its_size_sheds_and_goes_again_at_once() {
+    let r = rig(
+        Knobs {
+            dead_letters: true,
+            letters: Some(Box::new(|_, n| {
+                (
+                    if n == 1 {
+                        Err(FakeFailure::TooLarge)
+                    } else {
+                        Ok(())
+                    },
+                    MS,
+                )
+            })),
+            ..Knobs::default()
+        },
+        refuses(),
+    );
+    r.send(1, "a");
+    wait(S).await;
+    assert_eq!(r.settled(1), [Told::LetterFailed, Told::Letter, Told::Term]);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_outputs_pubacks_come_before_the_inputs_confirmed_ack() {
+    let r = rig(
+        Knobs {
+            publishes: true,
+            outputs: Some(stored_after(50 * MS)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "a");
+    wait(S).await;
+    assert_eq!(r.settled(1), [Told::Published, Told::AckConfirmed]);
+    let published = r.told_at(1, &Told::Published)[0];
+    let acked = r.told_at(1, &Told::AckConfirmed)[0];
+    assert!(published <= acked, "the ack waited for the PubAck");
+    assert_eq!(r.stored_inputs(), [1]);
+    let stored = r.stored.lock().unwrap().clone();
+    let id = stored[0]
+        .headers
+        .iter()
+        .find(|(n, _)| n == crate::outputs::MSG_ID)
+        .map(|(_, v)| v.clone());
+    assert_eq!(
+        id.as_deref(),
+        Some("jetrelay:S:c:1:0"),
+        "the id names the input"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_output_publish_retries_the_input_and_acks_it_once_stored() {
+    for ordering in [Ordering::None, Ordering::Subject] {
+        let r = rig(
+            Knobs {
+                publishes: true,
+                ordering,
+                outputs: Some(Box::new(|_, n| {
+                    (
+                        if n == 1 {
+                            Err(FakeFailure::Transient)
+                        } else {
+                            Ok(())
+                        },
+                        MS,
+                    )
+                })),
+                ..Knobs::default()
+            },
+            ok_after(MS),
+        );
+        r.send(1, "a");
+        wait(5 * S).await;
+        match ordering {
+            // Unordered: a delayed NAK; JetStream redelivers (not in this fake).
+            Ordering::None => assert_eq!(r.settled(1), [Told::PublishFailed, Told::Nak(S)]),
+            // Ordered: retried in its lane, asked again, stored, then acked.
+            _ => {
+                assert_eq!(
+                    r.settled(1),
+                    [Told::PublishFailed, Told::Published, Told::AckConfirmed]
+                );
+                assert_eq!(r.seen().len(), 2, "the app was asked again");
+            }
+        }
+        r.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn outputs_that_can_never_be_stored_fail_the_input_for_good() {
+    let r = rig(
+        Knobs {
+            publishes: true,
+            dead_letters: true,
+            outputs: Some(Box::new(|_, _| (Err(FakeFailure::TooLarge), MS))),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "a");
+    wait(S).await;
+    assert_eq!(
+        r.settled(1),
+        [Told::PublishFailed, Told::Letter, Told::Term],
+        "dead-lettered, never acked"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn ordered_modes_commit_a_keys_outputs_in_input_order() {
+    // Earlier inputs take longer to store: only the order kept by the dispatcher can
+    // make a key's outputs arrive in input order.
+    let slower_first: fn() -> PublishScript =
+        || Box::new(|seq, _| (Ok(()), Duration::from_millis(100 - seq * 10)));
+    // One message a request: a lane runs one at a time.
+    let r = rig(
+        Knobs {
+            publishes: true,
+            ordering: Ordering::Subject,
+            max_in_flight: 4,
+            outputs: Some(slower_first()),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    for seq in 1..=4 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    assert_eq!(r.stored_inputs(), [1, 2, 3, 4]);
+    r.stop().await;
+
+    // In a batch: a key's commits in batch order, the keys at once.
+    let r = batch_rig(
+        Knobs {
+            publishes: true,
+            ordering: Ordering::Subject,
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            outputs: Some(slower_first()),
+            ..Knobs::default()
+        },
+        Box::new(|carried| {
+            let results = carried
+                .iter()
+                .map(|(seq, _)| ItemResult {
+                    id: format!("S:{seq}"),
+                    action: crate::policy::AppAction::Ack,
+                    retry_after: None,
+                    outputs: Some(Ok(vec![output_of(*seq)])),
+                })
+                .collect();
+            (status(200), Some(Answer::Results(results)), MS)
+        }),
+    );
+    for (seq, key) in [(1, "a"), (2, "b"), (3, "a"), (4, "b"), (5, "a")] {
+        r.send(seq, key);
+    }
+    wait(S).await;
+    let order = r.stored_inputs();
+    let of =
+        |keys: &[u64]| -> Vec<u64> { order.iter().copied().filter(|s| keys.contains(s)).collect() };
+    assert_eq!(of(&[1, 3, 5]), [1, 3, 5], "key a in input order: {order:?}");
+    assert_eq!(of(&[2, 4]), [2, 4], "key b in input order: {order:?}");
+    assert_ne!(
+        order,
+        [1, 2, 3, 4, 5],
+        "the keys committed at once, not one after the other"
+    );
+    for seq in 1..=5 {
+        assert_eq!(
+            r.settled(seq),
+            [Told::Published, Told::AckConfirmed],
+            "{seq}"
+        );
+    }
+    r.stop().await;
+
+    // A key whose commit failed commits nothing after it in that batch.
+    let r = batch_rig(
+        Knobs {
+            publishes: true,
+            ordering: Ordering::Subject,
+            max_in_flight: 1,
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            outputs: Some(Box::new(|seq, n| {
+                (
+                    if seq == 1 && n == 1 {
+                        Err(FakeFailure::Transient)
+                    } else {
+                        Ok(())
+                    },
+                    MS,
+                )
+            })),
+            ..Knobs::default()
+        },
+        Box::new(|carried| {
+            let results = carried
+                .iter()
+                .map(|(seq, _)| ItemResult {
+                    id: format!("S:{seq}"),
+                    action: crate::policy::AppAction::Ack,
+                    retry_after: None,
+                    outputs: Some(Ok(vec![output_of(*seq)])),
+                })
+                .collect();
+            (status(200), Some(Answer::Results(results)), MS)
+        }),
+    );
+    r.send(1, "a");
+    r.send(2, "a");
+    wait(10 * S).await;
+    assert_eq!(r.stored_inputs(), [1, 2], "2 was not stored before 1");
+    let again: Vec<u64> = r.batches().into_iter().skip(1).flatten().collect();
+    assert_eq!(again, [1, 2], "both came again, in order");
+    r.stop().await;
 }

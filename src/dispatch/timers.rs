@@ -55,14 +55,6 @@ impl Timers {
     }
 }
 
-/// Sleeps until `at`; forever when there is nothing to wait for.
-pub async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,9 +17,8 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Interval};
 
+use crate::capacity::Held;
 use crate::capacity::PullTiming;
-use crate::dispatch::seam::{Held, Source};
-use crate::dispatch::timers::sleep_until;
 use crate::group::model::{Flavour, GroupConfig};
 use crate::group::spec::{self, Member};
 use crate::group::{self as pcgc, assign};
@@ -27,6 +26,8 @@ use crate::nats::{
     GroupConsumer, GroupStore, KvEvent, KvWatch, Nats, NatsError, PullEvent, Puller, PullerConfig,
     Settler, TopologyError,
 };
+use crate::seam::Source;
+use crate::seam::time::sleep_until;
 use crate::topology::Table;
 
 /// Why a member cannot start (yet).

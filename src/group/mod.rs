@@ -3,11 +3,11 @@
 //! representation-preserving rewrite), validation, partition assignment (`assign`),
 //! the elastic stream's transforms and the member consumer configs (`spec`). The
 //! running half: one member's protocol behind the dispatcher's source seam (`member`)
-//! and the administration behind `jetrelay group` (`admin`); `nats/` carries both to
+//! and the administration behind `jetrelay group` (`manage`); `nats/` carries both to
 //! the server.
 
-pub mod admin;
 pub mod assign;
+pub mod manage;
 pub mod member;
 pub mod model;
 pub mod spec;

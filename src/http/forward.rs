@@ -1,7 +1,7 @@
 //! The HTTP boundary: the only module that names `reqwest` types.
 //!
 //! Builds exactly one POST per attempt from a [`Delivery`] (body = payload unchanged,
-//! headers from `crate::http::headers`), sends it through a keep-alive pool with
+//! headers from `crate::app::headers`), sends it through a keep-alive pool with
 //! `http.timeout_ms`, and turns the answer into a policy [`Outcome`]. The response
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it
 //! is never logged. A 2xx answer of type `application/vnd.jetrelay.publish+json` is
@@ -17,14 +17,14 @@ use std::sync::Arc;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::time::Instant;
 
+use crate::app::headers::Pass;
 use crate::config::HttpConfig;
-use crate::delivery::Delivery;
-use crate::dispatch::seam::{BatchForwarded, Forward, Forwarded, NoAnswer};
 use crate::http::credentials::Credentials;
-use crate::http::headers::Pass;
-use crate::ops::metrics::HttpClass;
+use crate::message::Delivery;
 use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
+use crate::seam::HttpClass;
+use crate::seam::{BatchForwarded, Forward, Forwarded, NoAnswer};
 
 /// The response header by which the app overrides the status mapping.
 pub const ACTION_HEADER: &str = "jetrelay-action";
@@ -50,7 +50,7 @@ pub struct AnswerLimits {
 
 impl AnswerLimits {
     /// From the settings: `publish.max_bytes` and `publish.max_messages`.
-    pub fn from_settings(s: &crate::config::Settings) -> AnswerLimits {
+    pub fn from_settings(s: &crate::daemon::settings::Settings) -> AnswerLimits {
         AnswerLimits {
             publish_bytes: s.publish.rules.max_bytes,
             publish_messages: s.publish.rules.max_messages,
@@ -120,7 +120,7 @@ pub struct Forwarder {
     timeout: Duration,
     limits: AnswerLimits,
     pass: Pass,
-    format: crate::config::RequestFormat,
+    format: crate::app::headers::RequestFormat,
 }
 
 impl Forwarder {
@@ -188,7 +188,7 @@ impl Forwarder {
 
     /// Offers one delivery to the app, once; `attempt` counts in-place retries too.
     pub async fn forward(&self, d: &Delivery, attempt: u32) -> Forwarded {
-        let mapped = crate::http::headers::map(d, attempt, &self.pass, self.format);
+        let mapped = crate::app::headers::map(d, attempt, &self.pass, self.format);
         let mut headers = HeaderMap::with_capacity(mapped.headers.len() + 4);
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {
@@ -229,14 +229,14 @@ impl Forwarder {
     /// Offers a batch of deliveries (each with its attempt) to the app in one request,
     /// once: the JSON document of `http::batch`, and its answer read back.
     pub async fn forward_batch(&self, items: &[(&Delivery, u32)]) -> BatchForwarded {
-        let (body, skipped) = crate::http::batch::body(items, &self.pass);
+        let (body, skipped) = crate::app::batch::body(items, &self.pass);
         let mut headers = HeaderMap::with_capacity(6);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(BATCH_SIZE_HEADER, HeaderValue::from(items.len()));
         let keep = self.limits.batch_answer(items.len());
         let (mut forwarded, body) = self.post(headers, body.into(), keep, keep).await;
         forwarded.skipped_headers = skipped;
-        let bounds = crate::http::batch::AnswerBounds {
+        let bounds = crate::app::batch::AnswerBounds {
             results: items.len(),
             outputs: self.limits.publish_messages,
         };
@@ -244,12 +244,12 @@ impl Forwarder {
             (Outcome::Answered { status, .. }, Body::Publish(body) | Body::Other(body))
                 if (200..300).contains(status) =>
             {
-                Some(crate::http::batch::answer(&body, bounds))
+                Some(crate::app::batch::answer(&body, bounds))
             }
             (Outcome::Answered { status, .. }, Body::PublishTooLarge(read))
                 if (200..300).contains(status) =>
             {
-                Some(crate::http::batch::Answer::Unparsable(format!(
+                Some(crate::app::batch::Answer::Unparsable(format!(
                     "the answer is over the {keep} bytes {} messages can carry ({read} read)",
                     items.len()
                 )))

@@ -10,24 +10,7 @@ use tokio::sync::watch;
 use crate::config::HttpConfig;
 use crate::http::forward::Forwarder;
 use crate::ops::metrics::Metrics;
-
-/// What the health URL says of the app.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Health {
-    /// No probe has answered yet: nothing is pulled until one does.
-    Waiting,
-    /// Healthy (always, without a health URL).
-    Healthy,
-    /// `http.health_threshold` probes in a row failed.
-    Unhealthy,
-}
-
-impl Health {
-    /// Whether work may start.
-    pub fn is_healthy(self) -> bool {
-        self == Health::Healthy
-    }
-}
+use crate::seam::Health;
 
 /// Probes `http.health_url` and publishes whether the app is healthy; without a
 /// health URL the app is always healthy and nothing is probed. The probe stops when

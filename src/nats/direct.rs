@@ -14,7 +14,7 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use super::Nats;
-use crate::redrive::Stored;
+use crate::dead_letter::stored::Stored;
 
 /// One page request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -1,7 +1,7 @@
 //! Fast-ingest batch publish (ADR-50, nats-server 2.14+): many messages to one stream,
 //! each stored on arrival (not atomic), paced by the server's flow-control acks.
 //! async-nats 0.51 has no API for it. It does not decide *what* is published (that
-//! is `crate::outputs` and `crate::redrive`), and it never retries: a failed batch
+//! is `crate::outputs` and `crate::dead_letter::stored`), and it never retries: a failed batch
 //! says how many of its first messages are known stored, and the caller decides.
 //!
 //! The wire, as nats-server's `server/stream.go` (`getFastBatch`,
@@ -41,8 +41,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::Nats;
-use super::outputs::{ApiError, PubAck, oversized};
-use super::publish::header_map;
+use super::outputs::{ApiError, PubAck, header_map, max_payload, oversized};
 use crate::outputs::Output;
 
 /// The most messages per flow-control ack this client allows (the `<flow>` token);
@@ -517,7 +516,7 @@ impl FastPublisher {
 
     /// Refuses a message the server would refuse for its size before anything is sent.
     fn check_sizes(&self, outputs: &[Output]) -> Result<(), FastError> {
-        match oversized(outputs, super::publish::max_payload(&self.client)) {
+        match oversized(outputs, max_payload(&self.client)) {
             Some(why) => Err(FastError::TooLarge(why)),
             None => Ok(()),
         }

@@ -9,7 +9,7 @@ use async_nats::jetstream::stream::{
 use futures::StreamExt;
 
 use super::{Cause, Nats, NatsError};
-use crate::config::Storage;
+use crate::topology::Storage;
 
 /// A consumer as the admin commands report it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,20 +10,22 @@
 //! - `pull`: the pull engine ([`Puller`]): own pull requests with `group` and pin `id`,
 //!   sized by `crate::capacity`, on one wildcard inbox.
 //! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
-//! - `publish`: JetStream publishes that await their PubAck (dead letters).
+//! - `dead_letters`: dead letters published, their PubAck awaited and checked.
 //! - `direct`: batch direct get, pages of a stream without a consumer.
 //! - `outputs`: the app's outputs, one by one or as one atomic batch (ADR-50).
+//! - `publisher`: [`Publisher`], both behind the publish seam (`crate::seam::publish`).
 //! - `fast`: fast-ingest batches (ADR-50, 2.14+): not atomic, paced by flow acks.
 //! - `error`: [`NatsError`], the failures at this boundary that are not topology.
 
 mod connect;
+mod dead_letters;
 mod direct;
 mod error;
 mod fast;
 mod groups;
 mod kv;
 mod outputs;
-mod publish;
+mod publisher;
 mod pull;
 mod settle;
 mod streams;
@@ -34,8 +36,8 @@ pub use error::{Cause, NatsError};
 pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
-pub use outputs::{Committed, OutputError, OutputPublisher};
-pub use publish::DlqPublisher;
+pub use outputs::{OutputError, OutputPublisher};
+pub use publisher::Publisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;
 pub use streams::{Bound, ConsumerCounts, GroupConsumer, Listed, Tail, TopologyError};

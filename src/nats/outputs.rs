@@ -19,19 +19,7 @@ use serde::Deserialize;
 
 use super::Nats;
 use crate::outputs::Output;
-
-/// What the stream said when it stored outputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Committed {
-    /// The stream that stored them (empty when a refused duplicate batch did not say).
-    pub stream: String,
-    /// The stream sequence of the last one (0 when not known: a duplicate batch).
-    pub seq: u64,
-    /// How many messages were published.
-    pub count: usize,
-    /// Every one was already stored (within the duplicate window): nothing new.
-    pub duplicate: bool,
-}
+use crate::seam::publish::{Committed, OutputFailure};
 
 /// Why outputs were not (all) stored.
 #[derive(Debug, thiserror::Error)]
@@ -74,9 +62,8 @@ pub enum OutputError {
     BadAnswer(String),
 }
 
-impl OutputError {
-    /// The `reason` label of `jetrelay_publish_failures_total`.
-    pub fn label(&self) -> &'static str {
+impl OutputFailure for OutputError {
+    fn label(&self) -> &'static str {
         match self {
             OutputError::NoStream(_) => "no_stream",
             OutputError::Timeout => "timeout",
@@ -88,16 +75,17 @@ impl OutputError {
         }
     }
 
-    /// Whether trying again can never help (the same outputs would be refused again).
-    pub fn is_permanent(&self) -> bool {
+    fn is_permanent(&self) -> bool {
+        self.is_too_large()
+    }
+
+    fn is_too_large(&self) -> bool {
         matches!(self, OutputError::TooLarge(_))
     }
 
-    /// Whether the same publish, tried again as it is, may succeed: NATS was
-    /// unavailable, slow or busy. A stream's refusal (it takes no atomic batches, no
-    /// stream captures the subject, a wrong expected sequence) stays until someone
-    /// changes the stream or the request.
-    pub fn retry_may_help(&self) -> bool {
+    // A stream's refusal (it takes no atomic batches, no stream captures the subject,
+    // a wrong expected sequence) stays until someone changes the stream or the request.
+    fn retry_may_help(&self) -> bool {
         match self {
             OutputError::Timeout
             | OutputError::Request(_)
@@ -140,6 +128,32 @@ impl Nats {
             batches: self.batches.clone(),
         }
     }
+}
+
+/// What a server takes when it has not said (its default).
+const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// The largest message (headers and payload) the server takes.
+pub(super) fn max_payload(client: &async_nats::Client) -> usize {
+    match client.server_info().max_payload {
+        0 => DEFAULT_MAX_PAYLOAD,
+        n => n,
+    }
+}
+
+/// `own` headers appended to `map`. Names and values were checked where they were
+/// read (NATS headers, crate::outputs, crate::dead_letter::stored); anything the client would
+/// still reject is left out rather than panicking.
+pub(super) fn header_map(own: &[(String, String)], mut map: HeaderMap) -> HeaderMap {
+    for (name, value) in own {
+        if let (Ok(n), Ok(v)) = (
+            name.parse::<async_nats::HeaderName>(),
+            value.parse::<async_nats::HeaderValue>(),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
 }
 
 /// A PubAck, or an API error in its place (atomic and fast-ingest batches too).
@@ -274,7 +288,7 @@ impl OutputPublisher {
             } else {
                 let send = self.client.publish_with_headers(
                     o.subject.clone(),
-                    super::publish::header_map(&o.headers, batch),
+                    header_map(&o.headers, batch),
                     o.payload.clone(),
                 );
                 match tokio::time::timeout(self.patience, send).await {
@@ -289,7 +303,7 @@ impl OutputPublisher {
 
     /// Refuses a message the server would refuse for its size before anything is sent.
     fn check_sizes(&self, outputs: &[Output]) -> Result<(), OutputError> {
-        match oversized(outputs, super::publish::max_payload(&self.client)) {
+        match oversized(outputs, max_payload(&self.client)) {
             Some(why) => Err(OutputError::TooLarge(why)),
             None => Ok(()),
         }
@@ -299,7 +313,7 @@ impl OutputPublisher {
     async fn request(&self, o: &Output, extra: HeaderMap) -> Result<PubAck, OutputError> {
         let request = self.client.request_with_headers(
             o.subject.clone(),
-            super::publish::header_map(&o.headers, extra),
+            header_map(&o.headers, extra),
             o.payload.clone(),
         );
         let message = match tokio::time::timeout(self.patience, request).await {
@@ -354,6 +368,51 @@ fn stored(a: &PubAck) -> Result<(String, u64), OutputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_table() {
+        let refused = |code| OutputError::Refused {
+            code,
+            err_code: 10071,
+            description: "wrong last sequence: 3".into(),
+        };
+        // (failure, label, permanent, a retry may help)
+        let cases = [
+            (
+                OutputError::TooLarge(String::new()),
+                "too_large",
+                true,
+                false,
+            ),
+            (
+                OutputError::NoStream(String::new()),
+                "no_stream",
+                false,
+                false,
+            ),
+            (OutputError::Timeout, "timeout", false, true),
+            (OutputError::NotAtomic, "not_atomic", false, false),
+            (OutputError::TooManyBatches, "too_many_batches", false, true),
+            (refused(400), "rejected", false, false),
+            // JetStream itself unavailable (a leader election).
+            (refused(503), "rejected", false, true),
+            (
+                OutputError::BadAnswer(String::new()),
+                "rejected",
+                false,
+                false,
+            ),
+        ];
+        for (e, label, permanent, retry) in cases {
+            assert_eq!(
+                (e.label(), e.is_permanent(), e.retry_may_help()),
+                (label, permanent, retry),
+                "{e:?}"
+            );
+            assert!(crate::ops::metrics::PUBLISH_FAILURES.contains(&label));
+        }
+        assert!(crate::ops::metrics::PUBLISH_FAILURES.contains(&"unavailable"));
+    }
 
     #[test]
     fn answers_table() {

@@ -23,9 +23,9 @@ use tokio::time::Instant;
 use super::settle::Outbox;
 use super::{ConnState, Nats, NatsError, Settler};
 use crate::capacity::{Held, KEEP_ALIVE_BYTES, Limits, NextPull, PullTiming};
-use crate::delivery::{Delivery, Invalid, Meta, Origin};
-use crate::dispatch::seam::{Event, Source};
-use crate::dispatch::timers::sleep_until;
+use crate::message::{Delivery, Invalid, Meta, Origin};
+use crate::seam::time::sleep_until;
+use crate::seam::{Event, Source};
 use crate::subject::split_partition;
 
 /// At most this many pulls outstanding at once (the server's default `max_waiting`

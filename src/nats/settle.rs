@@ -19,7 +19,7 @@ use bytes::Bytes;
 
 use super::NatsError;
 use super::connect::{Link, Nats};
-use crate::dispatch::seam::Settle;
+use crate::seam::Settle;
 
 /// What every settler of one consumer shares.
 #[derive(Debug)]

@@ -14,12 +14,12 @@ use async_nats::jetstream::stream::{
 use async_nats::jetstream::{ErrorCode, context::ConsumerInfoErrorKind};
 
 use super::{Cause, Nats};
-use crate::config::{Discard, Retention, Storage};
 use crate::outputs::Capture;
 use crate::topology::{
     ConsumerPlan, ConsumerSpec, Priority, Row, StreamAction, StreamPlan, StreamProblem, StreamSpec,
     Table, TopologyRequest, plan_consumer, plan_stream,
 };
+use crate::topology::{Discard, Retention, Storage};
 
 /// The topology, checked and bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,7 +179,7 @@ impl Nats {
         let existing = self.read_stream(&spec.name).await?;
         let mut plan = plan_stream(
             &spec.name,
-            crate::config::StreamMode::Managed,
+            crate::topology::StreamMode::Managed,
             Some(spec),
             existing.as_ref(),
             &[],

@@ -11,6 +11,8 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+use crate::seam::HttpClass;
+
 /// A gauge that is exposed only while its value is known: read from the server and
 /// not yet outdated. Autoscalers then see no sample (and their own fallback) instead of
 /// an old value that looks current.
@@ -85,31 +87,6 @@ impl SettleLabel {
     }
 }
 
-/// The HTTP result classes, as the `class` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HttpClass {
-    /// A status, by its first digit (1 counts as 3xx: neither success nor failure).
-    Status(u16),
-    /// Connection refused, reset, or the request could not be sent.
-    Error,
-    /// No answer in time.
-    Timeout,
-}
-
-impl HttpClass {
-    /// The position of its label in `["2xx", "3xx", "4xx", "5xx", "error", "timeout"]`.
-    fn index(self) -> usize {
-        match self {
-            HttpClass::Status(s) if (200..300).contains(&s) => 0,
-            HttpClass::Status(s) if (400..500).contains(&s) => 2,
-            HttpClass::Status(s) if s >= 500 => 3,
-            HttpClass::Status(_) => 1,
-            HttpClass::Error => 4,
-            HttpClass::Timeout => 5,
-        }
-    }
-}
-
 /// All collectors.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -161,7 +138,7 @@ pub struct Metrics {
     /// the DLQ does not store their dead letter yet.
     pub dead_letters_waiting: IntGauge,
     action_overrides: IntCounterVec,
-    /// Per reason (`crate::delivery::Invalid::NAMES`), resolved once.
+    /// Per reason (`crate::message::Invalid::NAMES`), resolved once.
     invalid: [IntCounter; 3],
     /// `jetrelay_app_healthy`.
     pub app_healthy: IntGauge,
@@ -287,7 +264,7 @@ impl Metrics {
             &["reason"],
         )?;
         registry.register(Box::new(invalid.clone()))?;
-        let invalid = crate::delivery::Invalid::NAMES.map(|r| invalid.with_label_values(&[r]));
+        let invalid = crate::message::Invalid::NAMES.map(|r| invalid.with_label_values(&[r]));
         let http_requests = ["2xx", "3xx", "4xx", "5xx", "error", "timeout"]
             .map(|c| http_requests.with_label_values(&[c]));
         let published = IntCounterVec::new(
@@ -440,8 +417,8 @@ impl Metrics {
     }
 
     /// Counts one message that could not be offered to the app.
-    pub fn invalid(&self, why: &crate::delivery::Invalid) {
-        let at = crate::delivery::Invalid::NAMES
+    pub fn invalid(&self, why: &crate::message::Invalid) {
+        let at = crate::message::Invalid::NAMES
             .iter()
             .position(|n| *n == why.name())
             .unwrap_or(0);
@@ -450,7 +427,7 @@ impl Metrics {
 
     /// Counts one request to the app.
     pub fn http_request(&self, class: HttpClass) {
-        self.http_requests[class.index()].inc();
+        self.http_requests[class_index(class)].inc();
     }
 
     /// The text exposition of every metric.
@@ -464,6 +441,18 @@ impl Metrics {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The position of a class's label in `["2xx", "3xx", "4xx", "5xx", "error", "timeout"]`.
+fn class_index(class: HttpClass) -> usize {
+    match class {
+        HttpClass::Status(s) if (200..300).contains(&s) => 0,
+        HttpClass::Status(s) if (400..500).contains(&s) => 2,
+        HttpClass::Status(s) if s >= 500 => 3,
+        HttpClass::Status(_) => 1,
+        HttpClass::Error => 4,
+        HttpClass::Timeout => 5,
     }
 }
 
@@ -496,19 +485,6 @@ mod tests {
         for r in refusals {
             assert!(PUBLISH_FAILURES.contains(&r.label()), "{}", r.label());
         }
-        use crate::nats::OutputError;
-        let failures = [
-            OutputError::NoStream(String::new()),
-            OutputError::Timeout,
-            OutputError::NotAtomic,
-            OutputError::TooManyBatches,
-            OutputError::TooLarge(String::new()),
-            OutputError::BadAnswer(String::new()),
-        ];
-        for f in failures {
-            assert!(PUBLISH_FAILURES.contains(&f.label()), "{}", f.label());
-        }
-        assert!(PUBLISH_FAILURES.contains(&"unavailable"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The HTTP servers jetrelay offers, the only module that names `axum` and `hyper`
 //! types: the admin endpoints (`admin`: `/healthz`, `/ready`, `/metrics`) and the local
-//! publish endpoint (`publish`: the app publishes without a NATS client).
+//! publish endpoint (`endpoint`: the app publishes without a NATS client).
 //!
 //! Both run on one hardened HTTP/1.1 loop: a request's headers must arrive within
 //! [`HEADER_TIMEOUT`] and the whole request be handled within a bound (a half-sent
@@ -11,7 +11,7 @@
 //! [`DRAIN`].
 
 pub mod admin;
-pub mod publish;
+pub mod endpoint;
 
 use std::convert::Infallible;
 use std::sync::Arc;

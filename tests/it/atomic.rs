@@ -3,8 +3,9 @@
 
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
-use jetrelay::nats::{Committed, Nats, OutputError, OutputPublisher};
+use jetrelay::nats::{Nats, OutputError, OutputPublisher};
 use jetrelay::outputs::Output;
+use jetrelay::seam::publish::{Committed, OutputFailure};
 
 use crate::support::*;
 

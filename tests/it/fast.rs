@@ -101,7 +101,7 @@ async fn messages(js: &jetstream::Context, name: &str) -> u64 {
 }
 
 /// Every stored message of `stream`, in sequence order (batch direct get).
-pub async fn stored(nats: &Nats, stream: &str) -> Vec<jetrelay::redrive::Stored> {
+pub async fn stored(nats: &Nats, stream: &str) -> Vec<jetrelay::dead_letter::stored::Stored> {
     let mut all = Vec::new();
     let mut seq = 1;
     loop {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use jetrelay::group::admin::AdminError;
+use jetrelay::group::manage::AdminError;
 use jetrelay::group::model::{GroupConfig, PartitioningFilter};
 use jetrelay::nats::NatsError;
 use jetrelay::ops::readiness::State;

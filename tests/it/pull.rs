@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, PriorityPolicy, pull};
 use jetrelay::capacity::{Limits, PullTiming};
+use jetrelay::config::HttpConfig;
 use jetrelay::config::NatsConfig;
-use jetrelay::config::{HttpConfig, Ordering};
 use jetrelay::dispatch::Dispatch;
+use jetrelay::dispatch::lanes::Ordering;
 use jetrelay::http::forward::{AnswerLimits, Forwarder};
-use jetrelay::nats::{Nats, PullEvent, Puller, PullerConfig, Settler};
+use jetrelay::nats::{Nats, Publisher, PullEvent, Puller, PullerConfig, Settler};
 use jetrelay::ops::metrics::Metrics;
 use jetrelay::ops::readiness::{Readiness, State};
 use jetrelay::policy::{Policy, StatusSet};
@@ -46,32 +47,37 @@ async fn pinned_consumer_with_timeout(
         .unwrap();
 }
 
-async fn puller(nats: &NatsServer, stream: &str, consumer: &str) -> Puller {
+async fn connect(nats: &NatsServer) -> Nats {
     let cfg = NatsConfig {
         servers: vec![nats.url().to_string()],
         ..Default::default()
     };
-    let conn = Nats::connect(&cfg, false).await.unwrap();
-    conn.puller(PullerConfig {
-        stream: stream.to_string(),
-        consumer: consumer.to_string(),
-        group: Some("PCG".into()),
-        limits: Limits {
-            max_batch: 2,
-            max_buffered: 2,
-            max_bytes: 1 << 20,
-        },
-        // Pulls expire well inside the 1 s pin timeout, so the pin is refreshed.
-        timing: PullTiming {
-            expires: Duration::from_millis(400),
-            heartbeat: Duration::from_millis(100),
-        },
-        confirmed_acks: false,
-        partitioned: false,
-        origin_stream: None,
-    })
-    .await
-    .unwrap()
+    Nats::connect(&cfg, false).await.unwrap()
+}
+
+async fn puller(nats: &NatsServer, stream: &str, consumer: &str) -> Puller {
+    connect(nats)
+        .await
+        .puller(PullerConfig {
+            stream: stream.to_string(),
+            consumer: consumer.to_string(),
+            group: Some("PCG".into()),
+            limits: Limits {
+                max_batch: 2,
+                max_buffered: 2,
+                max_bytes: 1 << 20,
+            },
+            // Pulls expire well inside the 1 s pin timeout, so the pin is refreshed.
+            timing: PullTiming {
+                expires: Duration::from_millis(400),
+                heartbeat: Duration::from_millis(100),
+            },
+            confirmed_acks: false,
+            partitioned: false,
+            origin_stream: None,
+        })
+        .await
+        .unwrap()
 }
 
 /// `n` small messages held.
@@ -240,15 +246,13 @@ async fn a_pin_taken_away_is_noticed_and_regained() {
 
 /// A dispatcher for one instance of a pinned member, delivering to `app`, whose app
 /// health the test controls.
-fn instance(
+async fn instance(
+    nats: &NatsServer,
     app: &MockApp,
-    healthy: tokio::sync::watch::Receiver<jetrelay::http::probe::Health>,
-) -> (Arc<Dispatch>, Readiness) {
+    healthy: tokio::sync::watch::Receiver<jetrelay::seam::Health>,
+) -> (Arc<Dispatch<Forwarder, Publisher>>, Readiness) {
     if std::env::var_os("TEST_LOG").is_some() {
-        jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
-            format: jetrelay::config::LogFormat::Text,
-            level: "jetrelay=debug".into(),
-        });
+        jetrelay::ops::telemetry::init(jetrelay::ops::telemetry::LogFormat::Text, "jetrelay=debug");
     }
     let metrics = Metrics::new().unwrap();
     let health = Readiness::new(Some("m1".into()), metrics.clone());
@@ -268,6 +272,7 @@ fn instance(
             },
         )
         .unwrap(),
+        publisher: connect(nats).await.publisher(),
         policy: Policy {
             retry: StatusSet::parse(&["5xx"]).unwrap(),
             term: StatusSet::parse(&["4xx"]).unwrap(),
@@ -279,14 +284,14 @@ fn instance(
         metrics,
         readiness: health.clone(),
         max_in_flight: 2,
-        deadline: jetrelay::daemon::shutdown::Deadline::new(Duration::from_secs(5)),
+        deadline: jetrelay::seam::time::Deadline::new(Duration::from_secs(5)),
         batch: None,
-        outbox: None,
+        outputs: None,
         letters_waiting_max: 4,
         pinned_mode: true,
         ordering: Ordering::None,
         progress_every: Duration::from_secs(10),
-        dlq: None,
+        dead_letters: None,
         app_healthy: healthy,
         unhealthy_handover: Duration::from_millis(300),
     };
@@ -302,13 +307,11 @@ async fn an_instance_whose_app_stays_unhealthy_steps_down_and_a_standby_is_serve
     // A long pin timeout: only the step-down can move the pin within the test.
     pinned_consumer_with_timeout(&js, &stream, &consumer, Duration::from_secs(60)).await;
     let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
-    let (health_a_tx, health_a_rx) =
-        tokio::sync::watch::channel(jetrelay::http::probe::Health::Healthy);
-    let (_health_b_tx, health_b_rx) =
-        tokio::sync::watch::channel(jetrelay::http::probe::Health::Healthy);
+    let (health_a_tx, health_a_rx) = tokio::sync::watch::channel(jetrelay::seam::Health::Healthy);
+    let (_health_b_tx, health_b_rx) = tokio::sync::watch::channel(jetrelay::seam::Health::Healthy);
     let stop = CancellationToken::new();
 
-    let (a, status_a) = instance(&app_a, health_a_rx);
+    let (a, status_a) = instance(&nats, &app_a, health_a_rx).await;
     let puller_a = puller(&nats, &stream, &consumer).await;
     let run_a = tokio::spawn({
         let stop = stop.clone();
@@ -322,7 +325,7 @@ async fn an_instance_whose_app_stays_unhealthy_steps_down_and_a_standby_is_serve
     })
     .await;
 
-    let (b, status_b) = instance(&app_b, health_b_rx);
+    let (b, status_b) = instance(&nats, &app_b, health_b_rx).await;
     let puller_b = puller(&nats, &stream, &consumer).await;
     let run_b = tokio::spawn({
         let stop = stop.clone();
@@ -333,9 +336,7 @@ async fn an_instance_whose_app_stays_unhealthy_steps_down_and_a_standby_is_serve
     })
     .await;
 
-    health_a_tx
-        .send(jetrelay::http::probe::Health::Unhealthy)
-        .unwrap();
+    health_a_tx.send(jetrelay::seam::Health::Unhealthy).unwrap();
     eventually("A stepped down", T, || async { !status_a.status().pinned }).await;
     publish(&js, "p.x", 3).await;
     app_b.wait_for("B is served", T, |r| r.len() == 3).await;

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use jetrelay::config::topology_request;
 use jetrelay::daemon::DaemonError;
+use jetrelay::daemon::settings::topology_request;
 use jetrelay::nats::{Nats, TopologyError};
 use jetrelay::topology::StreamProblem;
 

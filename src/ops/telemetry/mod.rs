@@ -5,7 +5,18 @@ pub mod json_lines;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogConfig, LogFormat};
+use serde::{Deserialize, Serialize};
+
+/// `log.format`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    /// One JSON object per line.
+    Json,
+    /// Human-readable text.
+    Text,
+}
 
 /// Whether `level` is a valid filter (`info`, `jetrelay=debug,async_nats=warn`, ...).
 pub fn is_valid_filter(level: &str) -> bool {
@@ -30,13 +41,13 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Installs the global subscriber; later calls are ignored (tests call it often).
-pub fn init(cfg: &LogConfig) {
-    let filter = EnvFilter::try_new(&cfg.level).unwrap_or_else(|_| EnvFilter::new("info"));
+pub fn init(format: LogFormat, level: &str) {
+    let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let result = match cfg.format {
+    let result = match format {
         LogFormat::Json => builder.event_format(json_lines::JsonLines).try_init(),
         LogFormat::Text => builder.fmt_fields(text_fields()).try_init(),
     };

@@ -1,7 +1,7 @@
 //! Consumer-group test helpers.
 
 use async_nats::jetstream;
-use jetrelay::group::admin::GroupAdmin;
+use jetrelay::group::manage::GroupAdmin;
 use jetrelay::nats::Nats;
 
 use super::{MockApp, NatsServer};

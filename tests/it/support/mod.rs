@@ -192,10 +192,10 @@ impl Relay {
     pub async fn start(config: Config) -> Relay {
         // TEST_LOG=1 shows the daemon's log lines (text) for a failing test.
         if std::env::var_os("TEST_LOG").is_some() {
-            jetrelay::ops::telemetry::init(&jetrelay::config::LogConfig {
-                format: jetrelay::config::LogFormat::Text,
-                level: "jetrelay=debug".into(),
-            });
+            jetrelay::ops::telemetry::init(
+                jetrelay::ops::telemetry::LogFormat::Text,
+                "jetrelay=debug",
+            );
         }
         let app = Daemon::build(config).await.unwrap();
         let shutdown = CancellationToken::new();

@@ -1,4 +1,5 @@
-//! Publishing to the dead-letter subject and awaiting the JetStream PubAck.
+//! Publishing dead letters: the JetStream PubAck awaited, and a duplicate PubAck
+//! checked against what is stored under the letter's id.
 
 use std::time::Duration;
 
@@ -8,61 +9,27 @@ use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use bytes::Bytes;
 
+use super::outputs::header_map;
 use super::{Cause, Nats, NatsError};
 
-/// Publishes dead letters to one subject.
+/// Publishes dead letters.
 #[derive(Debug, Clone)]
-pub struct DlqPublisher {
-    client: async_nats::Client,
+pub(super) struct DlqPublisher {
     js: async_nats::jetstream::Context,
-    subject: String,
     patience: Duration,
 }
 
 impl Nats {
-    /// A publisher for `subject`.
-    pub fn dlq(&self, subject: &str) -> DlqPublisher {
+    /// A dead-letter publisher.
+    pub(super) fn dlq(&self) -> DlqPublisher {
         DlqPublisher {
-            client: self.client.clone(),
             js: self.js.clone(),
-            subject: subject.to_string(),
             patience: self.patience,
         }
     }
 }
 
-/// What a server takes when it has not said (its default).
-const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
-
-/// The largest message (headers and payload) the server takes.
-pub(super) fn max_payload(client: &async_nats::Client) -> usize {
-    match client.server_info().max_payload {
-        0 => DEFAULT_MAX_PAYLOAD,
-        n => n,
-    }
-}
-
-/// `own` headers appended to `map`. Names and values were checked where they were
-/// read (NATS headers, crate::outputs, crate::redrive); anything the client would
-/// still reject is left out rather than panicking.
-pub(super) fn header_map(own: &[(String, String)], mut map: HeaderMap) -> HeaderMap {
-    for (name, value) in own {
-        if let (Ok(n), Ok(v)) = (
-            name.parse::<async_nats::HeaderName>(),
-            value.parse::<async_nats::HeaderValue>(),
-        ) {
-            map.append(n, v);
-        }
-    }
-    map
-}
-
 impl DlqPublisher {
-    /// The largest message (headers and payload) the server takes.
-    pub fn max_payload(&self) -> usize {
-        max_payload(&self.client)
-    }
-
     /// Publishes and waits for the stream's PubAck, for at most the request timeout.
     ///
     /// # Errors
@@ -76,12 +43,13 @@ impl DlqPublisher {
     /// letter (someone published under jetrelay's id first) makes the letter go under
     /// another id, `<id>:<sequence of the squatter>`; [`NatsError::DeadLetterIdTaken`]
     /// when that one is taken too.
-    pub async fn publish(
+    pub(super) async fn publish(
         &self,
+        subject: &str,
         headers: &[(String, String)],
         payload: Bytes,
     ) -> Result<(), NatsError> {
-        let ack = self.publish_once(headers, payload.clone()).await?;
+        let ack = self.publish_once(subject, headers, payload.clone()).await?;
         if !ack.duplicate || self.is_this_letter(&ack, headers, &payload).await? {
             return Ok(());
         }
@@ -104,7 +72,9 @@ impl DlqPublisher {
                 }
             })
             .collect();
-        let again = self.publish_once(&renamed, payload.clone()).await?;
+        let again = self
+            .publish_once(subject, &renamed, payload.clone())
+            .await?;
         if !again.duplicate || self.is_this_letter(&again, &renamed, &payload).await? {
             Ok(())
         } else {
@@ -115,6 +85,7 @@ impl DlqPublisher {
     /// One publish, its PubAck awaited for at most the request timeout.
     async fn publish_once(
         &self,
+        subject: &str,
         headers: &[(String, String)],
         payload: Bytes,
     ) -> Result<PublishAck, NatsError> {
@@ -122,7 +93,7 @@ impl DlqPublisher {
         let publish = async {
             let ack = self
                 .js
-                .publish_with_headers(self.subject.clone(), map, payload)
+                .publish_with_headers(subject.to_string(), map, payload)
                 .await
                 .map_err(refused)?;
             ack.await.map_err(refused)

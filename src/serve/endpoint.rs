@@ -28,19 +28,20 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::nats::{Committed, OutputError, OutputPublisher};
 use crate::ops::metrics::{Metrics, Via};
+use crate::ops::telemetry::chain;
 use crate::outputs::{self, Author, Output, Refusal, Rules};
-use crate::secret::SecretFile;
+use crate::seam::publish::{Committed, OutputFailure, Publish};
+use crate::secret::{self, SecretFile};
 
 /// Publishes in progress at once, at most.
 pub const MAX_CONCURRENT: usize = 64;
 
-/// What the endpoint publishes with.
+/// What the endpoint publishes with: `P` is the publisher (NATS).
 #[derive(Debug, Clone)]
-pub struct Endpoint {
+pub struct Endpoint<P> {
     /// The publisher.
-    pub publisher: OutputPublisher,
+    pub publisher: P,
     /// `publish.allowed_subjects`, `max_messages`, `max_bytes`.
     pub rules: Rules,
     /// `publish.atomic`.
@@ -73,7 +74,7 @@ fn guard(headers: &HeaderMap, token: Option<&str>, kind: Kind) -> Result<(), (St
         let given = get(header::AUTHORIZATION.as_str())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        if !crate::secret::same(given.trim().as_bytes(), token.as_bytes()) {
+        if !secret::same(given.trim().as_bytes(), token.as_bytes()) {
             return Err((
                 StatusCode::UNAUTHORIZED,
                 "Authorization: Bearer <token> is required (publish.token_file)".into(),
@@ -152,26 +153,36 @@ fn local_host(host: &str) -> bool {
     name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
 }
 
-#[derive(Clone)]
-struct Shared {
-    endpoint: Arc<Endpoint>,
+struct Shared<P> {
+    endpoint: Arc<Endpoint<P>>,
     permits: Arc<Semaphore>,
+}
+
+impl<P> Clone for Shared<P> {
+    fn clone(&self) -> Self {
+        Shared {
+            endpoint: Arc::clone(&self.endpoint),
+            permits: Arc::clone(&self.permits),
+        }
+    }
 }
 
 /// Why a publish request failed, for its status.
 #[derive(Debug)]
-enum Failure {
+enum Failure<E> {
     Refused(Refusal),
-    Failed(OutputError),
+    Failed(E),
 }
 
 /// The status of a failed publish request.
-fn status(f: &Failure) -> StatusCode {
+fn status<E: OutputFailure>(f: &Failure<E>) -> StatusCode {
     match f {
         Failure::Refused(Refusal::Malformed(_)) => StatusCode::BAD_REQUEST,
         Failure::Refused(Refusal::NotAllowed(_)) => StatusCode::FORBIDDEN,
-        Failure::Refused(Refusal::TooMany { .. } | Refusal::TooLarge { .. })
-        | Failure::Failed(OutputError::TooLarge(_)) => StatusCode::PAYLOAD_TOO_LARGE,
+        Failure::Refused(Refusal::TooMany { .. } | Refusal::TooLarge { .. }) => {
+            StatusCode::PAYLOAD_TOO_LARGE
+        }
+        Failure::Failed(e) if e.is_too_large() => StatusCode::PAYLOAD_TOO_LARGE,
         // 503 only when the same request may succeed later; a client that retries on
         // 503 must not retry a refusal forever.
         Failure::Failed(e) if e.retry_may_help() => StatusCode::SERVICE_UNAVAILABLE,
@@ -179,7 +190,7 @@ fn status(f: &Failure) -> StatusCode {
     }
 }
 
-impl Failure {
+impl<E: OutputFailure> Failure<E> {
     fn label(&self) -> &'static str {
         match self {
             Failure::Refused(r) => r.label(),
@@ -188,17 +199,17 @@ impl Failure {
     }
 }
 
-impl IntoResponse for Failure {
+impl<E: OutputFailure> IntoResponse for Failure<E> {
     fn into_response(self) -> Response {
         let text = match &self {
             Failure::Refused(r) => r.to_string(),
-            Failure::Failed(e) => crate::ops::telemetry::chain(e),
+            Failure::Failed(e) => chain(e),
         };
         error(status(&self), &text)
     }
 }
 
-fn router(endpoint: Endpoint) -> Router {
+fn router<P: Publish>(endpoint: Endpoint<P>) -> Router {
     // The raw body is at most max_bytes; a document carries it in JSON (base64 and
     // escapes at most double it) plus its own fields.
     let max = usize::try_from(endpoint.rules.max_bytes).unwrap_or(usize::MAX);
@@ -210,13 +221,13 @@ fn router(endpoint: Endpoint) -> Router {
     Router::new()
         .route(
             "/v1/publish/{subject}",
-            post(one)
+            post(one::<P>)
                 .layer(DefaultBodyLimit::max(max))
                 .fallback(not_post),
         )
         .route(
             "/v1/publish",
-            post(many)
+            post(many::<P>)
                 .layer(DefaultBodyLimit::max(document))
                 .fallback(not_post),
         )
@@ -244,12 +255,12 @@ async fn no_such_path() -> Response {
 }
 
 /// `POST /v1/publish/<subject>`.
-async fn one(
-    State(s): State<Shared>,
+async fn one<P: Publish>(
+    State(s): State<Shared<P>>,
     Path(subject): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Response, Failure> {
+) -> Result<Response, Failure<P::OutputError>> {
     if let Err((status, why)) = guard(&headers, s.token().as_deref(), Kind::Raw) {
         return Ok(error(status, &why));
     }
@@ -280,11 +291,11 @@ async fn one(
 }
 
 /// `POST /v1/publish`.
-async fn many(
-    State(s): State<Shared>,
+async fn many<P: Publish>(
+    State(s): State<Shared<P>>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Response, Failure> {
+) -> Result<Response, Failure<P::OutputError>> {
     if let Err((status, why)) = guard(&headers, s.token().as_deref(), Kind::Document) {
         return Ok(error(status, &why));
     }
@@ -300,14 +311,17 @@ async fn many(
     Ok(axum::Json(answer).into_response())
 }
 
-impl Shared {
+impl<P: Publish> Shared<P> {
     /// The token requests must carry, now (read again when its file changed).
     fn token(&self) -> Option<Arc<str>> {
         self.endpoint.token.as_ref().map(|t| t.value())
     }
 
     /// Checks the rules, publishes, counts.
-    async fn publish(&self, outputs: Result<Vec<Output>, Failure>) -> Result<Committed, Failure> {
+    async fn publish(
+        &self,
+        outputs: Result<Vec<Output>, Failure<P::OutputError>>,
+    ) -> Result<Committed, Failure<P::OutputError>> {
         let e = &self.endpoint;
         let result = async {
             let outputs = outputs?;
@@ -315,7 +329,7 @@ impl Shared {
             // The semaphore is never closed, so acquiring only waits.
             let _permit = self.permits.acquire().await;
             e.publisher
-                .publish(&outputs, e.atomic)
+                .outputs(&outputs, e.atomic)
                 .await
                 .map_err(Failure::Failed)
         }
@@ -340,9 +354,9 @@ impl Shared {
 ///
 /// # Errors
 /// The server's I/O error.
-pub async fn serve(
+pub async fn serve<P: Publish>(
     listener: TcpListener,
-    endpoint: Endpoint,
+    endpoint: Endpoint<P>,
     connections: usize,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
@@ -359,8 +373,37 @@ pub async fn serve(
 mod tests {
     use super::*;
 
+    /// A publish failure as the publisher classifies it.
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed")]
+    struct Fails {
+        too_large: bool,
+        retry_may_help: bool,
+    }
+
+    impl OutputFailure for Fails {
+        fn label(&self) -> &'static str {
+            "rejected"
+        }
+        fn is_permanent(&self) -> bool {
+            self.too_large
+        }
+        fn is_too_large(&self) -> bool {
+            self.too_large
+        }
+        fn retry_may_help(&self) -> bool {
+            self.retry_may_help
+        }
+    }
+
     #[test]
     fn statuses_table() {
+        let failed = |too_large, retry_may_help| {
+            Failure::Failed(Fails {
+                too_large,
+                retry_may_help,
+            })
+        };
         let cases = [
             (Failure::Refused(Refusal::Malformed(String::new())), 400),
             (Failure::Refused(Refusal::NotAllowed(String::new())), 403),
@@ -369,28 +412,9 @@ mod tests {
                 Failure::Refused(Refusal::TooLarge { bytes: 2, max: 1 }),
                 413,
             ),
-            (Failure::Failed(OutputError::TooLarge(String::new())), 413),
-            (Failure::Failed(OutputError::NoStream(String::new())), 409),
-            (Failure::Failed(OutputError::Timeout), 503),
-            (Failure::Failed(OutputError::NotAtomic), 409),
-            (Failure::Failed(OutputError::TooManyBatches), 503),
-            (
-                Failure::Failed(OutputError::Refused {
-                    code: 400,
-                    err_code: 10071,
-                    description: "wrong last sequence: 3".into(),
-                }),
-                409,
-            ),
-            (
-                Failure::Failed(OutputError::Refused {
-                    code: 503,
-                    err_code: 10008,
-                    description: "JetStream system temporarily unavailable".into(),
-                }),
-                503,
-            ),
-            (Failure::Failed(OutputError::BadAnswer(String::new())), 409),
+            (failed(true, false), 413),
+            (failed(false, true), 503),
+            (failed(false, false), 409),
         ];
         for (f, want) in cases {
             assert_eq!(status(&f).as_u16(), want, "{f:?}");

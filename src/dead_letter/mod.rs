@@ -17,10 +17,12 @@
 //! (`Jetrelay-Dlq-Headers-Omitted: <bytes>`), then with its reason shortened. The
 //! original stays in its stream.
 
+pub mod stored;
+
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::delivery::Delivery;
+use crate::message::Delivery;
 
 /// Why and how a message is dead-lettered.
 #[derive(Debug, Clone)]
@@ -37,7 +39,7 @@ pub struct DeadLetter<'a> {
     pub at: OffsetDateTime,
 }
 
-/// The `Jetrelay-Dlq-*` header names: written here, read back by `crate::redrive`.
+/// The `Jetrelay-Dlq-*` header names: written here, read back by `crate::dead_letter::stored`.
 pub mod header {
     /// The subject as the publisher sent it (a group's partition token stripped).
     pub const SUBJECT: &str = "Jetrelay-Dlq-Subject";
@@ -231,7 +233,7 @@ pub fn header_block_len(headers: &[(String, String)]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::Meta;
+    use crate::message::Meta;
     use bytes::Bytes;
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::lanes::LaneKey;
-use crate::http::batch::Answer;
+use crate::app::batch::Answer;
 use crate::outputs::{Output, Refusal};
 use crate::policy::{Disposition, Outcome};
 
@@ -164,7 +164,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::http::batch::ItemResult;
+    use crate::app::batch::ItemResult;
     use crate::policy::AppAction;
 
     #[test]

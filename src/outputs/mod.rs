@@ -312,7 +312,7 @@ pub fn is_own_id(id: &str) -> bool {
 /// Whether a target stream's duplicate window keeps the outputs' ids long enough:
 /// an input whose ack was lost (a crash right after its outputs were stored) comes
 /// again after its redelivery delay, and the app answers it within its timeout;
-/// `needed` is that time ([`crate::config::Publishing::window_needed`]).
+/// `needed` is that time ([`crate::daemon::settings::Publishing::window_needed`]).
 pub fn window_covers(window: Duration, needed: Duration) -> bool {
     window >= needed
 }
@@ -347,7 +347,7 @@ impl Capture {
             atomic: spec.allow_atomic,
             direct: spec.allow_direct,
             duplicate_window: Duration::from_millis(spec.duplicate_window_ms),
-            staged_on_disk: spec.replicas == 1 && spec.storage == crate::config::Storage::File,
+            staged_on_disk: spec.replicas == 1 && spec.storage == crate::topology::Storage::File,
             batched: false,
             planned: true,
         }

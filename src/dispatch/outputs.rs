@@ -1,24 +1,22 @@
-//! The answer outbox: a message the app acked with outputs is acked only after they
+//! An answer's outputs: a message the app acked with outputs is acked only after they
 //! are stored. The outputs are checked against `[publish]`, given their ids
 //! (`jetrelay:<stream>:<consumer>:<sequence>:<i>`), published (one atomic batch, or one by one),
 //! and then the input is acked, confirmed. A redelivered input re-sends the same ids
 //! and learns that they were stored already, so the outputs are stored once within
 //! the target stream's duplicate window.
 
-use crate::delivery::Delivery;
-use crate::nats::{OutputError, OutputPublisher};
+use super::Dispatch;
+use crate::message::Delivery;
 use crate::ops::metrics::Via;
+use crate::ops::telemetry::chain;
 use crate::outputs::{self, Output, Refusal, Rules};
 use crate::policy::{Disposition, TermReason};
+use crate::seam::Forward;
+use crate::seam::publish::{OutputFailure, Publish};
 
-use super::Dispatch;
-use super::seam::Forward;
-
-/// What the dispatcher publishes with.
+/// What an answer's outputs must meet, and how they are published.
 #[derive(Debug, Clone)]
-pub struct Outbox {
-    /// The publisher.
-    pub publisher: OutputPublisher,
+pub struct OutputRules {
     /// `publish.allowed_subjects`, `max_messages`, `max_bytes`.
     pub rules: Rules,
     /// `publish.atomic`.
@@ -37,7 +35,7 @@ pub(super) enum Commit {
     Instead(Disposition),
 }
 
-impl<F: Forward> Dispatch<F> {
+impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// Publishes the outputs of a message the app acked on its `attempt`-th try.
     pub(super) async fn commit(
         &self,
@@ -50,13 +48,13 @@ impl<F: Forward> Dispatch<F> {
             max_messages: 0,
             max_bytes: 0,
         };
-        let rules = self.outbox.as_ref().map_or(&no_rules, |o| &o.rules);
+        let rules = self.outputs.as_ref().map_or(&no_rules, |o| &o.rules);
         let mut outputs = match outputs.and_then(|o| rules.check(&o).map(|()| o)) {
             Ok(o) if o.is_empty() => return Commit::Ack { confirmed: false },
             Ok(o) => o,
             Err(refusal) => return self.refused(d, refusal.label(), refusal.to_string()),
         };
-        let Some(outbox) = &self.outbox else {
+        let Some(publishing) = &self.outputs else {
             // An empty rule set refuses every subject: not reached.
             return self.refused(d, "not_allowed", "publishing is off".into());
         };
@@ -65,7 +63,7 @@ impl<F: Forward> Dispatch<F> {
             .as_ref()
             .map_or(("", ""), |m| (m.stream.as_str(), m.consumer.as_str()));
         outputs::identify(&mut outputs, stream, consumer, d.stream_seq());
-        match outbox.publisher.publish(&outputs, outbox.atomic).await {
+        match self.publisher.outputs(&outputs, publishing.atomic).await {
             Ok(c) => {
                 if c.duplicate {
                     tracing::info!(
@@ -98,12 +96,12 @@ impl<F: Forward> Dispatch<F> {
     }
 
     /// A failure that may pass: the input is retried, nothing acked.
-    fn publish_failed(&self, d: &Delivery, e: &OutputError, attempt: u32) -> Commit {
+    fn publish_failed(&self, d: &Delivery, e: &P::OutputError, attempt: u32) -> Commit {
         self.metrics.publish_failed(e.label());
         tracing::warn!(
             stream_seq = d.stream_seq(),
             reason = e.label(),
-            error = %crate::ops::telemetry::chain(e),
+            error = %chain(e),
             "the app's outputs were not stored: the input is retried"
         );
         Commit::Instead(self.policy.publish_failed(attempt, e.label()))

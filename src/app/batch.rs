@@ -23,8 +23,8 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 
-use crate::delivery::Delivery;
-use crate::http::headers::Pass;
+use crate::app::headers::Pass;
+use crate::message::Delivery;
 use crate::outputs::{self, Author, Output, Refusal};
 use crate::policy::AppAction;
 
@@ -81,7 +81,7 @@ pub fn body(items: &[(&Delivery, u32)], pass: &Pass) -> (Vec<u8>, usize) {
             if let Some(ct) = d.header("Content-Type") {
                 add("Content-Type", ct);
             }
-            skipped += crate::http::headers::passed(d, pass, &mut add);
+            skipped += crate::app::headers::passed(d, pass, &mut add);
             let meta = d.meta.as_ref().ok();
             let (data, data_base64) = match std::str::from_utf8(&d.payload) {
                 Ok(text) => (Some(text), None),
@@ -303,7 +303,7 @@ mod tests {
     use time::OffsetDateTime;
 
     use super::*;
-    use crate::delivery::{Meta, Origin};
+    use crate::message::{Meta, Origin};
 
     fn delivery(seq: u64, payload: &[u8], headers: &[(&str, &str)]) -> Delivery {
         Delivery {

@@ -7,8 +7,19 @@ use std::borrow::Cow;
 
 use time::format_description::well_known::Rfc3339;
 
-use crate::config::RequestFormat;
-use crate::delivery::Delivery;
+use crate::message::Delivery;
+use serde::{Deserialize, Serialize};
+
+/// `http.format`: how a message is laid out in its request.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestFormat {
+    /// The payload as the body, metadata in `Nats-*` headers.
+    #[default]
+    Raw,
+    /// CloudEvents binary content mode: `ce-*` headers added (batch requests ignore it).
+    Cloudevents,
+}
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the
 /// ones the HTTP client computes itself.
@@ -248,7 +259,7 @@ pub fn is_valid_value(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::Meta;
+    use crate::message::Meta;
     use bytes::Bytes;
     use time::OffsetDateTime;
 
@@ -259,7 +270,7 @@ mod tests {
     fn delivery_from(
         headers: &[(&str, &str)],
         partition: Option<u32>,
-        origin: Option<crate::delivery::Origin>,
+        origin: Option<crate::message::Origin>,
     ) -> Delivery {
         Delivery {
             subject: "3.orders.eu".into(),
@@ -309,7 +320,7 @@ mod tests {
         assert_eq!(get(&m, "Nats-Msg-Id"), ["abc"]);
         assert_eq!(get(&m, "Content-Type"), ["application/octet-stream"]);
         assert!(get(&m, "Nats-Origin-Stream").is_empty());
-        let origin = crate::delivery::Origin {
+        let origin = crate::message::Origin {
             stream: "ORIG".into(),
             sequence: 9,
         };

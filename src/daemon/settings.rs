@@ -14,16 +14,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{
-    Config, ConfigError, Discard, Ordering, Problem, Problems, Retention, SourceKind, Storage,
-    delivery::AckMode, topology::OnMissing,
-};
 use crate::capacity::{Limits, PullTiming};
+use crate::config::{AckMode, Config, ConfigError, OnMissing, Problem, SourceKind};
+use crate::dispatch::Batching;
+use crate::dispatch::lanes::Ordering;
 use crate::group::model::Flavour;
 use crate::group::spec::{self, Member, Template};
 use crate::outputs::Rules;
 use crate::policy::{Policy, StatusSet};
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
+use crate::topology::{Discard, Retention, Storage};
 
 /// Where messages come from.
 #[derive(Debug, Clone)]
@@ -122,33 +122,22 @@ pub struct Publishing {
     pub window_needed: Duration,
 }
 
-/// Batch delivery: many messages per request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Batching {
-    /// Messages per request at most.
-    pub size: usize,
-    /// Payload bytes per request at most (a larger message goes alone).
-    pub max_bytes: u64,
-    /// How long a partial batch may wait for more.
-    pub wait: Duration,
-}
-
 impl Settings {
     /// Parses a config (which [`Config::problems`] found nothing wrong with).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming every value that does not parse.
     pub fn from_config(c: &Config) -> Result<Settings, ConfigError> {
-        let mut p = Problems::default();
+        let mut p: Vec<Problem> = Vec::new();
         let d = &c.delivery;
         let ack_wait = spec::ack_wait(c.consumer.ack_wait_ms);
         let retry = status_set(&mut p, "http.retry_statuses", &c.http.retry_statuses);
         let term = status_set(&mut p, "http.term_statuses", &c.http.term_statuses);
         if c.source.kind.is_none() {
-            p.add("source.kind", "is required");
+            p.push(Problem::new("source.kind", "is required"));
         }
         let (Some(retry), Some(term), Some(kind)) = (retry, term, c.source.kind) else {
-            return Err(ConfigError::Invalid(p.0));
+            return Err(ConfigError::Invalid(p));
         };
         let limits = Limits {
             max_batch: d.max_batch,
@@ -269,11 +258,11 @@ fn dead_letters(c: &Config, ack_wait: Duration) -> Option<DeadLetters> {
     })
 }
 
-fn status_set(p: &mut Problems, key: &str, patterns: &[String]) -> Option<StatusSet> {
+fn status_set(p: &mut Vec<Problem>, key: &str, patterns: &[String]) -> Option<StatusSet> {
     match StatusSet::parse(patterns) {
         Ok(set) => Some(set),
         Err(e) => {
-            p.0.push(Problem::new(key, e.to_string()));
+            p.push(Problem::new(key, e.to_string()));
             None
         }
     }

@@ -1,16 +1,21 @@
-//! The dispatcher's seams: where messages come from ([`Source`], whose messages come
-//! with a [`Settle`] handle each) and where they go ([`Forward`]). The NATS boundary
-//! implements the first two (a durable's pull engine, a group member), the HTTP
-//! boundary the third; the dispatcher's own tests run it against fakes of all three.
+//! The vocabulary the dispatcher and the boundaries share, and nothing else: where
+//! messages come from ([`Source`], each message with a [`Settle`] handle), where they
+//! go ([`Forward`], answered as [`Forwarded`]), where jetrelay's own publishes go
+//! (`publish`: dead letters and outputs), and the shared clocks (`time`: the shutdown
+//! deadline). The NATS boundary implements the sources, the settle handles and the
+//! publisher, the HTTP boundary the forwarder; the dispatcher runs against the traits,
+//! and its tests against fakes of all of them.
+
+pub mod publish;
+pub mod time;
 
 use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
 
-pub use crate::capacity::Held;
-use crate::delivery::Delivery;
-use crate::http::batch::Answer;
-use crate::ops::metrics::HttpClass;
+use crate::app::batch::Answer;
+use crate::capacity::Held;
+use crate::message::Delivery;
 use crate::outputs::{Output, Refusal};
 use crate::policy::Outcome;
 
@@ -151,4 +156,33 @@ pub struct NoAnswer {
     pub kind: &'static str,
     /// The innermost error's text (never the app's body).
     pub cause: String,
+}
+
+/// What the health URL says of the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// No probe has answered yet: nothing is pulled until one does.
+    Waiting,
+    /// Healthy (always, without a health URL).
+    Healthy,
+    /// `http.health_threshold` probes in a row failed.
+    Unhealthy,
+}
+
+impl Health {
+    /// Whether work may start.
+    pub fn is_healthy(self) -> bool {
+        self == Health::Healthy
+    }
+}
+
+/// The HTTP result classes, as the `class` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpClass {
+    /// A status, by its first digit (1 counts as 3xx: neither success nor failure).
+    Status(u16),
+    /// Connection refused, reset, or the request could not be sent.
+    Error,
+    /// No answer in time.
+    Timeout,
 }

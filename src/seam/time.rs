@@ -1,0 +1,94 @@
+//! The clocks the dispatcher and the boundaries share: the shutdown's [`Deadline`]
+//! (started once, bounding every step after it, so that no step waits on NATS or
+//! anything else past `delivery.shutdown_grace_ms`), [`bounded`] to run one such step,
+//! and [`sleep_until`] for an optional deadline in a `select!`.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The end of the shutdown grace. The first component that sees the shutdown begin
+/// starts the clock (`start`); every later step (the drain, the unpin, releasing what
+/// is left, the final flush) is bounded by the same instant. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Deadline {
+    grace: Duration,
+    at: Arc<OnceLock<Instant>>,
+}
+
+impl Deadline {
+    /// A clock that will run for `grace` once started.
+    pub fn new(grace: Duration) -> Deadline {
+        Deadline {
+            grace,
+            at: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Starts the clock (only the first call does) and returns the deadline.
+    pub fn start(&self) -> Instant {
+        *self.at.get_or_init(|| Instant::now() + self.grace)
+    }
+
+    /// The deadline, once started.
+    pub fn get(&self) -> Option<Instant> {
+        self.at.get().copied()
+    }
+
+    /// The deadline if started, else `grace` from now (a drain that is not a process
+    /// shutdown, such as a deleted group, still gets its grace).
+    pub fn or_from_now(&self) -> Instant {
+        self.get().unwrap_or_else(|| Instant::now() + self.grace)
+    }
+}
+
+/// Runs one shutdown step until `deadline`; `None` (and a warning naming the step)
+/// when the grace ran out first. What the step would have settled is redelivered by
+/// JetStream after `ack_wait`.
+pub async fn bounded<F: Future>(deadline: Instant, step: &'static str, f: F) -> Option<F::Output> {
+    match tokio::time::timeout_at(deadline, f).await {
+        Ok(out) => Some(out),
+        Err(_) => {
+            tracing::warn!(
+                step,
+                "shutdown grace is over: step abandoned (JetStream redelivers what it would have settled)"
+            );
+            None
+        }
+    }
+}
+
+/// Sleeps until `at`; forever when there is nothing to wait for.
+pub async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_start_fixes_the_deadline() {
+        let d = Deadline::new(Duration::from_secs(5));
+        assert_eq!(d.get(), None);
+        let first = d.start();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(d.clone().start(), first, "clones share the clock");
+        assert_eq!(d.or_from_now(), first);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_is_abandoned_at_the_deadline() {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let never = std::future::pending::<()>();
+        let started = Instant::now();
+        assert_eq!(bounded(deadline, "wait", never).await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert_eq!(bounded(deadline, "ready", async { 7 }).await, Some(7));
+    }
+}
