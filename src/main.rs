@@ -262,7 +262,9 @@ where
         return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
-        match jetrelay::nats::Nats::connect(&cfg, false).await {
+        match jetrelay::nats::Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+            .await
+        {
             Ok(nats) => job(nats).await,
             Err(e) => Err((jetrelay::ops::telemetry::chain(&e), e.is_config())),
         }

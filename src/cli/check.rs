@@ -29,8 +29,7 @@ pub struct Report {
 /// [`CheckError`] naming what is wrong.
 pub fn offline(config: &Config) -> Result<Settings, CheckError> {
     let settings = Settings::from_config(config)?;
-    let limits = crate::http::forward::AnswerLimits::from_settings(&settings);
-    crate::http::forward::Forwarder::new(&config.http, 1, limits)?;
+    crate::http::forward::Forwarder::new(&settings.app)?;
     if let Some(path) = &settings.publish.token_file {
         crate::secret::SecretFile::load("publish.token_file", path)?;
     }
@@ -56,7 +55,7 @@ pub fn config_ok(config: &Config) -> String {
 /// or is too old.
 pub async fn check(config: &Config) -> Result<Report, CheckError> {
     let settings = offline(config)?;
-    let nats = Nats::connect(&config.nats, false).await?;
+    let nats = Nats::connect(&settings.nats, false).await?;
     nats.check_server_version()?;
     // The streams run creates or extends, as they will be.
     let mut planned: Vec<StreamSpec> = Vec::new();
@@ -246,7 +245,7 @@ pub enum CheckError {
     Nats(#[from] NatsError),
     /// The app's side cannot be set up (a secret file, the TLS CA, the proxy).
     #[error(transparent)]
-    App(#[from] crate::http::forward::ForwardError),
+    App(#[from] crate::http::client::ClientError),
     /// A secret file of the endpoint cannot be used.
     #[error(transparent)]
     Secret(#[from] crate::secret::SecretError),

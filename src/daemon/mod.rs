@@ -15,11 +15,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError, OnMissing};
-use crate::daemon::settings::{Settings, SourceSettings};
+use crate::daemon::settings::{DeadLetters, Settings, SourceSettings};
 use crate::dispatch::{Dispatch, DispatchError, Ended, OutputRules};
 use crate::group::member::{GroupSource, JoinError};
 use crate::group::spec::Member;
-use crate::http::forward::{AnswerLimits, ForwardError, Forwarder};
+use crate::http::client::ClientError;
+use crate::http::forward::Forwarder;
 use crate::nats::{Nats, NatsError, PullerConfig, TopologyError};
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{PinHolder, Readiness, State};
@@ -53,9 +54,9 @@ pub enum DaemonError {
     /// Metrics registration failed.
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
-    /// The HTTP client could not be built.
+    /// The app's HTTP client could not be built.
     #[error(transparent)]
-    Forward(#[from] ForwardError),
+    App(#[from] ClientError),
     /// NATS failed.
     #[error(transparent)]
     Nats(#[from] NatsError),
@@ -87,12 +88,11 @@ impl DaemonError {
             DaemonError::Nats(e) => e.is_config(),
             other => matches!(
                 other,
-                DaemonError::Forward(
-                    ForwardError::SecretFile(_)
-                        | ForwardError::Header(_)
-                        | ForwardError::Proxy(..)
-                        | ForwardError::TlsCa { .. }
-                        | ForwardError::Url(..)
+                DaemonError::App(
+                    ClientError::SecretFile(_)
+                        | ClientError::Header(_)
+                        | ClientError::Proxy(..)
+                        | ClientError::TlsCa { .. }
                 ) | DaemonError::Config(_)
                     | DaemonError::Secret(_)
             ),
@@ -103,7 +103,6 @@ impl DaemonError {
 /// The built daemon, not yet running.
 #[derive(Debug)]
 pub struct Daemon {
-    config: Config,
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
@@ -163,10 +162,8 @@ impl Daemon {
             )),
             None => None,
         };
-        let limits = AnswerLimits::from_settings(&settings);
-        let forwarder = Forwarder::new(&config.http, settings.max_in_flight, limits)?;
+        let forwarder = Forwarder::new(&settings.app)?;
         Ok(Daemon {
-            config,
             settings,
             metrics,
             readiness,
@@ -224,7 +221,6 @@ impl Daemon {
         ));
         let deadline = Deadline::new(self.settings.shutdown_grace);
         let supervisor = Supervisor {
-            config: self.config,
             settings: self.settings,
             metrics: self.metrics,
             readiness: self.readiness.clone(),
@@ -265,7 +261,6 @@ impl Daemon {
 const BACKSTOP: Duration = Duration::from_millis(500);
 
 struct Supervisor {
-    config: Config,
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
@@ -280,7 +275,7 @@ struct Supervisor {
 impl Supervisor {
     async fn run(mut self, shutdown: &CancellationToken) -> Result<(), DaemonError> {
         self.readiness.set(State::NotReady, "starting");
-        let nats = Nats::connect(&self.config.nats, true).await?;
+        let nats = Nats::connect(&self.settings.nats, true).await?;
         let mirror = self.mirror_connection(&nats);
         let endpoint = self
             .publish
@@ -348,13 +343,14 @@ impl Supervisor {
     }
 
     async fn consume(&self, nats: &Nats, shutdown: &CancellationToken) -> Result<(), DaemonError> {
-        let (cfg, set) = (&self.config, &self.settings);
+        let set = &self.settings;
         if !wait_connected(nats, shutdown).await? {
             return Ok(());
         }
         nats.check_server_version()?;
-        if let Some(spec) = set.dlq.as_ref().and_then(|d| d.managed.as_ref())
-            && !self.ensure_dlq_stream(nats, spec, shutdown).await?
+        if let Some(dlq) = &set.dlq
+            && let Some(spec) = &dlq.managed
+            && !self.ensure_dlq_stream(nats, dlq, spec, shutdown).await?
         {
             return Ok(());
         }
@@ -372,7 +368,7 @@ impl Supervisor {
             dead_letters: set.dlq.as_ref().map(|d| d.subject.clone()),
             app_healthy: crate::http::probe::watch(
                 self.forwarder.clone(),
-                &cfg.http,
+                set.health.clone(),
                 self.metrics.clone(),
             ),
             unhealthy_handover: set.unhealthy_handover,
@@ -498,10 +494,11 @@ impl Supervisor {
     async fn ensure_dlq_stream(
         &self,
         nats: &Nats,
+        dlq: &DeadLetters,
         spec: &crate::topology::StreamSpec,
         shutdown: &CancellationToken,
     ) -> Result<bool, DaemonError> {
-        let source = &self.config.source.stream;
+        let source = &dlq.replicas_of;
         let done = self
             .until_ready(shutdown, "dead-letter stream", || async {
                 match nats.ensure_owned(spec, source).await {

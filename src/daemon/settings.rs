@@ -15,11 +15,18 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::capacity::{Limits, PullTiming};
-use crate::config::{AckMode, Config, ConfigError, OnMissing, Problem, SourceKind};
+use crate::config::{AckMode, Config, ConfigError, NatsConfig, OnMissing, Problem, SourceKind};
+use url::Url;
+
+use crate::app::headers::Pass;
 use crate::dispatch::Batching;
 use crate::dispatch::lanes::Ordering;
 use crate::group::model::Flavour;
-use crate::group::spec::{self, Member, Template};
+use crate::group::spec::{Member, Template};
+use crate::http::credentials::CredentialFiles;
+use crate::http::forward::{AnswerLimits, AppSettings, ProxySettings};
+use crate::http::probe::HealthProbe;
+use crate::nats::{Auth, Connection, Tls};
 use crate::outputs::Rules;
 use crate::policy::{Policy, StatusSet};
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
@@ -48,6 +55,12 @@ pub struct Retry {
 /// Everything the daemon's components take from the config.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The connection to NATS.
+    pub nats: Connection,
+    /// The app's client.
+    pub app: AppSettings,
+    /// The app's health URL and its timing, when it has one.
+    pub health: Option<HealthProbe>,
     /// Where messages come from.
     pub source: SourceSettings,
     /// Waiting for a missing topology.
@@ -86,6 +99,8 @@ pub struct DeadLetters {
     pub subject: String,
     /// The stream that stores them, when named (`dlq.stream`).
     pub stream: Option<String>,
+    /// The stream a managed DLQ stream takes its replicas from: the one consumed.
+    pub replicas_of: String,
     /// The stream jetrelay ensures (`dlq.manage`); its replicas are the source
     /// stream's, read when it is created.
     pub managed: Option<StreamSpec>,
@@ -130,7 +145,7 @@ impl Settings {
     pub fn from_config(c: &Config) -> Result<Settings, ConfigError> {
         let mut p: Vec<Problem> = Vec::new();
         let d = &c.delivery;
-        let ack_wait = spec::ack_wait(c.consumer.ack_wait_ms);
+        let ack_wait = Duration::from_millis(c.consumer.ack_wait_ms);
         let retry = status_set(&mut p, "http.retry_statuses", &c.http.retry_statuses);
         let term = status_set(&mut p, "http.term_statuses", &c.http.term_statuses);
         if c.source.kind.is_none() {
@@ -161,7 +176,16 @@ impl Settings {
                 confirmed_acks,
             }),
         };
+        let (Some(app), health) = (app(c, &mut p), health(c, &mut p)) else {
+            return Err(ConfigError::Invalid(p));
+        };
+        if !p.is_empty() {
+            return Err(ConfigError::Invalid(p));
+        }
         Ok(Settings {
+            nats: connection(&c.nats),
+            app,
+            health,
             source,
             retry: Retry {
                 on_missing: c.topology.on_missing,
@@ -227,6 +251,98 @@ impl Settings {
     }
 }
 
+/// A URL the config's rules checked, parsed; a problem naming `key` if it does not.
+fn url(p: &mut Vec<Problem>, key: &str, value: &str) -> Option<Url> {
+    match Url::parse(value) {
+        Ok(u) => Some(u),
+        Err(e) => {
+            p.push(Problem::new(key, format!("{value:?} is not a URL: {e}")));
+            None
+        }
+    }
+}
+
+/// `[http]` (and the bounds of `[publish]`), parsed: what the app's client takes.
+fn app(c: &Config, p: &mut Vec<Problem>) -> Option<AppSettings> {
+    let h = &c.http;
+    let file = |path: &str| (!path.is_empty()).then(|| path.to_string());
+    let proxy = match h.proxy.as_str() {
+        "" => None,
+        raw => Some(ProxySettings {
+            url: url(p, "http.proxy", raw)?,
+            credentials_file: file(&h.proxy_credentials_file),
+        }),
+    };
+    Some(AppSettings {
+        url: url(p, "http.url", &h.url)?,
+        timeout: Duration::from_millis(h.timeout_ms),
+        pass: Pass::new(&h.pass_headers),
+        format: h.format,
+        tls_ca_file: file(&h.tls_ca_file),
+        proxy,
+        credentials: CredentialFiles {
+            headers: h.headers.clone(),
+            bearer_token_file: file(&h.bearer_token_file),
+            header_files: h.header_files.clone(),
+        },
+        pool: c.delivery.max_in_flight as usize,
+        limits: AnswerLimits {
+            publish_bytes: c.publish.max_bytes,
+            publish_messages: c.publish.max_messages as usize,
+        },
+    })
+}
+
+/// `http.health_url` and its timing, parsed.
+fn health(c: &Config, p: &mut Vec<Problem>) -> Option<HealthProbe> {
+    let h = &c.http;
+    if h.health_url.is_empty() {
+        return None;
+    }
+    Some(HealthProbe {
+        url: url(p, "http.health_url", &h.health_url)?,
+        interval: Duration::from_millis(h.health_interval_ms),
+        timeout: Duration::from_millis(h.health_timeout_ms),
+        threshold: h.health_threshold,
+    })
+}
+
+/// `[nats]`, parsed: what [`Nats::connect`](crate::nats::Nats::connect) takes (the
+/// daemon's, and the `jetrelay group` and `jetrelay dlq` commands').
+pub fn connection(n: &NatsConfig) -> Connection {
+    let file = |path: &str| (!path.is_empty()).then(|| path.to_string());
+    let auth = if !n.creds_file.is_empty() {
+        Auth::Creds(n.creds_file.clone())
+    } else if !n.nkey_seed_file.is_empty() {
+        Auth::NkeySeed(n.nkey_seed_file.clone())
+    } else if !n.token_file.is_empty() {
+        Auth::Token(n.token_file.clone())
+    } else if !n.user.is_empty() {
+        Auth::UserPassword {
+            user: n.user.clone(),
+            password_file: n.password_file.clone(),
+        }
+    } else {
+        Auth::None
+    };
+    Connection {
+        servers: n.servers.clone(),
+        name: n.name.clone(),
+        auth,
+        tls: Tls {
+            ca_file: file(&n.tls_ca_file),
+            client: file(&n.tls_cert_file).map(|cert| (cert, n.tls_key_file.clone())),
+            required: n.tls_required,
+            first: n.tls_first,
+        },
+        connect_timeout: Duration::from_millis(n.connect_timeout_ms),
+        request_timeout: Duration::from_millis(n.request_timeout_ms),
+        reconnect_delay: Duration::from_millis(n.reconnect_delay_ms),
+        reconnect_delay_max: Duration::from_millis(n.reconnect_delay_max_ms),
+        max_reconnects: usize::try_from(n.max_reconnects).ok().filter(|m| *m > 0),
+    }
+}
+
 fn dead_letters(c: &Config, ack_wait: Duration) -> Option<DeadLetters> {
     let d = &c.dlq;
     if d.subject.is_empty() {
@@ -254,6 +370,7 @@ fn dead_letters(c: &Config, ack_wait: Duration) -> Option<DeadLetters> {
     Some(DeadLetters {
         subject: d.subject.clone(),
         stream,
+        replicas_of: c.source.stream.clone(),
         managed,
     })
 }

@@ -26,27 +26,44 @@ pub fn builder(ca_file: &str) -> Result<reqwest::ClientBuilder, TlsFileError> {
 /// # Errors
 /// [`TlsFileError`], as [`builder`]; or the client cannot be built.
 pub fn plain() -> Result<reqwest::Client, ClientError> {
-    Ok(builder("")?.build()?)
+    builder("")
+        .map_err(|source| ClientError::TlsCa {
+            path: String::new(),
+            source,
+        })?
+        .build()
+        .map_err(ClientError::Build)
 }
 
-/// Why a plain client could not be built.
+/// Why an HTTP client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The TLS roots.
-    #[error("cannot set up TLS")]
-    Tls(#[from] TlsFileError),
+    /// A secret file (the bearer token, a header value, the proxy's credentials)
+    /// cannot be used.
+    #[error(transparent)]
+    SecretFile(#[from] crate::secret::SecretError),
+    /// A configured header or the token is not valid HTTP.
+    #[error("http.headers.{0}: not a valid header")]
+    Header(String),
+    /// `http.tls_ca_file` cannot be used (or the system has no roots).
+    #[error("http.tls_ca_file ({path})")]
+    TlsCa {
+        /// The path.
+        path: String,
+        /// What is wrong.
+        #[source]
+        source: TlsFileError,
+    },
+    /// The proxy URL was refused.
+    #[error("http.proxy {0:?} is not a proxy URL")]
+    Proxy(String, #[source] reqwest::Error),
     /// reqwest refused.
     #[error("cannot build the HTTP client")]
-    Build(#[from] reqwest::Error),
+    Build(#[source] reqwest::Error),
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use crate::config::HttpConfig;
-    use crate::http::forward::{AnswerLimits, Forwarder};
-
     /// This test binary, like the release binary, has no process-wide crypto
     /// provider: a client built the default way panics here, so the clients below
     /// are built the way production builds them.
@@ -57,32 +74,5 @@ mod tests {
             default.is_err(),
             "a crypto provider was installed process-wide: this test no longer shows anything"
         );
-    }
-
-    #[tokio::test]
-    async fn every_client_jetrelay_builds_works_without_a_default_provider() {
-        // The examples' and the tests' client.
-        let plain = super::plain().unwrap();
-        let refused = plain.get("https://127.0.0.1:1/").send().await;
-        assert!(refused.unwrap_err().is_connect());
-        // The daemon's: plain http and https apps, a proxy, a health URL.
-        let limits = AnswerLimits {
-            publish_bytes: 1024,
-            publish_messages: 10,
-        };
-        for (url, proxy) in [
-            ("http://127.0.0.1:1/messages", ""),
-            ("https://127.0.0.1:1/messages", ""),
-            ("https://127.0.0.1:1/messages", "http://127.0.0.1:1"),
-        ] {
-            let cfg = HttpConfig {
-                url: url.into(),
-                health_url: url.into(),
-                proxy: proxy.into(),
-                ..HttpConfig::default()
-            };
-            let f = Forwarder::new(&cfg, 4, limits).unwrap();
-            assert!(!f.healthy(Duration::from_secs(2)).await, "{url}");
-        }
     }
 }

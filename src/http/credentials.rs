@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
-use super::forward::ForwardError;
+use super::client::ClientError;
 use crate::secret::SecretFile;
 
 /// One header whose value lives in a file.
@@ -29,6 +29,18 @@ struct Cached {
     values: Vec<Arc<str>>,
 }
 
+/// Where the app's credentials come from: `http.headers`, `http.bearer_token_file`,
+/// `http.header_files`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CredentialFiles {
+    /// Fixed headers, by name.
+    pub headers: BTreeMap<String, String>,
+    /// The file holding the bearer token.
+    pub bearer_token_file: Option<String>,
+    /// Header values from files, by header name.
+    pub header_files: BTreeMap<String, String>,
+}
+
 /// The credentials sent to the app.
 #[derive(Debug)]
 pub struct Credentials {
@@ -41,39 +53,35 @@ impl Credentials {
     /// Reads `http.headers`, `http.bearer_token_file` and `http.header_files`.
     ///
     /// # Errors
-    /// [`ForwardError::Header`] for a name or value that is not valid HTTP,
-    /// [`ForwardError::SecretFile`] for a file that cannot be read.
-    pub fn load(
-        headers: &BTreeMap<String, String>,
-        bearer_token_file: &str,
-        header_files: &BTreeMap<String, String>,
-    ) -> Result<Credentials, ForwardError> {
+    /// [`ClientError::Header`] for a name or value that is not valid HTTP,
+    /// [`ClientError::SecretFile`] for a file that cannot be read.
+    pub fn load(from: &CredentialFiles) -> Result<Credentials, ClientError> {
         let mut fixed = HeaderMap::new();
-        for (name, value) in headers {
+        for (name, value) in &from.headers {
             let n = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| ForwardError::Header(name.clone()))?;
-            let v = HeaderValue::from_str(value).map_err(|_| ForwardError::Header(name.clone()))?;
+                .map_err(|_| ClientError::Header(name.clone()))?;
+            let v = HeaderValue::from_str(value).map_err(|_| ClientError::Header(name.clone()))?;
             fixed.insert(n, v);
         }
         let mut files = Vec::new();
-        if !bearer_token_file.is_empty() {
+        if let Some(file) = &from.bearer_token_file {
             files.push(FileHeader {
                 name: AUTHORIZATION,
-                secret: SecretFile::load("http.bearer_token_file", bearer_token_file)?,
+                secret: SecretFile::load("http.bearer_token_file", file)?,
                 prefix: "Bearer ",
             });
         }
-        for (name, path) in header_files {
+        for (name, path) in &from.header_files {
             files.push(FileHeader {
                 name: HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| ForwardError::Header(name.clone()))?,
+                    .map_err(|_| ClientError::Header(name.clone()))?,
                 secret: SecretFile::load(format!("http.header_files.{name}"), path)?,
                 prefix: "",
             });
         }
         let values: Vec<Arc<str>> = files.iter().map(|f| f.secret.value()).collect();
         let built = build(&fixed, &files, &values, None)
-            .map_err(|f| ForwardError::Header(files[f].secret.key().to_string()))?;
+            .map_err(|f| ClientError::Header(files[f].secret.key().to_string()))?;
         Ok(Credentials {
             files,
             cached: Mutex::new(Cached {
@@ -154,7 +162,12 @@ mod tests {
         std::fs::write(&key, "k1").unwrap();
         let fixed = BTreeMap::from([("X-Source".to_string(), "jetrelay".to_string())]);
         let files = BTreeMap::from([("X-Api-Key".to_string(), key.display().to_string())]);
-        let c = Credentials::load(&fixed, token.to_str().unwrap(), &files).unwrap();
+        let c = Credentials::load(&CredentialFiles {
+            headers: fixed,
+            bearer_token_file: Some(token.display().to_string()),
+            header_files: files,
+        })
+        .unwrap();
         let h = c.headers();
         assert_eq!(h["authorization"], "Bearer v1");
         assert!(h["authorization"].is_sensitive());
@@ -175,11 +188,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty");
         std::fs::write(&empty, "\n").unwrap();
-        let none = BTreeMap::new();
-        let err = Credentials::load(&none, "/nonexistent/token", &none).unwrap_err();
+        let err = Credentials::load(&CredentialFiles {
+            bearer_token_file: Some("/nonexistent/token".into()),
+            ..CredentialFiles::default()
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("http.bearer_token_file"), "{err}");
         let files = BTreeMap::from([("X-Key".to_string(), empty.display().to_string())]);
-        let err = Credentials::load(&none, "", &files).unwrap_err();
+        let err = Credentials::load(&CredentialFiles {
+            header_files: files,
+            ..CredentialFiles::default()
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("http.header_files.X-Key"), "{err}");
         assert!(err.to_string().contains("empty"), "{err}");
     }

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::time::Instant;
 
-use crate::app::headers::Pass;
-use crate::config::HttpConfig;
-use crate::http::credentials::Credentials;
+use crate::app::headers::{Pass, RequestFormat};
+use crate::http::client::ClientError;
+use crate::http::credentials::{CredentialFiles, Credentials};
 use crate::message::Delivery;
 use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
@@ -49,14 +49,6 @@ pub struct AnswerLimits {
 }
 
 impl AnswerLimits {
-    /// From the settings: `publish.max_bytes` and `publish.max_messages`.
-    pub fn from_settings(s: &crate::daemon::settings::Settings) -> AnswerLimits {
-        AnswerLimits {
-            publish_bytes: s.publish.rules.max_bytes,
-            publish_messages: s.publish.rules.max_messages,
-        }
-    }
-
     /// How much of a publishing answer is read: the outputs' bytes in JSON, with
     /// base64 and escapes (at most twice the bytes), plus the document's own.
     fn publish_answer(self) -> usize {
@@ -78,86 +70,74 @@ impl AnswerLimits {
     }
 }
 
+/// What the app's client takes: `[http]` (and the bounds of `[publish]`), parsed by
+/// `crate::daemon::settings`.
+#[derive(Debug, Clone)]
+pub struct AppSettings {
+    /// `http.url`.
+    pub url: reqwest::Url,
+    /// `http.timeout_ms`.
+    pub timeout: Duration,
+    /// `http.pass_headers`.
+    pub pass: Pass,
+    /// `http.format`.
+    pub format: RequestFormat,
+    /// `http.tls_ca_file`: a private CA, added to the system's roots.
+    pub tls_ca_file: Option<String>,
+    /// `http.proxy`: the only proxy the app's requests go through.
+    pub proxy: Option<ProxySettings>,
+    /// `http.headers`, `http.bearer_token_file`, `http.header_files`.
+    pub credentials: CredentialFiles,
+    /// Idle connections kept (`delivery.max_in_flight`).
+    pub pool: usize,
+    /// What answers may carry.
+    pub limits: AnswerLimits,
+}
+
+/// `http.proxy` and `http.proxy_credentials_file`.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// The proxy (no credentials in it: the config refuses them).
+    pub url: reqwest::Url,
+    /// The file holding `user:password`, when the proxy wants them.
+    pub credentials_file: Option<String>,
+}
+
 /// The request header that says how many messages a batch carries.
 pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
-
-/// Why the HTTP client could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum ForwardError {
-    /// A secret file (the bearer token, a header value) cannot be used.
-    #[error(transparent)]
-    SecretFile(#[from] crate::secret::SecretError),
-    /// A configured header or the token is not valid HTTP.
-    #[error("http.headers.{0}: not a valid header")]
-    Header(String),
-    /// The URL does not parse.
-    #[error("http.url {0:?} is not a URL")]
-    Url(String, #[source] url::ParseError),
-    /// `http.tls_ca_file` cannot be used.
-    #[error("http.tls_ca_file ({path})")]
-    TlsCa {
-        /// The path.
-        path: String,
-        /// What is wrong.
-        #[source]
-        source: crate::tls::TlsFileError,
-    },
-    /// The proxy URL was refused.
-    #[error("http.proxy {0:?} is not a proxy URL")]
-    Proxy(String, #[source] reqwest::Error),
-    /// The client could not be built.
-    #[error("cannot build the HTTP client")]
-    Client(#[source] reqwest::Error),
-}
 
 /// Sends deliveries to the app.
 #[derive(Debug, Clone)]
 pub struct Forwarder {
     client: reqwest::Client,
     url: reqwest::Url,
-    health_url: Option<reqwest::Url>,
     credentials: Arc<Credentials>,
     timeout: Duration,
     limits: AnswerLimits,
     pass: Pass,
-    format: crate::app::headers::RequestFormat,
+    format: RequestFormat,
 }
 
 impl Forwarder {
-    /// Builds the pooled client from `[http]`; `pool` is the number of idle
-    /// connections kept (= `delivery.max_in_flight`), `limits` bound what answers
-    /// may carry.
+    /// Builds the pooled client: the secret files are read and the CA checked here.
     ///
     /// # Errors
-    /// [`ForwardError`].
-    pub fn new(
-        cfg: &HttpConfig,
-        pool: usize,
-        limits: AnswerLimits,
-    ) -> Result<Forwarder, ForwardError> {
-        let credentials = Arc::new(Credentials::load(
-            &cfg.headers,
-            &cfg.bearer_token_file,
-            &cfg.header_files,
-        )?);
-        let parse =
-            |u: &str| reqwest::Url::parse(u).map_err(|e| ForwardError::Url(u.to_string(), e));
+    /// [`ClientError`].
+    pub fn new(cfg: &AppSettings) -> Result<Forwarder, ClientError> {
+        let credentials = Arc::new(Credentials::load(&cfg.credentials)?);
         // Proxy environment variables (often set cluster-wide) never divert the app's
         // traffic, bearer token included: only `http.proxy` does.
-        let mut builder = crate::http::client::builder(&cfg.tls_ca_file).map_err(|source| {
-            ForwardError::TlsCa {
-                path: cfg.tls_ca_file.clone(),
+        let ca_file = cfg.tls_ca_file.as_deref().unwrap_or("");
+        let mut builder =
+            crate::http::client::builder(ca_file).map_err(|source| ClientError::TlsCa {
+                path: ca_file.to_string(),
                 source,
-            }
-        })?;
-        if !cfg.proxy.is_empty() {
-            let mut proxy = reqwest::Proxy::all(&cfg.proxy)
-                .map_err(|e| ForwardError::Proxy(crate::config::redact(&cfg.proxy), e))?;
-            if !cfg.proxy_credentials_file.is_empty() {
-                let secret = crate::secret::SecretFile::load(
-                    "http.proxy_credentials_file",
-                    &cfg.proxy_credentials_file,
-                )?;
+            })?;
+        if let Some(p) = &cfg.proxy {
+            let mut proxy = reqwest::Proxy::all(p.url.clone())
+                .map_err(|e| ClientError::Proxy(p.url.to_string(), e))?;
+            if let Some(file) = &p.credentials_file {
+                let secret = crate::secret::SecretFile::load("http.proxy_credentials_file", file)?;
                 let value = secret.value();
                 let (user, password) = value.split_once(':').unwrap_or((&value, ""));
                 proxy = proxy.basic_auth(user, password);
@@ -165,23 +145,18 @@ impl Forwarder {
             builder = builder.proxy(proxy);
         }
         let client = builder
-            .pool_max_idle_per_host(pool)
+            .pool_max_idle_per_host(cfg.pool)
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
             .build()
-            .map_err(ForwardError::Client)?;
+            .map_err(ClientError::Build)?;
         Ok(Forwarder {
             client,
-            url: parse(&cfg.url)?,
-            health_url: if cfg.health_url.is_empty() {
-                None
-            } else {
-                Some(parse(&cfg.health_url)?)
-            },
+            url: cfg.url.clone(),
             credentials,
-            timeout: Duration::from_millis(cfg.timeout_ms),
-            limits,
-            pass: Pass::new(&cfg.pass_headers),
+            timeout: cfg.timeout,
+            limits: cfg.limits,
+            pass: cfg.pass.clone(),
             format: cfg.format,
         })
     }
@@ -382,12 +357,9 @@ impl Forwarder {
         (forwarded, body)
     }
 
-    /// Whether the app's health URL answers 2xx within `timeout` (true when none is
-    /// configured).
-    pub async fn healthy(&self, timeout: Duration) -> bool {
-        let Some(url) = &self.health_url else {
-            return true;
-        };
+    /// Whether `url` (the app's health URL) answers 2xx within `timeout`, asked
+    /// with the app's credentials.
+    pub async fn healthy(&self, url: &reqwest::Url, timeout: Duration) -> bool {
         let probe = self
             .client
             .get(url.clone())
@@ -499,4 +471,50 @@ fn no_answer(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
         _ => "request failed",
     };
     (Outcome::TransportError, HttpClass::Error, failure(kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(url: &str, proxy: &str) -> AppSettings {
+        AppSettings {
+            url: url.parse().unwrap(),
+            timeout: Duration::from_secs(2),
+            pass: Pass::new(&[]),
+            format: RequestFormat::Raw,
+            tls_ca_file: None,
+            proxy: (!proxy.is_empty()).then(|| ProxySettings {
+                url: proxy.parse().unwrap(),
+                credentials_file: None,
+            }),
+            credentials: CredentialFiles::default(),
+            pool: 4,
+            limits: AnswerLimits {
+                publish_bytes: 1024,
+                publish_messages: 10,
+            },
+        }
+    }
+
+    /// No process-wide crypto provider is installed in this test binary (as in the
+    /// release binary: `http::client`'s test shows it), so the clients built here are
+    /// built the way production builds them.
+    #[tokio::test]
+    async fn every_client_jetrelay_builds_works_without_a_default_provider() {
+        // The examples' and the tests' client.
+        let plain = crate::http::client::plain().unwrap();
+        let refused = plain.get("https://127.0.0.1:1/").send().await;
+        assert!(refused.unwrap_err().is_connect());
+        // The daemon's: plain http and https apps, a proxy, a health URL.
+        for (url, proxy) in [
+            ("http://127.0.0.1:1/messages", ""),
+            ("https://127.0.0.1:1/messages", ""),
+            ("https://127.0.0.1:1/messages", "http://127.0.0.1:1"),
+        ] {
+            let f = Forwarder::new(&app(url, proxy)).unwrap();
+            let health = url.parse().unwrap();
+            assert!(!f.healthy(&health, Duration::from_secs(2)).await, "{url}");
+        }
+    }
 }

@@ -7,28 +7,43 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::HttpConfig;
 use crate::http::forward::Forwarder;
 use crate::ops::metrics::Metrics;
 use crate::seam::Health;
 
-/// Probes `http.health_url` and publishes whether the app is healthy; without a
-/// health URL the app is always healthy and nothing is probed. The probe stops when
-/// the receiver is dropped.
-pub fn watch(forwarder: Forwarder, h: &HttpConfig, metrics: Metrics) -> watch::Receiver<Health> {
-    let first = if h.health_url.is_empty() {
+/// `http.health_url` and its timing, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthProbe {
+    /// `http.health_url`.
+    pub url: reqwest::Url,
+    /// `http.health_interval_ms`.
+    pub interval: Duration,
+    /// `http.health_timeout_ms`.
+    pub timeout: Duration,
+    /// `http.health_threshold`: failed probes in a row that make the app unhealthy.
+    pub threshold: u32,
+}
+
+/// Probes the health URL and publishes whether the app is healthy; without one the
+/// app is always healthy and nothing is probed. The probe stops when the receiver is
+/// dropped.
+pub fn watch(
+    forwarder: Forwarder,
+    probe: Option<HealthProbe>,
+    metrics: Metrics,
+) -> watch::Receiver<Health> {
+    let first = if probe.is_none() {
         Health::Healthy
     } else {
         Health::Waiting
     };
     let (tx, rx) = watch::channel(first);
     metrics.app_healthy.set(i64::from(first.is_healthy()));
-    if h.health_url.is_empty() {
+    let Some(probe) = probe else {
         return rx;
-    }
-    let interval = Duration::from_millis(h.health_interval_ms);
-    let timeout = Duration::from_millis(h.health_timeout_ms);
-    let mut tracker = HealthTracker::new(h.health_threshold);
+    };
+    let (interval, timeout) = (probe.interval, probe.timeout);
+    let mut tracker = HealthTracker::new(probe.threshold);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -37,7 +52,7 @@ pub fn watch(forwarder: Forwarder, h: &HttpConfig, metrics: Metrics) -> watch::R
             if tx.is_closed() {
                 return; // the dispatcher is gone
             }
-            let ok = forwarder.healthy(timeout).await;
+            let ok = forwarder.healthy(&probe.url, timeout).await;
             if let Some(health) = tracker.observe(ok) {
                 tracing::info!(health = ?health, "app health changed");
                 metrics.app_healthy.set(i64::from(health.is_healthy()));

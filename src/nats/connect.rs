@@ -1,6 +1,6 @@
-//! Connecting: options from `[nats]`, secrets read from their files, and the
-//! connection state published on a `watch` (with why the client is not connected,
-//! when it is not).
+//! Connecting: the [`Connection`] the wiring parsed from `[nats]`, secrets read from
+//! their files, and the connection state published on a `watch` (with why the client
+//! is not connected, when it is not).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +11,62 @@ use async_nats::{ClientError, ConnectOptions, Event, ServerAddr};
 use tokio::sync::watch;
 
 use super::NatsError;
-use crate::config::NatsConfig;
+
+/// What a connection takes: `[nats]`, parsed by `crate::daemon::settings`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    /// The servers' URLs (checked by the config; credentials are never in them).
+    pub servers: Vec<String>,
+    /// The connection name the server shows.
+    pub name: String,
+    /// How the client authenticates.
+    pub auth: Auth,
+    /// TLS to the servers.
+    pub tls: Tls,
+    /// How long one connection attempt may take.
+    pub connect_timeout: Duration,
+    /// How long a request may take (and a send wait for room in the buffer).
+    pub request_timeout: Duration,
+    /// The first reconnect delay; it doubles up to `reconnect_delay_max`.
+    pub reconnect_delay: Duration,
+    /// The longest reconnect delay.
+    pub reconnect_delay_max: Duration,
+    /// Reconnect attempts before giving up; `None`: forever.
+    pub max_reconnects: Option<usize>,
+}
+
+/// How the client authenticates (each secret a file, read when connecting).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// No credentials.
+    None,
+    /// A `.creds` file (JWT and NKey seed).
+    Creds(String),
+    /// A file holding an NKey seed.
+    NkeySeed(String),
+    /// A file holding a token.
+    Token(String),
+    /// A user, and the file holding its password.
+    UserPassword {
+        /// The user.
+        user: String,
+        /// The password's file.
+        password_file: String,
+    },
+}
+
+/// TLS to the servers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tls {
+    /// The CA bundle that verifies the server.
+    pub ca_file: Option<String>,
+    /// The client certificate and its key (mutual TLS).
+    pub client: Option<(String, String)>,
+    /// Refuse a connection that is not TLS.
+    pub required: bool,
+    /// The handshake before the server's INFO.
+    pub first: bool,
+}
 
 /// The connection as the rest of the daemon sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -84,22 +139,19 @@ impl Nats {
     /// # Errors
     /// [`NatsError`] for unreadable secrets, bad addresses, or (without
     /// `retry_initial`) a failed first connection.
-    pub async fn connect(cfg: &NatsConfig, retry_initial: bool) -> Result<Nats, NatsError> {
+    pub async fn connect(cfg: &Connection, retry_initial: bool) -> Result<Nats, NatsError> {
         let (tx, rx) = watch::channel(ConnState::default());
         let tx = Arc::new(tx);
         let link = Link::default();
-        let mut opts = auth(ConnectOptions::new(), cfg).await?;
-        let (first, max) = (
-            Duration::from_millis(cfg.reconnect_delay_ms),
-            Duration::from_millis(cfg.reconnect_delay_max_ms),
-        );
+        let mut opts = auth(ConnectOptions::new(), &cfg.auth).await?;
+        let (first, max) = (cfg.reconnect_delay, cfg.reconnect_delay_max);
         let events = Arc::clone(&tx);
         let events_link = link.clone();
         opts = opts
             .name(&cfg.name)
-            .connection_timeout(Duration::from_millis(cfg.connect_timeout_ms))
-            .request_timeout(Some(Duration::from_millis(cfg.request_timeout_ms)))
-            .max_reconnects((cfg.max_reconnects > 0).then_some(cfg.max_reconnects as usize))
+            .connection_timeout(cfg.connect_timeout)
+            .request_timeout(Some(cfg.request_timeout))
+            .max_reconnects(cfg.max_reconnects)
             .reconnect_delay_callback(move |attempts| {
                 crate::policy::reconnect_delay(first, max, attempts)
             })
@@ -146,21 +198,18 @@ impl Nats {
                     }
                 }
             });
-        check_tls_files(cfg)?;
-        if cfg.tls_required {
+        check_tls_files(&cfg.tls)?;
+        if cfg.tls.required {
             opts = opts.require_tls(true);
         }
-        if cfg.tls_first {
+        if cfg.tls.first {
             opts = opts.tls_first();
         }
-        if !cfg.tls_ca_file.is_empty() {
-            opts = opts.add_root_certificates(PathBuf::from(&cfg.tls_ca_file));
+        if let Some(ca) = &cfg.tls.ca_file {
+            opts = opts.add_root_certificates(PathBuf::from(ca));
         }
-        if !cfg.tls_cert_file.is_empty() {
-            opts = opts.add_client_certificate(
-                PathBuf::from(&cfg.tls_cert_file),
-                PathBuf::from(&cfg.tls_key_file),
-            );
+        if let Some((cert, key)) = &cfg.tls.client {
+            opts = opts.add_client_certificate(PathBuf::from(cert), PathBuf::from(key));
         }
         if retry_initial {
             opts = opts.retry_on_initial_connect();
@@ -170,10 +219,16 @@ impl Nats {
             .iter()
             .map(|s| {
                 s.parse::<ServerAddr>()
-                    .map_err(|_| NatsError::ServerAddress(crate::config::redact(s)))
+                    .map_err(|_| NatsError::ServerAddress(s.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let client = opts.connect(addrs).await.map_err(NatsError::Connect)?;
+        let client = opts
+            .connect(addrs)
+            .await
+            .map_err(|source| NatsError::Connect {
+                servers: cfg.servers.join(", "),
+                source,
+            })?;
         // Events can be dropped (the client sends them with try_send), so the state is
         // also reconciled with the client's own view once a second.
         tokio::spawn(reconcile(client.clone(), tx, link.clone()));
@@ -183,7 +238,7 @@ impl Nats {
             js,
             state: rx,
             link,
-            patience: Duration::from_millis(cfg.request_timeout_ms),
+            patience: cfg.request_timeout,
             batches: Arc::new(tokio::sync::Semaphore::new(
                 crate::outputs::SERVER_BATCHES_IN_FLIGHT,
             )),
@@ -244,15 +299,19 @@ async fn reconcile(client: async_nats::Client, tx: Arc<watch::Sender<ConnState>>
 
 /// The TLS files, read and parsed before anything connects: a missing or broken one is
 /// a configuration error naming its key, not a connection that retries forever.
-fn check_tls_files(cfg: &NatsConfig) -> Result<(), NatsError> {
+fn check_tls_files(tls: &Tls) -> Result<(), NatsError> {
     use crate::tls::Pem;
+    let (cert, key) = match &tls.client {
+        Some((c, k)) => (Some(c), Some(k)),
+        None => (None, None),
+    };
     let files = [
-        ("tls_ca_file", &cfg.tls_ca_file, Pem::Certificates),
-        ("tls_cert_file", &cfg.tls_cert_file, Pem::Certificates),
-        ("tls_key_file", &cfg.tls_key_file, Pem::PrivateKey),
+        ("tls_ca_file", tls.ca_file.as_ref(), Pem::Certificates),
+        ("tls_cert_file", cert, Pem::Certificates),
+        ("tls_key_file", key, Pem::PrivateKey),
     ];
     for (key, path, kind) in files {
-        if !path.is_empty() {
+        if let Some(path) = path {
             crate::tls::read(path, kind).map_err(|source| NatsError::TlsFile {
                 key,
                 path: path.clone(),
@@ -263,7 +322,7 @@ fn check_tls_files(cfg: &NatsConfig) -> Result<(), NatsError> {
     Ok(())
 }
 
-async fn auth(opts: ConnectOptions, cfg: &NatsConfig) -> Result<ConnectOptions, NatsError> {
+async fn auth(opts: ConnectOptions, auth: &Auth) -> Result<ConnectOptions, NatsError> {
     let read = |key: &'static str, path: &str| {
         std::fs::read_to_string(path)
             .map(|s| s.trim().to_string())
@@ -273,21 +332,22 @@ async fn auth(opts: ConnectOptions, cfg: &NatsConfig) -> Result<ConnectOptions, 
                 source,
             })
     };
-    Ok(if !cfg.creds_file.is_empty() {
-        opts.credentials_file(&cfg.creds_file)
-            .await
-            .map_err(|source| NatsError::Secret {
-                key: "creds_file",
-                path: cfg.creds_file.clone(),
-                source,
-            })?
-    } else if !cfg.nkey_seed_file.is_empty() {
-        opts.nkey(read("nkey_seed_file", &cfg.nkey_seed_file)?)
-    } else if !cfg.token_file.is_empty() {
-        opts.token(read("token_file", &cfg.token_file)?)
-    } else if !cfg.user.is_empty() {
-        opts.user_and_password(cfg.user.clone(), read("password_file", &cfg.password_file)?)
-    } else {
-        opts
+    Ok(match auth {
+        Auth::Creds(path) => {
+            opts.credentials_file(path)
+                .await
+                .map_err(|source| NatsError::Secret {
+                    key: "creds_file",
+                    path: path.clone(),
+                    source,
+                })?
+        }
+        Auth::NkeySeed(path) => opts.nkey(read("nkey_seed_file", path)?),
+        Auth::Token(path) => opts.token(read("token_file", path)?),
+        Auth::UserPassword {
+            user,
+            password_file,
+        } => opts.user_and_password(user.clone(), read("password_file", password_file)?),
+        Auth::None => opts,
     })
 }

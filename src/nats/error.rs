@@ -34,8 +34,14 @@ pub enum NatsError {
     #[error("nats.servers: {0:?} is not a server address")]
     ServerAddress(String),
     /// The connection could not be set up.
-    #[error("cannot connect to NATS")]
-    Connect(#[source] async_nats::ConnectError),
+    #[error("cannot connect to NATS at {servers}")]
+    Connect {
+        /// The servers tried (without their credentials).
+        servers: String,
+        /// Why.
+        #[source]
+        source: async_nats::ConnectError,
+    },
     /// The server is older than 2.11 (no priority groups).
     #[error("nats-server {0} is too old: jetrelay needs 2.11 or newer")]
     ServerTooOld(String),

@@ -30,7 +30,7 @@ mod pull;
 mod settle;
 mod streams;
 
-pub use connect::{ConnState, Nats};
+pub use connect::{Auth, ConnState, Connection, Nats, Tls};
 pub use direct::{DirectError, Page, PageRequest};
 pub use error::{Cause, NatsError};
 pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};

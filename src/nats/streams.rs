@@ -219,7 +219,7 @@ impl Nats {
         match &plan.action {
             StreamAction::Keep => Ok(()),
             StreamAction::Create(spec) => {
-                tracing::info!(stream = %spec.name, config = ?spec, "creating the managed stream");
+                tracing::info!(stream = %spec.name, subjects = ?spec.subjects, storage = ?spec.storage, replicas = spec.replicas, "creating the managed stream");
                 self.create_stream(spec).await
             }
             StreamAction::AddSubjects { added, subjects } => {

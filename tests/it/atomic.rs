@@ -14,7 +14,10 @@ async fn publisher(nats: &NatsServer) -> OutputPublisher {
         servers: vec![nats.url().to_string()],
         ..Default::default()
     };
-    Nats::connect(&cfg, false).await.unwrap().outputs()
+    Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+        .await
+        .unwrap()
+        .outputs()
 }
 
 /// A stream capturing `subjects`, taking atomic batches or not.

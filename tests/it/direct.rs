@@ -13,7 +13,9 @@ async fn connect(nats: &NatsServer) -> Nats {
         servers: vec![nats.url().to_string()],
         ..Default::default()
     };
-    Nats::connect(&cfg, false).await.unwrap()
+    Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+        .await
+        .unwrap()
 }
 
 async fn direct_stream(js: &jetstream::Context, name: &str, subjects: &[&str], direct: bool) {

@@ -20,7 +20,9 @@ pub async fn connect_with(nats: &NatsServer, request_timeout_ms: u64) -> Nats {
         request_timeout_ms,
         ..Default::default()
     };
-    Nats::connect(&cfg, false).await.unwrap()
+    Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+        .await
+        .unwrap()
 }
 
 async fn publisher(nats: &NatsServer) -> FastPublisher {

@@ -152,10 +152,10 @@ async fn outputs_stored_before_a_crash_are_not_stored_again_and_the_input_is_ack
     out_stream(&env.js, &out, &["out.>"], true).await;
     publish(&env.js, "in.x", 1).await;
     let outputs = jetrelay::nats::Nats::connect(
-        &jetrelay::config::NatsConfig {
+        &jetrelay::daemon::settings::connection(&jetrelay::config::NatsConfig {
             servers: vec![env.nats.url().to_string()],
             ..Default::default()
-        },
+        }),
         false,
     )
     .await

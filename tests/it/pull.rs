@@ -5,12 +5,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, PriorityPolicy, pull};
+use jetrelay::app::headers::{Pass, RequestFormat};
 use jetrelay::capacity::{Limits, PullTiming};
-use jetrelay::config::HttpConfig;
 use jetrelay::config::NatsConfig;
 use jetrelay::dispatch::Dispatch;
 use jetrelay::dispatch::lanes::Ordering;
-use jetrelay::http::forward::{AnswerLimits, Forwarder};
+use jetrelay::http::credentials::CredentialFiles;
+use jetrelay::http::forward::{AnswerLimits, AppSettings, Forwarder};
 use jetrelay::nats::{Nats, Publisher, PullEvent, Puller, PullerConfig, Settler};
 use jetrelay::ops::metrics::Metrics;
 use jetrelay::ops::readiness::{Readiness, State};
@@ -52,7 +53,9 @@ async fn connect(nats: &NatsServer) -> Nats {
         servers: vec![nats.url().to_string()],
         ..Default::default()
     };
-    Nats::connect(&cfg, false).await.unwrap()
+    Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+        .await
+        .unwrap()
 }
 
 async fn puller(nats: &NatsServer, stream: &str, consumer: &str) -> Puller {
@@ -258,20 +261,22 @@ async fn instance(
     let health = Readiness::new(Some("m1".into()), metrics.clone());
     // No supervisor mirrors the connection here: the puller's client is connected.
     health.set_nats_down(None);
-    let http = HttpConfig {
-        url: app.url(),
-        ..Default::default()
+    let http = AppSettings {
+        url: app.url().parse().unwrap(),
+        timeout: Duration::from_secs(5),
+        pass: Pass::new(&[]),
+        format: RequestFormat::Raw,
+        tls_ca_file: None,
+        proxy: None,
+        credentials: CredentialFiles::default(),
+        pool: 4,
+        limits: AnswerLimits {
+            publish_bytes: 1024,
+            publish_messages: 10,
+        },
     };
     let dispatch = Dispatch {
-        forwarder: Forwarder::new(
-            &http,
-            4,
-            AnswerLimits {
-                publish_bytes: 1024,
-                publish_messages: 10,
-            },
-        )
-        .unwrap(),
+        forwarder: Forwarder::new(&http).unwrap(),
         publisher: connect(nats).await.publisher(),
         policy: Policy {
             retry: StatusSet::parse(&["5xx"]).unwrap(),

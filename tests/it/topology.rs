@@ -140,8 +140,12 @@ async fn two_instances_ensuring_the_same_durable_at_once_both_succeed() {
     let req = topology_request(&cfg);
     for _ in 0..5 {
         let (a, b) = (
-            Nats::connect(&cfg.nats, false).await.unwrap(),
-            Nats::connect(&cfg.nats, false).await.unwrap(),
+            Nats::connect(&jetrelay::daemon::settings::connection(&cfg.nats), false)
+                .await
+                .unwrap(),
+            Nats::connect(&jetrelay::daemon::settings::connection(&cfg.nats), false)
+                .await
+                .unwrap(),
         );
         let (ra, rb) = tokio::join!(a.ensure(&req), b.ensure(&req));
         ra.unwrap();

@@ -16,7 +16,11 @@ pub async fn admin_at(servers: &str) -> GroupAdmin {
         servers: servers.split(',').map(str::to_string).collect(),
         ..Default::default()
     };
-    GroupAdmin::new(Nats::connect(&cfg, false).await.unwrap())
+    GroupAdmin::new(
+        Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+            .await
+            .unwrap(),
+    )
 }
 
 /// A server, a stream partitioning `o.*` into `n`, and static group `cg` on it with
