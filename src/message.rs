@@ -174,6 +174,17 @@ impl Meta {
     }
 }
 
+/// The size of the header block NATS sends for these headers: `NATS/1.0\r\n`, one
+/// `name: value\r\n` line each, and a closing `\r\n`.
+pub fn header_block_len(headers: &[(String, String)]) -> usize {
+    let lines: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    "NATS/1.0\r\n".len() + lines + 2
+}
+
+/// JetStream refuses a message whose header block is over 64 KiB (error 10097),
+/// whatever `max_payload` says.
+pub const MAX_HEADER_BLOCK: usize = 65_535;
+
 #[cfg(test)]
 mod tests {
     use super::*;

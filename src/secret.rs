@@ -41,7 +41,7 @@ pub enum SecretError {
 /// A file's modification time and size (`None`: cannot be seen).
 type Stamp = Option<(SystemTime, u64)>;
 
-struct State {
+struct Current {
     value: Arc<str>,
     stamp: Stamp,
     checked: Instant,
@@ -51,7 +51,7 @@ struct State {
 pub struct SecretFile {
     key: String,
     path: PathBuf,
-    state: Mutex<State>,
+    state: Mutex<Current>,
 }
 
 impl fmt::Debug for SecretFile {
@@ -76,7 +76,7 @@ impl SecretFile {
         let (key, path) = (key.into(), path.into());
         let value = read(&key, &path)?;
         Ok(SecretFile {
-            state: Mutex::new(State {
+            state: Mutex::new(Current {
                 value,
                 stamp: stamp(&path),
                 checked: Instant::now(),

@@ -1,5 +1,5 @@
 //! What the benchmark drivers share (`bench/run`: src/main.rs; `bench/batch`:
-//! src/bin/batch.rs; `bench/outbox`: src/bin/outbox.rs; `bench/dlq`: src/bin/dlq.rs):
+//! src/bin/batch.rs; `bench/outputs`: src/bin/outputs.rs; `bench/dlq`: src/bin/dlq.rs):
 //! the NATS server, the HTTP sink that timestamps what it receives (and may answer
 //! with outputs to publish), the message payload, processes and their CPU and memory,
 //! the quiet-machine wait, jetrelay's config, start and metrics, the latency run, the

@@ -37,7 +37,7 @@ pub fn id(d: &Delivery) -> String {
 }
 
 #[derive(Serialize)]
-struct Item<'a> {
+struct BatchMessage<'a> {
     id: String,
     #[serde(skip_serializing_if = "str::is_empty")]
     stream: &'a str,
@@ -65,7 +65,7 @@ struct Item<'a> {
 /// many message headers were left out as invalid HTTP.
 pub fn body(items: &[(&Delivery, u32)], pass: &Pass) -> (Vec<u8>, usize) {
     let mut skipped = 0;
-    let messages: Vec<Item<'_>> = items
+    let messages: Vec<BatchMessage<'_>> = items
         .iter()
         .map(|(d, attempt)| {
             let mut headers = Map::new();
@@ -90,7 +90,7 @@ pub fn body(items: &[(&Delivery, u32)], pass: &Pass) -> (Vec<u8>, usize) {
                     Some(base64::engine::general_purpose::STANDARD.encode(&d.payload)),
                 ),
             };
-            Item {
+            BatchMessage {
                 id: id(d),
                 stream: meta.map_or("", |m| m.stream.as_str()),
                 sequence: d.stream_seq(),
@@ -114,7 +114,7 @@ pub fn body(items: &[(&Delivery, u32)], pass: &Pass) -> (Vec<u8>, usize) {
         .collect();
     #[derive(Serialize)]
     struct Body<'a> {
-        messages: Vec<Item<'a>>,
+        messages: Vec<BatchMessage<'a>>,
     }
     // Serialising strings, numbers and maps of strings cannot fail.
     let bytes = serde_json::to_vec(&Body { messages }).unwrap_or_default();

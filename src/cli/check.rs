@@ -70,7 +70,7 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
         SourceSettings::Group(member) => group_report(&nats, member).await,
     };
     let source_stream = config.source.stream.as_str();
-    if let Some(dlq) = &settings.dlq {
+    if let Some(dlq) = &settings.dead_letters {
         let mut lines = dead_letters(&nats, dlq, source_stream, &mut planned).await;
         report.lines.append(&mut lines);
     }

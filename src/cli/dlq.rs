@@ -168,7 +168,7 @@ pub enum DlqError {
 
 /// What a command printed, and whether anything failed (exit 1).
 #[derive(Debug)]
-pub struct Done {
+pub struct Printout {
     /// The text or JSON to print.
     pub text: String,
     /// Some dead letter could not be replayed or deleted.
@@ -179,37 +179,14 @@ pub struct Done {
 ///
 /// # Errors
 /// [`DlqError`].
-pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqError> {
+pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Printout, DlqError> {
     let now = OffsetDateTime::now_utc();
     match cmd {
         DlqCommand::Ls {
             stream,
             select,
             limit,
-        } => {
-            let sel = select.selection(now)?;
-            let mut entries = Vec::new();
-            let limit = limit.unwrap_or(usize::MAX);
-            let mut pages = Pages::open(nats, &stream, &sel).await?;
-            while entries.len() < limit
-                && let Some(page) = pages.next().await?
-            {
-                entries.extend(
-                    page.iter()
-                        .map(stored::entry)
-                        .filter(|e| sel.matches(e))
-                        .take(limit - entries.len()),
-                );
-            }
-            Ok(Done {
-                text: if json {
-                    serde_json::to_string(&entries).unwrap_or_default()
-                } else {
-                    table(&entries)
-                },
-                failed: false,
-            })
-        }
+        } => ls(nats, &stream, &select.selection(now)?, limit, json).await,
         DlqCommand::Show { stream, seq } => show(nats, &stream, seq, json).await,
         DlqCommand::Replay {
             stream,
@@ -224,7 +201,7 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
                     .map_err(|e| DlqError::Usage(format!("--to {to:?} {e}")))?;
             }
             let sel = select.selection(now)?;
-            let mut r = Replayer {
+            let r = Replayer {
                 nats,
                 stream: &stream,
                 to: to.as_deref(),
@@ -238,60 +215,92 @@ pub async fn run(nats: &Nats, cmd: DlqCommand, json: bool) -> Result<Done, DlqEr
                     ..Summary::default()
                 },
             };
-            let mut pages = Pages::open(nats, &stream, &sel).await?;
-            while let Some(page) = pages.next().await? {
-                let chosen: Vec<Stored> = page
-                    .into_iter()
-                    .filter(|m| sel.matches(&stored::entry(m)))
-                    .collect();
-                r.page(chosen).await?;
-            }
-            Ok(r.summary.done(json, dry_run))
+            Ok(r.run(&sel).await?.done(json, dry_run))
         }
         DlqCommand::Purge {
             stream,
             select,
             yes,
-        } => {
-            let sel = select.selection(now)?;
-            if !yes {
-                // Say what it would delete, and change nothing.
-                let mut selected = 0;
-                let mut pages = Pages::open(nats, &stream, &sel).await?;
-                while let Some(page) = pages.next().await? {
-                    selected += page
-                        .iter()
-                        .filter(|m| stored::is_letter(m) && sel.matches(&stored::entry(m)))
-                        .count();
-                }
-                return Err(DlqError::Usage(format!(
-                    "{selected} dead letter(s) selected; purge deletes them for good: add --yes"
-                )));
+        } => purge(nats, &stream, &select.selection(now)?, yes, json).await,
+    }
+}
+
+/// `dlq ls`: the selected letters, at most `limit`.
+async fn ls(
+    nats: &Nats,
+    stream: &str,
+    sel: &Selection,
+    limit: Option<usize>,
+    json: bool,
+) -> Result<Printout, DlqError> {
+    let mut entries = Vec::new();
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut pages = Pages::open(nats, stream, sel).await?;
+    while entries.len() < limit
+        && let Some(page) = pages.next().await?
+    {
+        entries.extend(
+            page.iter()
+                .map(stored::entry)
+                .filter(|e| sel.matches(e))
+                .take(limit - entries.len()),
+        );
+    }
+    Ok(Printout {
+        text: if json {
+            serde_json::to_string(&entries).unwrap_or_default()
+        } else {
+            table(&entries)
+        },
+        failed: false,
+    })
+}
+
+/// `dlq purge`: deletes what is verifiably a letter; without `yes`, only says how
+/// many it would delete.
+async fn purge(
+    nats: &Nats,
+    stream: &str,
+    sel: &Selection,
+    yes: bool,
+    json: bool,
+) -> Result<Printout, DlqError> {
+    if !yes {
+        // Say what it would delete, and change nothing.
+        let mut selected = 0;
+        let mut pages = Pages::open(nats, stream, sel).await?;
+        while let Some(page) = pages.next().await? {
+            selected += page
+                .iter()
+                .filter(|m| stored::is_letter(m) && sel.matches(&stored::entry(m)))
+                .count();
+        }
+        return Err(DlqError::Usage(format!(
+            "{selected} dead letter(s) selected; purge deletes them for good: add --yes"
+        )));
+    }
+    let mut summary = Summary {
+        purge: true,
+        ..Summary::default()
+    };
+    let mut pages = Pages::open(nats, stream, sel).await?;
+    while let Some(page) = pages.next().await? {
+        let mut seqs = Vec::new();
+        for m in page.iter().filter(|m| sel.matches(&stored::entry(m))) {
+            summary.selected += 1;
+            match stored::verify(m) {
+                Ok(()) => seqs.push(m.seq),
+                Err(why) => summary.fail(m.seq, stored::not_a_letter(stream, &why)),
             }
-            let mut summary = Summary {
-                purge: true,
-                ..Summary::default()
-            };
-            let mut pages = Pages::open(nats, &stream, &sel).await?;
-            while let Some(page) = pages.next().await? {
-                let mut seqs = Vec::new();
-                for m in page.iter().filter(|m| sel.matches(&stored::entry(m))) {
-                    summary.selected += 1;
-                    match stored::verify(m) {
-                        Ok(()) => seqs.push(m.seq),
-                        Err(why) => summary.fail(m.seq, stored::not_a_letter(&stream, &why)),
-                    }
-                }
-                for (seq, result) in seqs.iter().zip(nats.delete_messages(&stream, &seqs).await?) {
-                    match result {
-                        Ok(()) => summary.deleted += 1,
-                        Err(why) => summary.fail(*seq, why),
-                    }
-                }
+        }
+        for (seq, result) in seqs.iter().zip(nats.delete_messages(stream, &seqs).await?) {
+            match result {
+                Ok(()) => summary.deleted += 1,
+                Err(why) => summary.fail(*seq, why),
             }
-            Ok(summary.done(json, false))
         }
     }
+    Ok(summary.done(json, false))
 }
 
 /// The DLQ stream's pages, from the selection's first sequence (or time) up to the
@@ -385,7 +394,7 @@ impl Summary {
         }
     }
 
-    fn done(self, json: bool, dry_run: bool) -> Done {
+    fn done(self, json: bool, dry_run: bool) -> Printout {
         let failed = !self.failures.is_empty();
         let text = if json {
             json!({
@@ -445,7 +454,7 @@ impl Summary {
             }
             out
         };
-        Done { text, failed }
+        Printout { text, failed }
     }
 }
 
@@ -466,6 +475,19 @@ struct Replayer<'a> {
 }
 
 impl Replayer<'_> {
+    /// Replays every selected letter, page by page; the summary.
+    async fn run(mut self, sel: &Selection) -> Result<Summary, DlqError> {
+        let mut pages = Pages::open(self.nats, self.stream, sel).await?;
+        while let Some(page) = pages.next().await? {
+            let chosen: Vec<Stored> = page
+                .into_iter()
+                .filter(|m| sel.matches(&stored::entry(m)))
+                .collect();
+            self.page(chosen).await?;
+        }
+        Ok(self.summary)
+    }
+
     /// Replays one page: grouped by target stream, each group as one fast-ingest
     /// batch (`--fast`, where the stream allows it) or one atomic batch where the
     /// stream takes it, else one by one; then deletes what is stored.
@@ -664,7 +686,7 @@ impl Replayer<'_> {
 }
 
 /// `dlq show`.
-async fn show(nats: &Nats, stream: &str, seq: u64, json: bool) -> Result<Done, DlqError> {
+async fn show(nats: &Nats, stream: &str, seq: u64, json: bool) -> Result<Printout, DlqError> {
     let page = nats
         .direct_page(
             stream,
@@ -720,7 +742,7 @@ async fn show(nats: &Nats, stream: &str, seq: u64, json: bool) -> Result<Done, D
         }
         out
     };
-    Ok(Done {
+    Ok(Printout {
         text: out,
         failed: false,
     })

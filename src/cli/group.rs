@@ -245,6 +245,39 @@ pub fn pair_filters(args: &[String]) -> Result<Vec<PartitioningFilter>, AdminErr
     Ok(out)
 }
 
+/// How a command's answer is printed: text, or JSON with `--json`.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn done(self, what: String) -> String {
+        if self.json {
+            json!({"ok": true, "message": what}).to_string()
+        } else {
+            what
+        }
+    }
+
+    fn members(self, c: &GroupConfig) -> String {
+        if self.json {
+            json!({"members": c.members}).to_string()
+        } else {
+            format!("members: {}", c.members.join(" "))
+        }
+    }
+}
+
+/// What both flavours can be asked.
+enum Common {
+    Info(StreamGroup),
+    Ls(StreamOnly),
+    Rm(StreamGroup),
+    MemberInfo(StreamGroupMember),
+    StepDown(StreamGroupMember),
+}
+
 /// Runs a group command; returns what to print.
 ///
 /// # Errors
@@ -255,142 +288,135 @@ pub async fn run(
     json: bool,
     raw_args: &[String],
 ) -> Result<String, AdminError> {
-    use ElasticCommand as E;
+    let out = Out { json };
+    match cmd {
+        GroupCommand::Static(c) => run_static(admin, c, out).await,
+        GroupCommand::Elastic(c) => run_elastic(admin, c, out, raw_args).await,
+    }
+}
+
+async fn run_static(
+    admin: &GroupAdmin,
+    cmd: StaticCommand,
+    out: Out,
+) -> Result<String, AdminError> {
     use StaticCommand as S;
-    let done = |what: String| {
-        if json {
-            json!({"ok": true, "message": what}).to_string()
-        } else {
-            what
-        }
-    };
-    let members_out = |c: GroupConfig| {
-        if json {
-            json!({"members": c.members}).to_string()
-        } else {
-            format!("members: {}", c.members.join(" "))
-        }
-    };
-    Ok(match cmd {
-        GroupCommand::Static(S::Create(StaticCreate::Balanced {
+    let (group, stream, config) = match cmd {
+        S::Create(StaticCreate::Balanced {
             stream,
             group,
             max_members,
             members,
             filters,
-        })) => {
-            admin
-                .create_static(
-                    &stream,
-                    &group,
-                    GroupConfig::new_static(max_members, filters, members, vec![]),
-                )
-                .await?;
-            done(format!("static group {group} created on stream {stream}"))
-        }
-        GroupCommand::Static(S::Create(StaticCreate::Mapped {
+        }) => (
+            group,
+            stream,
+            GroupConfig::new_static(max_members, filters, members, vec![]),
+        ),
+        S::Create(StaticCreate::Mapped {
             stream,
             group,
             max_members,
             mappings,
             filters,
-        })) => {
+        }) => {
             let mappings = parse_mappings(&mappings)?;
-            admin
-                .create_static(
-                    &stream,
-                    &group,
-                    GroupConfig::new_static(max_members, filters, vec![], mappings),
-                )
-                .await?;
-            done(format!("static group {group} created on stream {stream}"))
+            (
+                group,
+                stream,
+                GroupConfig::new_static(max_members, filters, vec![], mappings),
+            )
         }
-        GroupCommand::Elastic(E::Create {
+        S::Info(a) => return common(admin, Flavour::Static, Common::Info(a), out).await,
+        S::Ls(a) => return common(admin, Flavour::Static, Common::Ls(a), out).await,
+        S::Rm(a) => return common(admin, Flavour::Static, Common::Rm(a), out).await,
+        S::MemberInfo(a) => {
+            return common(admin, Flavour::Static, Common::MemberInfo(a), out).await;
+        }
+        S::StepDown(a) => return common(admin, Flavour::Static, Common::StepDown(a), out).await,
+    };
+    admin.create_static(&stream, &group, config).await?;
+    Ok(out.done(format!("static group {group} created on stream {stream}")))
+}
+
+async fn run_elastic(
+    admin: &GroupAdmin,
+    cmd: ElasticCommand,
+    out: Out,
+    raw_args: &[String],
+) -> Result<String, AdminError> {
+    use ElasticCommand as E;
+    Ok(match cmd {
+        E::Create {
             stream,
             group,
             max_members,
             max_buffered_msgs,
             max_buffered_bytes,
             ..
-        }) => {
+        } => {
             let filters = pair_filters(raw_args)?;
-            admin
-                .create_elastic(
-                    &stream,
-                    &group,
-                    GroupConfig::new_elastic(
-                        max_members,
-                        filters,
-                        max_buffered_msgs,
-                        max_buffered_bytes,
-                    ),
-                )
-                .await?;
-            done(format!("elastic group {group} created on stream {stream}"))
+            let config = GroupConfig::new_elastic(
+                max_members,
+                filters,
+                max_buffered_msgs,
+                max_buffered_bytes,
+            );
+            admin.create_elastic(&stream, &group, config).await?;
+            out.done(format!("elastic group {group} created on stream {stream}"))
         }
-        GroupCommand::Static(S::Info(a)) => info(
-            admin.info(Flavour::Static, &a.stream, &a.group).await?,
-            json,
-        ),
-        GroupCommand::Elastic(E::Info(a)) => info(
-            admin.info(Flavour::Elastic, &a.stream, &a.group).await?,
-            json,
-        ),
-        GroupCommand::Static(S::Ls(a)) => list(admin.list(Flavour::Static, &a.stream).await?, json),
-        GroupCommand::Elastic(E::Ls(a)) => {
-            list(admin.list(Flavour::Elastic, &a.stream).await?, json)
-        }
-        GroupCommand::Static(S::Rm(a)) => {
-            admin.remove(Flavour::Static, &a.stream, &a.group).await?;
-            done(format!("static group {} deleted", a.group))
-        }
-        GroupCommand::Elastic(E::Rm(a)) => {
-            admin.remove(Flavour::Elastic, &a.stream, &a.group).await?;
-            done(format!("elastic group {} deleted", a.group))
-        }
-        GroupCommand::Static(S::MemberInfo(a)) => member(
-            admin
-                .member_info(Flavour::Static, &a.stream, &a.group, &a.member)
-                .await?,
-            json,
-        ),
-        GroupCommand::Elastic(E::MemberInfo(a)) => member(
-            admin
-                .member_info(Flavour::Elastic, &a.stream, &a.group, &a.member)
-                .await?,
-            json,
-        ),
-        GroupCommand::Static(S::StepDown(a)) => {
-            admin
-                .step_down(Flavour::Static, &a.stream, &a.group, &a.member)
-                .await?;
-            done(format!("member {} stepped down", a.member))
-        }
-        GroupCommand::Elastic(E::StepDown(a)) => {
-            admin
-                .step_down(Flavour::Elastic, &a.stream, &a.group, &a.member)
-                .await?;
-            done(format!("member {} stepped down", a.member))
-        }
-        GroupCommand::Elastic(E::Add(a)) => {
-            members_out(admin.add(&a.stream, &a.group, &a.members).await?)
-        }
-        GroupCommand::Elastic(E::Drop(a)) => {
-            members_out(admin.drop_members(&a.stream, &a.group, &a.members).await?)
-        }
-        GroupCommand::Elastic(E::CreateMapping {
+        E::Add(a) => out.members(&admin.add(&a.stream, &a.group, &a.members).await?),
+        E::Drop(a) => out.members(&admin.drop_members(&a.stream, &a.group, &a.members).await?),
+        E::CreateMapping {
             stream,
             group,
             mappings,
-        }) => {
+        } => {
             admin
                 .set_mappings(&stream, &group, parse_mappings(&mappings)?)
                 .await?;
-            done(format!("mappings set on elastic group {group}"))
+            out.done(format!("mappings set on elastic group {group}"))
         }
-        GroupCommand::Elastic(E::DeleteMapping(a)) => {
+        E::DeleteMapping(a) => {
             admin.delete_mappings(&a.stream, &a.group).await?;
-            done(format!("mappings deleted from elastic group {}", a.group))
+            out.done(format!("mappings deleted from elastic group {}", a.group))
+        }
+        E::Info(a) => common(admin, Flavour::Elastic, Common::Info(a), out).await?,
+        E::Ls(a) => common(admin, Flavour::Elastic, Common::Ls(a), out).await?,
+        E::Rm(a) => common(admin, Flavour::Elastic, Common::Rm(a), out).await?,
+        E::MemberInfo(a) => common(admin, Flavour::Elastic, Common::MemberInfo(a), out).await?,
+        E::StepDown(a) => common(admin, Flavour::Elastic, Common::StepDown(a), out).await?,
+    })
+}
+
+async fn common(
+    admin: &GroupAdmin,
+    flavour: Flavour,
+    cmd: Common,
+    out: Out,
+) -> Result<String, AdminError> {
+    let kind = match flavour {
+        Flavour::Static => "static",
+        Flavour::Elastic => "elastic",
+    };
+    Ok(match cmd {
+        Common::Info(a) => info(admin.info(flavour, &a.stream, &a.group).await?, out.json),
+        Common::Ls(a) => list(admin.list(flavour, &a.stream).await?, out.json),
+        Common::Rm(a) => {
+            admin.remove(flavour, &a.stream, &a.group).await?;
+            out.done(format!("{kind} group {} deleted", a.group))
+        }
+        Common::MemberInfo(a) => member(
+            admin
+                .member_info(flavour, &a.stream, &a.group, &a.member)
+                .await?,
+            out.json,
+        ),
+        Common::StepDown(a) => {
+            admin
+                .step_down(flavour, &a.stream, &a.group, &a.member)
+                .await?;
+            out.done(format!("member {} stepped down", a.member))
         }
     })
 }

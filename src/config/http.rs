@@ -127,6 +127,24 @@ impl Config {
             1,
             DAY,
         );
+        self.check_http_headers(p);
+        let retry = StatusSet::parse(&h.retry_statuses);
+        let term = StatusSet::parse(&h.term_statuses);
+        for (key, set) in [
+            ("http.retry_statuses", &retry),
+            ("http.term_statuses", &term),
+        ] {
+            match set {
+                Err(e) => p.add(key, e.to_string()),
+                Ok(s) if s.contains(200) => p.add(key, "cannot contain 2xx statuses: 2xx is ack"),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// `http.headers`, `http.pass_headers`, `http.header_files`.
+    fn check_http_headers(&self, p: &mut Problems) {
+        let h = &self.http;
         for (name, value) in &h.headers {
             if !crate::app::headers::is_valid_name(name) {
                 p.add(
@@ -173,18 +191,6 @@ impl Config {
                     key,
                     "is also set elsewhere (http.headers or http.bearer_token_file)",
                 );
-            }
-        }
-        let retry = StatusSet::parse(&h.retry_statuses);
-        let term = StatusSet::parse(&h.term_statuses);
-        for (key, set) in [
-            ("http.retry_statuses", &retry),
-            ("http.term_statuses", &term),
-        ] {
-            match set {
-                Err(e) => p.add(key, e.to_string()),
-                Ok(s) if s.contains(200) => p.add(key, "cannot contain 2xx statuses: 2xx is ack"),
-                Ok(_) => {}
             }
         }
     }

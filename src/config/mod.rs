@@ -88,7 +88,19 @@ impl Config {
         }
     }
 
-    /// Extracts and validates a config from any figment (tests feed strings).
+    /// Extracts and validates a config from TOML texts, each later one over the ones
+    /// before (tests and tools; `load` reads the file and the environment).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming every bad key.
+    pub fn from_toml(texts: &[&str]) -> Result<Config, ConfigError> {
+        let figment = texts
+            .iter()
+            .fold(Figment::new(), |f, t| f.merge(Toml::string(t)));
+        Config::from_figment(figment)
+    }
+
+    /// Extracts and validates a config from any figment.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming every bad key.

@@ -53,7 +53,7 @@ pub enum DaemonError {
     },
     /// Metrics registration failed.
     #[error("cannot register metrics")]
-    Metrics(#[from] prometheus::Error),
+    Metrics(#[from] crate::ops::metrics::MetricsError),
     /// The app's HTTP client could not be built.
     #[error(transparent)]
     App(#[from] ClientError),
@@ -348,7 +348,7 @@ impl Supervisor {
             return Ok(());
         }
         nats.check_server_version()?;
-        if let Some(dlq) = &set.dlq
+        if let Some(dlq) = &set.dead_letters
             && let Some(spec) = &dlq.managed
             && !self.ensure_dlq_stream(nats, dlq, spec, shutdown).await?
         {
@@ -365,7 +365,7 @@ impl Supervisor {
             ordering: set.ordering,
             progress_every: set.progress_every,
             publisher: nats.publisher(),
-            dead_letters: set.dlq.as_ref().map(|d| d.subject.clone()),
+            dead_letters: set.dead_letters.as_ref().map(|d| d.subject.clone()),
             app_healthy: crate::http::probe::watch(
                 self.forwarder.clone(),
                 set.health.clone(),
@@ -574,18 +574,13 @@ impl Supervisor {
                 // follower's lagging view. When it cannot be read the gauges are
                 // withdrawn rather than left at a value that looks current.
                 if work_queue {
-                    match nats.stream_messages(&stream).await {
-                        Some(n) => metrics.group_backlog.set(n),
-                        None => metrics.group_backlog.forget(),
-                    }
+                    metrics.group_backlog(nats.stream_messages(&stream).await);
                 }
-                let Some(c) = nats.consumer_counts(&stream, &consumer).await else {
-                    metrics.consumer_pending.forget();
-                    metrics.consumer_ack_pending.forget();
+                let counts = nats.consumer_counts(&stream, &consumer).await;
+                metrics.consumer_counts(counts.as_ref().map(|c| (c.pending, c.ack_pending)));
+                let Some(c) = counts else {
                     continue;
                 };
-                metrics.consumer_pending.set(c.pending);
-                metrics.consumer_ack_pending.set(c.ack_pending);
                 if pinned_mode {
                     readiness.set_pin_holder(if c.pinned {
                         PinHolder::Someone
@@ -613,9 +608,8 @@ struct GaugeTask {
 impl Drop for GaugeTask {
     fn drop(&mut self) {
         self.task.abort();
-        self.metrics.consumer_pending.forget();
-        self.metrics.consumer_ack_pending.forget();
-        self.metrics.group_backlog.forget();
+        self.metrics.consumer_counts(None);
+        self.metrics.group_backlog(None);
     }
 }
 
@@ -657,9 +651,8 @@ mod tests {
     #[tokio::test]
     async fn the_consumer_gauges_are_withdrawn_when_their_task_ends() {
         let metrics = Metrics::new().unwrap();
-        metrics.consumer_pending.set(5);
-        metrics.consumer_ack_pending.set(2);
-        metrics.group_backlog.set(9);
+        metrics.consumer_counts(Some((5, 2)));
+        metrics.group_backlog(Some(9));
         let task = GaugeTask {
             task: tokio::spawn(std::future::pending()),
             metrics: metrics.clone(),

@@ -84,8 +84,8 @@ pub struct Settings {
     /// How long the app may be unhealthy or unreachable before a pinned instance
     /// steps down.
     pub unhealthy_handover: Duration,
-    /// Where permanent failures go before their TERM.
-    pub dlq: Option<DeadLetters>,
+    /// Where permanent failures go before their TERM (`[dlq]`).
+    pub dead_letters: Option<DeadLetters>,
     /// Batch delivery (`delivery.batch_size` > 1), else one message per request.
     pub batch: Option<Batching>,
     /// What the app may publish through jetrelay.
@@ -210,7 +210,7 @@ impl Settings {
             confirmed_acks,
             shutdown_grace: Duration::from_millis(d.shutdown_grace_ms),
             unhealthy_handover: Duration::from_millis(c.http.unhealthy_handover_ms),
-            dlq: dead_letters(c, ack_wait),
+            dead_letters: dead_letters(c, ack_wait),
             batch: (d.batch_size > 1).then(|| Batching {
                 size: d.batch_size as usize,
                 max_bytes: d.batch_max_bytes,
@@ -446,13 +446,11 @@ pub fn topology_request(c: &Config) -> TopologyRequest {
 
 #[cfg(test)]
 mod tests {
-    use figment::Figment;
-    use figment::providers::{Format, Toml};
 
     use super::*;
 
     fn settings(toml: &str) -> Settings {
-        let c = Config::from_figment(Figment::from(Toml::string(toml))).unwrap();
+        let c = Config::from_toml(&[toml]).unwrap();
         Settings::from_config(&c).unwrap()
     }
 
@@ -502,10 +500,10 @@ mod tests {
 
     #[test]
     fn a_status_list_that_does_not_parse_is_an_error_not_an_empty_set() {
-        let mut c = Config::from_figment(Figment::from(Toml::string(
+        let mut c = Config::from_toml(&[
             "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n\
              [http]\nurl = \"http://127.0.0.1:1/x\"\n",
-        )))
+        ])
         .unwrap();
         // Built by hand, past the rules: parsing still refuses it.
         c.http.term_statuses = vec!["4x4".into()];

@@ -22,7 +22,7 @@ pub mod stored;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::message::Delivery;
+use crate::message::{Delivery, MAX_HEADER_BLOCK, header_block_len};
 
 /// Why and how a message is dead-lettered.
 #[derive(Debug, Clone)]
@@ -126,10 +126,6 @@ pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
 /// The header that says the payload was left out, and how big it was.
 pub const PAYLOAD_OMITTED: &str = header::PAYLOAD_OMITTED;
 
-/// JetStream refuses a message whose header block is over 64 KiB (error 10097),
-/// whatever `max_payload` says.
-pub const MAX_HEADER_BLOCK: usize = 65_535;
-
 /// A shortened reason is at most this many bytes.
 const SHORT_REASON: usize = 200;
 
@@ -221,13 +217,6 @@ pub fn letter(dl: &DeadLetter<'_>, max_payload: usize, at_least: Shed) -> Option
         shed = level.next();
     }
     None
-}
-
-/// The size of the header block NATS sends for these headers: `NATS/1.0\r\n`, one
-/// `name: value\r\n` line each, and a closing `\r\n`.
-pub fn header_block_len(headers: &[(String, String)]) -> usize {
-    let lines: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
-    "NATS/1.0\r\n".len() + lines + 2
 }
 
 #[cfg(test)]

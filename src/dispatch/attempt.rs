@@ -22,7 +22,7 @@ use crate::ops::metrics::SettleLabel;
 use crate::ops::telemetry::chain;
 use crate::policy::{Disposition, Outcome, backoff};
 use crate::seam::publish::{LetterFailure, Publish};
-use crate::seam::{Forward, HttpClass, NoAnswer, Settle};
+use crate::seam::{Forward, Forwarded, HttpClass, NoAnswer, Settle};
 
 /// What one attempt learned, for the log line.
 pub(super) struct Record<'a> {
@@ -51,13 +51,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
             None => {
                 let f = self.forwarder.forward(d, attempt).await;
-                self.metrics.http_request(f.class);
-                self.metrics.http_duration.observe(f.elapsed.as_secs_f64());
-                if f.skipped_headers > 0 {
-                    self.metrics
-                        .headers_skipped
-                        .inc_by(f.skipped_headers as u64);
-                }
+                self.metrics.request(f.class, f.elapsed, f.skipped_headers);
                 if f.bad_action {
                     self.metrics.action_override("invalid");
                     tracing::warn!(
@@ -221,7 +215,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Step::Settled
             }
             Err(e) => {
-                self.metrics.dlq_failures.inc();
+                self.metrics.dead_letter_failed();
                 let tries = verdict.tries.saturating_add(1);
                 if self.policy.is_last_delivery(d.delivered()) {
                     let delay = backoff(self.policy.retry_initial, self.policy.retry_max, tries);
@@ -262,11 +256,10 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         reason: Option<&str>,
     ) {
         let elapsed = r.received.elapsed();
-        self.metrics.message_duration.observe(elapsed.as_secs_f64());
         match result {
-            Ok(()) => self.metrics.settled(label),
+            Ok(()) => self.metrics.settled(label, elapsed),
             Err(e) if label == SettleLabel::Ack => {
-                self.metrics.ack_failures.inc();
+                self.metrics.ack_not_confirmed();
                 tracing::warn!(error = %e, stream_seq = d.stream_seq(), "the ack was not confirmed: the message may be redelivered");
             }
             Err(e) => self.settle_failed(e),
@@ -367,6 +360,18 @@ pub(super) struct BatchItem<T> {
     pub(super) verdict: Option<Verdict>,
 }
 
+/// What the app said to one batch request, per message.
+struct BatchAnswer {
+    /// The request's own result.
+    forwarded: Forwarded,
+    /// Whether the app was reached.
+    reach: Reach,
+    /// What each message's answer means.
+    outcomes: Vec<Outcome>,
+    /// What each message's answer publishes, when anything.
+    outputs: Vec<Option<fates::Published>>,
+}
+
 impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// One batch: one request for the messages it can carry (a message that only
     /// waits for its dead letter, or cannot be offered at all, is settled on its own),
@@ -376,6 +381,62 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         &self,
         items: Vec<BatchItem<T>>,
     ) -> (Vec<(u64, Step)>, Reach) {
+        let (mut steps, send) = self.settle_unsendable(items).await;
+        if send.is_empty() {
+            return (steps, Reach::NotAsked);
+        }
+        let mut answer = self.offer_batch(&send).await;
+        let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
+        let ordered = self.ordering != Ordering::None;
+        let mut dispositions: Vec<Disposition> = send
+            .iter()
+            .zip(&answer.outcomes)
+            .map(|(i, o)| self.policy.decide(o, i.attempt))
+            .collect();
+        let confirmed = self
+            .commit_batch(&send, &lanes, &mut dispositions, &mut answer.outputs)
+            .await;
+        let fates = fates::fates(dispositions, &lanes, ordered);
+        let f = &answer.forwarded;
+        let status = match f.class {
+            HttpClass::Status(s) => Some(s),
+            _ => None,
+        };
+        for (((item, outcome), fate), confirm) in
+            send.iter().zip(&answer.outcomes).zip(fates).zip(confirmed)
+        {
+            let action = match outcome {
+                Outcome::Answered {
+                    action: Some(a), ..
+                } => Some(a.name()),
+                _ => None,
+            };
+            let record = Record {
+                attempt: item.attempt,
+                status,
+                http_ms: Some(f.elapsed.as_millis()),
+                action,
+                failure: f.failure.as_ref(),
+                received: item.received,
+            };
+            let step = match fate {
+                Fate::HeldBack => Step::Requeue,
+                Fate::Decided(d) => {
+                    self.settle_decided(&item.delivery, &item.settler, d, status, &record, confirm)
+                        .await
+                }
+            };
+            steps.push((item.id, step));
+        }
+        (steps, answer.reach)
+    }
+
+    /// Settles what a batch cannot carry: a message that only waits for its dead
+    /// letter, and one that cannot be offered at all. Returns their steps and the rest.
+    async fn settle_unsendable<T: Settle>(
+        &self,
+        items: Vec<BatchItem<T>>,
+    ) -> (Vec<(u64, Step)>, Vec<BatchItem<T>>) {
         let mut steps = Vec::with_capacity(items.len());
         let mut send = Vec::with_capacity(items.len());
         for item in items {
@@ -394,23 +455,19 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 None => send.push(item),
             }
         }
-        if send.is_empty() {
-            return (steps, Reach::NotAsked);
-        }
+        (steps, send)
+    }
+
+    /// The one request, and what its answer says of each message.
+    async fn offer_batch<T: Settle>(&self, send: &[BatchItem<T>]) -> BatchAnswer {
         let offered: Vec<(&Delivery, u32)> = send
             .iter()
             .map(|i| (i.delivery.as_ref(), i.attempt))
             .collect();
         let bf = self.forwarder.forward_batch(&offered).await;
         let f = &bf.forwarded;
-        self.metrics.http_request(f.class);
-        self.metrics.http_duration.observe(f.elapsed.as_secs_f64());
-        self.metrics.batch_messages.observe(send.len() as f64);
-        if f.skipped_headers > 0 {
-            self.metrics
-                .headers_skipped
-                .inc_by(f.skipped_headers as u64);
-        }
+        self.metrics.request(f.class, f.elapsed, f.skipped_headers);
+        self.metrics.batch_sent(send.len());
         let reach = match (&f.outcome, &f.failure) {
             (Outcome::Unreachable, failure) => {
                 Reach::Unreachable(failure.as_ref().map_or("cannot connect", |x| x.kind))
@@ -418,7 +475,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             _ => Reach::Reached,
         };
         if let Some(Answer::Unparsable(why)) = &bf.answer {
-            self.metrics.batch_bad_answers.inc();
+            self.metrics.batch_unparsable();
             tracing::warn!(
                 messages = send.len(),
                 error = %why,
@@ -428,31 +485,42 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let ids: Vec<String> = send.iter().map(|i| app::batch::id(&i.delivery)).collect();
         let (outcomes, unknown) = fates::outcomes(&f.outcome, bf.answer.as_ref(), &ids);
         if unknown > 0 {
-            self.metrics.batch_unknown_ids.inc_by(unknown as u64);
+            self.metrics.batch_unknown_ids(unknown);
             tracing::warn!(
                 unknown,
                 "the app's answer to a batch names messages it did not carry: ignored"
             );
         }
-        let mut dispositions: Vec<Disposition> = send
-            .iter()
-            .zip(&outcomes)
-            .map(|(i, o)| self.policy.decide(o, i.attempt))
-            .collect();
-        let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
+        let outputs = fates::outputs(bf.answer.as_ref(), &ids);
+        BatchAnswer {
+            forwarded: bf.forwarded,
+            reach,
+            outcomes,
+            outputs,
+        }
+    }
+
+    /// Publishes the outputs of the messages that will be acked: per key in batch
+    /// order, the keys (and every message of an unordered batch) at once. A key whose
+    /// commit failed commits nothing after it (its later messages are held back by
+    /// the fates); a failed commit changes its message's disposition. Returns, per
+    /// message, whether its ack must be confirmed.
+    async fn commit_batch<T: Settle>(
+        &self,
+        send: &[BatchItem<T>],
+        lanes: &[&LaneKey],
+        dispositions: &mut [Disposition],
+        outputs: &mut [Option<fates::Published>],
+    ) -> Vec<bool> {
         let ordered = self.ordering != Ordering::None;
-        // The outputs of the messages that will be acked: per key in batch order, the
-        // keys (and every message of an unordered batch) at once. A key whose commit
-        // failed commits nothing after it (its later messages are held back below).
-        let acked = fates::fates(dispositions.clone(), &lanes, ordered);
-        let mut outputs = fates::outputs(bf.answer.as_ref(), &ids);
+        let acked = fates::fates(dispositions.to_vec(), lanes, ordered);
         let commits: Vec<bool> = acked
             .iter()
-            .zip(&outputs)
+            .zip(outputs.iter())
             .map(|(fate, o)| *fate == Fate::Decided(Disposition::Ack) && o.is_some())
             .collect();
         let groups: Vec<Vec<(usize, fates::Published)>> =
-            fates::commit_groups(&commits, &lanes, ordered)
+            fates::commit_groups(&commits, lanes, ordered)
                 .into_iter()
                 .map(|g| {
                     g.into_iter()
@@ -460,8 +528,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         .collect()
                 })
                 .collect();
-        let send = &send;
-        let commits = futures::future::join_all(groups.into_iter().map(|group| async move {
+        let done = futures::future::join_all(groups.into_iter().map(|group| async move {
             let mut done = Vec::with_capacity(group.len());
             for (i, published) in group {
                 let item = &send[i];
@@ -476,44 +543,12 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         }))
         .await;
         let mut confirmed = vec![false; send.len()];
-        for (i, commit) in commits.into_iter().flatten() {
+        for (i, commit) in done.into_iter().flatten() {
             match commit {
                 Commit::Ack { confirmed: c } => confirmed[i] = c,
                 Commit::Instead(d) => dispositions[i] = d,
             }
         }
-        let fates = fates::fates(dispositions, &lanes, ordered);
-        let status = match f.class {
-            HttpClass::Status(s) => Some(s),
-            _ => None,
-        };
-        let http_ms = Some(f.elapsed.as_millis());
-        for (((item, outcome), fate), confirm) in
-            send.iter().zip(&outcomes).zip(fates).zip(confirmed)
-        {
-            let action = match outcome {
-                Outcome::Answered {
-                    action: Some(a), ..
-                } => Some(a.name()),
-                _ => None,
-            };
-            let record = Record {
-                attempt: item.attempt,
-                status,
-                http_ms,
-                action,
-                failure: f.failure.as_ref(),
-                received: item.received,
-            };
-            let step = match fate {
-                Fate::HeldBack => Step::Requeue,
-                Fate::Decided(d) => {
-                    self.settle_decided(&item.delivery, &item.settler, d, status, &record, confirm)
-                        .await
-                }
-            };
-            steps.push((item.id, step));
-        }
-        (steps, reach)
+        confirmed
     }
 }

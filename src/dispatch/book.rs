@@ -30,7 +30,7 @@ pub(super) struct Verdict {
 }
 
 /// One held message.
-pub(super) struct Entry<T> {
+pub(super) struct HeldMessage<T> {
     pub(super) delivery: Arc<Delivery>,
     pub(super) settler: T,
     pub(super) lane: LaneKey,
@@ -89,7 +89,7 @@ pub(super) enum Fill {
 
 /// The book.
 pub(super) struct Book<T> {
-    pub(super) held: HashMap<u64, Entry<T>>,
+    pub(super) held: HashMap<u64, HeldMessage<T>>,
     /// The stream sequences of what is held, to fold a redelivery of a held message.
     seqs: HashSet<u64>,
     /// Payload bytes held.
@@ -144,7 +144,7 @@ impl<T> Book<T> {
         self.bytes = self.bytes.saturating_add(delivery.payload.len() as u64);
         self.held.insert(
             id,
-            Entry {
+            HeldMessage {
                 attempt: delivery.delivered(),
                 delivery: Arc::new(delivery),
                 settler,
@@ -159,7 +159,7 @@ impl<T> Book<T> {
     }
 
     /// Stops holding a message; its timers go with it.
-    pub(super) fn take(&mut self, id: u64) -> Option<Entry<T>> {
+    pub(super) fn take(&mut self, id: u64) -> Option<HeldMessage<T>> {
         let e = self.held.remove(&id)?;
         self.seqs.remove(&e.delivery.stream_seq());
         self.bytes = self.bytes.saturating_sub(e.delivery.payload.len() as u64);
@@ -209,7 +209,7 @@ impl<T> Book<T> {
     pub(super) fn next_batch(&mut self, size: usize, max_bytes: u64) -> Vec<u64> {
         let mut ids = Vec::new();
         let mut bytes = 0u64;
-        let payload = |held: &HashMap<u64, Entry<T>>, id: &u64| {
+        let payload = |held: &HashMap<u64, HeldMessage<T>>, id: &u64| {
             held.get(id).map_or(0, |e| e.delivery.payload.len() as u64)
         };
         while ids.len() < size {

@@ -282,8 +282,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         }
         let held = run.book.held();
-        self.metrics.buffered.set(i64::from(held.messages));
-        self.metrics.in_flight.set(run.book.tasks.len() as i64);
+        self.metrics.held(held.messages, run.book.tasks.len());
         (run.draining && run.book.tasks.is_empty() && run.book.verdicts() == 0).then(|| {
             run.end_reason
                 .take()
@@ -316,7 +315,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         // Healthy is what the probe says *and* reachable: an app whose port is closed
         // is not healthy, probe or no probe. Set before readiness, so that whoever
         // sees the new state also sees the gauge.
-        self.metrics.app_healthy.set(i64::from(gate.serviceable()));
+        self.metrics.app_healthy(gate.serviceable());
         self.readiness.set(state, reason);
     }
 
@@ -407,10 +406,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let standing = &mut run.gate.standing;
         match ev {
             Event::Message(delivery, settler) => {
-                self.metrics.received.inc();
-                if delivery.delivered() > 1 {
-                    self.metrics.redeliveries.inc();
-                }
+                self.metrics.received(delivery.delivered() > 1);
                 if run.draining || run.quiescing {
                     // Delivered by a pull sent before the stop: move it on.
                     self.release(&settler, Duration::ZERO).await;
@@ -463,8 +459,8 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Flow::Go
             }
             Event::Released { naked, failed } => {
-                self.metrics.settled_by(SettleLabel::Nak, naked as u64);
-                self.metrics.settle_failures.inc_by(failed as u64);
+                self.metrics.released(naked as u64);
+                self.metrics.settle_failed(failed as u64);
                 Flow::Go
             }
             Event::ConsumerGone(reason) => {
@@ -504,8 +500,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             })
             .await;
         }
-        self.metrics.buffered.set(0);
-        self.metrics.in_flight.set(0);
+        self.metrics.held(0, 0);
         self.readiness.set_pinned(false);
     }
 
@@ -628,7 +623,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     book.take(id);
                 }
                 Step::RetryIn(delay) => {
-                    self.metrics.retries_in_place.inc();
+                    self.metrics.retried_in_place();
                     if let Some(e) = book.held.get_mut(&id) {
                         e.attempt = e.attempt.saturating_add(1);
                     }
@@ -694,7 +689,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let letters_changed = run.gate.letters_waiting != waiting;
         if letters_changed {
             run.gate.letters_waiting = waiting;
-            self.metrics.dead_letters_waiting.set(waiting as i64);
+            self.metrics.dead_letters_waiting(waiting);
         }
         if refresh || letters_changed {
             Flow::Refresh
@@ -713,7 +708,9 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let reason = verdict.reason.to_string();
         let result = e.settler.term(&reason).await;
         match &result {
-            Ok(()) => self.metrics.settled(SettleLabel::Term),
+            Ok(()) => self
+                .metrics
+                .settled(SettleLabel::Term, e.received.elapsed()),
             Err(err) => self.settle_failed(err),
         }
         let d = &e.delivery;
@@ -745,7 +742,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     e.progress_at = now + self.progress_every;
                     book.timers.schedule(e.progress_at, id, Due::Progress);
                     match settler.progress().await {
-                        Ok(true) => self.metrics.progress_sent.inc(),
+                        Ok(true) => self.metrics.progress_sent(),
                         Ok(false) => {} // the connection is down: nobody would hear it
                         Err(err) => self.settle_failed(&err),
                     }
@@ -803,13 +800,13 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// once), with the remaining backoff for one waiting for a retry.
     async fn release<T: Settle>(&self, settler: &T, delay: Duration) {
         match settler.nak(delay).await {
-            Ok(()) => self.metrics.settled(SettleLabel::Nak),
+            Ok(()) => self.metrics.released(1),
             Err(e) => self.settle_failed(&e),
         }
     }
 
     fn settle_failed(&self, e: &impl std::fmt::Display) {
-        self.metrics.settle_failures.inc();
+        self.metrics.settle_failed(1);
         tracing::warn!(error = %e, "cannot settle a message; JetStream redelivers it after ack_wait");
     }
 }

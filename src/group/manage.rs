@@ -198,7 +198,8 @@ impl GroupAdmin {
             .stream_spec(stream)
             .await?
             .ok_or_else(|| AdminError::NotFound(format!("stream {stream} does not exist")))?;
-        match self.nats.stream_partition_count(stream).await? {
+        let transform = self.nats.stream_transform(stream).await?;
+        match transform.as_deref().and_then(spec::partition_count) {
             Some(n) if n != config.max_members => {
                 return Err(AdminError::Invalid(vec![format!(
                     "stream {stream} partitions its subjects into {n}, not {} (its subject transform must use max members)",
@@ -423,7 +424,7 @@ impl GroupAdmin {
         let (consumer_stream, _) = Self::consumer_of(f, stream, group, "");
         let states = self
             .nats
-            .consumer_states(&consumer_stream)
+            .consumer_states(&consumer_stream, pcgc::PRIORITY_GROUP)
             .await
             .unwrap_or_default();
         let mut names: Vec<String> = c.members.clone();
@@ -492,7 +493,7 @@ impl GroupAdmin {
         let (consumer_stream, consumer) = Self::consumer_of(f, stream, group, member);
         let states = self
             .nats
-            .consumer_states(&consumer_stream)
+            .consumer_states(&consumer_stream, pcgc::PRIORITY_GROUP)
             .await
             .unwrap_or_default();
         Ok(MemberReport {
@@ -517,7 +518,10 @@ impl GroupAdmin {
         member: &str,
     ) -> Result<(), AdminError> {
         let (consumer_stream, consumer) = Self::consumer_of(f, stream, group, member);
-        Ok(self.nats.unpin(&consumer_stream, &consumer).await?)
+        Ok(self
+            .nats
+            .unpin(&consumer_stream, &consumer, pcgc::PRIORITY_GROUP)
+            .await?)
     }
 
     /// Deletes a group: its config entry, then exactly its consumers (static) or its
@@ -546,7 +550,11 @@ impl GroupAdmin {
                     members.extend(c.member_mappings.iter().map(|m| m.member.clone()));
                 }
                 let others = self.list(Flavour::Static, stream).await?;
-                for state in self.nats.consumer_states(stream).await? {
+                for state in self
+                    .nats
+                    .consumer_states(stream, pcgc::PRIORITY_GROUP)
+                    .await?
+                {
                     let Some(member) = state.name.strip_prefix(&format!("{group}-")) else {
                         continue;
                     };

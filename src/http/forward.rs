@@ -187,16 +187,16 @@ impl Forwarder {
             .await;
         f.skipped_headers = skipped;
         f.outputs = match body {
-            Body::Publish(body) => Some(outputs::parse(
+            Kept::Publish(body) => Some(outputs::parse(
                 &body,
                 Author::Answer,
                 self.limits.publish_messages,
             )),
-            Body::PublishTooLarge(read) => Some(Err(Refusal::TooLarge {
+            Kept::PublishTooLarge(read) => Some(Err(Refusal::TooLarge {
                 bytes: read as u64,
                 max: publish as u64,
             })),
-            Body::Other(_) => None,
+            Kept::Other(_) => None,
         };
         f
     }
@@ -216,12 +216,12 @@ impl Forwarder {
             outputs: self.limits.publish_messages,
         };
         let answer = match (&forwarded.outcome, body) {
-            (Outcome::Answered { status, .. }, Body::Publish(body) | Body::Other(body))
+            (Outcome::Answered { status, .. }, Kept::Publish(body) | Kept::Other(body))
                 if (200..300).contains(status) =>
             {
                 Some(crate::app::batch::answer(&body, bounds))
             }
-            (Outcome::Answered { status, .. }, Body::PublishTooLarge(read))
+            (Outcome::Answered { status, .. }, Kept::PublishTooLarge(read))
                 if (200..300).contains(status) =>
             {
                 Some(crate::app::batch::Answer::Unparsable(format!(
@@ -243,7 +243,7 @@ impl Forwarder {
         body: Bytes,
         keep: usize,
         keep_publish: usize,
-    ) -> (Forwarded, Body) {
+    ) -> (Forwarded, Kept) {
         for (n, v) in &self.credentials.headers() {
             headers.insert(n.clone(), v.clone());
         }
@@ -262,77 +262,27 @@ impl Forwarder {
         let (outcome, class, bad_action, failure) = match result {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
-                publishes = resp.status().is_success()
-                    && resp
-                        .headers()
-                        .get(CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .is_some_and(is_publish_type);
+                let said = Said::read(&resp);
+                publishes = resp.status().is_success() && said.publishes;
                 let keep = if publishes { keep_publish } else { keep };
-                let retry_after = resp
-                    .headers()
-                    .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| parse_retry_after(v, SystemTime::now()));
-                let raw_action = resp
-                    .headers()
-                    .get(ACTION_HEADER)
-                    .map(|v| v.to_str().unwrap_or(""));
-                let action = raw_action.and_then(AppAction::parse);
-                let bad_action = raw_action.is_some() && action.is_none();
-                // The whole answer at once when it says how large it is (growing the
-                // buffer by doubling would hold up to twice the answer).
-                if let Some(len) = resp.content_length() {
-                    kept.reserve_exact(usize::try_from(len).unwrap_or(usize::MAX).min(keep));
-                }
-                let mut read = 0;
-                let mut cut = None;
-                while read < keep.max(MAX_BODY_DRAIN) {
-                    match tokio::time::timeout_at(start + self.timeout, resp.chunk()).await {
-                        Ok(Ok(Some(chunk))) => {
-                            read += chunk.len();
-                            if kept.len() + chunk.len() <= keep {
-                                kept.extend_from_slice(&chunk);
-                            } else {
-                                too_large = Some(read);
-                            }
-                        }
-                        Ok(Ok(None)) => break,
-                        // Shorter than its Content-Length, a reset, a timeout: the
-                        // answer did not arrive whole, so it is no answer.
-                        Ok(Err(e)) => {
-                            cut = Some(cut_off(&e));
-                            break;
-                        }
-                        Err(_) => {
-                            cut = Some((
-                                Outcome::Timeout,
-                                HttpClass::Timeout,
-                                NoAnswer {
-                                    kind: "timeout",
-                                    cause: "the answer's body did not arrive in time".into(),
-                                },
-                            ));
-                            break;
-                        }
+                match read_body(&mut resp, keep, start + self.timeout).await {
+                    Ok((body, over)) => {
+                        (kept, too_large) = (body, over);
+                        (
+                            Outcome::Answered {
+                                status,
+                                retry_after: said.retry_after,
+                                action: said.action,
+                            },
+                            HttpClass::Status(status),
+                            said.bad_action,
+                            None,
+                        )
                     }
-                }
-                match cut {
-                    Some((outcome, class, failure)) => {
-                        kept.clear();
+                    Err((outcome, class, failure)) => {
                         publishes = false;
                         (outcome, class, false, Some(failure))
                     }
-                    None => (
-                        Outcome::Answered {
-                            status,
-                            retry_after,
-                            action,
-                        },
-                        HttpClass::Status(status),
-                        bad_action,
-                        None,
-                    ),
                 }
             }
             Err(e) => {
@@ -350,9 +300,9 @@ impl Forwarder {
             outputs: None,
         };
         let body = match (publishes, too_large) {
-            (true, None) => Body::Publish(kept),
-            (true, Some(read)) => Body::PublishTooLarge(read),
-            (false, _) => Body::Other(kept),
+            (true, None) => Kept::Publish(kept),
+            (true, Some(read)) => Kept::PublishTooLarge(read),
+            (false, _) => Kept::Other(kept),
         };
         (forwarded, body)
     }
@@ -386,7 +336,7 @@ impl Forward for Forwarder {
 }
 
 /// What was kept of an answer's body.
-enum Body {
+enum Kept {
     /// A 2xx that publishes, whole.
     Publish(Vec<u8>),
     /// A 2xx that publishes, over the bound (this much was read).
@@ -430,6 +380,81 @@ fn cut_off(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
             cause,
         },
     )
+}
+
+/// What an answer's headers say besides its status.
+struct Said {
+    retry_after: Option<Duration>,
+    action: Option<AppAction>,
+    /// A `Jetrelay-Action` that was not understood.
+    bad_action: bool,
+    /// Its body is a document that publishes.
+    publishes: bool,
+}
+
+impl Said {
+    fn read(resp: &reqwest::Response) -> Said {
+        let h = resp.headers();
+        let retry_after = h
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let raw_action = h.get(ACTION_HEADER).map(|v| v.to_str().unwrap_or(""));
+        let action = raw_action.and_then(AppAction::parse);
+        Said {
+            retry_after,
+            action,
+            bad_action: raw_action.is_some() && action.is_none(),
+            publishes: h
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(is_publish_type),
+        }
+    }
+}
+
+/// Reads an answer's body by `deadline`: up to `keep` bytes kept, the rest drained
+/// (bounded, so that the connection goes back to the pool) and how much was read
+/// when it was more than `keep`. An answer that did not arrive whole (shorter than
+/// its `Content-Length`, a reset, a timeout) is no answer.
+async fn read_body(
+    resp: &mut reqwest::Response,
+    keep: usize,
+    deadline: Instant,
+) -> Result<(Vec<u8>, Option<usize>), (Outcome, HttpClass, NoAnswer)> {
+    let mut kept = Vec::new();
+    let mut too_large = None;
+    // The whole answer at once when it says how large it is (growing the buffer by
+    // doubling would hold up to twice the answer).
+    if let Some(len) = resp.content_length() {
+        kept.reserve_exact(usize::try_from(len).unwrap_or(usize::MAX).min(keep));
+    }
+    let mut read = 0;
+    while read < keep.max(MAX_BODY_DRAIN) {
+        match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                read += chunk.len();
+                if kept.len() + chunk.len() <= keep {
+                    kept.extend_from_slice(&chunk);
+                } else {
+                    too_large = Some(read);
+                }
+            }
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => return Err(cut_off(&e)),
+            Err(_) => {
+                return Err((
+                    Outcome::Timeout,
+                    HttpClass::Timeout,
+                    NoAnswer {
+                        kind: "timeout",
+                        cause: "the answer's body did not arrive in time".into(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok((kept, too_large))
 }
 
 /// Classifies a request that got no answer. A connection that could not be made

@@ -38,7 +38,7 @@ pub fn watch(
         Health::Waiting
     };
     let (tx, rx) = watch::channel(first);
-    metrics.app_healthy.set(i64::from(first.is_healthy()));
+    metrics.app_healthy(first.is_healthy());
     let Some(probe) = probe else {
         return rx;
     };
@@ -55,7 +55,7 @@ pub fn watch(
             let ok = forwarder.healthy(&probe.url, timeout).await;
             if let Some(health) = tracker.observe(ok) {
                 tracing::info!(health = ?health, "app health changed");
-                metrics.app_healthy.set(i64::from(health.is_healthy()));
+                metrics.app_healthy(health.is_healthy());
                 if tx.send(health).is_err() {
                     return; // the dispatcher is gone
                 }

@@ -157,60 +157,10 @@ impl Nats {
             })
             .event_callback(move |event| {
                 let (tx, link) = (Arc::clone(&events), events_link.clone());
-                async move {
-                    match event {
-                        Event::Connected => {
-                            link.set(true);
-                            tx.send_modify(|s| {
-                                s.connected = true;
-                                s.generation += 1;
-                                s.last_error = None;
-                            });
-                        }
-                        Event::Disconnected | Event::Closed => {
-                            link.set(false);
-                            tx.send_modify(|s| s.connected = false);
-                        }
-                        Event::ClientError(ClientError::MaxReconnects) => {
-                            link.set(false);
-                            tx.send_modify(|s| {
-                                s.connected = false;
-                                s.closed = true;
-                            });
-                        }
-                        // A failed (re)connect attempt: the client's text names the
-                        // kind ("authorization violation", "IO error", "TLS error").
-                        Event::ClientError(ClientError::Other(why)) => {
-                            tx.send_if_modified(|s| {
-                                let changed = s.last_error.as_deref() != Some(why.as_str());
-                                s.last_error = Some(why);
-                                changed
-                            });
-                        }
-                        Event::ServerError(e) => {
-                            tracing::warn!(error = %e, "the NATS server reports an error");
-                            tx.send_modify(|s| s.last_error = Some(e.to_string()));
-                        }
-                        Event::SlowConsumer(sid) => {
-                            tracing::warn!(sid, "nats client reports a slow consumer");
-                        }
-                        other => tracing::debug!(event = %other, "nats event"),
-                    }
-                }
+                async move { on_event(event, &tx, &link) }
             });
         check_tls_files(&cfg.tls)?;
-        if cfg.tls.required {
-            opts = opts.require_tls(true);
-        }
-        if cfg.tls.first {
-            opts = opts.tls_first();
-        }
-        if let Some(ca) = &cfg.tls.ca_file {
-            opts = opts.add_root_certificates(PathBuf::from(ca));
-        }
-        if let Some((cert, key)) = &cfg.tls.client {
-            opts = opts.add_client_certificate(PathBuf::from(cert), PathBuf::from(key));
-        }
+        opts = with_tls(opts, &cfg.tls);
         if retry_initial {
             opts = opts.retry_on_initial_connect();
         }
@@ -295,6 +245,65 @@ async fn reconcile(client: async_nats::Client, tx: Arc<watch::Sender<ConnState>>
             true
         });
     }
+}
+
+/// Follows one client event into the connection state.
+fn on_event(event: Event, tx: &watch::Sender<ConnState>, link: &Link) {
+    match event {
+        Event::Connected => {
+            link.set(true);
+            tx.send_modify(|s| {
+                s.connected = true;
+                s.generation += 1;
+                s.last_error = None;
+            });
+        }
+        Event::Disconnected | Event::Closed => {
+            link.set(false);
+            tx.send_modify(|s| s.connected = false);
+        }
+        Event::ClientError(ClientError::MaxReconnects) => {
+            link.set(false);
+            tx.send_modify(|s| {
+                s.connected = false;
+                s.closed = true;
+            });
+        }
+        // A failed (re)connect attempt: the client's text names the kind
+        // ("authorization violation", "IO error", "TLS error").
+        Event::ClientError(ClientError::Other(why)) => {
+            tx.send_if_modified(|s| {
+                let changed = s.last_error.as_deref() != Some(why.as_str());
+                s.last_error = Some(why);
+                changed
+            });
+        }
+        Event::ServerError(e) => {
+            tracing::warn!(error = %e, "the NATS server reports an error");
+            tx.send_modify(|s| s.last_error = Some(e.to_string()));
+        }
+        Event::SlowConsumer(sid) => {
+            tracing::warn!(sid, "nats client reports a slow consumer");
+        }
+        other => tracing::debug!(event = %other, "nats event"),
+    }
+}
+
+/// The TLS options.
+fn with_tls(mut opts: ConnectOptions, tls: &Tls) -> ConnectOptions {
+    if tls.required {
+        opts = opts.require_tls(true);
+    }
+    if tls.first {
+        opts = opts.tls_first();
+    }
+    if let Some(ca) = &tls.ca_file {
+        opts = opts.add_root_certificates(PathBuf::from(ca));
+    }
+    if let Some((cert, key)) = &tls.client {
+        opts = opts.add_client_certificate(PathBuf::from(cert), PathBuf::from(key));
+    }
+    opts
 }
 
 /// The TLS files, read and parsed before anything connects: a missing or broken one is

@@ -14,22 +14,22 @@ use super::{Cause, Nats, NatsError};
 
 /// Publishes dead letters.
 #[derive(Debug, Clone)]
-pub(super) struct DlqPublisher {
+pub(super) struct DeadLetterPublisher {
     js: async_nats::jetstream::Context,
     patience: Duration,
 }
 
 impl Nats {
     /// A dead-letter publisher.
-    pub(super) fn dlq(&self) -> DlqPublisher {
-        DlqPublisher {
+    pub(super) fn dead_letter_publisher(&self) -> DeadLetterPublisher {
+        DeadLetterPublisher {
             js: self.js.clone(),
             patience: self.patience,
         }
     }
 }
 
-impl DlqPublisher {
+impl DeadLetterPublisher {
     /// Publishes and waits for the stream's PubAck, for at most the request timeout.
     ///
     /// # Errors

@@ -118,12 +118,11 @@ impl Nats {
         }
     }
 
-    /// The partition count of a stream's subject transform (`{{partition(N,…)}}`), if
-    /// it has one.
+    /// The destination of a stream's subject transform, if it has one.
     ///
     /// # Errors
     /// [`NatsError::Group`] when the stream cannot be read.
-    pub async fn stream_partition_count(&self, name: &str) -> Result<Option<u32>, NatsError> {
+    pub async fn stream_transform(&self, name: &str) -> Result<Option<String>, NatsError> {
         let s = self
             .js
             .get_stream(name)
@@ -133,14 +132,19 @@ impl Nats {
             .config
             .subject_transform
             .as_ref()
-            .and_then(|t| crate::group::spec::partition_count(&t.destination)))
+            .map(|t| t.destination.clone()))
     }
 
-    /// Every consumer of a stream with its waiting pulls and pin.
+    /// Every consumer of a stream with its waiting pulls and the pin of its priority
+    /// group `group`.
     ///
     /// # Errors
     /// [`NatsError::Group`].
-    pub async fn consumer_states(&self, stream: &str) -> Result<Vec<ConsumerState>, NatsError> {
+    pub async fn consumer_states(
+        &self,
+        stream: &str,
+        group: &str,
+    ) -> Result<Vec<ConsumerState>, NatsError> {
         let s = self
             .js
             .get_stream_no_info(stream)
@@ -156,7 +160,7 @@ impl Nats {
                 pinned: info
                     .priority_groups
                     .iter()
-                    .find(|g| g.group == crate::group::PRIORITY_GROUP)
+                    .find(|g| g.group == group)
                     .and_then(|g| g.pinned_client_id.clone()),
             });
         }
@@ -167,13 +171,13 @@ impl Nats {
     ///
     /// # Errors
     /// [`NatsError::Group`].
-    pub async fn unpin(&self, stream: &str, consumer: &str) -> Result<(), NatsError> {
+    pub async fn unpin(&self, stream: &str, consumer: &str, group: &str) -> Result<(), NatsError> {
         let s = self
             .js
             .get_stream_no_info(stream)
             .await
             .map_err(|e| group_err("read the stream", e))?;
-        s.unpin_consumer(consumer, crate::group::PRIORITY_GROUP)
+        s.unpin_consumer(consumer, group)
             .await
             .map_err(|e| group_err("unpin", e))
     }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::dead_letters::DlqPublisher;
+use super::dead_letters::DeadLetterPublisher;
 use super::outputs::{OutputError, OutputPublisher, max_payload};
 use super::{Nats, NatsError};
 use crate::outputs::Output;
@@ -13,7 +13,7 @@ use crate::seam::publish::{Committed, LetterFailure, Publish};
 #[derive(Debug, Clone)]
 pub struct Publisher {
     client: async_nats::Client,
-    letters: DlqPublisher,
+    letters: DeadLetterPublisher,
     outputs: OutputPublisher,
 }
 
@@ -22,7 +22,7 @@ impl Nats {
     pub fn publisher(&self) -> Publisher {
         Publisher {
             client: self.client.clone(),
-            letters: self.dlq(),
+            letters: self.dead_letter_publisher(),
             outputs: self.outputs(),
         }
     }

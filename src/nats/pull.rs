@@ -20,7 +20,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::settle::Outbox;
+use super::settle::SettleContext;
 use super::{ConnState, Nats, NatsError, Settler};
 use crate::capacity::{Held, KEEP_ALIVE_BYTES, Limits, NextPull, PullTiming};
 use crate::message::{Delivery, Invalid, Meta, Origin};
@@ -88,7 +88,7 @@ struct PullRequest<'a> {
 #[derive(Debug)]
 pub struct Puller {
     client: Client,
-    outbox: Arc<Outbox>,
+    context: Arc<SettleContext>,
     js: async_nats::jetstream::Context,
     cfg: PullerConfig,
     sub: Subscriber,
@@ -133,7 +133,7 @@ impl Nats {
         let generation = conn.borrow_and_update().generation;
         Ok(Puller {
             client: self.client.clone(),
-            outbox: self.outbox(cfg.confirmed_acks),
+            context: self.settle_context(cfg.confirmed_acks),
             js: self.js.clone(),
             api_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{}", cfg.stream, cfg.consumer),
             cfg,
@@ -254,7 +254,7 @@ impl Puller {
         let old = std::mem::replace(&mut self.sub, fresh);
         self.prefix = prefix;
         self.pulls.clear();
-        for settler in leftovers(&self.outbox, old).await {
+        for settler in leftovers(&self.context, old).await {
             if let Err(e) = settler.nak(std::time::Duration::ZERO).await {
                 tracing::warn!(error = %e, "cannot release a message");
             }
@@ -265,7 +265,7 @@ impl Puller {
     /// Unsubscribes and returns the settlers of messages that were already delivered
     /// to the inbox but not yet taken, so that the caller can release them.
     pub async fn close(self) -> Vec<Settler> {
-        leftovers(&self.outbox, self.sub).await
+        leftovers(&self.context, self.sub).await
     }
 
     async fn top_up(&mut self, held: Held) {
@@ -456,7 +456,7 @@ impl Puller {
             tracing::warn!(subject = %m.subject, "a pulled message has no reply subject; it cannot be settled");
             return None;
         };
-        let settler = Settler::new(Arc::clone(&self.outbox), reply);
+        let settler = Settler::new(Arc::clone(&self.context), reply);
         let message = PullEvent::Message(Box::new(to_delivery(m, &self.cfg)), settler);
         if newly_pinned {
             // Pinned first, then the message it brought.
@@ -481,7 +481,7 @@ async fn pull_inbox(client: &Client) -> Result<(String, Subscriber), NatsError> 
 
 /// Unsubscribes a pull inbox and returns the settlers of the messages it had already
 /// received: after unsubscribe the subscription yields what it buffered, then ends.
-async fn leftovers(outbox: &Arc<Outbox>, mut sub: Subscriber) -> Vec<Settler> {
+async fn leftovers(context: &Arc<SettleContext>, mut sub: Subscriber) -> Vec<Settler> {
     if let Err(e) = sub.unsubscribe().await {
         tracing::warn!(error = %e, "cannot unsubscribe the pull inbox");
     }
@@ -489,7 +489,7 @@ async fn leftovers(outbox: &Arc<Outbox>, mut sub: Subscriber) -> Vec<Settler> {
     let deadline = Instant::now() + std::time::Duration::from_millis(500);
     while let Ok(Some(m)) = tokio::time::timeout_at(deadline, sub.next()).await {
         if let (None, Some(reply)) = (m.status, m.reply) {
-            left.push(Settler::new(Arc::clone(outbox), reply));
+            left.push(Settler::new(Arc::clone(context), reply));
         }
     }
     left

@@ -23,7 +23,7 @@ use crate::seam::Settle;
 
 /// What every settler of one consumer shares.
 #[derive(Debug)]
-pub(super) struct Outbox {
+pub(super) struct SettleContext {
     client: Client,
     link: Link,
     patience: Duration,
@@ -32,8 +32,8 @@ pub(super) struct Outbox {
 
 impl Nats {
     /// The shared part of the settlers of one consumer.
-    pub(super) fn outbox(&self, confirmed: bool) -> Arc<Outbox> {
-        Arc::new(Outbox {
+    pub(super) fn settle_context(&self, confirmed: bool) -> Arc<SettleContext> {
+        Arc::new(SettleContext {
             client: self.client.clone(),
             link: self.link.clone(),
             patience: self.patience,
@@ -45,12 +45,12 @@ impl Nats {
 /// Settles one message. Cheap to clone (a shared handle and a subject).
 #[derive(Debug, Clone)]
 pub struct Settler {
-    out: Arc<Outbox>,
+    out: Arc<SettleContext>,
     reply: Subject,
 }
 
 impl Settler {
-    pub(super) fn new(out: Arc<Outbox>, reply: Subject) -> Settler {
+    pub(super) fn new(out: Arc<SettleContext>, reply: Subject) -> Settler {
         Settler { out, reply }
     }
 

@@ -1,8 +1,12 @@
 //! Every Prometheus collector, registered into a registry the caller owns (never the
-//! global default). Metric names and label sets are defined here and only here.
+//! global default), behind methods named for what happened (`received`, `settled`,
+//! `request`, ...): no collector is reachable from outside, and no `prometheus` type
+//! leaves this module. Metric names, help texts and label sets are defined here and
+//! only here, each family in the group of collectors it belongs to.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -11,13 +15,26 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+use crate::message::Invalid;
 use crate::seam::HttpClass;
+
+/// The collectors could not be registered (only possible with duplicate names, a
+/// programming error).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot register the metrics")]
+pub struct MetricsError(#[source] prometheus::Error);
+
+impl From<prometheus::Error> for MetricsError {
+    fn from(e: prometheus::Error) -> MetricsError {
+        MetricsError(e)
+    }
+}
 
 /// A gauge that is exposed only while its value is known: read from the server and
 /// not yet outdated. Autoscalers then see no sample (and their own fallback) instead of
 /// an old value that looks current.
 #[derive(Debug, Clone)]
-pub struct KnownGauge {
+struct KnownGauge {
     gauge: IntGauge,
     known: Arc<AtomicBool>,
 }
@@ -31,18 +48,18 @@ impl KnownGauge {
     }
 
     /// Sets the value (saturating), and exposes it.
-    pub fn set(&self, value: u64) {
+    fn set(&self, value: u64) {
         self.gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
         self.known.store(true, Ordering::Release);
     }
 
     /// Withdraws the value: the gauge is not exposed until the next `set`.
-    pub fn forget(&self) {
+    fn forget(&self) {
         self.known.store(false, Ordering::Release);
     }
 
     /// The value, when known.
-    pub fn get(&self) -> Option<i64> {
+    fn get(&self) -> Option<i64> {
         self.known.load(Ordering::Acquire).then(|| self.gauge.get())
     }
 }
@@ -87,86 +104,19 @@ impl SettleLabel {
     }
 }
 
-/// All collectors.
-#[derive(Debug, Clone)]
-pub struct Metrics {
-    registry: Registry,
-    /// `jetrelay_messages_received_total`.
-    pub received: IntCounter,
-    /// Per action, resolved once: a label lookup per message is measurable.
-    settled: [IntCounter; 4],
-    /// `jetrelay_redeliveries_total`.
-    pub redeliveries: IntCounter,
-    /// Per class (2xx, 3xx, 4xx, 5xx, error, timeout), resolved once.
-    http_requests: [IntCounter; 6],
-    /// `jetrelay_http_request_duration_seconds`.
-    pub http_duration: Histogram,
-    /// `jetrelay_message_duration_seconds`.
-    pub message_duration: Histogram,
-    /// `jetrelay_in_flight`.
-    pub in_flight: IntGauge,
-    /// `jetrelay_buffered`.
-    pub buffered: IntGauge,
-    /// `jetrelay_pinned`.
-    pub pinned: IntGauge,
-    /// `jetrelay_partitions_assigned`.
-    pub partitions_assigned: IntGauge,
-    /// `jetrelay_consumer_pending`: exposed only while consumer info is current.
-    pub consumer_pending: KnownGauge,
-    /// `jetrelay_consumer_ack_pending`: exposed only while consumer info is current.
-    pub consumer_ack_pending: KnownGauge,
-    /// `jetrelay_group_backlog`: elastic groups, messages in the group's work-queue
-    /// stream; exposed only while current.
-    pub group_backlog: KnownGauge,
-    /// `jetrelay_nats_connected`.
-    pub nats_connected: IntGauge,
-    /// `jetrelay_ready`.
-    pub ready: IntGauge,
-    /// `jetrelay_headers_skipped_total`.
-    pub headers_skipped: IntCounter,
-    /// `jetrelay_settle_failures_total`.
-    pub settle_failures: IntCounter,
-    /// `jetrelay_ack_failures_total`.
-    pub ack_failures: IntCounter,
-    /// `jetrelay_retries_in_place_total`.
-    pub retries_in_place: IntCounter,
-    /// `jetrelay_progress_sent_total`.
-    pub progress_sent: IntCounter,
-    /// `jetrelay_dlq_failures_total`.
-    pub dlq_failures: IntCounter,
-    /// `jetrelay_dead_letters_waiting`: messages kept on their last delivery because
-    /// the DLQ does not store their dead letter yet.
-    pub dead_letters_waiting: IntGauge,
-    action_overrides: IntCounterVec,
-    /// Per reason (`crate::message::Invalid::NAMES`), resolved once.
-    invalid: [IntCounter; 3],
-    /// `jetrelay_app_healthy`.
-    pub app_healthy: IntGauge,
-    /// `jetrelay_batch_messages`: messages per request (batch delivery).
-    pub batch_messages: Histogram,
-    /// `jetrelay_batch_bad_answers_total`: batch answers that did not parse.
-    pub batch_bad_answers: IntCounter,
-    /// `jetrelay_batch_unknown_ids_total`: result ids that named no message.
-    pub batch_unknown_ids: IntCounter,
-    /// `jetrelay_published_total{via}`, resolved once: answer, endpoint.
-    published: [IntCounter; 2],
-    /// `jetrelay_publish_failures_total{reason}`, resolved once.
-    publish_failures: [IntCounter; PUBLISH_FAILURES.len()],
-}
-
 /// Where the app's messages were published from, as the `via` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Via {
-    /// In an answer to a message (the outbox).
+    /// In an answer to a message.
     Answer,
     /// On the local publish endpoint.
     Endpoint,
 }
 
 /// The `reason` labels of `jetrelay_publish_failures_total`: the refusals of
-/// `crate::outputs::Refusal::label` and the failures of
-/// `crate::nats::OutputError::label`.
+/// `crate::outputs::Refusal::label` and the failures of the publisher's
+/// `crate::seam::publish::OutputFailure::label`.
 pub const PUBLISH_FAILURES: [&str; 9] = [
     "malformed",
     "not_allowed",
@@ -179,255 +129,493 @@ pub const PUBLISH_FAILURES: [&str; 9] = [
     "rejected",
 ];
 
+/// The `class` labels of `jetrelay_http_requests_total`, in [`class_index`] order.
+const HTTP_CLASSES: [&str; 6] = ["2xx", "3xx", "4xx", "5xx", "error", "timeout"];
+
+/// The `action` labels of `jetrelay_action_overrides_total`.
+const OVERRIDES: [&str; 5] = ["ack", "retry", "term", "dlq", "invalid"];
+
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
 ];
 
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+
+/// Registers collectors as they are made.
+struct Registrar<'a>(&'a Registry);
+
+impl Registrar<'_> {
+    fn register<C: Collector + Clone + 'static>(&self, c: C) -> Result<C, prometheus::Error> {
+        self.0.register(Box::new(c.clone()))?;
+        Ok(c)
+    }
+
+    fn counter(&self, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
+        self.register(IntCounter::new(name, help)?)
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
+        self.register(IntGauge::new(name, help)?)
+    }
+
+    fn known(&self, name: &str, help: &str) -> Result<KnownGauge, prometheus::Error> {
+        self.register(KnownGauge::new(name, help)?)
+    }
+
+    fn histogram(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+    ) -> Result<Histogram, prometheus::Error> {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.register(Histogram::with_opts(opts)?)
+    }
+
+    /// One counter per label value, resolved once (a label lookup per message is
+    /// measurable), every value present from the start (dashboards see zeros, not
+    /// gaps).
+    fn counters<const N: usize>(
+        &self,
+        name: &str,
+        help: &str,
+        label: &str,
+        values: [&str; N],
+    ) -> Result<[IntCounter; N], prometheus::Error> {
+        let vec = self.register(IntCounterVec::new(Opts::new(name, help), &[label])?)?;
+        Ok(values.map(|v| vec.with_label_values(&[v])))
+    }
+}
+
+/// What happens to messages: received, settled, held.
+#[derive(Debug, Clone)]
+struct MessageCollectors {
+    received: IntCounter,
+    redeliveries: IntCounter,
+    settled: [IntCounter; 4],
+    message_duration: Histogram,
+    in_flight: IntGauge,
+    buffered: IntGauge,
+    settle_failures: IntCounter,
+    ack_failures: IntCounter,
+    retries_in_place: IntCounter,
+    progress_sent: IntCounter,
+    invalid: [IntCounter; 3],
+}
+
+impl MessageCollectors {
+    fn new(r: &Registrar<'_>) -> Result<MessageCollectors, prometheus::Error> {
+        Ok(MessageCollectors {
+            received: r.counter(
+                "jetrelay_messages_received_total",
+                "Messages received from JetStream",
+            )?,
+            redeliveries: r.counter(
+                "jetrelay_redeliveries_total",
+                "Messages received with a delivery count above 1",
+            )?,
+            settled: r.counters(
+                "jetrelay_messages_settled_total",
+                "Messages settled, by action",
+                "action",
+                [
+                    SettleLabel::Ack,
+                    SettleLabel::Nak,
+                    SettleLabel::Term,
+                    SettleLabel::Dlq,
+                ]
+                .map(SettleLabel::as_str),
+            )?,
+            message_duration: r.histogram(
+                "jetrelay_message_duration_seconds",
+                "Time from receipt to the completed final action",
+                LATENCY_BUCKETS,
+            )?,
+            in_flight: r.gauge("jetrelay_in_flight", "Requests to the app in flight")?,
+            buffered: r.gauge("jetrelay_buffered", "Messages held (queued and in flight)")?,
+            settle_failures: r.counter(
+                "jetrelay_settle_failures_total",
+                "Acks, naks or terms that could not be sent (JetStream redelivers after ack_wait)",
+            )?,
+            ack_failures: r.counter(
+                "jetrelay_ack_failures_total",
+                "Confirmed acks that the server did not confirm (may be redelivered)",
+            )?,
+            retries_in_place: r.counter(
+                "jetrelay_retries_in_place_total",
+                "Retries kept in their ordered lane (the message stays held, in order)",
+            )?,
+            progress_sent: r.counter(
+                "jetrelay_progress_sent_total",
+                "In-progress (+WPI) keep-alives sent for held messages",
+            )?,
+            invalid: r.counters(
+                "jetrelay_invalid_messages_total",
+                "Messages that could not be offered to the app (terminated, dead-lettered first when a DLQ is set), by reason",
+                "reason",
+                Invalid::NAMES,
+            )?,
+        })
+    }
+}
+
+/// The app: requests, answers, health.
+#[derive(Debug, Clone)]
+struct AppCollectors {
+    requests: [IntCounter; 6],
+    duration: Histogram,
+    headers_skipped: IntCounter,
+    action_overrides: [IntCounter; 5],
+    healthy: IntGauge,
+    batch_messages: Histogram,
+    batch_bad_answers: IntCounter,
+    batch_unknown_ids: IntCounter,
+}
+
+impl AppCollectors {
+    fn new(r: &Registrar<'_>) -> Result<AppCollectors, prometheus::Error> {
+        Ok(AppCollectors {
+            requests: r.counters(
+                "jetrelay_http_requests_total",
+                "Requests to the app, by result class",
+                "class",
+                HTTP_CLASSES,
+            )?,
+            duration: r.histogram(
+                "jetrelay_http_request_duration_seconds",
+                "Duration of requests to the app",
+                LATENCY_BUCKETS,
+            )?,
+            headers_skipped: r.counter(
+                "jetrelay_headers_skipped_total",
+                "Message headers not forwarded because they are not valid HTTP",
+            )?,
+            action_overrides: r.counters(
+                "jetrelay_action_overrides_total",
+                "Answers whose Jetrelay-Action header decided the action, by action",
+                "action",
+                OVERRIDES,
+            )?,
+            healthy: r.gauge(
+                "jetrelay_app_healthy",
+                "1 when the app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
+            )?,
+            batch_messages: r.histogram(
+                "jetrelay_batch_messages",
+                "Messages per request (batch delivery)",
+                BATCH_BUCKETS,
+            )?,
+            batch_bad_answers: r.counter(
+                "jetrelay_batch_bad_answers_total",
+                "Answers to a batch whose body did not parse (the whole batch was retried)",
+            )?,
+            batch_unknown_ids: r.counter(
+                "jetrelay_batch_unknown_ids_total",
+                "Result ids in answers to a batch that named no message of the batch (ignored)",
+            )?,
+        })
+    }
+}
+
+/// The source: the connection, the pin, the consumer as the server sees it.
+#[derive(Debug, Clone)]
+struct SourceCollectors {
+    nats_connected: IntGauge,
+    ready: IntGauge,
+    pinned: IntGauge,
+    partitions_assigned: IntGauge,
+    consumer_pending: KnownGauge,
+    consumer_ack_pending: KnownGauge,
+    group_backlog: KnownGauge,
+}
+
+impl SourceCollectors {
+    fn new(r: &Registrar<'_>) -> Result<SourceCollectors, prometheus::Error> {
+        Ok(SourceCollectors {
+            nats_connected: r.gauge("jetrelay_nats_connected", "1 when connected to NATS")?,
+            ready: r.gauge("jetrelay_ready", "1 when ready")?,
+            pinned: r.gauge("jetrelay_pinned", "1 when this instance holds the pin")?,
+            partitions_assigned: r.gauge(
+                "jetrelay_partitions_assigned",
+                "Partitions assigned to this member",
+            )?,
+            consumer_pending: r.known(
+                "jetrelay_consumer_pending",
+                "Messages pending for the consumer (from the consumer leader's info; absent while it cannot be read)",
+            )?,
+            consumer_ack_pending: r.known(
+                "jetrelay_consumer_ack_pending",
+                "Messages delivered and not yet acknowledged (from the consumer leader's info; absent while it cannot be read)",
+            )?,
+            group_backlog: r.known(
+                "jetrelay_group_backlog",
+                "Elastic groups: messages in the group's work-queue stream, the whole group's backlog (absent while it cannot be read)",
+            )?,
+        })
+    }
+}
+
+/// What jetrelay publishes: dead letters, and the app's outputs.
+#[derive(Debug, Clone)]
+struct PublishCollectors {
+    dlq_failures: IntCounter,
+    dead_letters_waiting: IntGauge,
+    published: [IntCounter; 2],
+    failures: [IntCounter; PUBLISH_FAILURES.len()],
+}
+
+impl PublishCollectors {
+    fn new(r: &Registrar<'_>) -> Result<PublishCollectors, prometheus::Error> {
+        Ok(PublishCollectors {
+            dlq_failures: r.counter(
+                "jetrelay_dlq_failures_total",
+                "Dead-letter publishes that failed (the message was retried instead)",
+            )?,
+            dead_letters_waiting: r.gauge(
+                "jetrelay_dead_letters_waiting",
+                "Messages kept on their last delivery because the DLQ does not store their dead letter yet (at most a quarter of delivery.max_buffered)",
+            )?,
+            published: r.counters(
+                "jetrelay_published_total",
+                "Messages the app published through jetrelay and the stream stored, by where from",
+                "via",
+                ["answer", "endpoint"],
+            )?,
+            failures: r.counters(
+                "jetrelay_publish_failures_total",
+                "Publishes by the app that were refused or failed, by reason",
+                "reason",
+                PUBLISH_FAILURES,
+            )?,
+        })
+    }
+}
+
+/// All collectors. Cheap to clone (every collector is shared).
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    flow: MessageCollectors,
+    app: AppCollectors,
+    source: SourceCollectors,
+    publishing: PublishCollectors,
+}
+
+/// A count as a gauge value (saturating).
+fn gauge_value(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
 impl Metrics {
     /// Creates and registers every collector in a fresh registry.
     ///
     /// # Errors
-    /// A registration error (only possible with duplicate names, a programming error).
-    pub fn new() -> Result<Metrics, prometheus::Error> {
+    /// [`MetricsError`] (a programming error: a duplicate name).
+    pub fn new() -> Result<Metrics, MetricsError> {
         let registry = Registry::new();
-        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
-            let c = IntCounter::new(name, help)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
-            let g = IntGauge::new(name, help)?;
-            registry.register(Box::new(g.clone()))?;
-            Ok(g)
-        };
-        let known = |name: &str, help: &str| -> Result<KnownGauge, prometheus::Error> {
-            let g = KnownGauge::new(name, help)?;
-            registry.register(Box::new(g.clone()))?;
-            Ok(g)
-        };
-        let histogram = |name: &str, help: &str| -> Result<Histogram, prometheus::Error> {
-            let h = Histogram::with_opts(
-                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
-            )?;
-            registry.register(Box::new(h.clone()))?;
-            Ok(h)
-        };
-        let settled = IntCounterVec::new(
-            Opts::new(
-                "jetrelay_messages_settled_total",
-                "Messages settled, by action",
-            ),
-            &["action"],
-        )?;
-        registry.register(Box::new(settled.clone()))?;
-        let http_requests = IntCounterVec::new(
-            Opts::new(
-                "jetrelay_http_requests_total",
-                "Requests to the app, by result class",
-            ),
-            &["class"],
-        )?;
-        registry.register(Box::new(http_requests.clone()))?;
-        let action_overrides = IntCounterVec::new(
-            Opts::new(
-                "jetrelay_action_overrides_total",
-                "Answers whose Jetrelay-Action header decided the action, by action",
-            ),
-            &["action"],
-        )?;
-        registry.register(Box::new(action_overrides.clone()))?;
-        let build_info = IntGaugeVec::new(
+        let r = Registrar(&registry);
+        let build_info = r.register(IntGaugeVec::new(
             Opts::new("jetrelay_build_info", "Build information"),
             &["version"],
-        )?;
-        registry.register(Box::new(build_info.clone()))?;
+        )?)?;
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        // Every label exists from the start, so dashboards see zeros, not gaps.
-        let settled = [
-            SettleLabel::Ack,
-            SettleLabel::Nak,
-            SettleLabel::Term,
-            SettleLabel::Dlq,
-        ]
-        .map(|a| settled.with_label_values(&[a.as_str()]));
-        for a in ["ack", "retry", "term", "dlq", "invalid"] {
-            action_overrides.with_label_values(&[a]);
-        }
-        let invalid = IntCounterVec::new(
-            Opts::new(
-                "jetrelay_invalid_messages_total",
-                "Messages that could not be offered to the app (terminated, dead-lettered first when a DLQ is set), by reason",
-            ),
-            &["reason"],
-        )?;
-        registry.register(Box::new(invalid.clone()))?;
-        let invalid = crate::message::Invalid::NAMES.map(|r| invalid.with_label_values(&[r]));
-        let http_requests = ["2xx", "3xx", "4xx", "5xx", "error", "timeout"]
-            .map(|c| http_requests.with_label_values(&[c]));
-        let published = IntCounterVec::new(
-            Opts::new(
-                "jetrelay_published_total",
-                "Messages the app published through jetrelay and the stream stored, by where from",
-            ),
-            &["via"],
-        )?;
-        registry.register(Box::new(published.clone()))?;
-        let published = ["answer", "endpoint"].map(|v| published.with_label_values(&[v]));
-        let publish_failures = IntCounterVec::new(
-            Opts::new(
-                "jetrelay_publish_failures_total",
-                "Publishes by the app that were refused or failed, by reason",
-            ),
-            &["reason"],
-        )?;
-        registry.register(Box::new(publish_failures.clone()))?;
-        let publish_failures = PUBLISH_FAILURES.map(|r| publish_failures.with_label_values(&[r]));
+        let (flow, app, source, publishing) = (
+            MessageCollectors::new(&r)?,
+            AppCollectors::new(&r)?,
+            SourceCollectors::new(&r)?,
+            PublishCollectors::new(&r)?,
+        );
         Ok(Metrics {
-            received: counter(
-                "jetrelay_messages_received_total",
-                "Messages received from JetStream",
-            )?,
-            redeliveries: counter(
-                "jetrelay_redeliveries_total",
-                "Messages received with a delivery count above 1",
-            )?,
-            http_duration: histogram(
-                "jetrelay_http_request_duration_seconds",
-                "Duration of requests to the app",
-            )?,
-            message_duration: histogram(
-                "jetrelay_message_duration_seconds",
-                "Time from receipt to the completed final action",
-            )?,
-            in_flight: gauge("jetrelay_in_flight", "Requests to the app in flight")?,
-            buffered: gauge("jetrelay_buffered", "Messages held (queued and in flight)")?,
-            pinned: gauge("jetrelay_pinned", "1 when this instance holds the pin")?,
-            partitions_assigned: gauge(
-                "jetrelay_partitions_assigned",
-                "Partitions assigned to this member",
-            )?,
-            consumer_pending: known(
-                "jetrelay_consumer_pending",
-                "Messages pending for the consumer (from the consumer leader's info; absent while it cannot be read)",
-            )?,
-            consumer_ack_pending: known(
-                "jetrelay_consumer_ack_pending",
-                "Messages delivered and not yet acknowledged (from the consumer leader's info; absent while it cannot be read)",
-            )?,
-            group_backlog: known(
-                "jetrelay_group_backlog",
-                "Elastic groups: messages in the group's work-queue stream, the whole group's backlog (absent while it cannot be read)",
-            )?,
-            nats_connected: gauge("jetrelay_nats_connected", "1 when connected to NATS")?,
-            ready: gauge("jetrelay_ready", "1 when ready")?,
-            headers_skipped: counter(
-                "jetrelay_headers_skipped_total",
-                "Message headers not forwarded because they are not valid HTTP",
-            )?,
-            settle_failures: counter(
-                "jetrelay_settle_failures_total",
-                "Acks, naks or terms that could not be sent (JetStream redelivers after ack_wait)",
-            )?,
-            ack_failures: counter(
-                "jetrelay_ack_failures_total",
-                "Confirmed acks that the server did not confirm (may be redelivered)",
-            )?,
-            retries_in_place: counter(
-                "jetrelay_retries_in_place_total",
-                "Retries kept in their ordered lane (the message stays held, in order)",
-            )?,
-            progress_sent: counter(
-                "jetrelay_progress_sent_total",
-                "In-progress (+WPI) keep-alives sent for held messages",
-            )?,
-            dlq_failures: counter(
-                "jetrelay_dlq_failures_total",
-                "Dead-letter publishes that failed (the message was retried instead)",
-            )?,
-            dead_letters_waiting: gauge(
-                "jetrelay_dead_letters_waiting",
-                "Messages kept on their last delivery because the DLQ does not store their dead letter yet (at most a quarter of delivery.max_buffered)",
-            )?,
-            app_healthy: gauge(
-                "jetrelay_app_healthy",
-                "1 when the app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
-            )?,
-            batch_messages: {
-                let h = Histogram::with_opts(
-                    HistogramOpts::new(
-                        "jetrelay_batch_messages",
-                        "Messages per request (batch delivery)",
-                    )
-                    .buckets(vec![
-                        1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
-                    ]),
-                )?;
-                registry.register(Box::new(h.clone()))?;
-                h
-            },
-            batch_bad_answers: counter(
-                "jetrelay_batch_bad_answers_total",
-                "Answers to a batch whose body did not parse (the whole batch was retried)",
-            )?,
-            batch_unknown_ids: counter(
-                "jetrelay_batch_unknown_ids_total",
-                "Result ids in answers to a batch that named no message of the batch (ignored)",
-            )?,
             registry,
-            settled,
-            http_requests,
-            action_overrides,
-            invalid,
-            published,
-            publish_failures,
+            flow,
+            app,
+            source,
+            publishing,
         })
     }
 
-    /// Counts `n` messages the app published that were stored.
-    pub fn published(&self, via: Via, n: u64) {
-        self.published[via as usize].inc_by(n);
+    // === messages ===
+
+    /// A message came from JetStream (`redelivered`: its delivery count is above 1).
+    pub fn received(&self, redelivered: bool) {
+        self.flow.received.inc();
+        if redelivered {
+            self.flow.redeliveries.inc();
+        }
     }
 
-    /// Counts one refused or failed publish; `reason` is one of [`PUBLISH_FAILURES`]
+    /// What is held now: messages (queued and in flight) and requests in flight.
+    pub fn held(&self, messages: u32, requests: usize) {
+        self.flow.buffered.set(i64::from(messages));
+        self.flow.in_flight.set(gauge_value(requests));
+    }
+
+    /// A message was settled with `action`, `since` after it was received.
+    pub fn settled(&self, action: SettleLabel, since: Duration) {
+        self.flow.settled[action as usize].inc();
+        self.flow.message_duration.observe(since.as_secs_f64());
+    }
+
+    /// `n` messages were released (NAK) without a decision: at shutdown, a quiesce.
+    pub fn released(&self, n: u64) {
+        self.flow.settled[SettleLabel::Nak as usize].inc_by(n);
+    }
+
+    /// `n` acks, naks or terms could not be sent.
+    pub fn settle_failed(&self, n: u64) {
+        self.flow.settle_failures.inc_by(n);
+    }
+
+    /// A confirmed ack was not confirmed.
+    pub fn ack_not_confirmed(&self) {
+        self.flow.ack_failures.inc();
+    }
+
+    /// A retry stays in its ordered lane.
+    pub fn retried_in_place(&self) {
+        self.flow.retries_in_place.inc();
+    }
+
+    /// A `+WPI` was sent for a held message.
+    pub fn progress_sent(&self) {
+        self.flow.progress_sent.inc();
+    }
+
+    /// A message could not be offered to the app.
+    pub fn invalid(&self, why: &Invalid) {
+        let at = Invalid::NAMES
+            .iter()
+            .position(|n| *n == why.name())
+            .unwrap_or(0);
+        self.flow.invalid[at].inc();
+    }
+
+    // === the app ===
+
+    /// A request to the app ended: its class, how long it took, and how many of the
+    /// message's headers were not sent (not valid HTTP).
+    pub fn request(&self, class: HttpClass, took: Duration, headers_skipped: usize) {
+        self.app.requests[class_index(class)].inc();
+        self.app.duration.observe(took.as_secs_f64());
+        if headers_skipped > 0 {
+            self.app.headers_skipped.inc_by(headers_skipped as u64);
+        }
+    }
+
+    /// A batch of `messages` was sent in one request.
+    pub fn batch_sent(&self, messages: usize) {
+        self.app.batch_messages.observe(messages as f64);
+    }
+
+    /// An answer to a batch did not parse.
+    pub fn batch_unparsable(&self) {
+        self.app.batch_bad_answers.inc();
+    }
+
+    /// An answer to a batch named `n` ids of no message it carried.
+    pub fn batch_unknown_ids(&self, n: usize) {
+        self.app.batch_unknown_ids.inc_by(n as u64);
+    }
+
+    /// A `Jetrelay-Action` override (`invalid` for a value not understood).
+    pub fn action_override(&self, action: &str) {
+        if let Some(at) = OVERRIDES.iter().position(|a| *a == action) {
+            self.app.action_overrides[at].inc();
+        }
+    }
+
+    /// Whether the app is healthy (reachable, and its health URL answers).
+    pub fn app_healthy(&self, healthy: bool) {
+        self.app.healthy.set(i64::from(healthy));
+    }
+
+    // === the source ===
+
+    /// Whether the connection to NATS is up.
+    pub fn nats_connected(&self, connected: bool) {
+        self.source.nats_connected.set(i64::from(connected));
+    }
+
+    /// Whether the daemon is ready.
+    pub fn ready(&self, ready: bool) {
+        self.source.ready.set(i64::from(ready));
+    }
+
+    /// Whether this instance holds the pin.
+    pub fn pinned(&self, pinned: bool) {
+        self.source.pinned.set(i64::from(pinned));
+    }
+
+    /// How many partitions this member has.
+    pub fn partitions_assigned(&self, n: usize) {
+        self.source.partitions_assigned.set(gauge_value(n));
+    }
+
+    /// The consumer's pending and ack-pending counts as the server says them, or
+    /// `None`: not known now (the gauges are withdrawn, never left at an old value).
+    pub fn consumer_counts(&self, counts: Option<(u64, u64)>) {
+        let (p, a) = (
+            &self.source.consumer_pending,
+            &self.source.consumer_ack_pending,
+        );
+        match counts {
+            Some((pending, ack_pending)) => {
+                p.set(pending);
+                a.set(ack_pending);
+            }
+            None => {
+                p.forget();
+                a.forget();
+            }
+        }
+    }
+
+    /// An elastic group's backlog (its work-queue stream's messages), or `None`.
+    pub fn group_backlog(&self, backlog: Option<u64>) {
+        match backlog {
+            Some(n) => self.source.group_backlog.set(n),
+            None => self.source.group_backlog.forget(),
+        }
+    }
+
+    // === publishing ===
+
+    /// A dead letter was not stored (the message is retried or kept instead).
+    pub fn dead_letter_failed(&self) {
+        self.publishing.dlq_failures.inc();
+    }
+
+    /// How many messages wait on their last delivery for their dead letter.
+    pub fn dead_letters_waiting(&self, n: usize) {
+        self.publishing.dead_letters_waiting.set(gauge_value(n));
+    }
+
+    /// `n` messages the app published were stored.
+    pub fn published(&self, via: Via, n: u64) {
+        self.publishing.published[via as usize].inc_by(n);
+    }
+
+    /// One refused or failed publish; `reason` is one of [`PUBLISH_FAILURES`]
     /// (anything else counts as `rejected`).
     pub fn publish_failed(&self, reason: &str) {
         let at = PUBLISH_FAILURES
             .iter()
             .position(|r| *r == reason)
             .unwrap_or(PUBLISH_FAILURES.len() - 1);
-        self.publish_failures[at].inc();
+        self.publishing.failures[at].inc();
     }
 
-    /// Counts one settled message.
-    pub fn settled(&self, action: SettleLabel) {
-        self.settled[action as usize].inc();
-    }
-
-    /// Counts `n` settled messages.
-    pub fn settled_by(&self, action: SettleLabel, n: u64) {
-        self.settled[action as usize].inc_by(n);
-    }
-
-    /// Counts one `Jetrelay-Action` override (`invalid` for a value not understood).
-    pub fn action_override(&self, action: &str) {
-        self.action_overrides.with_label_values(&[action]).inc();
-    }
-
-    /// Counts one message that could not be offered to the app.
-    pub fn invalid(&self, why: &crate::message::Invalid) {
-        let at = crate::message::Invalid::NAMES
-            .iter()
-            .position(|n| *n == why.name())
-            .unwrap_or(0);
-        self.invalid[at].inc();
-    }
-
-    /// Counts one request to the app.
-    pub fn http_request(&self, class: HttpClass) {
-        self.http_requests[class_index(class)].inc();
+    /// The value of one series in the exposition (`jetrelay_ready`,
+    /// `jetrelay_messages_settled_total{action="ack"}`), when it is exposed.
+    #[cfg(test)]
+    pub(crate) fn sample(&self, series: &str) -> Option<f64> {
+        self.render().lines().find_map(|l| {
+            let value = l.strip_prefix(series)?.strip_prefix(' ')?;
+            value.parse().ok()
+        })
     }
 
     /// The text exposition of every metric.
@@ -444,7 +632,7 @@ impl Metrics {
     }
 }
 
-/// The position of a class's label in `["2xx", "3xx", "4xx", "5xx", "error", "timeout"]`.
+/// The position of a class's label in [`HTTP_CLASSES`].
 fn class_index(class: HttpClass) -> usize {
     match class {
         HttpClass::Status(s) if (200..300).contains(&s) => 0,
@@ -464,14 +652,14 @@ mod tests {
     fn a_gauge_not_known_is_not_exposed() {
         let m = Metrics::new().unwrap();
         assert!(!m.render().contains("jetrelay_consumer_pending"));
-        m.consumer_pending.set(7);
+        m.consumer_counts(Some((7, 1)));
         assert!(m.render().contains("jetrelay_consumer_pending 7"));
-        m.consumer_pending.forget();
+        m.consumer_counts(None);
         assert!(
             !m.render().contains("jetrelay_consumer_pending"),
             "no stale value"
         );
-        assert_eq!(m.consumer_pending.get(), None);
+        assert_eq!(m.source.consumer_pending.get(), None);
     }
 
     #[test]
@@ -490,12 +678,11 @@ mod tests {
     #[test]
     fn every_documented_name_is_exposed() {
         let m = Metrics::new().unwrap();
-        m.settled(SettleLabel::Term);
-        m.consumer_pending.set(5);
-        m.consumer_ack_pending.set(1);
-        m.group_backlog.set(9);
-        m.http_request(HttpClass::Status(503));
-        m.http_request(HttpClass::Status(101));
+        m.settled(SettleLabel::Term, Duration::ZERO);
+        m.consumer_counts(Some((5, 1)));
+        m.group_backlog(Some(9));
+        m.request(HttpClass::Status(503), Duration::ZERO, 0);
+        m.request(HttpClass::Status(101), Duration::ZERO, 0);
         let text = m.render();
         for name in [
             "jetrelay_messages_received_total",

@@ -179,7 +179,7 @@ impl Readiness {
 
     /// Records the NATS connection: `None` when connected, else why not.
     pub fn set_nats_down(&self, why: Option<String>) {
-        self.metrics.nats_connected.set(i64::from(why.is_none()));
+        self.metrics.nats_connected(why.is_none());
         self.update(|f| {
             if f.nats_down == why {
                 return false;
@@ -202,9 +202,7 @@ impl Readiness {
 
     /// Records this member's partitions.
     pub fn set_partitions(&self, partitions: Vec<u32>) {
-        self.metrics
-            .partitions_assigned
-            .set(partitions.len() as i64);
+        self.metrics.partitions_assigned(partitions.len());
         self.tx.send_if_modified(|s| {
             if s.partitions == partitions {
                 return false;
@@ -217,7 +215,7 @@ impl Readiness {
 
     /// Records whether this instance holds the pin.
     pub fn set_pinned(&self, pinned: bool) {
-        self.metrics.pinned.set(i64::from(pinned));
+        self.metrics.pinned(pinned);
         self.update(|f| {
             if f.pinned == pinned {
                 return false;
@@ -245,7 +243,7 @@ impl Readiness {
             s.pinned = s.facts.pinned;
             true
         });
-        self.metrics.ready.set(i64::from(self.tx.borrow().ready));
+        self.metrics.ready(self.tx.borrow().ready);
     }
 }
 
@@ -347,17 +345,23 @@ mod tests {
         h.set_nats_down(None);
         h.set(State::Consuming, "");
         assert!(h.status().ready);
-        assert_eq!(m.ready.get(), 1);
+        assert_eq!(m.sample("jetrelay_ready"), Some(1.0));
         h.set_nats_down(Some("NATS connection lost".into()));
         let s = h.status();
         assert_eq!(
             (s.ready, s.state, s.reason.as_str()),
             (false, State::NotReady, "NATS connection lost")
         );
-        assert_eq!((m.ready.get(), m.nats_connected.get()), (0, 0));
+        assert_eq!(
+            (
+                m.sample("jetrelay_ready"),
+                m.sample("jetrelay_nats_connected")
+            ),
+            (Some(0.0), Some(0.0))
+        );
         h.set_nats_down(None);
         assert_eq!(h.status().state, State::Consuming);
-        assert_eq!(m.ready.get(), 1);
+        assert_eq!(m.sample("jetrelay_ready"), Some(1.0));
     }
 
     #[test]
@@ -366,10 +370,10 @@ mod tests {
         let h = Readiness::new(None, m.clone());
         h.set_nats_down(None);
         h.set(State::Consuming, "");
-        assert_eq!(m.ready.get(), 1);
+        assert_eq!(m.sample("jetrelay_ready"), Some(1.0));
         h.set(State::Draining, "shutting down");
         h.set(State::Consuming, "");
         assert_eq!(h.status().state, State::Draining);
-        assert_eq!(m.ready.get(), 0);
+        assert_eq!(m.sample("jetrelay_ready"), Some(0.0));
     }
 }

@@ -63,7 +63,7 @@ impl<'de> Visitor<'de> for List {
                 }
                 break;
             }
-            match seq.next_element_seed(Item {
+            match seq.next_element_seed(OutputSeed {
                 author: self.author,
             })? {
                 None => break,
@@ -111,11 +111,11 @@ impl<'de> Visitor<'de> for List {
 }
 
 /// One message of a list: `subject`, `headers`, `data` or `data_base64`.
-struct Item {
+struct OutputSeed {
     author: Author,
 }
 
-impl<'de> DeserializeSeed<'de> for Item {
+impl<'de> DeserializeSeed<'de> for OutputSeed {
     type Value = Result<Output, String>;
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
@@ -123,7 +123,7 @@ impl<'de> DeserializeSeed<'de> for Item {
     }
 }
 
-impl<'de> Visitor<'de> for Item {
+impl<'de> Visitor<'de> for OutputSeed {
     type Value = Result<Output, String>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

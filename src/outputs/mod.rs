@@ -40,7 +40,7 @@ impl Output {
         let block = if self.headers.is_empty() {
             0
         } else {
-            crate::dead_letter::header_block_len(&self.headers)
+            crate::message::header_block_len(&self.headers)
         };
         self.payload.len() + block
     }
@@ -330,7 +330,7 @@ pub struct Capture {
     pub duplicate_window: Duration,
     /// One replica on disk: nats-server (2.12–2.15) stages each atomic batch to such a
     /// stream in a file store of its own, about 7 ms of server CPU a batch
-    /// (`bench/results/outbox-*.md`); memory and replicated streams stage in memory.
+    /// (`bench/results/outbox-*.md`, the publishing benchmark's earlier runs); memory and replicated streams stage in memory.
     pub staged_on_disk: bool,
     /// `allow_batched`: it takes fast-ingest batches (nats-server 2.14+).
     pub batched: bool,

@@ -58,7 +58,7 @@ pub async fn serve(
     connections: usize,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    let limits = super::Limits {
+    let limits = super::ServerBounds {
         connections,
         request: std::time::Duration::from_secs(10),
     };

@@ -362,7 +362,7 @@ pub async fn serve<P: Publish>(
 ) -> std::io::Result<()> {
     // A publish awaits its PubAck (at most the request timeout, per batch message
     // request): a minute covers a slow body and a full batch.
-    let limits = super::Limits {
+    let limits = super::ServerBounds {
         connections,
         request: std::time::Duration::from_secs(60),
     };

@@ -39,7 +39,7 @@ pub const DRAIN: Duration = Duration::from_secs(2);
 
 /// What one server allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct ServerBounds {
     /// Open connections at most.
     pub connections: usize,
     /// How long one request (its body included) may take to be handled.
@@ -110,7 +110,7 @@ impl AcceptWarnings {
 async fn serve(
     listener: TcpListener,
     router: Router,
-    limits: Limits,
+    limits: ServerBounds,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let bounded = router.layer(axum::middleware::from_fn(

@@ -19,7 +19,7 @@ mod interop;
 mod nothing_lost;
 mod operating;
 mod outages;
-mod outbox;
+mod outputs;
 mod pull;
 mod semantics;
 mod shutdown;

@@ -1,4 +1,4 @@
-//! The publishing outbox benchmark (`bench/outbox`): jetrelay's answer outbox (README,
+//! The publishing benchmark (`bench/outputs`): the outputs of jetrelay's answers (README,
 //! "Publishing through jetrelay") against plain forwarding. Starts nats-server (file
 //! store), fills an input stream (`in.>`, 1,000 subjects) once and runs every
 //! contender interleaved for several rounds, each on a fresh durable and a freshly
@@ -33,19 +33,19 @@
 //! latency at a steady rate: publish of the input to its arrival at the app, and to
 //! its last output (`out.c`) delivered from the output stream (an ordered consumer),
 //! i.e. stored. Prints a markdown report and writes it to
-//! `<out>/<prefix><unix-seconds>.md` (`outbox-` unless `--prefix`). Never fails on
+//! `<out>/<prefix><unix-seconds>.md` (`outputs-` unless `--prefix`). Never fails on
 //! timing.
 //!
 //! With `--baseline=PATH` (another jetrelay build, e.g. of an earlier commit), every
 //! contender runs with both builds back to back in each round, and the report compares
 //! them (`--relay-name`, `--baseline-name`: what to call them).
 //!
-//!   outbox --nats-server=PATH --relay=PATH [--out=DIR] [--rounds=3] [--n=20000]
+//!   outputs --nats-server=PATH --relay=PATH [--out=DIR] [--rounds=3] [--n=20000]
 //!          [--size=128] [--in-flight=32] [--batch=100] [--batch-in-flight=4]
 //!          [--batch-buffered=1024] [--batch-pull=500]
 //!          [--only=plain,atomic,onebyone,atomicmem,batch,batchsubj]
 //!          [--baseline=PATH] [--relay-name=current] [--baseline-name=baseline]
-//!          [--prefix=outbox-] [--quiet-wait=60]
+//!          [--prefix=outputs-] [--quiet-wait=60]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -245,7 +245,7 @@ impl Bench<'_> {
             "[publish]\nallowed_subjects = [\"out.>\"]\natomic = {}\n",
             c.atomic()
         ));
-        let running = start_relay_bin(env, &build.bin, &config, &format!("outbox{run}")).await?;
+        let running = start_relay_bin(env, &build.bin, &config, &format!("outputs{run}")).await?;
         let pid = running.child.id().unwrap_or(0);
         let window = CpuWindow::start(env.ticks, &[pid, env.nats_pid, std::process::id()]);
         let n = self.n;
@@ -396,7 +396,7 @@ fn report(bench: &Bench<'_>, rounds: usize, results: &Results) -> String {
     let (n, size, b) = (bench.n, bench.size, &bench.batch);
     let compared = bench.builds.len() > 1;
     let mut md = format!(
-        "# jetrelay publishing outbox benchmark\n\nMachine: {}; nats-server {} (file store) on loopback. {rounds} rounds, contenders interleaved, each on a fresh durable consumer and a freshly created output stream (`out.>`, R1, file store except for the memory-storage contenders, default 2-minute duplicate window). {n} inputs of {size} B pre-filled over {KEYS} subjects; jetrelay with `[publish] allowed_subjects = [\"out.>\"]`; one message per request: `ordering = \"none\"`, {} requests in flight, `max_buffered` 256; batch delivery: `batch_size` {}, {} requests in flight, `max_buffered` {}, pulls of {}, `batch_wait_ms` 0, `ordering = \"none\"` (`batch`) or `\"subject\"` (`batchsubj`). The app is `bench/run`'s Rust sink answering at once: a plain 200, or 200 `{}` with `{{\"publish\": [...]}}` of three outputs (`out.a`, `out.b`, `out.c`, each carrying the input's {size} B payload), all captured by the one output stream; to a batch, 200 `{{\"results\": [{{\"id\": ..., \"action\": \"ack\", \"publish\": [...]}}, ...]}}`, a result per message of the request with its three outputs. Throughput = inputs per second from the first arrival at the app to every input acked (the consumer has nothing pending or unacked); outputs/s over the same window. Medians, with min–max. jetrelay logs one JSON line per message at `info`, as deployed.{}",
+        "# jetrelay publishing benchmark (outputs of answers)\n\nMachine: {}; nats-server {} (file store) on loopback. {rounds} rounds, contenders interleaved, each on a fresh durable consumer and a freshly created output stream (`out.>`, R1, file store except for the memory-storage contenders, default 2-minute duplicate window). {n} inputs of {size} B pre-filled over {KEYS} subjects; jetrelay with `[publish] allowed_subjects = [\"out.>\"]`; one message per request: `ordering = \"none\"`, {} requests in flight, `max_buffered` 256; batch delivery: `batch_size` {}, {} requests in flight, `max_buffered` {}, pulls of {}, `batch_wait_ms` 0, `ordering = \"none\"` (`batch`) or `\"subject\"` (`batchsubj`). The app is `bench/run`'s Rust sink answering at once: a plain 200, or 200 `{}` with `{{\"publish\": [...]}}` of three outputs (`out.a`, `out.b`, `out.c`, each carrying the input's {size} B payload), all captured by the one output stream; to a batch, 200 `{{\"results\": [{{\"id\": ..., \"action\": \"ack\", \"publish\": [...]}}, ...]}}`, a result per message of the request with its three outputs. Throughput = inputs per second from the first arrival at the app to every input acked (the consumer has nothing pending or unacked); outputs/s over the same window. Medians, with min–max. jetrelay logs one JSON line per message at `info`, as deployed.{}",
         machine(),
         bench.env.nats_version,
         bench.in_flight,
@@ -660,7 +660,7 @@ async fn main() -> Result<(), Error> {
     let md = report(&bench, rounds, &results);
     print!("{md}");
     if let Some(out) = args.get("out") {
-        let prefix = args.get("prefix").unwrap_or("outbox-");
+        let prefix = args.get("prefix").unwrap_or("outputs-");
         let path = write_report(Path::new(out), prefix, None, &md)?;
         eprintln!("written to {}", path.display());
     }

@@ -1,4 +1,4 @@
-//! The answer outbox end to end: an answer that publishes stores its outputs (as one
+//! The outputs of answers end to end: an answer that publishes stores its outputs (as one
 //! atomic batch), exactly once, before the input is acked; failures lose nothing;
 //! refusals are permanent; ordered modes keep outputs in input order per key.
 
