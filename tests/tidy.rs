@@ -207,6 +207,40 @@ fn check_layers(files: &[File], rows: &BTreeMap<String, usize>) -> Vec<String> {
     problems
 }
 
+/// The never table: room → the rooms it may not import, though below it.
+fn nevers(doc: &str) -> BTreeMap<String, Vec<String>> {
+    let rooms = table(doc, "<!-- tidy: never", 0);
+    let never = table(doc, "<!-- tidy: never", 1);
+    rooms
+        .into_iter()
+        .zip(never)
+        .flat_map(|(rs, ns)| rs.into_iter().map(move |r| (r, ns.clone())))
+        .collect()
+}
+
+fn check_nevers(
+    files: &[File],
+    rows: &BTreeMap<String, usize>,
+    never: &BTreeMap<String, Vec<String>>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for f in files.iter().filter(|f| f.path.starts_with("src/")) {
+        let from = room(&f.path);
+        let Some(forbidden) = never.get(&from) else {
+            continue;
+        };
+        for (to, line) in imports(f, rows) {
+            if forbidden.contains(&to) {
+                problems.push(format!(
+                    "{}:{line}: {from} imports {to}, which the never table forbids",
+                    f.path
+                ));
+            }
+        }
+    }
+    problems
+}
+
 fn check_crates(files: &[File], crates: &BTreeMap<String, Vec<String>>) -> Vec<String> {
     let mut problems = Vec::new();
     for f in files.iter().filter(|f| f.path.starts_with("src/")) {
@@ -366,7 +400,11 @@ fn imports_run_down_the_layer_table_and_every_room_is_in_it() {
         rows.len() > 10,
         "no layer table in ARCHITECTURE.md: {rows:?}"
     );
-    assert_none("layers", check_layers(&files(&root(), &["src"]), &rows));
+    let src = files(&root(), &["src"]);
+    assert_none("layers", check_layers(&src, &rows));
+    let never = nevers(&architecture());
+    assert!(never.contains_key("config/"), "no never table: {never:?}");
+    assert_none("never", check_nevers(&src, &rows, &never));
     // Every room of the table is in the tree (a room that moved is moved there too).
     for r in rows.keys() {
         assert!(
@@ -419,6 +457,11 @@ const DOC: &str = "\
 | 2 | `nats/`, `http/` | boundaries |
 | 1 | `policy.rs` | core |
 
+<!-- tidy: never -->
+| room | never | why |
+| --- | --- | --- |
+| `daemon/` | `http/` | a test |
+
 <!-- tidy: crates -->
 | crate | rooms |
 | --- | --- |
@@ -469,6 +512,15 @@ fn each_rule_fails_on_a_tree_that_breaks_it() {
         3,
         "comments, strings and downward imports count for nothing: {layers:?}"
     );
+    let never = check_nevers(&tree, &rows, &nevers(DOC));
+    assert!(never.is_empty(), "{never:?}");
+    let daemon_http = [file(
+        "src/daemon/mod.rs",
+        "//! Top.\nuse crate::http::forward;\n",
+    )];
+    let never = check_nevers(&daemon_http, &rows, &nevers(DOC));
+    assert_eq!(never.len(), 1, "{never:?}");
+    assert!(never[0].contains("never table forbids"), "{never:?}");
     let crates = check_crates(&tree, &crate_rooms(DOC));
     assert_eq!(crates.len(), 1, "{crates:?}");
     assert!(

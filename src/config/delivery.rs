@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::source::SourceKind;
 use super::{Config, DAY, HOUR, Problems};
-use crate::dispatch::lanes::Ordering;
+use crate::seam::Ordering;
 
 /// `delivery.ack`
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]

@@ -32,7 +32,7 @@ pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
 pub use self::source::{SourceConfig, SourceKind};
 pub use self::topology::{ManagedStreamConfig, OnMissing, TopologyConfig};
-use crate::dispatch::lanes::Ordering;
+use crate::seam::Ordering;
 
 /// The whole configuration, as the user wrote it (after defaults).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

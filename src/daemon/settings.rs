@@ -20,7 +20,6 @@ use url::Url;
 
 use crate::app::headers::Pass;
 use crate::dispatch::Batching;
-use crate::dispatch::lanes::Ordering;
 use crate::group::model::Flavour;
 use crate::group::spec::{Member, Template};
 use crate::http::credentials::CredentialFiles;
@@ -29,6 +28,7 @@ use crate::http::probe::HealthProbe;
 use crate::nats::{Auth, Connection, Tls};
 use crate::outputs::Rules;
 use crate::policy::{Policy, StatusSet};
+use crate::seam::Ordering;
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 use crate::topology::{Discard, Retention, Storage};
 

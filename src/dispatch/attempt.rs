@@ -16,11 +16,11 @@ use super::lanes::LaneKey;
 use super::outputs::Commit;
 use crate::app::{self, batch::Answer};
 use crate::dead_letter::{self, DeadLetter, Shed};
-use crate::dispatch::lanes::Ordering;
 use crate::message::Delivery;
 use crate::ops::metrics::SettleLabel;
 use crate::ops::telemetry::chain;
 use crate::policy::{Disposition, Outcome, backoff};
+use crate::seam::Ordering;
 use crate::seam::publish::{LetterFailure, Publish};
 use crate::seam::{Forward, Forwarded, HttpClass, NoAnswer, Settle};
 

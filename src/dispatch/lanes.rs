@@ -9,19 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::message::Delivery;
-use serde::{Deserialize, Serialize};
-
-/// `delivery.ordering`
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Ordering {
-    /// One lane per partition number.
-    Partition,
-    /// One lane per subject (partition token stripped).
-    Subject,
-    /// No order: full concurrency.
-    None,
-}
+use crate::seam::Ordering;
 
 /// Which lane a message belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

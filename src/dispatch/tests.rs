@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::book::Book;
-use super::lanes::{LaneKey, Ordering};
+use super::lanes::LaneKey;
 use super::{Dispatch, Ended, OutputRules};
 use crate::app::batch::{Answer, ItemResult};
 use crate::capacity::Held;
@@ -24,6 +24,7 @@ use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{Readiness, State};
 use crate::outputs::{Output, Rules};
 use crate::policy::{Outcome, Policy, StatusSet};
+use crate::seam::Ordering;
 use crate::seam::publish::{Committed, LetterFailure, OutputFailure, Publish};
 use crate::seam::time::Deadline;
 use crate::seam::{

@@ -1,8 +1,8 @@
 //! The vocabulary the dispatcher and the boundaries share, and nothing else: where
 //! messages come from ([`Source`], each message with a [`Settle`] handle), where they
 //! go ([`Forward`], answered as [`Forwarded`]), where jetrelay's own publishes go
-//! (`publish`: dead letters and outputs), and the shared clocks (`time`: the shutdown
-//! deadline). The NATS boundary implements the sources, the settle handles and the
+//! (`publish`: dead letters and outputs), how messages are ordered ([`Ordering`]),
+//! and the shared clocks (`time`: the shutdown deadline). The NATS boundary implements the sources, the settle handles and the
 //! publisher, the HTTP boundary the forwarder; the dispatcher runs against the traits,
 //! and its tests against fakes of all of them.
 
@@ -13,11 +13,25 @@ use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::app::batch::Answer;
 use crate::capacity::Held;
 use crate::message::Delivery;
 use crate::outputs::{Output, Refusal};
 use crate::policy::Outcome;
+
+/// `delivery.ordering`
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// One lane per partition number.
+    Partition,
+    /// One lane per subject (partition token stripped).
+    Subject,
+    /// No order: full concurrency.
+    None,
+}
 
 /// What a source has to say. `T` is its settle handle.
 #[derive(Debug)]

@@ -53,7 +53,7 @@ async fn messages(js: &jetstream::Context, name: &str) -> u64 {
 
 #[tokio::test]
 async fn a_thousand_message_batch_is_stored_whole_at_consecutive_sequences() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     stream_with(&js, "A", &["a.>"], true).await;
     publish(&js, "a.before", 1).await;
@@ -88,7 +88,7 @@ async fn a_thousand_message_batch_is_stored_whole_at_consecutive_sequences() {
 
 #[tokio::test]
 async fn a_stream_without_allow_atomic_refuses_the_batch_with_10174() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     stream_with(&js, "N", &["n.>"], false).await;
     let outs = [output("n.1", "a", "x"), output("n.2", "b", "y")];
@@ -107,7 +107,7 @@ async fn a_stream_without_allow_atomic_refuses_the_batch_with_10174() {
 
 #[tokio::test]
 async fn a_batch_with_an_id_already_stored_is_refused_whole_and_read_as_a_duplicate() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     stream_with(&js, "D", &["d.>"], true).await;
     let p = publisher(&nats).await;
@@ -131,7 +131,7 @@ async fn a_batch_with_an_id_already_stored_is_refused_whole_and_read_as_a_duplic
 
 #[tokio::test]
 async fn a_batch_across_two_streams_is_refused_and_nothing_is_stored() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     stream_with(&js, "X", &["x.>"], true).await;
     stream_with(&js, "Y", &["y.>"], true).await;
@@ -162,7 +162,7 @@ async fn a_batch_across_two_streams_is_refused_and_nothing_is_stored() {
 
 #[tokio::test]
 async fn no_stream_and_too_large_are_told_apart() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let p = publisher(&nats).await;
     let err = p
         .publish(&[output("nowhere.1", "a", "x")], true)
@@ -182,7 +182,7 @@ async fn no_stream_and_too_large_are_told_apart() {
 async fn more_batches_at_once_than_the_server_takes_wait_their_turn_and_all_commit() {
     // nats-server keeps at most 50 atomic batches open per stream and refuses one
     // over (10210): the publisher holds the rest back instead.
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     js.create_stream(stream::Config {
         name: "MANY".into(),

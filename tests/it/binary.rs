@@ -135,7 +135,7 @@ fn config_text(nats: &NatsServer, app: &MockApp, stream: &str, durable: &str) ->
 
 #[tokio::test]
 async fn check_prints_the_plan_and_changes_nothing() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -163,7 +163,7 @@ async fn check_prints_the_plan_and_changes_nothing() {
 
 #[tokio::test]
 async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wrong() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -224,7 +224,7 @@ async fn check_shows_where_each_allowed_subject_publishes_and_what_could_go_wron
 
 #[tokio::test]
 async fn a_config_of_defaults_checks_without_a_warning() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -270,7 +270,7 @@ async fn a_config_of_defaults_checks_without_a_warning() {
 
 #[tokio::test]
 async fn sigterm_drains_and_exits_zero() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -365,7 +365,7 @@ async fn cli(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
 
 #[tokio::test]
 async fn the_group_cli_creates_changes_shows_and_deletes_groups() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let stream = unique("E");
     create_stream(&js, &stream, &["e.*.*"]).await;
@@ -453,7 +453,7 @@ async fn the_group_cli_creates_changes_shows_and_deletes_groups() {
 
 #[tokio::test]
 async fn the_group_cli_connects_with_the_nats_table_of_a_config_file() {
-    let nats = NatsServer::start_with(&["--user", "admin", "--pass", "s3cret"]);
+    let nats = NatsServer::start_with(&["--user", "admin", "--pass", "s3cret"]).await;
     let client =
         async_nats::ConnectOptions::with_user_and_password("admin".into(), "s3cret".into())
             .connect(nats.url())
@@ -536,7 +536,7 @@ async fn the_group_cli_refuses_a_hostile_stored_config_quickly() {
 
 #[tokio::test]
 async fn check_fails_where_run_would_stop_on_a_missing_stream() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let app = MockApp::ok().await;
     let dir = tempfile::tempdir().unwrap();
     let text = format!(

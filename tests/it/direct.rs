@@ -31,7 +31,7 @@ async fn direct_stream(js: &jetstream::Context, name: &str, subjects: &[&str], d
 
 #[tokio::test]
 async fn pages_cover_every_message_across_deleted_sequences() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     direct_stream(&js, "D", &["d.>"], true).await;
     for i in 0..5000u32 {
@@ -115,7 +115,7 @@ async fn pages_cover_every_message_across_deleted_sequences() {
 
 #[tokio::test]
 async fn an_empty_stream_is_an_empty_last_page() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     direct_stream(&js, "E", &["e.>"], true).await;
     let page = connect(&nats)
@@ -136,7 +136,7 @@ async fn an_empty_stream_is_an_empty_last_page() {
 
 #[tokio::test]
 async fn a_start_time_starts_at_the_first_message_stored_then() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     direct_stream(&js, "T", &["t.>"], true).await;
     publish(&js, "t.x", 5).await;
@@ -165,7 +165,7 @@ async fn a_start_time_starts_at_the_first_message_stored_then() {
 
 #[tokio::test]
 async fn a_stream_without_allow_direct_says_how_to_enable_it() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     direct_stream(&js, "N", &["n.>"], false).await;
     publish(&js, "n.x", 1).await;

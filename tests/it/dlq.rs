@@ -298,7 +298,7 @@ async fn ls_and_show_read_the_dead_letters_the_daemon_wrote() {
 
 #[tokio::test]
 async fn a_dlq_stream_without_direct_get_says_how_to_enable_it() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     a_stream(&js, "PLAIN", &["plain.>"], false, false).await;
     // Empty, it says so too: an empty answer would look like "no dead letters".
@@ -478,7 +478,7 @@ async fn fill_letters(client: &async_nats::Client, js: &jetstream::Context, subj
 
 #[tokio::test]
 async fn an_interrupted_replay_run_again_stores_each_message_once() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
     // The target takes no atomic batches: one by one, so a kill lands mid-page.
@@ -524,7 +524,7 @@ async fn an_interrupted_replay_run_again_stores_each_message_once() {
 
 #[tokio::test]
 async fn replays_to_a_stream_that_takes_batches_go_in_atomic_pages() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
     a_stream(&js, "TO", &["to.>", "elsewhere"], false, true).await;
@@ -566,7 +566,7 @@ async fn replays_to_a_stream_that_takes_batches_go_in_atomic_pages() {
 
 #[tokio::test]
 async fn two_replays_with_delete_at_once_store_each_letter_once_and_both_succeed() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
     a_stream(&js, "TO", &["to.>"], false, true).await;
@@ -598,7 +598,7 @@ async fn two_replays_with_delete_at_once_store_each_letter_once_and_both_succeed
 
 #[tokio::test]
 async fn purge_deletes_only_what_is_selected_and_only_with_yes() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
     fill_letters(&client, &js, "dlq.x", 10).await;
@@ -663,7 +663,7 @@ async fn stored_at(js: &jetstream::Context, stream: &str, seq: u64) -> (String, 
 
 #[tokio::test]
 async fn a_fast_replay_stores_five_thousand_letters_once_in_fast_batches() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
     crate::fast::batched_stream(&client, "TO", &["to.>"], true, serde_json::json!({})).await;
@@ -716,7 +716,7 @@ async fn a_fast_replay_stores_five_thousand_letters_once_in_fast_batches() {
 
 #[tokio::test]
 async fn a_fast_replay_to_a_stream_without_allow_batched_replays_without_it_and_says_so() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
     a_stream(&js, "TO", &["to.>"], false, true).await;
@@ -754,7 +754,7 @@ async fn a_fast_replay_to_a_stream_without_allow_batched_replays_without_it_and_
 
 #[tokio::test]
 async fn an_interrupted_fast_replay_run_again_stores_each_message_once() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     a_stream(&js, "DLQ", &["dlq.x"], true, false).await;
     crate::fast::batched_stream(&client, "TO", &["to.>"], true, serde_json::json!({})).await;

@@ -267,7 +267,7 @@ async fn with_nats_gone_the_endpoint_answers_503_and_stays_up() {
     let (code, body) = post(&format!("{base}/out.a"), &[], "2").await;
     assert_eq!(code, 503, "{body}");
     assert!(body["error"].is_string());
-    env.nats.start_again();
+    env.nats.start_again().await;
     eventually("publishing again", T, || async {
         post(&format!("{base}/out.a"), &[], "3").await.0 == 200
     })

@@ -138,7 +138,7 @@ fn batch_seq(reply: &str) -> Option<(u64, u8)> {
 
 #[tokio::test]
 async fn twenty_thousand_messages_are_stored_in_order_at_the_pace_of_the_servers_acks() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     batched_stream(&client, "F", &["f.>"], true, json!({})).await;
     publish(&js, "f.before", 1).await;
@@ -246,7 +246,7 @@ async fn twenty_thousand_messages_are_stored_in_order_at_the_pace_of_the_servers
 
 #[tokio::test]
 async fn a_stream_without_allow_batched_refuses_the_batch_and_stores_nothing() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     batched_stream(&client, "PLAIN", &["f.>"], false, json!({})).await;
     let handle = connect_with(&nats, 5000).await;
@@ -295,7 +295,7 @@ async fn a_stream_without_allow_batched_refuses_the_batch_and_stores_nothing() {
 
 #[tokio::test]
 async fn duplicates_by_id_are_not_stored_twice_and_a_batch_of_them_stores_nothing() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     batched_stream(&client, "F", &["f.>"], true, json!({})).await;
     let p = publisher(&nats).await;
@@ -342,7 +342,7 @@ async fn duplicates_by_id_are_not_stored_twice_and_a_batch_of_them_stores_nothin
 
 #[tokio::test]
 async fn a_message_the_stream_refuses_ends_the_batch_and_nothing_after_it_is_stored() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, js) = client(&nats).await;
     batched_stream(
         &client,
@@ -399,7 +399,7 @@ async fn fake_server(
 
 #[tokio::test]
 async fn publishing_stalls_at_two_outstanding_acks_pings_and_times_out_with_what_was_acked() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (client, _) = client(&nats).await;
     let fake = fake_server(client, "fake.>").await;
     // Patience 2 s: a ping every ~0.7 s of stall, far more than the fake needs to

@@ -111,7 +111,7 @@ async fn rolling_restart(
         })
         .await;
         cluster.node(&name).kill();
-        cluster.node(&name).start_again();
+        cluster.node(&name).start_again().await;
         eventually("every replica current again", T, || async {
             let Ok(mut s) = js.get_stream(stream).await else {
                 return false;
@@ -144,7 +144,7 @@ async fn everything_delivered(
 
 #[tokio::test]
 async fn a_durable_consumer_rides_out_a_rolling_restart_of_the_cluster() {
-    let mut cluster = Cluster::start();
+    let mut cluster = Cluster::start().await;
     let js = connect(&cluster).await;
     let (stream, durable) = (unique("F"), unique("d"));
     r3_stream(
@@ -175,7 +175,7 @@ async fn a_durable_consumer_rides_out_a_rolling_restart_of_the_cluster() {
 
 #[tokio::test]
 async fn a_group_member_with_a_hot_standby_rides_out_a_rolling_restart_of_the_cluster() {
-    let mut cluster = Cluster::start();
+    let mut cluster = Cluster::start().await;
     let js = connect(&cluster).await;
     let stream = unique("G");
     r3_stream(
@@ -261,7 +261,7 @@ async fn a_group_member_with_a_hot_standby_rides_out_a_rolling_restart_of_the_cl
 
 #[tokio::test]
 async fn an_elastic_member_rides_out_a_rolling_restart_of_the_cluster() {
-    let mut cluster = Cluster::start();
+    let mut cluster = Cluster::start().await;
     let js = connect(&cluster).await;
     let stream = unique("E");
     r3_stream(

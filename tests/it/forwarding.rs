@@ -12,24 +12,20 @@ const T: Duration = Duration::from_secs(20);
 #[tokio::test]
 async fn every_message_reaches_the_app_unchanged_and_is_acked_after_2xx() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["orders.>"]).await;
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, "")).await;
+    let env = Env::start(&["orders.>"]).await;
+    let relay = env.relay(&app, "").await;
 
     let mut headers = HeaderMap::new();
     headers.insert("X-Trace", "abc");
     headers.insert("Content-Type", "application/json");
     headers.insert("Nats-Msg-Id", "id-1");
-    js.publish_with_headers("orders.eu", headers, "{\"n\":1}".into())
+    env.js
+        .publish_with_headers("orders.eu", headers, "{\"n\":1}".into())
         .await
         .unwrap()
         .await
         .unwrap();
-    publish(&js, "orders.us", 19).await;
+    publish(&env.js, "orders.us", 19).await;
 
     app.wait_for("20 requests", T, |r| r.len() >= 20).await;
     let first = app.requests().into_iter().find(|r| r.seq() == 1).unwrap();
@@ -37,7 +33,7 @@ async fn every_message_reaches_the_app_unchanged_and_is_acked_after_2xx() {
     assert_eq!(first.header("content-type"), Some("application/json"));
     assert_eq!(first.header("x-trace"), Some("abc"));
     assert_eq!(first.header("nats-subject"), Some("orders.eu"));
-    assert_eq!(first.header("nats-stream"), Some(stream.as_str()));
+    assert_eq!(first.header("nats-stream"), Some(env.stream.as_str()));
     assert_eq!(first.header("nats-delivered"), Some("1"));
     assert_eq!(first.header("nats-msg-id"), Some("id-1"));
     assert!(first.header("nats-published").unwrap().ends_with('Z'));
@@ -49,7 +45,10 @@ async fn every_message_reaches_the_app_unchanged_and_is_acked_after_2xx() {
         Some("application/octet-stream")
     );
 
-    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     assert_eq!(app.requests().len(), 20, "no duplicates");
     assert_eq!(relay.metric("jetrelay_messages_received_total").await, 20.0);
     assert_eq!(
@@ -71,24 +70,16 @@ async fn every_message_reaches_the_app_unchanged_and_is_acked_after_2xx() {
 #[tokio::test]
 async fn a_503_twice_then_200_is_seen_three_times_no_sooner_than_the_delays() {
     let app = MockApp::start(|_, seen| Reply::status(if seen < 2 { 503 } else { 200 })).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["r.>"]).await;
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[delivery]\nretry_initial_ms = 300\n",
-    );
+    let env = Env::start(&["r.>"]).await;
+    let cfg = env.config(&app, "[delivery]\nretry_initial_ms = 300\n");
     let relay = Relay::ready(cfg).await;
-    publish(&js, "r.x", 1).await;
+    publish(&env.js, "r.x", 1).await;
 
     app.wait_for("three attempts", T, |r| r.len() >= 3).await;
-    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     let r = app.requests();
     assert_eq!(r.len(), 3);
     let delivered: Vec<_> = r
@@ -127,21 +118,10 @@ async fn retry_after_from_the_app_sets_the_delay() {
         }
     })
     .await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["r.>"]).await;
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[delivery]\nretry_initial_ms = 10\n",
-    );
+    let env = Env::start(&["r.>"]).await;
+    let cfg = env.config(&app, "[delivery]\nretry_initial_ms = 10\n");
     let relay = Relay::ready(cfg).await;
-    publish(&js, "r.x", 1).await;
+    publish(&env.js, "r.x", 1).await;
     app.wait_for("two attempts", T, |r| r.len() >= 2).await;
     let r = app.requests();
     assert!(
@@ -155,26 +135,20 @@ async fn retry_after_from_the_app_sets_the_delay() {
 #[tokio::test]
 async fn a_400_is_terminated_and_never_redelivered() {
     let app = MockApp::start(|_, _| Reply::status(400)).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["t.>"]).await;
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[consumer]\nack_wait_ms = 1000\n",
-    );
+    let env = Env::start(&["t.>"]).await;
+    let cfg = env.config(&app, "[consumer]\nack_wait_ms = 1000\n");
     let relay = Relay::ready(cfg).await;
-    publish(&js, "t.x", 3).await;
+    publish(&env.js, "t.x", 3).await;
     app.wait_for("three requests", T, |r| r.len() >= 3).await;
     // Terminated messages leave the consumer: nothing pending or awaiting an ack, so
     // nothing can come back (an unsettled one would be redelivered after 1 s).
-    eventually("terminated", T, || consumer_drained(&js, &stream, &durable)).await;
-    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    eventually("terminated", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    let info = consumer_info(&env.js, &env.stream, &env.durable)
+        .await
+        .unwrap();
     assert_eq!(info.ack_floor.stream_sequence, 3);
     assert_eq!(app.requests().len(), 3);
     assert_eq!(
@@ -201,17 +175,12 @@ async fn an_unreachable_app_means_delayed_retries_not_loss() {
         .unwrap()
         .port();
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["u.>"]).await;
+    let env = Env::start(&["u.>"]).await;
     let extra = format!(
         "[http]\nurl = \"http://127.0.0.1:{port}/messages\"\n[delivery]\nretry_initial_ms = 100\n"
     );
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, &extra)).await;
-    publish(&js, "u.x", 2).await;
+    let relay = env.relay(&app, &extra).await;
+    publish(&env.js, "u.x", 2).await;
     eventually("connection errors counted", T, || async {
         relay
             .metric("jetrelay_http_requests_total{class=\"error\"}")
@@ -219,7 +188,9 @@ async fn an_unreachable_app_means_delayed_retries_not_loss() {
             >= 4.0
     })
     .await;
-    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    let info = consumer_info(&env.js, &env.stream, &env.durable)
+        .await
+        .unwrap();
     assert_eq!(
         info.ack_floor.stream_sequence, 0,
         "nothing acked without the app"
@@ -230,21 +201,13 @@ async fn an_unreachable_app_means_delayed_retries_not_loss() {
 #[tokio::test]
 async fn concurrency_and_buffer_bounds_hold_under_load() {
     let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(40))).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["b.>"]).await;
-    let cfg = durable_config(
-        &nats,
+    let env = Env::start(&["b.>"]).await;
+    let cfg = env.config(
         &app,
-        &stream,
-        &durable,
         "[delivery]\nmax_in_flight = 4\nmax_buffered = 8\nmax_batch = 8\n",
     );
     let relay = Relay::ready(cfg).await;
-    publish(&js, "b.x", 60).await;
+    publish(&env.js, "b.x", 60).await;
     let mut max_ack_pending = 0;
     let mut max_buffered = 0.0f64;
     let deadline = tokio::time::Instant::now() + T;
@@ -254,7 +217,7 @@ async fn concurrency_and_buffer_bounds_hold_under_load() {
             "only {} delivered",
             app.requests().len()
         );
-        if let Some(i) = consumer_info(&js, &stream, &durable).await {
+        if let Some(i) = consumer_info(&env.js, &env.stream, &env.durable).await {
             max_ack_pending = max_ack_pending.max(i.num_ack_pending);
             assert_eq!(
                 i.config.max_ack_pending, 8,
@@ -275,20 +238,18 @@ async fn concurrency_and_buffer_bounds_hold_under_load() {
         "server had {max_ack_pending} unacknowledged"
     );
     assert!(max_buffered <= 8.0, "daemon held {max_buffered}");
-    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     relay.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn admin_endpoints_answer_and_ready_tells_the_state() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["a.>"]).await;
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, "")).await;
+    let env = Env::start(&["a.>"]).await;
+    let relay = Relay::start(env.config(&app, "")).await;
     assert_eq!(relay.get("/healthz").await.0, 200);
     relay.wait_ready(T).await;
     let (code, body) = relay.get("/ready").await;
@@ -302,7 +263,7 @@ async fn admin_endpoints_answer_and_ready_tells_the_state() {
     assert_eq!(code, 200);
     assert!(text.contains("jetrelay_build_info{version=\""));
     assert_eq!(relay.metric("jetrelay_ready").await, 1.0);
-    publish(&js, "a.b", 5).await;
+    publish(&env.js, "a.b", 5).await;
     eventually("received moves", T, || async {
         relay.metric("jetrelay_messages_received_total").await == 5.0
     })
@@ -320,19 +281,15 @@ async fn admin_endpoints_answer_and_ready_tells_the_state() {
 #[tokio::test]
 async fn headers_that_are_not_valid_http_are_skipped_and_counted_never_lost() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["h.>"]).await;
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, "")).await;
+    let env = Env::start(&["h.>"]).await;
+    let relay = env.relay(&app, "").await;
     // Valid NATS headers that HTTP forbids: '(' in a name, a control character in a value.
     let mut headers = HeaderMap::new();
     headers.insert("X(bad)", "v");
     headers.insert("X-Bell", "a\u{7}b");
     headers.insert("X-Good", "kept");
-    js.publish_with_headers("h.x", headers, "payload".into())
+    env.js
+        .publish_with_headers("h.x", headers, "payload".into())
         .await
         .unwrap()
         .await
@@ -342,7 +299,10 @@ async fn headers_that_are_not_valid_http_are_skipped_and_counted_never_lost() {
     assert_eq!(r.body.as_ref(), b"payload");
     assert_eq!(r.header("x-good"), Some("kept"));
     assert!(r.header("x-bell").is_none());
-    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     assert_eq!(relay.metric("jetrelay_headers_skipped_total").await, 2.0);
     relay.stop().await.unwrap();
 }
@@ -350,15 +310,10 @@ async fn headers_that_are_not_valid_http_are_skipped_and_counted_never_lost() {
 #[tokio::test]
 async fn retry_after_zero_still_waits_the_first_retry_delay() {
     let app = MockApp::start(|_, _| Reply::status(503).header("retry-after", "0")).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["z.>"]).await;
+    let env = Env::start(&["z.>"]).await;
     let extra = "[delivery]\nretry_initial_ms = 300\n[consumer]\nmax_deliver = 3\n";
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
-    publish(&js, "z.x", 1).await;
+    let relay = env.relay(&app, extra).await;
+    publish(&env.js, "z.x", 1).await;
     app.wait_for("three attempts", T, |r| r.len() == 3).await;
     let r = app.requests();
     for pair in r.windows(2) {
@@ -378,20 +333,13 @@ async fn retry_after_zero_still_waits_the_first_retry_delay() {
 #[tokio::test]
 async fn a_publisher_cannot_forge_identity_headers_and_pass_headers_narrows_the_rest() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["id.>"]).await;
-    let relay = Relay::ready(durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[http]\npass_headers = [\"X-Trace\", \"X-Tenant-*\"]\n",
-    ))
-    .await;
+    let env = Env::start(&["id.>"]).await;
+    let relay = env
+        .relay(
+            &app,
+            "[http]\npass_headers = [\"X-Trace\", \"X-Tenant-*\"]\n",
+        )
+        .await;
     let mut headers = HeaderMap::new();
     for (n, v) in [
         ("Authorization", "Bearer forged"),
@@ -407,7 +355,8 @@ async fn a_publisher_cannot_forge_identity_headers_and_pass_headers_narrows_the_
     ] {
         headers.insert(n, v);
     }
-    js.publish_with_headers("id.x", headers, "m".into())
+    env.js
+        .publish_with_headers("id.x", headers, "m".into())
         .await
         .unwrap()
         .await
@@ -512,12 +461,7 @@ async fn a_rotated_token_is_used_without_a_restart_and_probes_carry_the_credenti
     })
     .await;
     app.set_healthy(true);
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["tok.>"]).await;
+    let env = Env::start(&["tok.>"]).await;
     let extra = format!(
         "[http]\nbearer_token_file = \"{}\"\nheader_files = {{ \"X-Api-Key\" = \"{}\" }}\n\
          health_url = \"{}\"\nhealth_interval_ms = 50\n[delivery]\nretry_initial_ms = 100\nretry_max_ms = 200\n",
@@ -525,8 +469,8 @@ async fn a_rotated_token_is_used_without_a_restart_and_probes_carry_the_credenti
         key.display(),
         app.health_url()
     );
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, &extra)).await;
-    publish(&js, "tok.a", 1).await;
+    let relay = env.relay(&app, &extra).await;
+    publish(&env.js, "tok.a", 1).await;
     app.wait_for("v1 accepted", T, |r| r.iter().any(|r| r.status == 200))
         .await;
     assert_eq!(
@@ -538,9 +482,9 @@ async fn a_rotated_token_is_used_without_a_restart_and_probes_carry_the_credenti
     // Rotation: the file changes, the app takes only the new token from now on.
     std::fs::write(&token, "v2-rotated\n").unwrap();
     *current.lock().unwrap() = "Bearer v2-rotated".into();
-    publish(&js, "tok.b", 1).await;
+    publish(&env.js, "tok.b", 1).await;
     eventually("all acked with the new token", T, || {
-        consumer_drained(&js, &stream, &durable)
+        consumer_drained(&env.js, &env.stream, &env.durable)
     })
     .await;
     let last = app.requests().into_iter().last().unwrap();
@@ -560,13 +504,8 @@ async fn a_rotated_token_is_used_without_a_restart_and_probes_carry_the_credenti
 async fn a_half_sent_request_cannot_hold_the_admin_port_and_connections_are_bounded() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        stream,
-        durable,
-        ..
-    } = Env::start(&["adm.>"]).await;
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, "")).await;
+    let env = Env::start(&["adm.>"]).await;
+    let relay = env.relay(&app, "").await;
     // Headers that never end: the server closes the connection after its header
     // timeout (5 s), not after minutes.
     let mut slow = tokio::net::TcpStream::connect(relay.admin).await.unwrap();
@@ -636,17 +575,12 @@ async fn an_https_app_is_reached_with_its_private_ca_and_a_wrong_one_holds_messa
     let c = crate::support::certs::certs(dir.path());
     let app = MockApp::start_tls(&c.server_cert, &c.server_key, |_, _| Reply::status(200)).await;
     assert!(app.url().starts_with("https://"));
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["tls.>"]).await;
+    let env = Env::start(&["tls.>"]).await;
     let extra = format!("[http]\ntls_ca_file = \"{}\"\n", c.ca.display());
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, &extra)).await;
-    publish(&js, "tls.a", 2).await;
+    let relay = env.relay(&app, &extra).await;
+    publish(&env.js, "tls.a", 2).await;
     eventually("acked over https", T, || {
-        consumer_drained(&js, &stream, &durable)
+        consumer_drained(&env.js, &env.stream, &env.durable)
     })
     .await;
     assert_eq!(app.arrivals(), 2);
@@ -657,8 +591,8 @@ async fn an_https_app_is_reached_with_its_private_ca_and_a_wrong_one_holds_messa
     let other = tempfile::tempdir().unwrap();
     let wrong = crate::support::certs::certs(other.path());
     let extra = format!("[http]\ntls_ca_file = \"{}\"\n", wrong.ca.display());
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, &extra)).await;
-    publish(&js, "tls.b", 1).await;
+    let relay = Relay::start(env.config(&app, &extra)).await;
+    publish(&env.js, "tls.b", 1).await;
     let mut status = relay.health.subscribe();
     let shown = tokio::time::timeout(
         T,
@@ -687,31 +621,21 @@ async fn an_https_app_is_reached_with_its_private_ca_and_a_wrong_one_holds_messa
 #[tokio::test]
 async fn cloudevents_format_sends_binary_mode_events_and_keeps_an_events_own_attributes() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["ce.>"]).await;
-    let relay = Relay::ready(durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[http]\nformat = \"cloudevents\"\n",
-    ))
-    .await;
+    let env = Env::start(&["ce.>"]).await;
+    let relay = env.relay(&app, "[http]\nformat = \"cloudevents\"\n").await;
     let mut own = HeaderMap::new();
     own.insert("ce-specversion", "1.0");
     own.insert("ce-id", "evt-9");
     own.insert("ce-type", "com.example.shipped");
     own.insert("ce-source", "/warehouse");
-    js.publish_with_headers("ce.own", own, "{}".into())
+    env.js
+        .publish_with_headers("ce.own", own, "{}".into())
         .await
         .unwrap()
         .await
         .unwrap();
-    js.publish("ce.plain", "{}".into())
+    env.js
+        .publish("ce.plain", "{}".into())
         .await
         .unwrap()
         .await
@@ -725,10 +649,13 @@ async fn cloudevents_format_sends_binary_mode_events_and_keeps_an_events_own_att
     };
     let plain = by_subject("ce.plain");
     assert_eq!(plain.header("ce-specversion"), Some("1.0"));
-    assert_eq!(plain.header("ce-id"), Some(format!("{stream}:2").as_str()));
+    assert_eq!(
+        plain.header("ce-id"),
+        Some(format!("{}:2", env.stream).as_str())
+    );
     assert_eq!(
         plain.header("ce-source"),
-        Some(format!("/jetstream/{stream}").as_str())
+        Some(format!("/jetstream/{}", env.stream).as_str())
     );
     assert_eq!(plain.header("ce-type"), Some("io.nats.jetstream.message"));
     assert_eq!(plain.header("ce-subject"), Some("ce.plain"));

@@ -376,7 +376,7 @@ async fn an_elastic_member_whose_partitions_did_not_move_keeps_its_consumer() {
 
 #[tokio::test]
 async fn a_purged_static_group_ends_its_members_cleanly() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let stream = unique("S");
     partitioned_stream(&js, &stream, "o", 1).await;
@@ -409,7 +409,7 @@ async fn a_purged_static_group_ends_its_members_cleanly() {
 
 #[tokio::test]
 async fn deleting_a_static_group_removes_exactly_its_consumers() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let stream = unique("S");
     partitioned_stream(&js, &stream, "o", 1).await;
@@ -450,7 +450,7 @@ async fn deleting_a_static_group_removes_exactly_its_consumers() {
 
 #[tokio::test]
 async fn a_failed_elastic_create_leaves_no_config_behind() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let stream = unique("E");
     create_stream(&js, &stream, &["e.*"]).await;
@@ -541,7 +541,7 @@ async fn a_partition_move_settles_in_flight_work_before_the_consumer_is_replaced
 async fn a_static_group_whose_size_differs_from_the_streams_partitions_is_refused() {
     // B9: the stream's transform partitions into 4; a group of 8 would leave half of
     // its partitions empty and its members idle.
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let stream = unique("S");
     partitioned_stream(&js, &stream, "o", 4).await;
@@ -555,6 +555,7 @@ async fn a_static_group_whose_size_differs_from_the_streams_partitions_is_refuse
         )
         .await
         .unwrap_err();
+    assert!(matches!(&err, AdminError::Invalid(_)), "{err:?}");
     assert!(
         err.to_string()
             .contains("partitions its subjects into 4, not 8"),

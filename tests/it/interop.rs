@@ -14,7 +14,7 @@ const T: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn a_static_group_created_by_python_is_consumed_by_jetrelay_members() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let stream = unique("S");
     partitioned_stream(&js, &stream, "o", 2).await;

@@ -7,9 +7,9 @@ use std::time::Duration;
 use async_nats::jetstream;
 use jetrelay::ops::readiness::State;
 
+use crate::support::app::free_port;
 use crate::support::groups::member_config;
 use crate::support::groups::static_group;
-use crate::support::nats_server::free_port;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(30);
@@ -46,12 +46,7 @@ async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
 
 #[tokio::test]
 async fn an_app_that_is_down_burns_no_attempts_and_delivery_resumes_when_it_is_back() {
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["u.>"]).await;
+    let env = Env::start(&["u.>"]).await;
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/messages");
     // max_deliver 3 would terminate everything within a second if refused connections
@@ -59,14 +54,14 @@ async fn an_app_that_is_down_burns_no_attempts_and_delivery_resumes_when_it_is_b
     let extra = "[delivery]\nretry_initial_ms = 100\nretry_max_ms = 400\n\
                  [consumer]\nmax_deliver = 3\nack_wait_ms = 2000\n";
     let relay = Relay::ready(durable_config_for(
-        nats.url(),
+        env.nats.url(),
         &url,
-        &stream,
-        &durable,
+        &env.stream,
+        &env.durable,
         extra,
     ))
     .await;
-    publish(&js, "u.x", 20).await;
+    publish(&env.js, "u.x", 20).await;
 
     let mut status = relay.health.subscribe();
     let down = tokio::time::timeout(T, status.wait_for(|s| !s.ready))
@@ -104,7 +99,10 @@ async fn an_app_that_is_down_burns_no_attempts_and_delivery_resumes_when_it_is_b
         app.acked_seqs().len() == 20
     })
     .await;
-    eventually("drained", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("drained", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     assert!(
         app.requests()
             .iter()
@@ -126,17 +124,12 @@ async fn an_app_that_is_down_burns_no_attempts_and_delivery_resumes_when_it_is_b
 #[tokio::test]
 async fn a_dead_letter_that_cannot_be_published_on_the_last_delivery_is_kept_until_it_can() {
     let app = MockApp::start(|_, _| Reply::status(400)).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["l.>"]).await;
+    let env = Env::start(&["l.>"]).await;
     // No stream captures the DLQ subject yet; the first delivery is the last one.
     let extra = "[dlq]\nsubject = \"dead.l\"\n[consumer]\nmax_deliver = 1\n\
                  [delivery]\nretry_initial_ms = 100\nretry_max_ms = 300\n";
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
-    publish(&js, "l.x", 1).await;
+    let relay = env.relay(&app, extra).await;
+    publish(&env.js, "l.x", 1).await;
     eventually("the dead letter failed a few times", T, || async {
         relay.metric("jetrelay_dlq_failures_total").await >= 3.0
     })
@@ -144,19 +137,22 @@ async fn a_dead_letter_that_cannot_be_published_on_the_last_delivery_is_kept_unt
     assert_eq!(app.requests().len(), 1, "the app is not asked again");
 
     let dead = unique("DLQ");
-    dlq_stream(&js, &dead, "dead.l").await;
+    dlq_stream(&env.js, &dead, "dead.l").await;
     eventually("dead-lettered", T, || async {
-        stored(&js, &dead).await == 1
+        stored(&env.js, &dead).await == 1
     })
     .await;
-    eventually("terminated", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("terminated", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     assert_eq!(
         relay
             .metric("jetrelay_messages_settled_total{action=\"dlq\"}")
             .await,
         1.0
     );
-    let letter = &stream_messages(&js, &dead).await[0];
+    let letter = &stream_messages(&env.js, &dead).await[0];
     assert_eq!(letter.payload.as_ref(), b"m0");
     assert_eq!(
         letter
@@ -171,29 +167,28 @@ async fn a_dead_letter_that_cannot_be_published_on_the_last_delivery_is_kept_unt
 #[tokio::test]
 async fn a_dead_letter_too_large_for_its_headers_goes_without_its_payload() {
     let app = MockApp::start(|_, _| Reply::status(400)).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["big.>"]).await;
+    let env = Env::start(&["big.>"]).await;
     let dead = unique("DLQ");
-    dlq_stream(&js, &dead, "dead.big").await;
+    dlq_stream(&env.js, &dead, "dead.big").await;
     let extra = "[dlq]\nsubject = \"dead.big\"\n";
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    let relay = env.relay(&app, extra).await;
     // Fits the server's 1 MiB alone, not with the dead letter's headers.
     let payload = vec![b'x'; 1_048_570];
-    js.publish("big.x", payload.into())
+    env.js
+        .publish("big.x", payload.into())
         .await
         .unwrap()
         .await
         .unwrap();
     eventually("dead-lettered", T, || async {
-        stored(&js, &dead).await == 1
+        stored(&env.js, &dead).await == 1
     })
     .await;
-    eventually("terminated", T, || consumer_drained(&js, &stream, &durable)).await;
-    let letter = &stream_messages(&js, &dead).await[0];
+    eventually("terminated", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    let letter = &stream_messages(&env.js, &dead).await[0];
     assert!(letter.payload.is_empty());
     assert_eq!(
         letter
@@ -210,7 +205,7 @@ async fn a_dead_letter_too_large_for_its_headers_goes_without_its_payload() {
         Some("1"),
         "the original stays in its stream under this sequence"
     );
-    assert_eq!(stored(&js, &stream).await, 1);
+    assert_eq!(stored(&env.js, &env.stream).await, 1);
     relay.stop().await.unwrap();
 }
 
@@ -396,24 +391,19 @@ async fn a_dead_letter_id_taken_beforehand_does_not_lose_the_letter() {
 #[tokio::test]
 async fn the_dead_letters_of_two_consumers_of_one_message_are_both_kept() {
     let app = MockApp::start(|_, _| Reply::status(400)).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["two.>"]).await;
+    let env = Env::start(&["two.>"]).await;
     let dead = unique("DLQ");
-    dlq_stream(&js, &dead, "dead.two").await;
+    dlq_stream(&env.js, &dead, "dead.two").await;
     let extra = "[dlq]\nsubject = \"dead.two\"\n";
     let other = unique("d");
-    let a = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
-    let b = Relay::ready(durable_config(&nats, &app, &stream, &other, extra)).await;
-    publish(&js, "two.x", 1).await;
+    let a = env.relay(&app, extra).await;
+    let b = Relay::ready(durable_config(&env.nats, &app, &env.stream, &other, extra)).await;
+    publish(&env.js, "two.x", 1).await;
     eventually("both dead-lettered", T, || async {
-        stored(&js, &dead).await == 2
+        stored(&env.js, &dead).await == 2
     })
     .await;
-    let ids: std::collections::BTreeSet<String> = stream_messages(&js, &dead)
+    let ids: std::collections::BTreeSet<String> = stream_messages(&env.js, &dead)
         .await
         .iter()
         .map(|m| m.headers.get("Nats-Msg-Id").unwrap().to_string())
@@ -421,8 +411,8 @@ async fn the_dead_letters_of_two_consumers_of_one_message_are_both_kept() {
     assert_eq!(
         ids,
         [
-            format!("jetrelay-dlq:{stream}:{durable}:1"),
-            format!("jetrelay-dlq:{stream}:{other}:1")
+            format!("jetrelay-dlq:{}:{}:1", env.stream, env.durable),
+            format!("jetrelay-dlq:{}:{other}:1", env.stream)
         ]
         .into_iter()
         .collect()
@@ -443,16 +433,12 @@ async fn the_payload_bytes_held_stay_within_max_buffered_bytes() {
         Reply::status(200).after(Duration::from_millis(if slow { 1500 } else { 0 }))
     })
     .await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["b.>"]).await;
+    let env = Env::start(&["b.>"]).await;
     let extra = "[delivery]\nmax_in_flight = 32\nmax_buffered = 256\nmax_buffered_bytes = 500000\n";
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    let relay = env.relay(&app, extra).await;
     for _ in 0..40 {
-        js.publish("b.x", vec![b'p'; KB100].into())
+        env.js
+            .publish("b.x", vec![b'p'; KB100].into())
             .await
             .unwrap()
             .await
@@ -461,7 +447,9 @@ async fn the_payload_bytes_held_stay_within_max_buffered_bytes() {
     let mut most = 0;
     let until = tokio::time::Instant::now() + Duration::from_secs(4);
     while tokio::time::Instant::now() < until {
-        let info = consumer_info(&js, &stream, &durable).await.unwrap();
+        let info = consumer_info(&env.js, &env.stream, &env.durable)
+            .await
+            .unwrap();
         most = most.max(info.num_ack_pending);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -476,7 +464,10 @@ async fn the_payload_bytes_held_stay_within_max_buffered_bytes() {
         app.acked_seqs().len() == 40
     })
     .await;
-    eventually("drained", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("drained", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     relay.stop().await.unwrap();
 }
 
@@ -532,14 +523,9 @@ async fn a_member_full_in_bytes_keeps_its_pin() {
 #[tokio::test]
 async fn messages_whose_headers_do_not_parse_are_dead_lettered_and_the_rest_flows() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["mh.>"]).await;
+    let env = Env::start(&["mh.>"]).await;
     let dead = unique("DLQ");
-    dlq_stream(&js, &dead, "dead.mh").await;
+    dlq_stream(&env.js, &dead, "dead.mh").await;
     let bad: [&[u8]; 4] = [
         b"NATS/1.0\r\nBad Name: v\r\nGood: yes\r\n\r\n",
         b"NATS/1.0\r\nN\xc3\xa4me: v\r\nGood: yes\r\n\r\n",
@@ -547,29 +533,35 @@ async fn messages_whose_headers_do_not_parse_are_dead_lettered_and_the_rest_flow
         b"NATS/1.0\r\nX-Latin1: caf\xe9\r\nGood: yes\r\n\r\n",
     ];
     for (i, block) in bad.iter().enumerate() {
-        raw_publish(nats.url(), "mh.bad", block, format!("bad{i}").as_bytes()).await;
+        raw_publish(
+            env.nats.url(),
+            "mh.bad",
+            block,
+            format!("bad{i}").as_bytes(),
+        )
+        .await;
     }
-    publish(&js, "mh.good", 20).await;
+    publish(&env.js, "mh.good", 20).await;
     let extra = "[dlq]\nsubject = \"dead.mh\"\n";
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
+    let relay = env.relay(&app, extra).await;
 
     eventually("the good ones delivered", T, || async {
         app.acked_seqs().len() == 20
     })
     .await;
     eventually("the bad ones dead-lettered", T, || async {
-        stored(&js, &dead).await == 4
+        stored(&env.js, &dead).await == 4
     })
     .await;
     eventually("all settled", T, || {
-        consumer_drained(&js, &stream, &durable)
+        consumer_drained(&env.js, &env.stream, &env.durable)
     })
     .await;
     assert!(
         app.requests().iter().all(|r| r.seq() > 4),
         "no malformed message reached the app"
     );
-    let letters = stream_messages(&js, &dead).await;
+    let letters = stream_messages(&env.js, &dead).await;
     for (i, letter) in letters.iter().enumerate() {
         assert_eq!(letter.payload.as_ref(), format!("bad{i}").as_bytes());
         let reason = letter

@@ -72,7 +72,7 @@ async fn an_elastic_members_gauges_show_the_groups_backlog_and_are_withdrawn_whe
     })
     .await;
     // And they come back with it.
-    nats.start_again();
+    nats.start_again().await;
     eventually("the gauges back", T, || async {
         let (_, text) = relay.get("/metrics").await;
         sample(&text, "jetrelay_group_backlog") == Some(0.0)

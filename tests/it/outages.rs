@@ -66,7 +66,7 @@ async fn sigterm_with_the_server_gone_exits_zero_within_the_grace() {
 
 #[tokio::test]
 async fn a_refused_password_is_the_reason_and_shutdown_still_ends_in_time() {
-    let nats = NatsServer::start_with(&["--user", "app", "--pass", "right"]);
+    let nats = NatsServer::start_with(&["--user", "app", "--pass", "right"]).await;
     let app = MockApp::ok().await;
     let dir = tempfile::tempdir().unwrap();
     let password = dir.path().join("password");
@@ -97,13 +97,8 @@ async fn a_refused_password_is_the_reason_and_shutdown_still_ends_in_time() {
 async fn a_second_signal_stops_at_once() {
     // The app never answers in time: the drain would wait the whole (long) grace.
     let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_secs(60))).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["h.>"]).await;
-    let text = durable_text(nats.url(), &app, &stream, &durable, "")
+    let env = Env::start(&["h.>"]).await;
+    let text = durable_text(env.nats.url(), &app, &env.stream, &env.durable, "")
         .replace(
             &format!("shutdown_grace_ms = {GRACE_MS}"),
             "shutdown_grace_ms = 60000",
@@ -111,7 +106,7 @@ async fn a_second_signal_stops_at_once() {
         .replace("[http]\n", "[http]\ntimeout_ms = 90000\n");
     let mut d = Daemon::start(&text).await;
     d.wait_ready_body("ready", T, |code, _| code == 200).await;
-    publish(&js, "h.x", 1).await;
+    publish(&env.js, "h.x", 1).await;
     eventually("the request arrived", T, || async { app.arrivals() == 1 }).await;
     d.signal("TERM");
     d.wait_line("draining", T, |l| l["message"] == "draining")

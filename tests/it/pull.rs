@@ -9,13 +9,13 @@ use jetrelay::app::headers::{Pass, RequestFormat};
 use jetrelay::capacity::{Limits, PullTiming};
 use jetrelay::config::NatsConfig;
 use jetrelay::dispatch::Dispatch;
-use jetrelay::dispatch::lanes::Ordering;
 use jetrelay::http::credentials::CredentialFiles;
 use jetrelay::http::forward::{AnswerLimits, AppSettings, Forwarder};
 use jetrelay::nats::{Nats, Publisher, PullEvent, Puller, PullerConfig, Settler};
 use jetrelay::ops::metrics::Metrics;
 use jetrelay::ops::readiness::{Readiness, State};
 use jetrelay::policy::{Policy, StatusSet};
+use jetrelay::seam::Ordering;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;
@@ -129,7 +129,7 @@ fn messages(events: &[PullEvent]) -> usize {
 
 #[tokio::test]
 async fn one_instance_is_served_and_keeps_the_pin_through_a_full_buffer() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let (stream, consumer) = (unique("S"), unique("c"));
     create_stream(&js, &stream, &["p.>"]).await;
@@ -186,7 +186,7 @@ async fn one_instance_is_served_and_keeps_the_pin_through_a_full_buffer() {
 
 #[tokio::test]
 async fn a_standby_takes_over_when_the_pinned_instance_stops_and_is_unpinned() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let (stream, consumer) = (unique("S"), unique("c"));
     create_stream(&js, &stream, &["p.>"]).await;
@@ -218,7 +218,7 @@ async fn a_standby_takes_over_when_the_pinned_instance_stops_and_is_unpinned() {
 
 #[tokio::test]
 async fn a_pin_taken_away_is_noticed_and_regained() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let (stream, consumer) = (unique("S"), unique("c"));
     create_stream(&js, &stream, &["p.>"]).await;
@@ -305,7 +305,7 @@ async fn instance(
 
 #[tokio::test]
 async fn an_instance_whose_app_stays_unhealthy_steps_down_and_a_standby_is_served() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let (stream, consumer) = (unique("S"), unique("c"));
     create_stream(&js, &stream, &["p.>"]).await;

@@ -28,17 +28,9 @@ async fn per_key_order_is_exact_while_keys_run_in_parallel() {
     let app =
         MockApp::start(|r, _| Reply::status(200).after(Duration::from_millis(r.seq() * 7919 % 6)))
             .await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["k.>"]).await;
-    let cfg = durable_config(
-        &nats,
+    let env = Env::start(&["k.>"]).await;
+    let cfg = env.config(
         &app,
-        &stream,
-        &durable,
         "[delivery]\nordering = \"subject\"\nmax_in_flight = 16\nmax_buffered = 256\n",
     );
     let relay = Relay::ready(cfg).await;
@@ -47,7 +39,8 @@ async fn per_key_order_is_exact_while_keys_run_in_parallel() {
     for i in 0..40 {
         for key in 0..50 {
             acks.push(
-                js.publish(format!("k.{key}"), format!("{key}-{i}").into())
+                env.js
+                    .publish(format!("k.{key}"), format!("{key}-{i}").into())
                     .await
                     .unwrap(),
             );
@@ -76,7 +69,10 @@ async fn per_key_order_is_exact_while_keys_run_in_parallel() {
     );
     assert!(app.max_in_flight() > 1, "keys overlapped in time");
     assert!(app.max_in_flight() <= 16);
-    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     relay.stop().await.unwrap();
 }
 
@@ -88,23 +84,13 @@ async fn a_retry_keeps_its_key_in_order_and_does_not_block_other_keys() {
         Reply::status(if first_of_a && seen < 2 { 503 } else { 200 })
     })
     .await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["k.>"]).await;
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[delivery]\nordering = \"subject\"\nretry_initial_ms = 1000\n[consumer]\nack_wait_ms = 1000\n",
-    );
+    let env = Env::start(&["k.>"]).await;
+    let cfg = env.config(&app, "[delivery]\nordering = \"subject\"\nretry_initial_ms = 1000\n[consumer]\nack_wait_ms = 1000\n",);
     let relay = Relay::ready(cfg).await;
     for i in 0..5 {
         for key in ["a", "b"] {
-            js.publish(format!("k.{key}"), format!("{key}{i}").into())
+            env.js
+                .publish(format!("k.{key}"), format!("{key}{i}").into())
                 .await
                 .unwrap()
                 .await
@@ -158,7 +144,10 @@ async fn a_retry_keeps_its_key_in_order_and_does_not_block_other_keys() {
         .max()
         .unwrap();
     assert!(last_b < a0_done, "key b was blocked behind key a");
-    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     // Retries stayed in place, kept alive: JetStream redelivered nothing, and the app
     // saw exactly 10 messages plus 2 retries.
     assert_eq!(relay.metric("jetrelay_redeliveries_total").await, 0.0);
@@ -170,22 +159,14 @@ async fn a_retry_keeps_its_key_in_order_and_does_not_block_other_keys() {
 #[tokio::test]
 async fn a_slow_app_keeps_its_message_alive_with_in_progress() {
     let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(3000))).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["w.>"]).await;
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[consumer]\nack_wait_ms = 1000\n",
-    );
+    let env = Env::start(&["w.>"]).await;
+    let cfg = env.config(&app, "[consumer]\nack_wait_ms = 1000\n");
     let relay = Relay::ready(cfg).await;
-    publish(&js, "w.x", 1).await;
-    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    publish(&env.js, "w.x", 1).await;
+    eventually("acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
     assert_eq!(app.arrivals(), 1, "the app never saw a duplicate");
     let r = &app.requests()[0];
     assert_eq!(r.header("nats-delivered"), Some("1"));
@@ -206,25 +187,19 @@ async fn the_app_can_override_the_status_mapping() {
         _ => Reply::status(200),
     })
     .await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["o.>"]).await;
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[delivery]\nretry_initial_ms = 50\n",
-    );
+    let env = Env::start(&["o.>"]).await;
+    let cfg = env.config(&app, "[delivery]\nretry_initial_ms = 50\n");
     let relay = Relay::ready(cfg).await;
     for body in ["retry-me", "term-me", "ack-me"] {
-        js.publish("o.x", body.into()).await.unwrap().await.unwrap();
+        env.js
+            .publish("o.x", body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
     }
     eventually("all settled", T, || {
-        consumer_drained(&js, &stream, &durable)
+        consumer_drained(&env.js, &env.stream, &env.durable)
     })
     .await;
     let count = |b: &[u8]| {
@@ -259,7 +234,7 @@ async fn the_app_can_override_the_status_mapping() {
 
 #[tokio::test]
 async fn permanent_failures_are_dead_lettered_before_their_term() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::start(|r, _| match r.body.as_ref() {
         b"bad" => Reply::status(400),
@@ -339,16 +314,11 @@ async fn permanent_failures_are_dead_lettered_before_their_term() {
 #[tokio::test]
 async fn a_failed_dead_letter_publish_loses_nothing() {
     let app = MockApp::start(|_, _| Reply::status(400)).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["f.>"]).await;
+    let env = Env::start(&["f.>"]).await;
     // No stream captures the DLQ subject: every dead-letter publish fails.
     let extra = "[dlq]\nsubject = \"nowhere.dlq\"\n[delivery]\nretry_initial_ms = 50\n";
-    let relay = Relay::ready(durable_config(&nats, &app, &stream, &durable, extra)).await;
-    publish(&js, "f.x", 1).await;
+    let relay = env.relay(&app, extra).await;
+    publish(&env.js, "f.x", 1).await;
     eventually(
         "the message comes back after the failed DLQ publish",
         T,
@@ -362,7 +332,9 @@ async fn a_failed_dead_letter_publish_loses_nothing() {
             .await,
         0.0
     );
-    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    let info = consumer_info(&env.js, &env.stream, &env.durable)
+        .await
+        .unwrap();
     assert_eq!(
         info.ack_floor.stream_sequence, 0,
         "never terminated without the DLQ's PubAck"
@@ -377,23 +349,15 @@ async fn confirmed_acks_are_confirmed_and_a_failed_one_is_counted() {
         Reply::status(200).after(Duration::from_millis(if slow { 1500 } else { 0 }))
     })
     .await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["c.>"]).await;
-    let cfg = durable_config(
-        &nats,
+    let env = Env::start(&["c.>"]).await;
+    let cfg = env.config(
         &app,
-        &stream,
-        &durable,
         "[delivery]\nack = \"confirmed\"\n[nats]\nrequest_timeout_ms = 500\n",
     );
     let relay = Relay::ready(cfg).await;
-    publish(&js, "c.x", 5).await;
+    publish(&env.js, "c.x", 5).await;
     eventually("confirmed acks", T, || {
-        consumer_drained(&js, &stream, &durable)
+        consumer_drained(&env.js, &env.stream, &env.durable)
     })
     .await;
     assert_eq!(
@@ -405,16 +369,18 @@ async fn confirmed_acks_are_confirmed_and_a_failed_one_is_counted() {
     assert_eq!(relay.metric("jetrelay_ack_failures_total").await, 0.0);
 
     // While the app holds a message, its consumer disappears: the ack cannot be confirmed.
-    js.publish("c.x", "slow".into())
+    env.js
+        .publish("c.x", "slow".into())
         .await
         .unwrap()
         .await
         .unwrap();
     eventually("the slow one arrived", T, || async { app.arrivals() == 6 }).await;
-    js.get_stream(&stream)
+    env.js
+        .get_stream(&env.stream)
         .await
         .unwrap()
-        .delete_consumer(&durable)
+        .delete_consumer(&env.durable)
         .await
         .unwrap();
     eventually("the failed ack is counted", T, || async {
@@ -462,18 +428,13 @@ async fn before_the_first_probe_answers_ready_says_it_waits_for_it() {
 #[tokio::test]
 async fn pulling_waits_for_a_healthy_app_and_pauses_while_it_is_unhealthy() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["h.>"]).await;
+    let env = Env::start(&["h.>"]).await;
     let extra = format!(
         "[http]\nhealth_url = \"{}\"\nhealth_interval_ms = 30\nhealth_threshold = 2\n",
         app.health_url()
     );
-    let relay = Relay::start(durable_config(&nats, &app, &stream, &durable, &extra)).await;
-    publish(&js, "h.x", 3).await;
+    let relay = Relay::start(env.config(&app, &extra)).await;
+    publish(&env.js, "h.x", 3).await;
     eventually("probed while unhealthy", T, || async {
         app.health_probes() >= 5
     })
@@ -491,7 +452,10 @@ async fn pulling_waits_for_a_healthy_app_and_pauses_while_it_is_unhealthy() {
     app.set_healthy(true);
     relay.wait_ready(T).await;
     app.wait_for("3 requests", T, |r| r.len() == 3).await;
-    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    eventually("acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
 
     app.set_healthy(false);
     eventually("unhealthy again", T, || async {
@@ -499,7 +463,7 @@ async fn pulling_waits_for_a_healthy_app_and_pauses_while_it_is_unhealthy() {
     })
     .await;
     let probes = app.health_probes();
-    publish(&js, "h.x", 2).await;
+    publish(&env.js, "h.x", 2).await;
     eventually("probed some more", T, || async {
         app.health_probes() >= probes + 5
     })
@@ -516,27 +480,16 @@ async fn a_redelivery_of_a_message_still_in_flight_is_not_sent_again() {
     // subject of the daemon's first +WPI), as when a keep-alive is lost: JetStream
     // redelivers the message to the daemon while it still holds it.
     let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(3000))).await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["w.>"]).await;
-    let (snoop, _) = client(&nats).await;
+    let env = Env::start(&["w.>"]).await;
+    let (snoop, _) = client(&env.nats).await;
     let mut acks = snoop
-        .subscribe(format!("$JS.ACK.{stream}.{durable}.>"))
+        .subscribe(format!("$JS.ACK.{}.{}.>", env.stream, env.durable))
         .await
         .unwrap();
     snoop.flush().await.unwrap();
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[consumer]\nack_wait_ms = 1000\n",
-    );
+    let cfg = env.config(&app, "[consumer]\nack_wait_ms = 1000\n");
     let relay = Relay::ready(cfg).await;
-    publish(&js, "w.x", 1).await;
+    publish(&env.js, "w.x", 1).await;
     let wpi = tokio::time::timeout(T, futures::StreamExt::next(&mut acks))
         .await
         .unwrap()
@@ -549,7 +502,7 @@ async fn a_redelivery_of_a_message_still_in_flight_is_not_sent_again() {
     snoop.flush().await.unwrap();
     eventually("redelivered, then acked", T, || async {
         relay.metric("jetrelay_redeliveries_total").await >= 1.0
-            && consumer_drained(&js, &stream, &durable).await
+            && consumer_drained(&env.js, &env.stream, &env.durable).await
     })
     .await;
     assert_eq!(app.arrivals(), 1, "the app saw the message once");

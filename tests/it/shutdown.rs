@@ -22,20 +22,15 @@ async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_afte
         Reply::status(status).after(Duration::from_millis(30))
     })
     .await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["s.>"]).await;
+    let env = Env::start(&["s.>"]).await;
     // ack_wait (60 s) is longer than the test's patience (30 s): a message the drain
     // left unsettled would only come back after it, and the test would time out.
     let extra = "[delivery]\nmax_in_flight = 8\nmax_buffered = 32\nretry_initial_ms = 50\nshutdown_grace_ms = 5000\n\
                  [consumer]\nack_wait_ms = 60000\n";
-    let cfg = durable_config(&nats, &app, &stream, &durable, extra);
+    let cfg = env.config(&app, extra);
     let total = 200u64;
     let relay = Relay::ready(cfg.clone()).await;
-    publish(&js, "s.x", total as usize).await;
+    publish(&env.js, "s.x", total as usize).await;
     app.wait_for("some progress", T, |r| r.len() >= 40).await;
 
     // Every state shown during the stop: the drain itself says so while it runs
@@ -73,8 +68,13 @@ async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_afte
         app.acked_seqs().len() as u64 == total
     })
     .await;
-    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
-    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    let info = consumer_info(&env.js, &env.stream, &env.durable)
+        .await
+        .unwrap();
     assert_eq!(info.ack_floor.stream_sequence, total);
     // Every acked message was answered 2xx by the app at least once.
     assert_eq!(app.acked_seqs(), (1..=total).collect());
@@ -103,7 +103,7 @@ async fn a_nats_server_restart_mid_stream_is_ridden_out() {
     app.wait_for("first half", T, |r| r.len() >= 10).await;
 
     let mut ready = relay.health.subscribe();
-    nats.restart();
+    nats.restart().await;
     tokio::time::timeout(T, ready.wait_for(|s| !s.ready))
         .await
         .expect("ready went false")

@@ -45,7 +45,8 @@ async fn mutual_tls_connects_with_the_client_certificate_and_not_without_it() {
         "--tlsverify",
         "--tlscacert",
         path(&c.ca),
-    ]);
+    ])
+    .await;
     let app = MockApp::ok().await;
     let tls = format!(
         "tls_ca_file = \"{}\"\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\ntls_required = true\n",
@@ -92,7 +93,7 @@ async fn handshake_first_servers_need_tls_first() {
         ),
     )
     .unwrap();
-    let nats = NatsServer::start_with(&["-c", path(&conf)]);
+    let nats = NatsServer::start_with(&["-c", path(&conf)]).await;
     let app = MockApp::ok().await;
     let managed =
         "[topology]\nstream = \"managed\"\n[topology.managed_stream]\nsubjects = [\"hf.>\"]\n";
@@ -142,7 +143,7 @@ async fn exit_of(command: &str, config: &str) -> (Option<i32>, String) {
 
 #[tokio::test]
 async fn a_missing_or_broken_tls_file_is_a_config_error_naming_its_key() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let app = MockApp::ok().await;
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.pem");

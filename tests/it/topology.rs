@@ -22,7 +22,7 @@ fn managed(subjects: &str) -> String {
 
 #[tokio::test]
 async fn a_managed_stream_is_created_from_config() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -45,7 +45,7 @@ async fn a_managed_stream_is_created_from_config() {
 
 #[tokio::test]
 async fn a_missing_subject_is_added_and_everything_else_stays() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -75,7 +75,7 @@ async fn a_missing_subject_is_added_and_everything_else_stays() {
 
 #[tokio::test]
 async fn an_external_stream_is_never_created() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -104,39 +104,33 @@ async fn an_external_stream_is_never_created() {
 #[tokio::test]
 async fn an_external_stream_that_does_not_cover_the_filter_is_fatal_and_unchanged() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["a.>"]).await;
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[source]\nfilter_subjects = [\"b.>\"]\n",
-    );
+    let env = Env::start(&["a.>"]).await;
+    let cfg = env.config(&app, "[source]\nfilter_subjects = [\"b.>\"]\n");
     let err = Relay::start(cfg).await.handle.await.unwrap().unwrap_err();
     assert!(
         matches!(err, DaemonError::Topology(TopologyError::Stream(_))),
         "{err}"
     );
-    let info = js.get_stream(&stream).await.unwrap().cached_info().clone();
+    let info = env
+        .js
+        .get_stream(&env.stream)
+        .await
+        .unwrap()
+        .cached_info()
+        .clone();
     assert_eq!(info.config.subjects, ["a.>"]);
-    assert!(consumer_info(&js, &stream, &durable).await.is_none());
+    assert!(
+        consumer_info(&env.js, &env.stream, &env.durable)
+            .await
+            .is_none()
+    );
 }
 
 #[tokio::test]
 async fn two_instances_ensuring_the_same_durable_at_once_both_succeed() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["c.>"]).await;
-    let cfg = durable_config(&nats, &app, &stream, &durable, "");
+    let env = Env::start(&["c.>"]).await;
+    let cfg = env.config(&app, "");
     let req = topology_request(&cfg);
     for _ in 0..5 {
         let (a, b) = (
@@ -150,12 +144,15 @@ async fn two_instances_ensuring_the_same_durable_at_once_both_succeed() {
         let (ra, rb) = tokio::join!(a.ensure(&req), b.ensure(&req));
         ra.unwrap();
         rb.unwrap();
-        let info = consumer_info(&js, &stream, &durable).await.unwrap();
+        let info = consumer_info(&env.js, &env.stream, &env.durable)
+            .await
+            .unwrap();
         assert_eq!(info.config.max_ack_pending, 256);
-        js.get_stream(&stream)
+        env.js
+            .get_stream(&env.stream)
             .await
             .unwrap()
-            .delete_consumer(&durable)
+            .delete_consumer(&env.durable)
             .await
             .unwrap();
     }
@@ -164,17 +161,9 @@ async fn two_instances_ensuring_the_same_durable_at_once_both_succeed() {
 #[tokio::test]
 async fn bind_only_never_creates_the_consumer() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["c.>"]).await;
-    let cfg = durable_config(
-        &nats,
+    let env = Env::start(&["c.>"]).await;
+    let cfg = env.config(
         &app,
-        &stream,
-        &durable,
         "[topology]\nconsumer = \"bind\"\non_missing = \"fail\"\n",
     );
     let err = Relay::start(cfg).await.handle.await.unwrap().unwrap_err();
@@ -185,29 +174,29 @@ async fn bind_only_never_creates_the_consumer() {
         ),
         "{err}"
     );
-    assert!(consumer_info(&js, &stream, &durable).await.is_none());
+    assert!(
+        consumer_info(&env.js, &env.stream, &env.durable)
+            .await
+            .is_none()
+    );
 }
 
 #[tokio::test]
 async fn an_incompatible_consumer_stops_startup_and_is_left_alone() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["c.>"]).await;
-    js.get_stream(&stream)
+    let env = Env::start(&["c.>"]).await;
+    env.js
+        .get_stream(&env.stream)
         .await
         .unwrap()
         .create_consumer(jetstream::consumer::pull::Config {
-            durable_name: Some(durable.clone()),
+            durable_name: Some(env.durable.clone()),
             max_ack_pending: 1000,
             ..Default::default()
         })
         .await
         .unwrap();
-    let err = Relay::start(durable_config(&nats, &app, &stream, &durable, ""))
+    let err = Relay::start(env.config(&app, ""))
         .await
         .handle
         .await
@@ -222,7 +211,9 @@ async fn an_incompatible_consumer_stops_startup_and_is_left_alone() {
         }
         other => panic!("expected a conflict, got {other}"),
     }
-    let info = consumer_info(&js, &stream, &durable).await.unwrap();
+    let info = consumer_info(&env.js, &env.stream, &env.durable)
+        .await
+        .unwrap();
     assert_eq!(
         info.config.max_ack_pending, 1000,
         "the consumer was changed"
@@ -231,7 +222,7 @@ async fn an_incompatible_consumer_stops_startup_and_is_left_alone() {
 
 #[tokio::test]
 async fn started_before_the_stream_exists_it_becomes_ready_when_it_appears() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::ok().await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -261,40 +252,32 @@ async fn started_before_the_stream_exists_it_becomes_ready_when_it_appears() {
 #[tokio::test]
 async fn a_deleted_consumer_sends_the_daemon_back_to_topology_and_it_recovers() {
     let app = MockApp::ok().await;
-    let Env {
-        nats,
-        js,
-        stream,
-        durable,
-    } = Env::start(&["g.>"]).await;
-    let cfg = durable_config(
-        &nats,
-        &app,
-        &stream,
-        &durable,
-        "[topology]\nretry_initial_ms = 50\n",
-    );
+    let env = Env::start(&["g.>"]).await;
+    let cfg = env.config(&app, "[topology]\nretry_initial_ms = 50\n");
     let relay = Relay::ready(cfg).await;
-    js.get_stream(&stream)
+    env.js
+        .get_stream(&env.stream)
         .await
         .unwrap()
-        .delete_consumer(&durable)
+        .delete_consumer(&env.durable)
         .await
         .unwrap();
     // The daemon recreates it (ensure) and consumes what is published next.
     eventually("consumer recreated", T, || async {
-        consumer_info(&js, &stream, &durable).await.is_some()
+        consumer_info(&env.js, &env.stream, &env.durable)
+            .await
+            .is_some()
     })
     .await;
     relay.wait_ready(T).await;
-    publish(&js, "g.x", 3).await;
+    publish(&env.js, "g.x", 3).await;
     app.wait_for("3 requests", T, |r| r.len() >= 3).await;
     relay.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_managed_dlq_stream_is_created_for_dead_letters_and_an_existing_one_left_alone() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let app = MockApp::start(|_, _| Reply::status(400)).await;
     let (stream, durable, dlq) = (unique("S"), unique("d"), unique("DLQ"));

@@ -371,3 +371,12 @@ fn serve_tls(
         }
     });
 }
+
+/// A free loopback port for an app that is started later (released at once: a test
+/// that takes it knows nothing else binds it in between on its own machine).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

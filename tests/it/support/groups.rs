@@ -29,7 +29,7 @@ pub async fn static_group(
     n: u32,
     members: &[&str],
 ) -> (NatsServer, jetstream::Context, String, GroupAdmin) {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = super::client(&nats).await;
     let stream = super::unique("S");
     partitioned_stream(&js, &stream, "o", n).await;
@@ -52,7 +52,7 @@ pub async fn elastic_group(
     n: u32,
     members: &[&str],
 ) -> (NatsServer, jetstream::Context, String, GroupAdmin) {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (_, js) = super::client(&nats).await;
     let stream = super::unique("E");
     super::create_stream(&js, &stream, &["e.*"]).await;

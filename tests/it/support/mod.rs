@@ -113,7 +113,7 @@ pub struct Env {
 impl Env {
     /// Starts a server and creates a stream (unique name) with `subjects`.
     pub async fn start(subjects: &[&str]) -> Env {
-        let nats = NatsServer::start();
+        let nats = NatsServer::start().await;
         let (_, js) = client(&nats).await;
         let (stream, durable) = (unique("S"), unique("d"));
         create_stream(&js, &stream, subjects).await;
@@ -123,6 +123,17 @@ impl Env {
             stream,
             durable,
         }
+    }
+
+    /// The durable-source config on this stream and durable, delivering to `app`,
+    /// with `extra` TOML on top.
+    pub fn config(&self, app: &MockApp, extra: &str) -> Config {
+        durable_config(&self.nats, app, &self.stream, &self.durable, extra)
+    }
+
+    /// jetrelay on [`Env::config`], started and ready.
+    pub async fn relay(&self, app: &MockApp, extra: &str) -> Relay {
+        Relay::ready(self.config(app, extra)).await
     }
 }
 

@@ -10,6 +10,8 @@ pub struct NatsServer {
     dir: tempfile::TempDir,
     url: String,
     port: u16,
+    /// The cluster port the server took (a clustered node's), from its ports file.
+    cluster_port: Option<u16>,
     extra: Vec<String>,
 }
 
@@ -25,25 +27,26 @@ fn binary() -> PathBuf {
 }
 
 impl NatsServer {
-    pub fn start() -> NatsServer {
-        Self::start_with(&[])
+    pub async fn start() -> NatsServer {
+        Self::start_with(&[]).await
     }
 
     /// With extra command-line options (e.g. `--user u --pass p`).
-    pub fn start_with(extra: &[&str]) -> NatsServer {
-        Self::start_on(None, extra)
+    pub async fn start_with(extra: &[&str]) -> NatsServer {
+        Self::start_on(None, extra).await
     }
 
     /// On a given client port (`None`: any free one), with extra options.
-    pub fn start_on(port: Option<u16>, extra: &[&str]) -> NatsServer {
+    pub async fn start_on(port: Option<u16>, extra: &[&str]) -> NatsServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, url, port) = spawn(dir.path(), port, &extra);
+        let started = spawn(dir.path(), port, &extra).await;
         NatsServer {
-            child,
+            child: started.child,
             dir,
-            url,
-            port,
+            url: started.url,
+            port: started.port,
+            cluster_port: started.cluster_port,
             extra,
         }
     }
@@ -53,16 +56,33 @@ impl NatsServer {
     }
 
     /// Kills the server (SIGKILL) and starts it again on the same port and store.
-    pub fn restart(&mut self) {
+    pub async fn restart(&mut self) {
         self.kill();
-        self.start_again();
+        self.start_again().await;
     }
 
-    /// Starts a killed server again on the same port, store and options.
-    pub fn start_again(&mut self) {
-        let (child, url, _) = spawn(self.dir.path(), Some(self.port), &self.extra);
-        self.child = child;
-        self.url = url;
+    /// The cluster port it took, when it is a node of a cluster.
+    pub fn cluster_port(&self) -> Option<u16> {
+        self.cluster_port
+    }
+
+    /// Starts a killed server again on the same ports, store and options.
+    pub async fn start_again(&mut self) {
+        if let Some(p) = self.cluster_port {
+            self.set_option("--cluster", &format!("nats://127.0.0.1:{p}"));
+        }
+        let started = spawn(self.dir.path(), Some(self.port), &self.extra).await;
+        self.child = started.child;
+        self.url = started.url;
+    }
+
+    /// Sets the value of an option it is started with (from the next start on).
+    fn set_option(&mut self, option: &str, value: &str) {
+        if let Some(i) = self.extra.iter().position(|o| o == option) {
+            self.extra[i + 1] = value.to_string();
+        } else {
+            self.extra.extend([option.to_string(), value.to_string()]);
+        }
     }
 
     /// Kills the server (SIGKILL) and waits until it is gone.
@@ -79,7 +99,20 @@ impl Drop for NatsServer {
     }
 }
 
-fn spawn(dir: &Path, port: Option<u16>, extra: &[String]) -> (Child, String, u16) {
+/// A server that started, and the ports it took.
+struct Started {
+    child: Child,
+    url: String,
+    port: u16,
+    cluster_port: Option<u16>,
+}
+
+/// The port of a URL (`nats://127.0.0.1:4222`).
+fn port_of(url: &str) -> Option<u16> {
+    url.rsplit(':').next()?.parse().ok()
+}
+
+async fn spawn(dir: &Path, port: Option<u16>, extra: &[String]) -> Started {
     let bin = binary();
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -110,14 +143,16 @@ fn spawn(dir: &Path, port: Option<u16>, extra: &[String]) -> (Child, String, u16
             && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
             && let Some(url) = v["nats"][0].as_str()
         {
-            let port = url
-                .rsplit(':')
-                .next()
-                .and_then(|p| p.parse().ok())
-                .expect("port");
+            let port = port_of(url).expect("port");
+            let cluster_port = v["cluster"][0].as_str().and_then(port_of);
             // A restart writes a new ports file; the old one must not be read again.
             std::fs::remove_file(&ports_file).ok();
-            return (child, url.to_string(), port);
+            return Started {
+                child,
+                url: url.to_string(),
+                port,
+                cluster_port,
+            };
         }
         if let Ok(Some(status)) = child.try_wait() {
             panic!(
@@ -129,55 +164,56 @@ fn spawn(dir: &Path, port: Option<u16>, extra: &[String]) -> (Child, String, u16
             Instant::now() < deadline,
             "nats-server did not start in 15 s"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        // A wait on the runtime, not a blocked worker: other tasks of the test run.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// A free loopback port (released at once; the server binds it right after).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Three clustered JetStream servers on loopback (`n1`..`n3`), each with its own
 /// store, routed to one another; any node can be killed and started again on the
-/// same ports.
+/// same ports. Every port is the server's own pick, read from its ports file: `n1`
+/// starts first (its one route goes nowhere: JetStream wants a route configured),
+/// the others route to the nodes before them, and gossip completes the mesh; a
+/// restarted node routes to the others' ports.
 pub struct Cluster {
     pub nodes: Vec<NatsServer>,
 }
 
 impl Cluster {
-    pub fn start() -> Cluster {
+    pub async fn start() -> Cluster {
         let name = crate::support::unique("c");
-        let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let routes = cluster_ports
-            .iter()
-            .map(|p| format!("nats://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let nodes = cluster_ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let listen = format!("nats://127.0.0.1:{p}");
-                let server_name = format!("n{}", i + 1);
-                NatsServer::start_on(
-                    None,
-                    &[
-                        "--cluster",
-                        &listen,
-                        "--cluster_name",
-                        &name,
-                        "--server_name",
-                        &server_name,
-                        "--routes",
-                        &routes,
-                    ],
-                )
-            })
-            .collect();
+        let mut nodes: Vec<NatsServer> = Vec::new();
+        for i in 1..=3 {
+            let routes = match nodes.len() {
+                // Port 1: nothing listens there (a refused route, retried in vain).
+                0 => "nats://127.0.0.1:1".to_string(),
+                _ => routes(&nodes),
+            };
+            let server_name = format!("n{i}");
+            let node = NatsServer::start_on(
+                None,
+                &[
+                    "--cluster",
+                    "nats://127.0.0.1:-1",
+                    "--cluster_name",
+                    &name,
+                    "--server_name",
+                    &server_name,
+                    "--routes",
+                    &routes,
+                ],
+            )
+            .await;
+            assert!(
+                node.cluster_port().is_some(),
+                "{server_name} took no cluster port"
+            );
+            nodes.push(node);
+        }
+        let all = routes(&nodes);
+        for n in &mut nodes {
+            n.set_option("--routes", &all);
+        }
         Cluster { nodes }
     }
 
@@ -198,4 +234,14 @@ impl Cluster {
             .expect("a node name");
         &mut self.nodes[i - 1]
     }
+}
+
+/// The route URLs of `nodes`' cluster ports.
+fn routes(nodes: &[NatsServer]) -> String {
+    nodes
+        .iter()
+        .filter_map(NatsServer::cluster_port)
+        .map(|p| format!("nats://127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
