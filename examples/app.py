@@ -2,8 +2,10 @@
 
 It prints each message it is given and answers 200; 400 for a body that says "bad"
 (jetrelay dead-letters it); 503 on the first delivery of a body that says "flaky"
-(jetrelay retries it after a delay). `python3 examples/app.py` listens on
-127.0.0.1:8080, where config/quickstart.toml sends (PORT changes the port).
+(jetrelay retries it after a delay). GET /health answers 200 once it listens, so
+jetrelay (`http.health_url`) waits for it before the first pull. `python3
+examples/app.py` listens on 127.0.0.1:8080, where config/quickstart.toml sends (PORT
+changes the port).
 """
 
 import os
@@ -11,6 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class App(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         delivered = self.headers.get("Nats-Delivered", "1")
