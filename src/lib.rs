@@ -15,6 +15,7 @@ pub mod policy;
 pub mod printable;
 pub mod subject;
 pub mod topology;
+pub mod trace;
 
 // The vocabulary the dispatcher and the boundaries share (the seams, the shutdown
 // clock), and the files read at start-up (secrets, TLS).

@@ -116,6 +116,13 @@ impl Origin {
 }
 
 impl Delivery {
+    /// How long ago it was published (its stream timestamp), at `now`; `None`
+    /// without metadata. A publish time ahead of `now` (skewed clocks) is zero.
+    pub fn age(&self, now: OffsetDateTime) -> Option<std::time::Duration> {
+        let m = self.meta.as_ref().ok()?;
+        Some(std::time::Duration::try_from(now - m.published).unwrap_or_default())
+    }
+
     /// Delivery count, 1 when the metadata is unreadable.
     pub fn delivered(&self) -> u32 {
         self.meta.as_ref().map_or(1, |m| m.delivered)

@@ -79,6 +79,18 @@ pub fn check(pem: &[u8], kind: Pem) -> Result<(), TlsFileError> {
 /// [`TlsFileError`] for `ca_file`; [`TlsFileError::NoCertificate`] when there is no
 /// root at all to verify a server with.
 pub fn client_config(ca_file: &str) -> Result<ClientConfig, TlsFileError> {
+    client_config_for(ca_file, b"http/1.1")
+}
+
+/// [`client_config`] offering HTTP/2 (ALPN `h2`): the collector's gRPC client.
+///
+/// # Errors
+/// As [`client_config`].
+pub fn client_config_h2() -> Result<ClientConfig, TlsFileError> {
+    client_config_for("", b"h2")
+}
+
+fn client_config_for(ca_file: &str, alpn: &[u8]) -> Result<ClientConfig, TlsFileError> {
     let mut roots = RootCertStore::empty();
     let system = rustls_native_certs::load_native_certs();
     let (added, _) = roots.add_parsable_certificates(system.certs);
@@ -102,7 +114,7 @@ pub fn client_config(ca_file: &str) -> Result<ClientConfig, TlsFileError> {
         .map_err(|_| TlsFileError::NoCertificate)?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(config)
 }
 

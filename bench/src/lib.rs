@@ -87,6 +87,9 @@ pub struct SinkState {
     pub last: Option<Instant>,
     /// Publish to arrival, per message of the latency run.
     pub latencies_us: Vec<u64>,
+    /// OTLP exports taken on `/v1/traces` (the local collector), and their bytes.
+    pub span_exports: u64,
+    pub span_bytes: u64,
 }
 
 /// The `Content-Type` of an answer whose body lists messages for jetrelay to publish.
@@ -204,6 +207,19 @@ impl Sink {
                 }
             }),
         );
+        // A local OpenTelemetry collector beside the app: takes every export.
+        let s = state.clone();
+        let router = router.route(
+            "/v1/traces",
+            axum::routing::post(move |body: Bytes| {
+                let s = s.clone();
+                async move {
+                    let mut st = s.lock().unwrap();
+                    st.span_exports += 1;
+                    st.span_bytes += body.len() as u64;
+                }
+            }),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(async move { axum::serve(listener, router).await });
@@ -212,6 +228,11 @@ impl Sink {
 
     pub fn url(&self) -> String {
         format!("http://{}/sink", self.addr)
+    }
+
+    /// The `otel.endpoint` of the collector on the sink's port (`POST /v1/traces`).
+    pub fn otel_endpoint(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     pub fn reset(&self) {

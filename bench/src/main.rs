@@ -7,6 +7,7 @@
 //!   c  group   — jetrelay, static group member owning all 16 partitions, "partition"
 //!   d  subject — jetrelay, durable source, ordering "subject"
 //!   e  python  — natsio-pcgroups + aiohttp forwarder (bench/py_forwarder.py)
+//!   f  otel    — (b) exporting spans to a local OTLP collector, sample_ratio 0.1 and 1.0
 //!
 //! Per run: drain throughput, CPU seconds per 10,000 messages and peak RSS of the
 //! contender process, then end-to-end p50/p99 latency at 1,000 msg/s. Also: start to
@@ -36,16 +37,20 @@ enum Contender {
     RelayGroup,
     RelaySubject,
     Python,
+    OtelTenth,
+    OtelAll,
 }
 
 impl Contender {
-    const ALL: [Contender; 6] = [
+    const ALL: [Contender; 8] = [
         Contender::Bare,
         Contender::BareFiltered,
         Contender::RelayNone,
         Contender::RelayGroup,
         Contender::RelaySubject,
         Contender::Python,
+        Contender::OtelTenth,
+        Contender::OtelAll,
     ];
 
     fn label(self) -> &'static str {
@@ -56,6 +61,8 @@ impl Contender {
             Contender::RelayGroup => "(c) jetrelay static group, ordering partition",
             Contender::RelaySubject => "(d) jetrelay durable, ordering subject",
             Contender::Python => "(e) Python natsio-pcgroups + aiohttp",
+            Contender::OtelTenth => "(f) (b) + tracing, sample_ratio 0.1",
+            Contender::OtelAll => "(f') (b) + tracing, sample_ratio 1.0",
         }
     }
 }
@@ -112,24 +119,34 @@ async fn start_contender(
             )
             .await
         }
-        Contender::RelayNone | Contender::RelaySubject => {
-            let ordering = if c == Contender::RelayNone {
-                "none"
-            } else {
+        Contender::RelayNone
+        | Contender::RelaySubject
+        | Contender::OtelTenth
+        | Contender::OtelAll => {
+            let ordering = if c == Contender::RelaySubject {
                 "subject"
+            } else {
+                "none"
             };
-            start_relay(
+            let mut config = relay_config(
                 env,
-                &relay_config(
-                    env,
-                    &durable_source(stream, &durable),
-                    &Delivery::single(ordering),
-                    &sink.url(),
-                    30_000,
-                ),
-                &format!("run{run}"),
-            )
-            .await
+                &durable_source(stream, &durable),
+                &Delivery::single(ordering),
+                &sink.url(),
+                30_000,
+            );
+            let ratio = match c {
+                Contender::OtelTenth => Some(0.1),
+                Contender::OtelAll => Some(1.0),
+                _ => None,
+            };
+            if let Some(ratio) = ratio {
+                config.text.push_str(&format!(
+                    "[otel]\nendpoint = \"{}\"\nsample_ratio = {ratio}\n",
+                    sink.otel_endpoint()
+                ));
+            }
+            start_relay(env, &config, &format!("run{run}")).await
         }
         Contender::RelayGroup => {
             create_static_group(env, stream, &group).await?;
@@ -171,6 +188,8 @@ struct Sample {
     p50_ms: f64,
     p99_ms: f64,
     ready_ms: f64,
+    /// OTLP bytes the local collector took during the run.
+    span_bytes: u64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -211,6 +230,7 @@ async fn run_one(
         latency_run(&env.js, sink, |i| format!("{prefix}.k{}", i % KEYS), size).await?;
     let rss_mib = peak_rss_kib(pid) as f64 / 1024.0;
     stop(running.child).await;
+    let span_bytes = sink.state.lock().unwrap().span_bytes;
     // Leave the stream to the next contender: drop this run's consumers.
     let s = env.js.get_stream(stream).await?;
     for name in [format!("d{run}"), format!("g{run}-m1")] {
@@ -224,6 +244,7 @@ async fn run_one(
         p50_ms,
         p99_ms,
         ready_ms: running.ready_after.as_secs_f64() * 1000.0,
+        span_bytes,
     })
 }
 
@@ -439,6 +460,34 @@ async fn main() -> Result<(), Error> {
             ));
         }
     }
+    // Tracing beside export off, each size: the throughput ratio and what went out.
+    for &size in &sizes {
+        let tm = |c| {
+            results.get(&(size, c)).map(|v: &Vec<Sample>| {
+                median(&mut v.iter().map(|s| s.throughput).collect::<Vec<f64>>())
+            })
+        };
+        let Some(off) = tm(Contender::RelayNone) else {
+            continue;
+        };
+        for c in [Contender::OtelTenth, Contender::OtelAll] {
+            let (Some(on), Some(v)) = (tm(c), results.get(&(size, c))) else {
+                continue;
+            };
+            let mib = median(
+                &mut v
+                    .iter()
+                    .map(|s| s.span_bytes as f64 / 1048576.0)
+                    .collect::<Vec<f64>>(),
+            );
+            md.push_str(&format!(
+                "\n{size} B, {}: {:.2}× export off (b); {mib:.1} MiB of OTLP per run to the collector.",
+                c.label(),
+                on / off
+            ));
+        }
+    }
+    md.push('\n');
     let ready: Vec<f64> = results
         .iter()
         .filter(|((_, c), _)| *c == Contender::RelayNone)

@@ -23,7 +23,7 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 
-use crate::app::headers::Pass;
+use crate::app::headers::{Pass, TraceHeaders};
 use crate::message::Delivery;
 use crate::outputs::{self, Author, Output, Refusal};
 use crate::policy::AppAction;
@@ -63,11 +63,11 @@ struct BatchMessage<'a> {
 
 /// The request body for `items` (each delivery with the attempt it is on), and how
 /// many message headers were left out as invalid HTTP.
-pub fn body(items: &[(&Delivery, u32)], pass: &Pass) -> (Vec<u8>, usize) {
+pub fn body(items: &[(&Delivery, u32, Option<TraceHeaders<'_>>)], pass: &Pass) -> (Vec<u8>, usize) {
     let mut skipped = 0;
     let messages: Vec<BatchMessage<'_>> = items
         .iter()
-        .map(|(d, attempt)| {
+        .map(|(d, attempt, trace)| {
             let mut headers = Map::new();
             let mut add = |name: &str, value: &str| {
                 // Only arrays are inserted.
@@ -81,7 +81,7 @@ pub fn body(items: &[(&Delivery, u32)], pass: &Pass) -> (Vec<u8>, usize) {
             if let Some(ct) = d.header("Content-Type") {
                 add("Content-Type", ct);
             }
-            skipped += crate::app::headers::passed(d, pass, &mut add);
+            skipped += crate::app::headers::passed(d, pass, *trace, &mut add);
             let meta = d.meta.as_ref().ok();
             let (data, data_base64) = match std::str::from_utf8(&d.payload) {
                 Ok(text) => (Some(text), None),
@@ -347,7 +347,7 @@ mod tests {
             ],
         );
         let b = delivery(43, &[0xff, 0x00], &[]);
-        let (bytes, skipped) = body(&[(&a, 1), (&b, 3)], &Pass::default());
+        let (bytes, skipped) = body(&[(&a, 1, None), (&b, 3, None)], &Pass::default());
         assert_eq!(skipped, 1, "the invalid header name");
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         let first = &v["messages"][0];

@@ -60,8 +60,23 @@ pub fn never_passed(lower: &str) -> bool {
         || NEVER_PREFIXES.iter().any(|p| lower.starts_with(p))
 }
 
+/// The W3C trace context headers: they always pass (`http.pass_headers` does not
+/// narrow them), the `traceparent` and `tracestate` replaced by jetrelay's when it
+/// exports spans ([`TraceHeaders`]), `baggage` unchanged.
+const TRACE_CONTEXT: &[&str] = &["traceparent", "tracestate", "baggage"];
+
+/// The trace context a request carries in place of the message's own, with export
+/// on: the `traceparent` of jetrelay's span, and the `tracestate` it continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceHeaders<'a> {
+    /// `traceparent`.
+    pub traceparent: &'a str,
+    /// `tracestate`, when the context has one.
+    pub tracestate: Option<&'a str>,
+}
+
 /// Which message headers pass through: every one that is not never passed, or with
-/// `http.pass_headers` only those it lists (`X-*`: a prefix).
+/// `http.pass_headers` only those it lists (`X-*`: a prefix); the trace context always.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pass {
     /// Lowercase names, or prefixes (ending in `*`); `None`: all.
@@ -79,6 +94,9 @@ impl Pass {
 
     /// Whether a message header (lowercase name) passes.
     pub fn admits(&self, lower: &str) -> bool {
+        if TRACE_CONTEXT.contains(&lower) {
+            return true;
+        }
         if never_passed(lower) {
             return false;
         }
@@ -116,9 +134,15 @@ pub struct Mapped {
 /// that is already a CloudEvent (its `ce-specversion` passes `pass`) keeps its own
 /// `ce-*` headers that pass, and gets the required ones it lacks; another message's
 /// `ce-*` headers are replaced.
-pub fn map(d: &Delivery, attempt: u32, pass: &Pass, format: RequestFormat) -> Mapped {
+pub fn map(
+    d: &Delivery,
+    attempt: u32,
+    pass: &Pass,
+    format: RequestFormat,
+    trace: Option<TraceHeaders<'_>>,
+) -> Mapped {
     let mut out = Mapped::default();
-    out.skipped_invalid = passed(d, pass, |name, value| {
+    out.skipped_invalid = passed(d, pass, trace, |name, value| {
         out.headers
             .push((Cow::Owned(name.to_string()), value.to_string()));
     });
@@ -219,19 +243,33 @@ fn cloudevent(d: &Delivery, pass: &Pass, out: &mut Mapped) {
 }
 
 /// Hands every message header that passes through to the app to `each`, in order
-/// (`Content-Type` aside: it is the request's own); returns how many were skipped as
-/// invalid HTTP. A batch request carries the same headers per message.
-pub fn passed(d: &Delivery, pass: &Pass, mut each: impl FnMut(&str, &str)) -> usize {
+/// (`Content-Type` aside: it is the request's own), with `trace` in place of the
+/// message's `traceparent` and `tracestate` when given; returns how many were skipped
+/// as invalid HTTP. A batch request carries the same headers per message.
+pub fn passed(
+    d: &Delivery,
+    pass: &Pass,
+    trace: Option<TraceHeaders<'_>>,
+    mut each: impl FnMut(&str, &str),
+) -> usize {
     let mut skipped = 0;
     for (name, value) in &d.headers {
         let lower = name.to_ascii_lowercase();
-        if !pass.admits(&lower) {
+        if !pass.admits(&lower)
+            || (trace.is_some() && (lower == "traceparent" || lower == "tracestate"))
+        {
             continue;
         }
         if is_valid_name(name) && is_valid_value(value) {
             each(name, value);
         } else {
             skipped += 1;
+        }
+    }
+    if let Some(t) = trace {
+        each("traceparent", t.traceparent);
+        if let Some(state) = t.tracestate {
+            each("tracestate", state);
         }
     }
     skipped
@@ -310,6 +348,7 @@ mod tests {
             2,
             &Pass::default(),
             RequestFormat::Raw,
+            None,
         );
         assert_eq!(get(&m, "Nats-Subject"), ["orders.eu"]);
         assert_eq!(get(&m, "Nats-Stream"), ["ORDERS"]);
@@ -329,6 +368,7 @@ mod tests {
             5,
             &Pass::default(),
             RequestFormat::Raw,
+            None,
         );
         assert_eq!(get(&m, "Nats-Origin-Stream"), ["ORIG"]);
         assert_eq!(get(&m, "Nats-Delivered"), ["5"], "in-place retries count");
@@ -368,6 +408,7 @@ mod tests {
             1,
             &Pass::default(),
             RequestFormat::Raw,
+            None,
         );
         assert_eq!(get(&m, "X-Trace"), ["t1"]);
         assert_eq!(get(&m, "X-Multi"), ["a", "b"]);
@@ -420,6 +461,7 @@ mod tests {
             1,
             &pass,
             RequestFormat::Raw,
+            None,
         );
         assert_eq!(get(&m, "X-Trace"), ["t"]);
         assert_eq!(get(&m, "X-Tenant-Id"), ["7"]);
@@ -444,6 +486,7 @@ mod tests {
                 1,
                 &Pass::default(),
                 RequestFormat::Cloudevents,
+                None,
             )
         };
         let m = ce(&[("X-Trace", "t"), ("ce-type", "forged")]);
@@ -496,6 +539,7 @@ mod tests {
             1,
             &only_x,
             RequestFormat::Cloudevents,
+            None,
         );
         assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
         assert_eq!(get(&m, "ce-type"), ["io.nats.jetstream.message"]);
@@ -513,6 +557,7 @@ mod tests {
             1,
             &some,
             RequestFormat::Cloudevents,
+            None,
         );
         assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
         assert_eq!(get(&m, "ce-type"), ["com.example.order"]);
@@ -522,6 +567,7 @@ mod tests {
             1,
             &Pass::default(),
             RequestFormat::Raw,
+            None,
         );
         assert!(get(&raw, "ce-id").is_empty());
     }
@@ -542,7 +588,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn every_mapped_header_is_valid(name in "\\PC{0,12}", value in "\\PC{0,20}") {
-            let m = map(&delivery(&[(&name, &value)], None), 1, &Pass::default(), RequestFormat::Raw);
+            let m = map(&delivery(&[(&name, &value)], None), 1, &Pass::default(), RequestFormat::Raw, None);
             for (n, v) in &m.headers {
                 proptest::prop_assert!(is_valid_name(n) && is_valid_value(v));
             }

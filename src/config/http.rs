@@ -145,19 +145,7 @@ impl Config {
     /// `http.headers`, `http.pass_headers`, `http.header_files`.
     fn check_http_headers(&self, p: &mut Problems) {
         let h = &self.http;
-        for (name, value) in &h.headers {
-            if !crate::app::headers::is_valid_name(name) {
-                p.add(
-                    format!("http.headers.{name}"),
-                    "is not a valid HTTP header name",
-                );
-            } else if !crate::app::headers::is_valid_value(value) {
-                p.add(
-                    format!("http.headers.{name}"),
-                    "is not a valid HTTP header value",
-                );
-            }
-        }
+        check_static_headers(p, "http.headers", &h.headers);
         for pattern in &h.pass_headers {
             let name = pattern.strip_suffix('*').unwrap_or(pattern);
             let lower = name.to_ascii_lowercase();
@@ -196,7 +184,22 @@ impl Config {
     }
 }
 
-fn check_http_url(url: &str) -> Result<(), String> {
+/// Static headers (`<key>.<name> = value`): each a valid HTTP name and value.
+pub(super) fn check_static_headers(
+    p: &mut Problems,
+    key: &str,
+    headers: &BTreeMap<String, String>,
+) {
+    for (name, value) in headers {
+        if !crate::app::headers::is_valid_name(name) {
+            p.add(format!("{key}.{name}"), "is not a valid HTTP header name");
+        } else if !crate::app::headers::is_valid_value(value) {
+            p.add(format!("{key}.{name}"), "is not a valid HTTP header value");
+        }
+    }
+}
+
+pub(super) fn check_http_url(url: &str) -> Result<(), String> {
     let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
         return Err(format!(

@@ -11,6 +11,7 @@ mod delivery;
 mod http;
 mod nats;
 mod ops;
+mod otel;
 mod problems;
 mod publish;
 mod source;
@@ -27,6 +28,7 @@ pub use self::delivery::{AckMode, DeliveryConfig};
 pub use self::http::HttpConfig;
 pub use self::nats::{NatsConfig, redact, split_servers};
 pub use self::ops::{AdminConfig, DlqConfig, LogConfig};
+pub use self::otel::{OtelConfig, OtelProtocol};
 use self::problems::Problems;
 pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
@@ -58,6 +60,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Logging.
     pub log: LogConfig,
+    /// Tracing: spans exported to an OpenTelemetry collector.
+    pub otel: OtelConfig,
 }
 
 /// The environment variable prefix.
@@ -145,6 +149,7 @@ impl Config {
         self.check_http(&mut p);
         self.check_publish(&mut p);
         self.check_ops(&mut p);
+        self.check_otel(&mut p);
         p.0
     }
 }

@@ -20,11 +20,13 @@ use crate::dispatch::{Dispatch, DispatchError, Ended, OutputRules};
 use crate::group::member::{GroupSource, JoinError};
 use crate::group::spec::Member;
 use crate::http::client::ClientError;
+use crate::http::collector::Collector;
 use crate::http::forward::Forwarder;
 use crate::nats::{Nats, NatsError, PullerConfig, TopologyError};
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{PinHolder, Readiness, State};
 use crate::ops::telemetry::chain;
+use crate::ops::traces::Tracer;
 use crate::policy::backoff;
 use crate::seam::time::{Deadline, bounded};
 use crate::secret::SecretFile;
@@ -110,6 +112,9 @@ pub struct Daemon {
     /// The publish endpoint's listener and the token it requires, when it is on.
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
     forwarder: Forwarder,
+    /// The span recorder, and the collector it exports to (with `[otel]` on).
+    tracer: Tracer,
+    collector: Option<Collector>,
 }
 
 /// The publish endpoint's token file (`publish.token_file`), read now: a missing or
@@ -163,6 +168,13 @@ impl Daemon {
             None => None,
         };
         let forwarder = Forwarder::new(&settings.app)?;
+        let (tracer, collector) = match &settings.tracing {
+            Some(t) => (
+                Tracer::new(t.settings.clone(), metrics.clone()),
+                Some(Collector::new(&t.collector)?),
+            ),
+            None => (Tracer::off(), None),
+        };
         Ok(Daemon {
             settings,
             metrics,
@@ -170,6 +182,8 @@ impl Daemon {
             admin,
             publish,
             forwarder,
+            tracer,
+            collector,
         })
     }
 
@@ -220,7 +234,20 @@ impl Daemon {
             admin_stop.clone(),
         ));
         let deadline = Deadline::new(self.settings.shutdown_grace);
+        // Spans go out off the delivery path; at shutdown what is queued is sent
+        // within the grace, after the drain.
+        let export_stop = CancellationToken::new();
+        let exporter = self.collector.map(|c| {
+            let d = deadline.clone();
+            tokio::spawn(crate::ops::traces::export(
+                self.tracer.clone(),
+                c,
+                export_stop.clone(),
+                move || d.get(),
+            ))
+        });
         let supervisor = Supervisor {
+            tracer: self.tracer,
             settings: self.settings,
             metrics: self.metrics,
             readiness: self.readiness.clone(),
@@ -245,6 +272,16 @@ impl Daemon {
             }
         };
         self.readiness.set(State::Draining, "stopped");
+        if let Some(task) = exporter {
+            export_stop.cancel();
+            // The exporter bounds itself by FLUSH; the margin is for its last send.
+            let at = deadline
+                .or_from_now()
+                .min(tokio::time::Instant::now() + crate::ops::traces::FLUSH + BACKSTOP);
+            if bounded(at, "export the last spans", task).await.is_none() {
+                tracing::warn!("the last spans were not exported within the grace");
+            }
+        }
         // The admin endpoints stay up until everything else is done.
         admin_stop.cancel();
         match admin.await {
@@ -261,6 +298,7 @@ impl Daemon {
 const BACKSTOP: Duration = Duration::from_millis(500);
 
 struct Supervisor {
+    tracer: Tracer,
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
@@ -315,6 +353,7 @@ impl Supervisor {
             atomic: p.atomic,
             metrics: self.metrics.clone(),
             token,
+            tracer: self.tracer.clone(),
         };
         tracing::info!(listen = ?listener.local_addr().ok(), "publish endpoint listening");
         let stop = CancellationToken::new();
@@ -378,6 +417,7 @@ impl Supervisor {
                 atomic: set.publish.atomic,
             }),
             letters_waiting_max: set.letters_waiting_max(),
+            tracer: self.tracer.clone(),
         });
         loop {
             let ended = match &set.source {

@@ -15,22 +15,27 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::capacity::{Limits, PullTiming};
-use crate::config::{AckMode, Config, ConfigError, NatsConfig, OnMissing, Problem, SourceKind};
+use crate::config::{
+    AckMode, Config, ConfigError, NatsConfig, OnMissing, OtelProtocol, Problem, SourceKind,
+};
 use url::Url;
 
 use crate::app::headers::Pass;
 use crate::dispatch::Batching;
 use crate::group::model::Flavour;
 use crate::group::spec::{Member, Template};
+use crate::http::collector::{CollectorSettings, Protocol};
 use crate::http::credentials::CredentialFiles;
 use crate::http::forward::{AnswerLimits, AppSettings, ProxySettings};
 use crate::http::probe::HealthProbe;
 use crate::nats::{Auth, Connection, Tls};
+use crate::ops::traces::{AppTarget, TraceSettings};
 use crate::outputs::Rules;
 use crate::policy::{Policy, StatusSet};
 use crate::seam::Ordering;
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 use crate::topology::{Discard, Retention, Storage};
+use crate::trace::encode::Resource;
 
 /// Where messages come from.
 #[derive(Debug, Clone)]
@@ -61,6 +66,8 @@ pub struct Settings {
     pub app: AppSettings,
     /// The app's health URL and its timing, when it has one.
     pub health: Option<HealthProbe>,
+    /// Span export (`[otel]` with an endpoint), or none.
+    pub tracing: Option<Tracing>,
     /// Where messages come from.
     pub source: SourceSettings,
     /// Waiting for a missing topology.
@@ -179,6 +186,7 @@ impl Settings {
         let (Some(app), health) = (app(c, &mut p), health(c, &mut p)) else {
             return Err(ConfigError::Invalid(p));
         };
+        let tracing = tracing(c, &app.url, &mut p);
         if !p.is_empty() {
             return Err(ConfigError::Invalid(p));
         }
@@ -186,6 +194,7 @@ impl Settings {
             nats: connection(&c.nats),
             app,
             health,
+            tracing,
             source,
             retry: Retry {
                 on_missing: c.topology.on_missing,
@@ -289,6 +298,60 @@ fn app(c: &Config, p: &mut Vec<Problem>) -> Option<AppSettings> {
         limits: AnswerLimits {
             publish_bytes: c.publish.max_bytes,
             publish_messages: c.publish.max_messages as usize,
+        },
+    })
+}
+
+/// Span export: what the tracer and the collector client take.
+#[derive(Debug, Clone)]
+pub struct Tracing {
+    /// Sampling, the resource, the names spans carry.
+    pub settings: TraceSettings,
+    /// Where and how spans are sent.
+    pub collector: CollectorSettings,
+}
+
+/// `[otel]`, parsed: `None` without an endpoint.
+fn tracing(c: &Config, app_url: &Url, p: &mut Vec<Problem>) -> Option<Tracing> {
+    let o = &c.otel;
+    if o.endpoint.is_empty() {
+        return None;
+    }
+    let endpoint = url(p, "otel.endpoint", &o.endpoint)?;
+    let consumer_group = match c.source.kind {
+        Some(SourceKind::Durable) | None => c.source.durable.clone(),
+        Some(_) => format!("{}/{}", c.source.group, c.source.member),
+    };
+    let mut shown = app_url.clone();
+    // Never credentials in a span (the config does not take them there anyway).
+    // Err only for a URL that cannot carry credentials: then it has none to clear.
+    shown.set_username("").unwrap_or_default();
+    shown.set_password(None).unwrap_or_default();
+    Some(Tracing {
+        settings: TraceSettings {
+            sample_ratio: o.sample_ratio,
+            consumer_group,
+            resource: Resource {
+                service_name: o.service_name.clone(),
+                instance_id: c.nats.name.clone(),
+            },
+            app: AppTarget {
+                url: shown.to_string(),
+                host: app_url.host_str().unwrap_or("").to_string(),
+                port: app_url.port_or_known_default().unwrap_or(0),
+            },
+        },
+        collector: CollectorSettings {
+            endpoint,
+            protocol: match o.protocol {
+                OtelProtocol::HttpProtobuf => Protocol::HttpProtobuf,
+                OtelProtocol::Grpc => Protocol::Grpc,
+            },
+            credentials: CredentialFiles {
+                headers: o.headers.clone(),
+                bearer_token_file: None,
+                header_files: o.header_files.clone(),
+            },
         },
     })
 }

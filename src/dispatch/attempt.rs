@@ -9,23 +9,28 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Dispatch;
-use super::book::{Step, Verdict};
+use super::book::{Settlement, Step, Verdict};
 use super::fates::{self, Fate};
 use super::gate::Reach;
 use super::lanes::LaneKey;
 use super::outputs::Commit;
+use crate::app::headers::TraceHeaders;
 use crate::app::{self, batch::Answer};
 use crate::dead_letter::{self, DeadLetter, Shed};
 use crate::message::Delivery;
 use crate::ops::metrics::SettleLabel;
 use crate::ops::telemetry::chain;
+use crate::ops::traces::Active;
 use crate::policy::{Disposition, Outcome, backoff};
 use crate::seam::Ordering;
 use crate::seam::publish::{LetterFailure, Publish};
-use crate::seam::{Forward, Forwarded, HttpClass, NoAnswer, Settle};
+use crate::seam::{Forward, Forwarded, HttpClass, NoAnswer, Offer, Settle};
+use crate::trace::context::SpanContext;
 
 /// What one attempt learned, for the log line.
 pub(super) struct Record<'a> {
+    /// The delivery's span, with span export on.
+    trace: Option<&'a SpanContext>,
     attempt: u32,
     status: Option<u16>,
     http_ms: Option<u128>,
@@ -43,6 +48,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         settler: &T,
         attempt: u32,
         received: Instant,
+        trace: Option<&SpanContext>,
     ) -> (Step, Reach) {
         let (outcome, status, http_ms, failure, published) = match &d.invalid {
             Some(why) => {
@@ -50,7 +56,20 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 (Outcome::Invalid(why.clone()), None, None, None, None)
             }
             None => {
-                let f = self.forwarder.forward(d, attempt).await;
+                let span = trace.map(|t| self.tracer.request(t, attempt));
+                let traceparent = span.as_ref().map(Active::traceparent);
+                let offer = Offer {
+                    delivery: d,
+                    attempt,
+                    trace: traceparent.as_deref().map(|tp| TraceHeaders {
+                        traceparent: tp,
+                        tracestate: trace.and_then(|t| t.tracestate.as_deref()),
+                    }),
+                };
+                let f = self.forwarder.forward(offer).await;
+                if let Some(span) = span {
+                    self.tracer.end_request(span, &f);
+                }
                 self.metrics.request(f.class, f.elapsed, f.skipped_headers);
                 if f.bad_action {
                     self.metrics.action_override("invalid");
@@ -83,6 +102,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             _ => None,
         };
         let record = Record {
+            trace,
             attempt,
             status,
             http_ms,
@@ -93,7 +113,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let mut disposition = self.policy.decide(&outcome, attempt);
         let mut confirmed = false;
         if let (Disposition::Ack, Some(published)) = (&disposition, published) {
-            match self.commit(d, published, attempt).await {
+            match self.commit(d, published, attempt, trace).await {
                 Commit::Ack { confirmed: c } => confirmed = c,
                 Commit::Instead(instead) => disposition = instead,
             }
@@ -123,8 +143,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 } else {
                     settler.ack().await
                 };
-                self.record(d, record, SettleLabel::Ack, &result, None, None);
-                Step::Settled
+                self.record(d, record, SettleLabel::Ack, &result, None, None)
             }
             Disposition::Retry { delay } if self.ordering != Ordering::None => {
                 tracing::warn!(
@@ -141,8 +160,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
             Disposition::Retry { delay } => {
                 let result = settler.nak(delay).await;
-                self.record(d, record, SettleLabel::Nak, &result, Some(delay), None);
-                Step::Settled
+                self.record(d, record, SettleLabel::Nak, &result, Some(delay), None)
             }
             Disposition::Hold => {
                 tracing::debug!(
@@ -172,8 +190,10 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         settler: &T,
         verdict: Verdict,
         received: Instant,
+        trace: Option<&SpanContext>,
     ) -> Step {
         let record = Record {
+            trace,
             attempt: verdict.attempts,
             status: verdict.status,
             http_ms: None,
@@ -197,8 +217,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let text = verdict.reason.to_string();
         let Some(subject) = &self.dead_letters else {
             let result = settler.term(&text).await;
-            self.record(d, record, SettleLabel::Term, &result, None, Some(&text));
-            return Step::Settled;
+            return self.record(d, record, SettleLabel::Term, &result, None, Some(&text));
         };
         let letter = DeadLetter {
             delivery: d,
@@ -207,12 +226,13 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             reason: &text,
             at: time::OffsetDateTime::now_utc(),
         };
-        let published = publish_dead_letter(&self.publisher, subject, &letter).await;
+        let traceparent = record.trace.map(SpanContext::traceparent);
+        let published =
+            publish_dead_letter(&self.publisher, subject, &letter, traceparent.as_deref()).await;
         match published {
             Ok(()) => {
                 let result = settler.term(&text).await;
-                self.record(d, record, SettleLabel::Dlq, &result, None, Some(&text));
-                Step::Settled
+                self.record(d, record, SettleLabel::Dlq, &result, None, Some(&text))
             }
             Err(e) => {
                 self.metrics.dead_letter_failed();
@@ -239,8 +259,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     &result,
                     Some(delay),
                     Some(&text),
-                );
-                Step::Settled
+                )
             }
         }
     }
@@ -254,7 +273,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         result: &Result<(), E>,
         delay: Option<Duration>,
         reason: Option<&str>,
-    ) {
+    ) -> Step {
         let elapsed = r.received.elapsed();
         match result {
             Ok(()) => self.metrics.settled(label, elapsed),
@@ -296,6 +315,15 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             SettleLabel::Nak => settled_event!(tracing::Level::WARN, "message will be retried"),
             SettleLabel::Ack => settled_event!(tracing::Level::INFO, "message delivered"),
         }
+        Step::Settled(Settlement {
+            outcome: match label {
+                SettleLabel::Ack => "ack",
+                SettleLabel::Nak => "retry",
+                SettleLabel::Term => "term",
+                SettleLabel::Dlq => "dlq",
+            },
+            delay,
+        })
     }
 }
 
@@ -318,13 +346,20 @@ async fn publish_dead_letter<P: Publish>(
     publisher: &P,
     subject: &str,
     letter: &DeadLetter<'_>,
+    traceparent: Option<&str>,
 ) -> Result<(), NotStored<P::LetterError>> {
     let mut shed = Some(Shed::Nothing);
     let mut last = NotStored::Unfit;
     while let Some(at_least) = shed {
-        let Some(l) = dead_letter::letter(letter, publisher.max_payload(), at_least) else {
+        let Some(mut l) = dead_letter::letter(letter, publisher.max_payload(), at_least) else {
             break;
         };
+        // The letter continues the delivery's trace, so that a replay does too.
+        if let Some(tp) = traceparent {
+            l.headers
+                .retain(|(n, _)| !n.eq_ignore_ascii_case("traceparent"));
+            l.headers.push(("traceparent".into(), tp.to_string()));
+        }
         if l.shed > Shed::Nothing {
             tracing::warn!(
                 stream_seq = letter.delivery.stream_seq(),
@@ -352,6 +387,8 @@ async fn publish_dead_letter<P: Publish>(
 /// One message of a batch task.
 pub(super) struct BatchItem<T> {
     pub(super) id: u64,
+    /// The delivery's span's context, with span export on.
+    pub(super) trace: Option<SpanContext>,
     pub(super) delivery: Arc<Delivery>,
     pub(super) settler: T,
     pub(super) lane: LaneKey,
@@ -412,6 +449,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 _ => None,
             };
             let record = Record {
+                trace: item.trace.as_ref(),
                 attempt: item.attempt,
                 status,
                 http_ms: Some(f.elapsed.as_millis()),
@@ -442,13 +480,24 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         for item in items {
             match item.verdict.clone() {
                 Some(v) => {
-                    let step =
-                        self.dead_letter_again(&item.delivery, &item.settler, v, item.received);
+                    let step = self.dead_letter_again(
+                        &item.delivery,
+                        &item.settler,
+                        v,
+                        item.received,
+                        item.trace.as_ref(),
+                    );
                     steps.push((item.id, step.await));
                 }
                 None if item.delivery.invalid.is_some() => {
                     let (step, _) = self
-                        .attempt(&item.delivery, &item.settler, item.attempt, item.received)
+                        .attempt(
+                            &item.delivery,
+                            &item.settler,
+                            item.attempt,
+                            item.received,
+                            item.trace.as_ref(),
+                        )
                         .await;
                     steps.push((item.id, step));
                 }
@@ -460,11 +509,39 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
 
     /// The one request, and what its answer says of each message.
     async fn offer_batch<T: Settle>(&self, send: &[BatchItem<T>]) -> BatchAnswer {
-        let offered: Vec<(&Delivery, u32)> = send
+        // Each message's own context in the document: its delivery's span.
+        let parents: Vec<Option<String>> = send
             .iter()
-            .map(|i| (i.delivery.as_ref(), i.attempt))
+            .map(|i| i.trace.as_ref().map(SpanContext::traceparent))
             .collect();
-        let bf = self.forwarder.forward_batch(&offered).await;
+        let offered: Vec<Offer<'_>> = send
+            .iter()
+            .zip(&parents)
+            .map(|(i, parent)| Offer {
+                delivery: i.delivery.as_ref(),
+                attempt: i.attempt,
+                trace: i
+                    .trace
+                    .as_ref()
+                    .zip(parent.as_deref())
+                    .map(|(t, tp)| TraceHeaders {
+                        traceparent: tp,
+                        tracestate: t.tracestate.as_deref(),
+                    }),
+            })
+            .collect();
+        let contexts: Vec<&SpanContext> = send.iter().filter_map(|i| i.trace.as_ref()).collect();
+        let span = (!contexts.is_empty()).then(|| self.tracer.batch(&contexts));
+        let request_parent = span.as_ref().map(Active::traceparent);
+        let request_trace = request_parent.as_deref().map(|tp| TraceHeaders {
+            traceparent: tp,
+            tracestate: None,
+        });
+        let bf = self.forwarder.forward_batch(&offered, request_trace).await;
+        if let Some(mut span) = span {
+            span.set("messaging.batch.message_count", send.len() as u64);
+            self.tracer.end_request(span, &bf.forwarded);
+        }
         let f = &bf.forwarded;
         self.metrics.request(f.class, f.elapsed, f.skipped_headers);
         self.metrics.batch_sent(send.len());
@@ -532,7 +609,9 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             let mut done = Vec::with_capacity(group.len());
             for (i, published) in group {
                 let item = &send[i];
-                let commit = self.commit(&item.delivery, published, item.attempt).await;
+                let commit = self
+                    .commit(&item.delivery, published, item.attempt, item.trace.as_ref())
+                    .await;
                 let failed = matches!(commit, Commit::Instead(_));
                 done.push((i, commit));
                 if failed {

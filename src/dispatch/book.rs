@@ -14,6 +14,7 @@ use super::lanes::{LaneKey, Lanes};
 use super::timers::{Due, Timers};
 use crate::capacity::Held;
 use crate::message::Delivery;
+use crate::ops::traces::Active;
 use crate::policy::TermReason;
 
 /// The app's permanent verdict on a message whose dead letter is still to be
@@ -44,12 +45,14 @@ pub(super) struct HeldMessage<T> {
     /// Set when only its dead-lettering remains (the publish failed on its last
     /// delivery: a NAK would never be redelivered).
     pub(super) verdict: Option<Verdict>,
+    /// Its delivery's span (with span export on), ended when it leaves the book.
+    pub(super) span: Option<Active>,
 }
 
 /// What a message task reports back.
 pub(super) enum Step {
     /// Settled (or given up at the grace deadline): the message is no longer held.
-    Settled,
+    Settled(Settlement),
     /// Ordered lane: call the app again after the delay (one more attempt); the
     /// message stays held.
     RetryIn(Duration),
@@ -62,6 +65,22 @@ pub(super) enum Step {
     /// Batch delivery, ordered lanes: an earlier message of its key in the batch was
     /// not acked, so it goes back to the front of its lane (no attempt counted).
     Requeue,
+}
+
+/// How a message that is no longer held ended, for its span: `ack`, `retry` (with
+/// its delay), `term`, `dlq`, or `released` (handed back without a decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Settlement {
+    pub(super) outcome: &'static str,
+    pub(super) delay: Option<Duration>,
+}
+
+impl Settlement {
+    /// Handed back without a decision (a release, the grace over).
+    pub(super) const RELEASED: Settlement = Settlement {
+        outcome: "released",
+        delay: None,
+    };
 }
 
 impl Step {
@@ -132,6 +151,7 @@ impl<T> Book<T> {
         settler: T,
         lane: LaneKey,
         progress_at: Instant,
+        span: Option<Active>,
     ) -> Option<u64> {
         let seq = delivery.stream_seq();
         if seq != 0 && !self.seqs.insert(seq) {
@@ -153,6 +173,7 @@ impl<T> Book<T> {
                 progress_at,
                 retry_at: None,
                 verdict: None,
+                span,
             },
         );
         Some(id)

@@ -38,14 +38,15 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use self::attempt::BatchItem;
-use self::book::{Book, Done, Fill, Step, Verdict};
+use self::book::{Book, Done, Fill, HeldMessage, Settlement, Step, Verdict};
 use self::gate::Gate;
 use self::lanes::LaneKey;
 pub use self::outputs::OutputRules;
 use self::timers::Due;
 use crate::message::Delivery;
-use crate::ops::metrics::{Metrics, SettleLabel};
+use crate::ops::metrics::{AgeStage, Metrics, SettleLabel};
 use crate::ops::readiness::{Readiness, State};
+use crate::ops::traces::Tracer;
 use crate::policy::Policy;
 use crate::seam::Ordering;
 use crate::seam::publish::Publish;
@@ -102,6 +103,8 @@ pub struct Dispatch<F, P> {
     /// The rules the outputs of the app's answers must meet (`None`: publishing is
     /// off, and an answer that publishes is refused).
     pub outputs: Option<OutputRules>,
+    /// Records the spans of deliveries, requests and publishes (export off: nothing).
+    pub tracer: Tracer,
     /// At most this many messages are kept on their last delivery while the DLQ does
     /// not store their dead letters; one more is terminated without one (it stays in
     /// its stream), so that letters that cannot be stored never stall the consumer.
@@ -216,7 +219,10 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         // JetStream's redelivery and must not block its lane.
                         tracing::error!(error = %e, "a message task failed; its message is redelivered after ack_wait");
                         if let Some(ids) = run.book.running.remove(&e.id()) {
-                            let steps = ids.into_iter().map(|id| (id, Step::Settled)).collect();
+                            let steps = ids
+                                .into_iter()
+                                .map(|id| (id, Step::Settled(Settlement::RELEASED)))
+                                .collect();
                             let done = Done { steps, reach: gate::Reach::NotAsked };
                             self.done(&mut run, done).await;
                         }
@@ -407,6 +413,9 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         match ev {
             Event::Message(delivery, settler) => {
                 self.metrics.received(delivery.delivered() > 1);
+                if let Some(age) = delivery.age(time::OffsetDateTime::now_utc()) {
+                    self.metrics.message_age(AgeStage::Received, age);
+                }
                 if run.draining || run.quiescing {
                     // Delivered by a pull sent before the stop: move it on.
                     self.release(&settler, Duration::ZERO).await;
@@ -508,7 +517,11 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let lane = LaneKey::of(self.ordering, &delivery);
         let (seq, delivered) = (delivery.stream_seq(), delivery.delivered());
         let progress_at = Instant::now() + self.progress_every;
-        if book.hold(delivery, settler, lane, progress_at).is_none() {
+        let span = self.tracer.delivery(&delivery);
+        if book
+            .hold(delivery, settler, lane, progress_at, span)
+            .is_none()
+        {
             // JetStream redelivered a message this loop still holds (its keep-alive
             // was lost, e.g. across a reconnect). Acks and keep-alives name the stream
             // sequence, so the held copy settles it; sending it again would only
@@ -561,6 +574,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 let e = book.held.get(&id)?;
                 Some(BatchItem {
                     id,
+                    trace: e.span.as_ref().map(|s| s.context().clone()),
                     delivery: Arc::clone(&e.delivery),
                     settler: e.settler.clone(),
                     lane: e.lane.clone(),
@@ -583,14 +597,15 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             let mut steps = Vec::with_capacity(1);
             let mut reach = gate::Reach::NotAsked;
             for i in items {
+                let trace = i.trace.as_ref();
                 let step = match i.verdict {
                     Some(v) => {
-                        this.dead_letter_again(&i.delivery, &i.settler, v, i.received)
+                        this.dead_letter_again(&i.delivery, &i.settler, v, i.received, trace)
                             .await
                     }
                     None => {
                         let (step, r) = this
-                            .attempt(&i.delivery, &i.settler, i.attempt, i.received)
+                            .attempt(&i.delivery, &i.settler, i.attempt, i.received, trace)
                             .await;
                         reach = r;
                         step
@@ -619,8 +634,10 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             let mut occupies = step.occupies_lane();
             let mut requeue = None;
             match step {
-                Step::Settled => {
-                    book.take(id);
+                Step::Settled(s) => {
+                    if let Some(e) = book.take(id) {
+                        self.finish(e, s);
+                    }
                 }
                 Step::RetryIn(delay) => {
                     self.metrics.retried_in_place();
@@ -702,11 +719,18 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// store while [`Dispatch::letters_waiting_max`] others wait already. It is not
     /// erased: it stays in its stream under its sequence (the log line says where).
     async fn abandon_letter<T: Settle>(&self, book: &mut Book<T>, id: u64, verdict: &Verdict) {
-        let Some(e) = book.take(id) else {
+        let Some(mut e) = book.take(id) else {
             return;
         };
         let reason = verdict.reason.to_string();
         let result = e.settler.term(&reason).await;
+        self.end_span(
+            &mut e,
+            Settlement {
+                outcome: "term",
+                delay: None,
+            },
+        );
         match &result {
             Ok(()) => self
                 .metrics
@@ -727,6 +751,24 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     async fn release_held<T: Settle>(&self, book: &mut Book<T>, id: u64, delay: Duration) {
         if let Some(e) = book.take(id) {
             self.release(&e.settler, delay).await;
+            self.finish(e, Settlement::RELEASED);
+        }
+    }
+
+    /// A message leaves the book: its span ends with how it ended, and its age is
+    /// taken (when its action completed).
+    fn finish<T>(&self, mut e: HeldMessage<T>, s: Settlement) {
+        if s != Settlement::RELEASED
+            && let Some(age) = e.delivery.age(time::OffsetDateTime::now_utc())
+        {
+            self.metrics.message_age(AgeStage::Settled, age);
+        }
+        self.end_span(&mut e, s);
+    }
+
+    fn end_span<T>(&self, e: &mut HeldMessage<T>, s: Settlement) {
+        if let Some(span) = e.span.take() {
+            self.tracer.end_delivery(span, s.outcome, s.delay);
         }
     }
 
@@ -790,6 +832,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         .max(crate::policy::MIN_RETRY_DELAY)
                 });
                 self.release(&e.settler, delay).await;
+                self.finish(e, Settlement::RELEASED);
                 released += 1;
             }
         }

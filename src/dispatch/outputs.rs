@@ -13,6 +13,7 @@ use crate::outputs::{self, Output, Refusal, Rules};
 use crate::policy::{Disposition, TermReason};
 use crate::seam::Forward;
 use crate::seam::publish::{OutputFailure, Publish};
+use crate::trace::context::SpanContext;
 
 /// What an answer's outputs must meet, and how they are published.
 #[derive(Debug, Clone)]
@@ -42,6 +43,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         d: &Delivery,
         outputs: Result<Vec<Output>, Refusal>,
         attempt: u32,
+        trace: Option<&SpanContext>,
     ) -> Commit {
         let no_rules = Rules {
             allowed: Vec::new(),
@@ -63,7 +65,35 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             .as_ref()
             .map_or(("", ""), |m| (m.stream.as_str(), m.consumer.as_str()));
         outputs::identify(&mut outputs, stream, consumer, d.stream_seq());
-        match self.publisher.outputs(&outputs, publishing.atomic).await {
+        // The outputs continue the trace: under a PRODUCER span of the delivery's
+        // (export on), else the input's own context.
+        let span = trace.map(|t| {
+            let subjects: Vec<&str> = outputs.iter().map(|o| o.subject.as_str()).collect();
+            self.tracer.publish(t, &subjects)
+        });
+        match &span {
+            Some(s) => {
+                let tp = s.traceparent();
+                let state = s.context().tracestate.as_deref();
+                outputs::carry_trace(&mut outputs, &tp, state, d.header("baggage"));
+            }
+            None => {
+                if let Some(tp) = d.header("traceparent") {
+                    outputs::carry_trace(
+                        &mut outputs,
+                        tp,
+                        d.header("tracestate"),
+                        d.header("baggage"),
+                    );
+                }
+            }
+        }
+        let published = self.publisher.outputs(&outputs, publishing.atomic).await;
+        if let Some(s) = span {
+            let error = published.as_ref().err().map(|e| chain(e));
+            self.tracer.end(s, error);
+        }
+        match published {
             Ok(c) => {
                 if c.duplicate {
                     tracing::info!(

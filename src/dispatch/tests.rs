@@ -18,17 +18,19 @@ use super::book::Book;
 use super::lanes::LaneKey;
 use super::{Dispatch, Ended, OutputRules};
 use crate::app::batch::{Answer, ItemResult};
+use crate::app::headers::TraceHeaders;
 use crate::capacity::Held;
 use crate::message::{Delivery, Meta};
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{Readiness, State};
+use crate::ops::traces::Tracer;
 use crate::outputs::{Output, Rules};
 use crate::policy::{Outcome, Policy, StatusSet};
 use crate::seam::Ordering;
 use crate::seam::publish::{Committed, LetterFailure, OutputFailure, Publish};
 use crate::seam::time::Deadline;
 use crate::seam::{
-    BatchForwarded, Event, Forward, Forwarded, Health, HttpClass, NoAnswer, Settle, Source,
+    BatchForwarded, Event, Forward, Forwarded, Health, HttpClass, NoAnswer, Offer, Settle, Source,
 };
 
 // === the fakes ===
@@ -301,10 +303,17 @@ struct FakeApp {
     seen: Arc<Mutex<Vec<Seen>>>,
     batches: Arc<Mutex<Vec<Vec<u64>>>>,
     in_flight: Arc<Mutex<(usize, usize)>>,
+    /// The `traceparent` each request carried instead of the message's own.
+    traceparents: Arc<Mutex<Vec<Option<String>>>>,
 }
 
 impl Forward for FakeApp {
-    async fn forward(&self, d: &Delivery, attempt: u32) -> Forwarded {
+    async fn forward(&self, offer: Offer<'_>) -> Forwarded {
+        let (d, attempt) = (offer.delivery, offer.attempt);
+        self.traceparents
+            .lock()
+            .unwrap()
+            .push(offer.trace.map(|t| t.traceparent.to_string()));
         let start = Instant::now();
         {
             let mut f = self.in_flight.lock().unwrap();
@@ -328,7 +337,16 @@ impl Forward for FakeApp {
         f
     }
 
-    async fn forward_batch(&self, items: &[(&Delivery, u32)]) -> BatchForwarded {
+    async fn forward_batch(
+        &self,
+        offers: &[Offer<'_>],
+        trace: Option<TraceHeaders<'_>>,
+    ) -> BatchForwarded {
+        self.traceparents
+            .lock()
+            .unwrap()
+            .push(trace.map(|t| t.traceparent.to_string()));
+        let items: Vec<(&Delivery, u32)> = offers.iter().map(|o| (o.delivery, o.attempt)).collect();
         let start = Instant::now();
         let carried: Vec<(u64, u32)> = items.iter().map(|(d, a)| (d.stream_seq(), *a)).collect();
         self.batches
@@ -338,7 +356,7 @@ impl Forward for FakeApp {
         let script = self.batch_script.as_ref().expect("a batch script");
         let (outcome, answer, delay) = script(&carried);
         tokio::time::sleep(delay).await;
-        for (d, attempt) in items {
+        for (d, attempt) in &items {
             self.seen.lock().unwrap().push(Seen {
                 seq: d.stream_seq(),
                 subject: d.app_subject.clone(),
@@ -412,6 +430,7 @@ struct Rig {
     events: mpsc::UnboundedSender<Event<FakeSettler>>,
     log: Log,
     stored: Arc<Mutex<Vec<Output>>>,
+    traceparents: Arc<Mutex<Vec<Option<String>>>>,
     side: Arc<Mutex<SourceSide>>,
     seen: Arc<Mutex<Vec<Seen>>>,
     in_flight: Arc<Mutex<(usize, usize)>>,
@@ -434,6 +453,7 @@ struct Knobs {
     publishes: bool,
     letters: Option<PublishScript>,
     outputs: Option<PublishScript>,
+    tracer: Tracer,
 }
 
 impl Default for Knobs {
@@ -449,6 +469,7 @@ impl Default for Knobs {
             publishes: false,
             letters: None,
             outputs: None,
+            tracer: Tracer::off(),
         }
     }
 }
@@ -477,6 +498,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let (seen, in_flight, batches) = (Arc::default(), Arc::default(), Arc::default());
     let log: Log = Arc::default();
     let stored: Arc<Mutex<Vec<Output>>> = Arc::default();
+    let traceparents: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
     let dispatch = Arc::new(Dispatch {
         forwarder: FakeApp {
             script,
@@ -485,6 +507,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             seen: Arc::clone(&seen),
             batches: Arc::clone(&batches),
             in_flight: Arc::clone(&in_flight),
+            traceparents: Arc::clone(&traceparents),
         },
         publisher: FakePublisher {
             log: Arc::clone(&log),
@@ -521,6 +544,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             atomic: true,
         }),
         letters_waiting_max: 4,
+        tracer: knobs.tracer.clone(),
     });
     let (events, rx) = mpsc::unbounded_channel();
     let side: Arc<Mutex<SourceSide>> = Arc::default();
@@ -536,6 +560,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         events,
         log,
         stored,
+        traceparents,
         side,
         seen,
         in_flight,
@@ -553,6 +578,11 @@ impl Rig {
 
     /// Sends a message on its `delivered`-th delivery.
     fn send_delivered(&self, seq: u64, subject: &str, delivered: u32) {
+        self.send_full(seq, subject, delivered, Vec::new());
+    }
+
+    /// Sends a message with `headers`.
+    fn send_full(&self, seq: u64, subject: &str, delivered: u32, headers: Vec<(String, String)>) {
         let settler = FakeSettler {
             seq,
             log: Arc::clone(&self.log),
@@ -561,6 +591,7 @@ impl Rig {
         if let Ok(m) = &mut d.meta {
             m.delivered = delivered;
         }
+        d.headers = headers;
         self.events
             .send(Event::Message(Box::new(d), settler))
             .unwrap();
@@ -896,7 +927,9 @@ fn the_timers_hold_at_most_a_keep_alive_and_a_retry_per_held_message() {
                 let at = t0 + Duration::from_millis(i as u64);
                 match op {
                     0 => {
-                        if let Some(id) = book.hold(delivery(key + 1, "a"), (), LaneKey::Free, at) {
+                        if let Some(id) =
+                            book.hold(delivery(key + 1, "a"), (), LaneKey::Free, at, None)
+                        {
                             ids.insert(key, id);
                         }
                     }
@@ -1432,5 +1465,158 @@ async fn ordered_modes_commit_a_keys_outputs_in_input_order() {
     assert_eq!(r.stored_inputs(), [1, 2], "2 was not stored before 1");
     let again: Vec<u64> = r.batches().into_iter().skip(1).flatten().collect();
     assert_eq!(again, [1, 2], "both came again, in order");
+    r.stop().await;
+}
+
+// --- tracing ---
+
+const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+fn span_id_of(traceparent: &str) -> &str {
+    traceparent.split('-').nth(2).unwrap()
+}
+
+/// Whether a `traceparent`'s flags have the sampled bit.
+fn sampled(traceparent: &str) -> bool {
+    let flags = traceparent.rsplit('-').next().unwrap();
+    u8::from_str_radix(flags, 16).unwrap() & 1 == 1
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_export_on_each_attempt_is_a_client_span_under_the_delivery_and_the_outputs_continue_it()
+ {
+    let (tracer, _) = crate::ops::traces::tests::tracer(0.0);
+    let r = rig(
+        Knobs {
+            publishes: true,
+            // Retries in place: both attempts belong to one delivery.
+            ordering: Ordering::Subject,
+            tracer: tracer.clone(),
+            ..Knobs::default()
+        },
+        Box::new(|_, attempt, _| (status(if attempt == 1 { 503 } else { 200 }), MS)),
+    );
+    let headers = vec![
+        ("traceparent".to_string(), PARENT.to_string()),
+        ("tracestate".to_string(), "vendor=opaque".to_string()),
+    ];
+    r.send_full(1, "a", 1, headers);
+    wait(5 * S).await;
+    assert_eq!(r.settled(1), [Told::Published, Told::AckConfirmed]);
+    let spans = tracer.take_queued();
+    let of = |k: crate::trace::span::SpanKind| spans.iter().filter(move |s| s.kind == k);
+    let consumer: Vec<_> = of(crate::trace::span::SpanKind::Consumer).collect();
+    let clients: Vec<_> = of(crate::trace::span::SpanKind::Client).collect();
+    let producers: Vec<_> = of(crate::trace::span::SpanKind::Producer).collect();
+    assert_eq!((consumer.len(), clients.len(), producers.len()), (1, 2, 1));
+    let c = consumer[0];
+    assert_eq!(hex(&c.context.trace_id), "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(
+        c.parent.map(|p| hex(&p)).as_deref(),
+        Some("b7ad6b7169203331")
+    );
+    assert!(c.parent_remote, "the parent is the publisher's");
+    assert_eq!(&*c.name, "process a");
+    assert!(c.attributes.contains(&("jetrelay.outcome", "ack".into())));
+    for client in &clients {
+        assert_eq!(
+            client.parent,
+            Some(c.context.span_id),
+            "each attempt under the delivery"
+        );
+        assert_eq!(client.context.tracestate.as_deref(), Some("vendor=opaque"));
+    }
+    assert!(clients[0].error.is_some(), "the 503 is an error status");
+    assert!(clients[1].error.is_none());
+    // The app got each attempt's own span, in the publisher's trace.
+    let sent: Vec<String> = r
+        .traceparents
+        .lock()
+        .unwrap()
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
+    assert_eq!(sent.len(), 2);
+    for (tp, client) in sent.iter().zip(&clients) {
+        assert!(
+            tp.starts_with("00-0af7651916cd43dd8448eb211c80319c-"),
+            "{tp}"
+        );
+        assert!(sampled(tp), "sampled: {tp}");
+        assert_eq!(span_id_of(tp), hex(&client.context.span_id));
+    }
+    // The output carries the PRODUCER span's context, a child of the delivery.
+    let p = producers[0];
+    assert_eq!(p.parent, Some(c.context.span_id));
+    let stored = r.stored.lock().unwrap().clone();
+    let tp = stored[0]
+        .headers
+        .iter()
+        .find(|(n, _)| n == "traceparent")
+        .map(|(_, v)| v.clone());
+    assert_eq!(
+        tp.as_deref().map(span_id_of),
+        Some(hex(&p.context.span_id).as_str())
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unsampled_parent_exports_nothing_and_a_message_without_one_is_a_root_by_ratio() {
+    for ratio in [0.0, 1.0] {
+        let (tracer, _) = crate::ops::traces::tests::tracer(ratio);
+        let r = rig(
+            Knobs {
+                tracer: tracer.clone(),
+                ..Knobs::default()
+            },
+            ok_after(MS),
+        );
+        let unsampled = PARENT.replace("-01", "-00");
+        r.send_full(1, "a", 1, vec![("traceparent".into(), unsampled.clone())]);
+        r.send(2, "b");
+        wait(S).await;
+        let sent: Vec<Option<String>> = r.traceparents.lock().unwrap().clone();
+        let to_1 = sent
+            .iter()
+            .flatten()
+            .find(|t| t.contains("0af7651916cd43dd"))
+            .unwrap();
+        assert!(!sampled(to_1), "unsampled stays unsampled: {to_1}");
+        let spans = tracer.take_queued();
+        assert!(
+            spans
+                .iter()
+                .all(|s| hex(&s.context.trace_id) != "0af7651916cd43dd8448eb211c80319c"),
+            "nothing of an unsampled trace is exported"
+        );
+        // The message without a context: a root, exported only when the ratio says so.
+        let to_2 = sent
+            .iter()
+            .flatten()
+            .find(|t| !t.contains("0af7651916cd43dd"))
+            .unwrap();
+        assert_eq!(sampled(to_2), ratio == 1.0, "{to_2}");
+        let roots = spans.iter().filter(|s| s.parent.is_none()).count();
+        assert_eq!(roots, if ratio == 1.0 { 1 } else { 0 });
+        r.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_export_off_the_trace_headers_pass_unchanged() {
+    let r = rig(Knobs::default(), ok_after(MS));
+    r.send_full(1, "a", 1, vec![("traceparent".into(), PARENT.into())]);
+    wait(S).await;
+    assert_eq!(
+        *r.traceparents.lock().unwrap(),
+        [None],
+        "no replacement: the message's own passes"
+    );
     r.stop().await;
 }

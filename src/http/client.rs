@@ -21,6 +21,40 @@ pub fn builder(ca_file: &str) -> Result<reqwest::ClientBuilder, TlsFileError> {
         .redirect(reqwest::redirect::Policy::none()))
 }
 
+/// A builder for HTTP/2 only (the collector's gRPC): `prior_knowledge` for an
+/// `http://` endpoint (h2c), ALPN `h2` for `https://`.
+///
+/// # Errors
+/// [`TlsFileError`] when no root certificate is there.
+pub fn builder_h2(prior_knowledge: bool) -> Result<reqwest::ClientBuilder, TlsFileError> {
+    let b = reqwest::Client::builder()
+        .no_proxy()
+        .tls_backend_preconfigured(crate::tls::client_config_h2()?)
+        .redirect(reqwest::redirect::Policy::none());
+    Ok(if prior_knowledge {
+        b.http2_prior_knowledge()
+    } else {
+        b
+    })
+}
+
+/// Reads an answer to its end and returns its trailers (gRPC's status is there).
+///
+/// # Errors
+/// The body broke off.
+pub async fn trailers(
+    resp: reqwest::Response,
+) -> Result<Option<reqwest::header::HeaderMap>, reqwest::Error> {
+    use http_body_util::BodyExt;
+    let mut body = reqwest::Body::from(resp);
+    while let Some(frame) = body.frame().await {
+        if let Ok(t) = frame?.into_trailers() {
+            return Ok(Some(t));
+        }
+    }
+    Ok(None)
+}
+
 /// A plain client (for examples, tools and tests): [`builder`] with nothing added.
 ///
 /// # Errors

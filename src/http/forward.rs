@@ -17,14 +17,14 @@ use std::sync::Arc;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::time::Instant;
 
-use crate::app::headers::{Pass, RequestFormat};
+use crate::app::headers::{Pass, RequestFormat, TraceHeaders};
 use crate::http::client::ClientError;
 use crate::http::credentials::{CredentialFiles, Credentials};
-use crate::message::Delivery;
+
 use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
 use crate::seam::HttpClass;
-use crate::seam::{BatchForwarded, Forward, Forwarded, NoAnswer};
+use crate::seam::{BatchForwarded, Forward, Forwarded, NoAnswer, Offer};
 
 /// The response header by which the app overrides the status mapping.
 pub const ACTION_HEADER: &str = "jetrelay-action";
@@ -161,9 +161,11 @@ impl Forwarder {
         })
     }
 
-    /// Offers one delivery to the app, once; `attempt` counts in-place retries too.
-    pub async fn forward(&self, d: &Delivery, attempt: u32) -> Forwarded {
-        let mapped = crate::app::headers::map(d, attempt, &self.pass, self.format);
+    /// Offers one delivery to the app, once.
+    pub async fn forward(&self, offer: Offer<'_>) -> Forwarded {
+        let d = offer.delivery;
+        let mapped =
+            crate::app::headers::map(d, offer.attempt, &self.pass, self.format, offer.trace);
         let mut headers = HeaderMap::with_capacity(mapped.headers.len() + 4);
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {
@@ -201,13 +203,33 @@ impl Forwarder {
         f
     }
 
-    /// Offers a batch of deliveries (each with its attempt) to the app in one request,
-    /// once: the JSON document of `http::batch`, and its answer read back.
-    pub async fn forward_batch(&self, items: &[(&Delivery, u32)]) -> BatchForwarded {
-        let (body, skipped) = crate::app::batch::body(items, &self.pass);
+    /// Offers a batch of deliveries to the app in one request, once: the JSON
+    /// document of `app::batch`, and its answer read back; `trace` is the request's
+    /// own context.
+    pub async fn forward_batch(
+        &self,
+        offers: &[Offer<'_>],
+        trace: Option<TraceHeaders<'_>>,
+    ) -> BatchForwarded {
+        let items: Vec<_> = offers
+            .iter()
+            .map(|o| (o.delivery, o.attempt, o.trace))
+            .collect();
+        let (body, skipped) = crate::app::batch::body(&items, &self.pass);
         let mut headers = HeaderMap::with_capacity(6);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(BATCH_SIZE_HEADER, HeaderValue::from(items.len()));
+        if let Some(t) = trace {
+            let mut add = |name: &'static str, value: &str| {
+                if let Ok(v) = HeaderValue::from_str(value) {
+                    headers.insert(name, v);
+                }
+            };
+            add("traceparent", t.traceparent);
+            if let Some(state) = t.tracestate {
+                add("tracestate", state);
+            }
+        }
         let keep = self.limits.batch_answer(items.len());
         let (mut forwarded, body) = self.post(headers, body.into(), keep, keep).await;
         forwarded.skipped_headers = skipped;
@@ -323,15 +345,16 @@ impl Forwarder {
 }
 
 impl Forward for Forwarder {
-    fn forward(&self, d: &Delivery, attempt: u32) -> impl Future<Output = Forwarded> + Send {
-        Forwarder::forward(self, d, attempt)
+    fn forward(&self, offer: Offer<'_>) -> impl Future<Output = Forwarded> + Send {
+        Forwarder::forward(self, offer)
     }
 
     fn forward_batch(
         &self,
-        items: &[(&Delivery, u32)],
+        offers: &[Offer<'_>],
+        trace: Option<TraceHeaders<'_>>,
     ) -> impl Future<Output = BatchForwarded> + Send {
-        Forwarder::forward_batch(self, items)
+        Forwarder::forward_batch(self, offers, trace)
     }
 }
 

@@ -4,6 +4,7 @@
 //! the requests carry and what the answers mean, as pure functions, is `crate::app`.
 
 pub mod client;
+pub mod collector;
 pub mod credentials;
 pub mod forward;
 pub mod probe;

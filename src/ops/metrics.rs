@@ -140,6 +140,22 @@ const LATENCY_BUCKETS: &[f64] = &[
     60.0,
 ];
 
+/// Message age: from milliseconds to a week.
+const AGE_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0,
+    86400.0, 604800.0,
+];
+
+/// When a message's age is taken, as the `stage` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum AgeStage {
+    /// When jetrelay receives it.
+    Received,
+    /// When its action completes.
+    Settled,
+}
+
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
 
 /// Registers collectors as they are made.
@@ -176,6 +192,19 @@ impl Registrar<'_> {
     /// One counter per label value, resolved once (a label lookup per message is
     /// measurable), every value present from the start (dashboards see zeros, not
     /// gaps).
+    fn histograms<const N: usize>(
+        &self,
+        name: &str,
+        help: &str,
+        label: &str,
+        values: [&str; N],
+        buckets: &[f64],
+    ) -> Result<[Histogram; N], prometheus::Error> {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        let vec = self.register(prometheus::HistogramVec::new(opts, &[label])?)?;
+        Ok(values.map(|v| vec.with_label_values(&[v])))
+    }
+
     fn counters<const N: usize>(
         &self,
         name: &str,
@@ -202,6 +231,8 @@ struct MessageCollectors {
     retries_in_place: IntCounter,
     progress_sent: IntCounter,
     invalid: [IntCounter; 3],
+    age: [Histogram; 2],
+    spans_dropped: IntCounter,
 }
 
 impl MessageCollectors {
@@ -255,6 +286,17 @@ impl MessageCollectors {
                 "Messages that could not be offered to the app (terminated, dead-lettered first when a DLQ is set), by reason",
                 "reason",
                 Invalid::NAMES,
+            )?,
+            age: r.histograms(
+                "jetrelay_message_age_seconds",
+                "Now minus the message's publish time (its stream timestamp), when jetrelay receives it and when its action completes",
+                "stage",
+                ["received", "settled"],
+                AGE_BUCKETS,
+            )?,
+            spans_dropped: r.counter(
+                "jetrelay_otel_spans_dropped_total",
+                "Spans not exported: the export queue was full, or the collector did not take them",
             )?,
         })
     }
@@ -482,6 +524,16 @@ impl Metrics {
     /// A `+WPI` was sent for a held message.
     pub fn progress_sent(&self) {
         self.flow.progress_sent.inc();
+    }
+
+    /// A message's age (now − its publish time) at `stage`.
+    pub fn message_age(&self, stage: AgeStage, age: Duration) {
+        self.flow.age[stage as usize].observe(age.as_secs_f64());
+    }
+
+    /// `n` spans were not exported.
+    pub fn spans_dropped(&self, n: u64) {
+        self.flow.spans_dropped.inc_by(n);
     }
 
     /// A message could not be offered to the app.

@@ -5,3 +5,4 @@
 pub mod metrics;
 pub mod readiness;
 pub mod telemetry;
+pub mod traces;

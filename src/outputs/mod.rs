@@ -296,6 +296,31 @@ pub fn identify(outputs: &mut [Output], stream: &str, consumer: &str, sequence: 
     }
 }
 
+/// Gives each output that has no `traceparent` of its own the trace context to
+/// continue (`tracestate` and `baggage` with it, where it has none): an output the
+/// app gave its own context keeps it.
+pub fn carry_trace(
+    outputs: &mut [Output],
+    traceparent: &str,
+    tracestate: Option<&str>,
+    baggage: Option<&str>,
+) {
+    let has = |o: &Output, name: &str| o.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    for o in outputs.iter_mut().filter(|o| !has(o, "traceparent")) {
+        o.headers.push(("traceparent".into(), traceparent.into()));
+        if let Some(state) = tracestate
+            && !has(o, "tracestate")
+        {
+            o.headers.push(("tracestate".into(), state.into()));
+        }
+        if let Some(b) = baggage
+            && !has(o, "baggage")
+        {
+            o.headers.push(("baggage".into(), b.into()));
+        }
+    }
+}
+
 /// The message id prefixes that are jetrelay's own: an answer's outputs
 /// (`jetrelay:`), dead letters (`jetrelay-dlq:`) and replays (`jetrelay-replay:`). A
 /// caller of the publish endpoint may not use them: an id taken beforehand would

@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::app::batch::Answer;
+use crate::app::headers::TraceHeaders;
 use crate::capacity::Held;
 use crate::message::Delivery;
 use crate::outputs::{Output, Refusal};
@@ -122,15 +123,30 @@ pub trait Source: Send {
     fn close(self) -> impl Future<Output = Vec<Self::Settler>> + Send;
 }
 
+/// One message offered to the app: its delivery, its attempt (in-place retries
+/// counted), and the trace context its request carries instead of the message's own
+/// (with span export on).
+#[derive(Debug, Clone, Copy)]
+pub struct Offer<'a> {
+    /// The message.
+    pub delivery: &'a Delivery,
+    /// Deliveries plus in-place retries.
+    pub attempt: u32,
+    /// jetrelay's span's context, when it exports spans.
+    pub trace: Option<TraceHeaders<'a>>,
+}
+
 /// Where messages go: one request to the app per call.
 pub trait Forward: Send + Sync + 'static {
-    /// Offers `d` to the app, once; `attempt` counts in-place retries too.
-    fn forward(&self, d: &Delivery, attempt: u32) -> impl Future<Output = Forwarded> + Send;
+    /// Offers one message to the app, once.
+    fn forward(&self, offer: Offer<'_>) -> impl Future<Output = Forwarded> + Send;
 
-    /// Offers a batch (each delivery with its attempt) in one request, once.
+    /// Offers a batch in one request, once; `trace` is the request's own context
+    /// (each message's is in the document).
     fn forward_batch(
         &self,
-        items: &[(&Delivery, u32)],
+        offers: &[Offer<'_>],
+        trace: Option<TraceHeaders<'_>>,
     ) -> impl Future<Output = BatchForwarded> + Send;
 }
 

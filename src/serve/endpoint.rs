@@ -30,9 +30,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ops::metrics::{Metrics, Via};
 use crate::ops::telemetry::chain;
+use crate::ops::traces::Tracer;
 use crate::outputs::{self, Author, Output, Refusal, Rules};
 use crate::seam::publish::{Committed, OutputFailure, Publish};
 use crate::secret::{self, SecretFile};
+use crate::trace::context;
 
 /// Publishes in progress at once, at most.
 pub const MAX_CONCURRENT: usize = 64;
@@ -50,6 +52,8 @@ pub struct Endpoint<P> {
     pub metrics: Metrics,
     /// `publish.token_file`: every request must carry `Authorization: Bearer <it>`.
     pub token: Option<Arc<SecretFile>>,
+    /// Records the PRODUCER span of a request that carries a `traceparent`.
+    pub tracer: Tracer,
 }
 
 /// What a request publishes: its body as one message, or a document.
@@ -281,7 +285,7 @@ async fn one<P: Publish>(
         }
     }
     let output = outputs::from_request(&subject, &named, body).map_err(Failure::Refused);
-    let c = s.publish(output.map(|o| vec![o])).await?;
+    let c = s.publish(output.map(|o| vec![o]), &headers).await?;
     Ok(axum::Json(json!({
         "stream": c.stream,
         "seq": c.seq,
@@ -301,7 +305,7 @@ async fn many<P: Publish>(
     }
     let max = s.endpoint.rules.max_messages;
     let list = outputs::parse(&body, Author::Endpoint, max).map_err(Failure::Refused);
-    let c = s.publish(list).await?;
+    let c = s.publish(list, &headers).await?;
     let mut answer = json!({ "stream": c.stream, "seq": c.seq, "count": c.count });
     if c.duplicate {
         answer["duplicate"] = json!(true);
@@ -317,15 +321,49 @@ impl<P: Publish> Shared<P> {
         self.endpoint.token.as_ref().map(|t| t.value())
     }
 
-    /// Checks the rules, publishes, counts.
+    /// Checks the rules, publishes, counts. A request that carries a `traceparent`
+    /// is continued: its messages carry a PRODUCER span's context (export on), or
+    /// the request's own (export off), unless they carry their own.
     async fn publish(
         &self,
         outputs: Result<Vec<Output>, Failure<P::OutputError>>,
+        headers: &HeaderMap,
     ) -> Result<Committed, Failure<P::OutputError>> {
         let e = &self.endpoint;
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let mut span = None;
         let result = async {
-            let outputs = outputs?;
+            let mut outputs = outputs?;
             e.rules.check(&outputs).map_err(Failure::Refused)?;
+            if let Some(tp) = header("traceparent") {
+                let parent = context::from_headers(&[
+                    ("traceparent".to_string(), tp.to_string()),
+                    (
+                        "tracestate".to_string(),
+                        header("tracestate").unwrap_or("").to_string(),
+                    ),
+                ]);
+                match parent.filter(|_| e.tracer.is_on()) {
+                    Some(parent) => {
+                        let subjects: Vec<&str> =
+                            outputs.iter().map(|o| o.subject.as_str()).collect();
+                        let s = e.tracer.publish_for(&parent, &subjects);
+                        outputs::carry_trace(
+                            &mut outputs,
+                            &s.traceparent(),
+                            s.context().tracestate.as_deref(),
+                            header("baggage"),
+                        );
+                        span = Some(s);
+                    }
+                    None => outputs::carry_trace(
+                        &mut outputs,
+                        tp,
+                        header("tracestate"),
+                        header("baggage"),
+                    ),
+                }
+            }
             // The semaphore is never closed, so acquiring only waits.
             let _permit = self.permits.acquire().await;
             e.publisher
@@ -334,6 +372,10 @@ impl<P: Publish> Shared<P> {
                 .map_err(Failure::Failed)
         }
         .await;
+        if let Some(s) = span {
+            let error = result.as_ref().err().map(|f| f.label().to_string());
+            e.tracer.end(s, error);
+        }
         match &result {
             Ok(c) if !c.duplicate => e.metrics.published(Via::Endpoint, c.count as u64),
             Ok(_) => {}

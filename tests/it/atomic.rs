@@ -20,18 +20,6 @@ async fn publisher(nats: &NatsServer) -> OutputPublisher {
         .outputs()
 }
 
-/// A stream capturing `subjects`, taking atomic batches or not.
-async fn stream_with(js: &jetstream::Context, name: &str, subjects: &[&str], atomic: bool) {
-    js.create_stream(stream::Config {
-        name: name.to_string(),
-        subjects: subjects.iter().map(|s| s.to_string()).collect(),
-        allow_atomic_publish: atomic,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-}
-
 fn output(subject: &str, id: &str, payload: &str) -> Output {
     Output {
         subject: subject.into(),
@@ -55,7 +43,7 @@ async fn messages(js: &jetstream::Context, name: &str) -> u64 {
 async fn a_thousand_message_batch_is_stored_whole_at_consecutive_sequences() {
     let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
-    stream_with(&js, "A", &["a.>"], true).await;
+    atomic_stream(&js, "A", &["a.>"], true).await;
     publish(&js, "a.before", 1).await;
     let outs: Vec<Output> = (0..1000)
         .map(|i| {
@@ -90,7 +78,7 @@ async fn a_thousand_message_batch_is_stored_whole_at_consecutive_sequences() {
 async fn a_stream_without_allow_atomic_refuses_the_batch_with_10174() {
     let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
-    stream_with(&js, "N", &["n.>"], false).await;
+    atomic_stream(&js, "N", &["n.>"], false).await;
     let outs = [output("n.1", "a", "x"), output("n.2", "b", "y")];
     let err = publisher(&nats)
         .await
@@ -109,7 +97,7 @@ async fn a_stream_without_allow_atomic_refuses_the_batch_with_10174() {
 async fn a_batch_with_an_id_already_stored_is_refused_whole_and_read_as_a_duplicate() {
     let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
-    stream_with(&js, "D", &["d.>"], true).await;
+    atomic_stream(&js, "D", &["d.>"], true).await;
     let p = publisher(&nats).await;
     let first = [output("d.1", "k1", "x"), output("d.2", "k2", "y")];
     assert!(!p.publish(&first, true).await.unwrap().duplicate);
@@ -133,8 +121,8 @@ async fn a_batch_with_an_id_already_stored_is_refused_whole_and_read_as_a_duplic
 async fn a_batch_across_two_streams_is_refused_and_nothing_is_stored() {
     let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
-    stream_with(&js, "X", &["x.>"], true).await;
-    stream_with(&js, "Y", &["y.>"], true).await;
+    atomic_stream(&js, "X", &["x.>"], true).await;
+    atomic_stream(&js, "Y", &["y.>"], true).await;
     let outs = [
         output("x.1", "a", "1"),
         output("y.1", "b", "2"),

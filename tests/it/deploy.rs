@@ -799,6 +799,7 @@ fn every_alert_has_a_summary_a_description_a_runbook_and_a_severity() {
         "jetrelay_pinned",
         "jetrelay_app_healthy",
         "jetrelay_nats_connected",
+        "jetrelay_message_age_seconds_bucket",
     ] {
         assert!(
             rule_exprs(&text).iter().any(|(_, e)| e.contains(wanted)),
@@ -929,4 +930,41 @@ fn the_configmaps_config_passes_jetrelay_checks_offline_checks() {
         jetrelay::config::Config::from_figment(Figment::from(Toml::string(&misspelt))).is_err(),
         "an unknown key accepted"
     );
+}
+
+#[test]
+fn every_example_config_passes_the_checks_and_the_reference_shows_every_section() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        jetrelay::config::Config::from_toml(&[&text])
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        seen += 1;
+    }
+    assert!(seen >= 5, "the example configs: {seen}");
+    // config/durable.toml shows every key with its default: each section at least.
+    let reference = repo_file("config/durable.toml");
+    for section in [
+        "[nats]",
+        "[source]",
+        "[topology]",
+        "[consumer]",
+        "[delivery]",
+        "[http]",
+        "[publish]",
+        "[dlq]",
+        "[admin]",
+        "[log]",
+        "[otel]",
+    ] {
+        assert!(
+            reference.lines().any(|l| l.starts_with(section)),
+            "config/durable.toml lacks {section}"
+        );
+    }
 }

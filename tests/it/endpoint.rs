@@ -4,23 +4,11 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, stream};
 use serde_json::{Value, json};
 
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(20);
-
-async fn out_stream(js: &jetstream::Context, name: &str, subjects: &[&str]) {
-    js.create_stream(stream::Config {
-        name: name.to_string(),
-        subjects: subjects.iter().map(|s| s.to_string()).collect(),
-        allow_atomic_publish: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-}
 
 /// A relay whose endpoint allows `out.>` and `nowhere.>` (no stream captures the
 /// latter), at most 3 messages and 1000 bytes per request.
@@ -65,7 +53,7 @@ async fn post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body
 async fn the_endpoint_publishes_raw_and_json_and_answers_as_documented() {
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>", "secret.>"]).await;
+    atomic_stream(&env.js, &out, &["out.>", "secret.>"], true).await;
     let (relay, base) = relay_with_endpoint(&env).await;
 
     let headers = [
@@ -197,7 +185,7 @@ async fn the_endpoint_publishes_raw_and_json_and_answers_as_documented() {
 async fn concurrent_clients_get_exactly_what_they_publish() {
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"]).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     let (relay, base) = relay_with_endpoint(&env).await;
     let clients = 8;
     let per_client = 40;
@@ -260,7 +248,7 @@ async fn concurrent_clients_get_exactly_what_they_publish() {
 async fn with_nats_gone_the_endpoint_answers_503_and_stays_up() {
     let mut env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"]).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     let (relay, base) = relay_with_endpoint(&env).await;
     assert_eq!(post(&format!("{base}/out.a"), &[], "1").await.0, 200);
     env.nats.kill();
@@ -303,7 +291,7 @@ fn request(path: &str, headers: &[&str], body: &str) -> String {
 async fn a_browsers_cross_site_post_and_hostile_headers_are_refused_and_nothing_is_stored() {
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"]).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     let (relay, _) = relay_with_endpoint(&env).await;
     let addr = relay.publish.unwrap();
     let local = "Host: 127.0.0.1";
@@ -472,7 +460,7 @@ async fn a_browsers_cross_site_post_and_hostile_headers_are_refused_and_nothing_
 async fn with_a_token_only_requests_that_carry_it_publish() {
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"]).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret\n").unwrap();

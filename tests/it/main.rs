@@ -26,3 +26,4 @@ mod shutdown;
 mod support;
 mod tls;
 mod topology;
+mod traces;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream;
 use serde_json::json;
 
 use crate::support::app::Recorded;
@@ -15,18 +15,6 @@ use crate::support::*;
 
 const T: Duration = Duration::from_secs(30);
 const PUBLISH_TYPE: &str = "application/vnd.jetrelay.publish+json";
-
-/// A stream `name` on `subjects` that takes atomic batches.
-async fn out_stream(js: &jetstream::Context, name: &str, subjects: &[&str], atomic: bool) {
-    js.create_stream(stream::Config {
-        name: name.to_string(),
-        subjects: subjects.iter().map(|s| s.to_string()).collect(),
-        allow_atomic_publish: atomic,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-}
 
 /// A 200 that publishes `outputs` (subject, data).
 fn publishing(outputs: &[(String, String)]) -> Reply {
@@ -92,7 +80,7 @@ async fn an_answer_publishes_its_outputs_atomically_before_the_input_is_acked() 
     let app = MockApp::start(|r, _| three_outputs(r)).await;
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"], true).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     let extra = "[publish]\nallowed_subjects = [\"out.>\"]\n";
     let relay = Relay::ready(publish_config(&env, &app, extra)).await;
     publish(&env.js, "in.x", 5).await;
@@ -149,7 +137,7 @@ async fn outputs_stored_before_a_crash_are_not_stored_again_and_the_input_is_ack
     let app = MockApp::start(|r, _| three_outputs(r)).await;
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"], true).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     publish(&env.js, "in.x", 1).await;
     let outputs = jetrelay::nats::Nats::connect(
         &jetrelay::daemon::settings::connection(&jetrelay::config::NatsConfig {
@@ -196,7 +184,7 @@ async fn sigkill_between_answers_under_load_stores_every_output_exactly_once() {
     let app = MockApp::start(|r, _| three_outputs(r).after(Duration::from_millis(3))).await;
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"], true).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     let total = 300u64;
     publish(&env.js, "in.x", total as usize).await;
     let config = format!(
@@ -266,7 +254,7 @@ async fn a_failed_publish_retries_the_input_and_loses_nothing() {
             >= 1.0
     );
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"], true).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     eventually("acked", T, || {
         consumer_drained(&env.js, &env.stream, &env.durable)
     })
@@ -293,7 +281,7 @@ async fn outputs_that_cannot_be_published_fail_the_input_for_good() {
     .await;
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>", "secret.>"], true).await;
+    atomic_stream(&env.js, &out, &["out.>", "secret.>"], true).await;
     let dlq = unique("DLQ");
     create_stream(&env.js, &dlq, &[&format!("dlq.{}", env.stream)]).await;
     for body in ["elsewhere", "many", "broken"] {
@@ -348,7 +336,7 @@ async fn without_atomic_outputs_go_one_by_one_to_a_stream_that_does_not_take_bat
     let app = MockApp::start(|r, _| three_outputs(r)).await;
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"], false).await;
+    atomic_stream(&env.js, &out, &["out.>"], false).await;
     let extra = "[publish]\nallowed_subjects = [\"out.>\"]\natomic = false\n";
     let relay = Relay::ready(publish_config(&env, &app, extra)).await;
     publish(&env.js, "in.x", 2).await;
@@ -371,7 +359,7 @@ async fn outputs_of_two_consumers_of_one_stream_never_collide() {
     // shared stream: every output of each is stored (the ids carry the consumer).
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["shared.>"], true).await;
+    atomic_stream(&env.js, &out, &["shared.>"], true).await;
     let mut relays = Vec::new();
     let durables = [unique("a"), unique("b")];
     for name in &durables {
@@ -419,7 +407,7 @@ async fn ordered_modes_commit_a_keys_outputs_in_input_order() {
     .await;
     let env = Env::start(&["k.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>"], true).await;
+    atomic_stream(&env.js, &out, &["out.>"], true).await;
     let extra = "[publish]\nallowed_subjects = [\"out.>\"]\n[delivery]\nordering = \"subject\"\n";
     let relay = Relay::ready(publish_config(&env, &app, extra)).await;
     for i in 0..8 {
@@ -493,7 +481,7 @@ async fn each_batch_result_publishes_for_its_own_input() {
     .await;
     let env = Env::start(&["in.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["out.>", "secret.>"], true).await;
+    atomic_stream(&env.js, &out, &["out.>", "secret.>"], true).await;
     let dlq = unique("DLQ");
     create_stream(&env.js, &dlq, &[&format!("dlq.{}", env.stream)]).await;
     publish(&env.js, "in.x", 4).await;
@@ -532,7 +520,7 @@ async fn the_readme_publishing_handler_survives_a_crash_with_each_output_stored_
     let handler = ReadmeApp::start("## Publishing through jetrelay").await;
     let env = Env::start(&["orders.>"]).await;
     let out = unique("OUT");
-    out_stream(&env.js, &out, &["invoices.>", "audit.>"], true).await;
+    atomic_stream(&env.js, &out, &["invoices.>", "audit.>"], true).await;
     let dlq = unique("DLQ");
     create_stream(&env.js, &dlq, &[&format!("dlq.{}", env.stream)]).await;
     let total = 60u64;
@@ -595,7 +583,7 @@ async fn a_dead_letter_after_failed_publishes_says_what_the_last_try_ran_into() 
     // when the attempts are spent the dead letter names that, not only "exhausted".
     let app = MockApp::start(|r, _| three_outputs(r)).await;
     let env = Env::start(&["in.>"]).await;
-    out_stream(&env.js, &unique("OUT"), &["out.>"], false).await;
+    atomic_stream(&env.js, &unique("OUT"), &["out.>"], false).await;
     let dlq = unique("DLQ");
     create_stream(&env.js, &dlq, &[&format!("dlq.{}", env.stream)]).await;
     let extra = format!(

@@ -293,6 +293,7 @@ async fn instance(
         batch: None,
         outputs: None,
         letters_waiting_max: 4,
+        tracer: jetrelay::ops::traces::Tracer::off(),
         pinned_mode: true,
         ordering: Ordering::None,
         progress_every: Duration::from_secs(10),

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod certs;
+pub mod collector;
 pub mod daemon;
 pub mod groups;
 pub mod nats_server;
@@ -69,6 +70,18 @@ pub async fn create_stream(js: &jetstream::Context, name: &str, subjects: &[&str
     js.create_stream(jetstream::stream::Config {
         name: name.to_string(),
         subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+/// A stream `name` on `subjects` that takes atomic batches (`atomic`) or not.
+pub async fn atomic_stream(js: &jetstream::Context, name: &str, subjects: &[&str], atomic: bool) {
+    js.create_stream(jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        allow_atomic_publish: atomic,
         ..Default::default()
     })
     .await

@@ -1,0 +1,88 @@
+//! `[otel]`: where spans are exported (OTLP over HTTP or gRPC), how roots are
+//! sampled, the resource's name, and the collector's headers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Config, Problems};
+
+/// `otel.protocol`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub enum OtelProtocol {
+    /// `POST <endpoint>/v1/traces`, protobuf bodies.
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    /// The OTLP gRPC service.
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+/// `[otel]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtelConfig {
+    /// The collector's OTLP endpoint; empty = no spans exported (context still
+    /// propagates).
+    pub endpoint: String,
+    /// `http/protobuf` or `grpc`.
+    pub protocol: OtelProtocol,
+    /// The share of messages without a parent that start a sampled trace.
+    pub sample_ratio: f64,
+    /// The resource's `service.name`.
+    pub service_name: String,
+    /// Headers to the collector.
+    pub headers: BTreeMap<String, String>,
+    /// Header values from files, read again when they change.
+    pub header_files: BTreeMap<String, String>,
+}
+
+impl Default for OtelConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: String::new(),
+            protocol: OtelProtocol::HttpProtobuf,
+            sample_ratio: 1.0,
+            service_name: "jetrelay".into(),
+            headers: BTreeMap::new(),
+            header_files: BTreeMap::new(),
+        }
+    }
+}
+
+impl Config {
+    pub(super) fn check_otel(&self, p: &mut Problems) {
+        let o = &self.otel;
+        if !o.endpoint.is_empty() {
+            if super::nats::has_userinfo(&o.endpoint) {
+                p.add(
+                    "otel.endpoint",
+                    format!(
+                        "{:?} carries credentials: put them in otel.headers or otel.header_files",
+                        super::redact(&o.endpoint)
+                    ),
+                );
+            } else if let Err(e) = super::http::check_http_url(&o.endpoint) {
+                p.add("otel.endpoint", e);
+            }
+        }
+        if !(0.0..=1.0).contains(&o.sample_ratio) {
+            p.add("otel.sample_ratio", "must be between 0 and 1");
+        }
+        if o.service_name.trim().is_empty() {
+            p.add("otel.service_name", "must not be empty");
+        }
+        super::http::check_static_headers(p, "otel.headers", &o.headers);
+        for (name, path) in &o.header_files {
+            let key = format!("otel.header_files.{name}");
+            if !crate::app::headers::is_valid_name(name) {
+                p.add(key, "is not a valid HTTP header name");
+            } else if path.is_empty() {
+                p.add(key, "needs a file path");
+            } else if o.headers.keys().any(|n| n.eq_ignore_ascii_case(name)) {
+                p.add(key, "is also set in otel.headers");
+            }
+        }
+    }
+}

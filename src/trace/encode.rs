@@ -1,0 +1,190 @@
+//! Spans as an OTLP `ExportTraceServiceRequest` in protobuf wire format, written
+//! straight from the records (field numbers from opentelemetry-proto's
+//! `trace/v1/trace.proto` and `collector/trace/v1/trace_service.proto`). The test
+//! harness decodes it with the official generated types.
+
+use super::span::{Span, SpanKind, SpanLink, Value};
+
+/// Who exports: the resource's attributes and the instrumentation scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    /// `service.name`.
+    pub service_name: String,
+    /// `service.instance.id`.
+    pub instance_id: String,
+}
+
+const VARINT: u8 = 0;
+const FIXED64: u8 = 1;
+const LEN: u8 = 2;
+const FIXED32: u8 = 5;
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn tag(out: &mut Vec<u8>, field: u32, wire: u8) {
+    varint(out, u64::from(field << 3 | u32::from(wire)));
+}
+
+fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
+    tag(out, field, LEN);
+    varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn fixed64(out: &mut Vec<u8>, field: u32, v: u64) {
+    tag(out, field, FIXED64);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn fixed32(out: &mut Vec<u8>, field: u32, v: u32) {
+    tag(out, field, FIXED32);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// A nested message: written in place after room for its length, which is then
+/// filled in (and the body moved back when the length takes fewer bytes).
+fn nested(out: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
+    tag(out, field, LEN);
+    let at = out.len();
+    out.extend_from_slice(&[0; 5]);
+    body(out);
+    let len = out.len() - at - 5;
+    let mut prefix = Vec::with_capacity(5);
+    varint(&mut prefix, len as u64);
+    out.splice(at..at + 5, prefix);
+}
+
+fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
+    nested(out, field, |kv| {
+        bytes(kv, 1, key.as_bytes());
+        nested(kv, 2, |any| match value {
+            Value::Str(s) => bytes(any, 1, s.as_bytes()),
+            Value::Text(s) => bytes(any, 1, s.as_bytes()),
+            Value::Int(n) => {
+                tag(any, 3, VARINT);
+                // int64 is encoded as its two's complement, in ten bytes when negative.
+                varint(any, *n as u64);
+            }
+        });
+    });
+}
+
+fn link(out: &mut Vec<u8>, l: &SpanLink) {
+    nested(out, 13, |o| {
+        bytes(o, 1, &l.context.trace_id);
+        bytes(o, 2, &l.context.span_id);
+        if let Some(state) = &l.context.tracestate {
+            bytes(o, 3, state.as_bytes());
+        }
+        for (k, v) in &l.attributes {
+            key_value(o, 4, k, v);
+        }
+        // The W3C flags, and "is_remote is known, and true".
+        fixed32(o, 6, u32::from(l.context.flags) | 0x300);
+    });
+}
+
+fn span(out: &mut Vec<u8>, s: &Span) {
+    nested(out, 2, |o| {
+        bytes(o, 1, &s.context.trace_id);
+        bytes(o, 2, &s.context.span_id);
+        if let Some(state) = &s.context.tracestate {
+            bytes(o, 3, state.as_bytes());
+        }
+        if let Some(parent) = &s.parent {
+            bytes(o, 4, parent);
+        }
+        bytes(o, 5, s.name.as_bytes());
+        tag(o, 6, VARINT);
+        varint(o, s.kind as u64);
+        fixed64(o, 7, s.start_ns);
+        fixed64(o, 8, s.end_ns);
+        for (k, v) in &s.attributes {
+            key_value(o, 9, k, v);
+        }
+        for l in &s.links {
+            link(o, l);
+        }
+        if let Some(message) = &s.error {
+            nested(o, 15, |st| {
+                bytes(st, 2, message.as_bytes());
+                tag(st, 3, VARINT);
+                varint(st, 2); // STATUS_CODE_ERROR
+            });
+        }
+        // The W3C flags; 0x100: whether the parent is remote is known, 0x200: it is.
+        let remote = match (s.parent, s.parent_remote) {
+            (Some(_), true) => 0x300,
+            (Some(_), false) => 0x100,
+            (None, _) => 0,
+        };
+        fixed32(o, 16, u32::from(s.context.flags) | remote);
+    });
+}
+
+/// Writes `spans` as one `ExportTraceServiceRequest` into `out` (cleared first).
+pub fn export_request(resource: &Resource, spans: &[Span], out: &mut Vec<u8>) {
+    out.clear();
+    nested(out, 1, |rs| {
+        nested(rs, 1, |r| {
+            key_value(
+                r,
+                1,
+                "service.name",
+                &Value::Text(resource.service_name.as_str().into()),
+            );
+            key_value(
+                r,
+                1,
+                "service.instance.id",
+                &Value::Text(resource.instance_id.as_str().into()),
+            );
+            key_value(r, 1, "telemetry.sdk.language", &Value::Str("rust"));
+        });
+        nested(rs, 2, |ss| {
+            nested(ss, 1, |scope| {
+                bytes(scope, 1, b"jetrelay");
+                bytes(scope, 2, env!("CARGO_PKG_VERSION").as_bytes());
+            });
+            for s in spans {
+                span(ss, s);
+            }
+        });
+    });
+}
+
+/// The OTLP span kind's name (for logs and tests).
+pub fn kind_name(k: SpanKind) -> &'static str {
+    match k {
+        SpanKind::Client => "client",
+        SpanKind::Producer => "producer",
+        SpanKind::Consumer => "consumer",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_and_lengths_are_protobufs() {
+        let mut v = Vec::new();
+        varint(&mut v, 300);
+        assert_eq!(v, [0xac, 0x02]);
+        let mut v = Vec::new();
+        nested(&mut v, 1, |b| b.extend_from_slice(&[7; 200]));
+        // tag 0x0a, length 200 as two bytes, then the body.
+        assert_eq!(&v[..3], &[0x0a, 0xc8, 0x01]);
+        assert_eq!(v.len(), 203);
+        let mut v = Vec::new();
+        key_value(&mut v, 9, "n", &Value::Int(-1));
+        // A negative int64 takes ten bytes.
+        assert_eq!(v.len(), 2 + 3 + 2 + 1 + 10);
+    }
+}
