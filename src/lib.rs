@@ -11,6 +11,7 @@ pub mod capacity;
 pub mod dead_letter;
 pub mod message;
 pub mod outputs;
+pub mod pace;
 pub mod policy;
 pub mod printable;
 pub mod subject;

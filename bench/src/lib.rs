@@ -489,6 +489,8 @@ pub fn free_port() -> u16 {
 pub struct Running {
     pub child: Child,
     pub ready_after: Duration,
+    /// jetrelay's admin port (`None` for other contenders).
+    pub admin: Option<u16>,
 }
 
 /// Starts `cmd` and waits for it to print `ready` on its stdout.
@@ -508,6 +510,7 @@ pub async fn start_line_ready(mut cmd: Command) -> Result<Running, Error> {
     Ok(Running {
         child,
         ready_after: started.elapsed(),
+        admin: None,
     })
 }
 
@@ -702,6 +705,7 @@ pub async fn start_relay_bin(
     Ok(Running {
         child,
         ready_after: started.elapsed(),
+        admin: Some(config.admin),
     })
 }
 

@@ -188,8 +188,10 @@ struct Sample {
     p50_ms: f64,
     p99_ms: f64,
     ready_ms: f64,
-    /// OTLP bytes the local collector took during the run.
+    /// OTLP bytes the local collector took during the run, and the spans jetrelay
+    /// dropped.
     span_bytes: u64,
+    spans_dropped: f64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -225,12 +227,21 @@ async fn run_one(
     let cpu = cpu_seconds(pid, env.ticks) - cpu0;
     let server_cpu = cpu_seconds(env.nats_pid, env.ticks) - server0;
     let throughput = sink.rate();
+    // The latency run starts from a reset sink: keep what the drain exported.
+    let drain_span_bytes = sink.state.lock().unwrap().span_bytes;
     // Latency at a fixed, moderate rate.
     let (p50_ms, p99_ms) =
         latency_run(&env.js, sink, |i| format!("{prefix}.k{}", i % KEYS), size).await?;
     let rss_mib = peak_rss_kib(pid) as f64 / 1024.0;
+    let spans_dropped = match running.admin {
+        Some(port) => jetrelay_bench::relay_metric(port, "jetrelay_otel_spans_dropped_total")
+            .await?
+            .first()
+            .map_or(0.0, |(_, v)| *v),
+        None => 0.0,
+    };
     stop(running.child).await;
-    let span_bytes = sink.state.lock().unwrap().span_bytes;
+    let span_bytes = drain_span_bytes + sink.state.lock().unwrap().span_bytes;
     // Leave the stream to the next contender: drop this run's consumers.
     let s = env.js.get_stream(stream).await?;
     for name in [format!("d{run}"), format!("g{run}-m1")] {
@@ -245,6 +256,7 @@ async fn run_one(
         p99_ms,
         ready_ms: running.ready_after.as_secs_f64() * 1000.0,
         span_bytes,
+        spans_dropped,
     })
 }
 
@@ -480,8 +492,9 @@ async fn main() -> Result<(), Error> {
                     .map(|s| s.span_bytes as f64 / 1048576.0)
                     .collect::<Vec<f64>>(),
             );
+            let dropped = median(&mut v.iter().map(|s| s.spans_dropped).collect::<Vec<f64>>());
             md.push_str(&format!(
-                "\n{size} B, {}: {:.2}× export off (b); {mib:.1} MiB of OTLP per run to the collector.",
+                "\n{size} B, {}: {:.2}× export off (b); {mib:.1} MiB of OTLP per run to the collector, {dropped:.0} spans dropped.",
                 c.label(),
                 on / off
             ));

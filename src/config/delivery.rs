@@ -1,4 +1,5 @@
-//! `[delivery]`: concurrency, bounds, ordering, retries, acks and the shutdown grace.
+//! `[delivery]`: concurrency (fixed or adaptive, and a rate limit), bounds, ordering,
+//! retries, acks and the shutdown grace.
 
 use serde::{Deserialize, Serialize};
 
@@ -17,11 +18,22 @@ pub enum AckMode {
     Confirmed,
 }
 
+/// `delivery.concurrency`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Concurrency {
+    /// `max_in_flight` requests at most.
+    #[default]
+    Fixed,
+    /// A limit between `min_in_flight` and `max_in_flight` that follows the app.
+    Adaptive,
+}
+
 /// `[delivery]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeliveryConfig {
-    /// Concurrent requests to the app.
+    /// Concurrent requests to the app (adaptive: the ceiling).
     pub max_in_flight: u32,
     /// Messages held at most (= the consumer's `max_ack_pending`).
     pub max_buffered: u32,
@@ -47,12 +59,24 @@ pub struct DeliveryConfig {
     pub batch_max_bytes: u64,
     /// How long a partial batch may wait for more; 0 = send what is ready.
     pub batch_wait_ms: u64,
+    /// Fixed at `max_in_flight`, or adaptive.
+    pub concurrency: Concurrency,
+    /// Adaptive: the floor of the limit.
+    pub min_in_flight: u32,
+    /// Request starts per second at most; 0 = no limit.
+    pub rate_limit_per_s: u32,
+    /// Starts at once after idle time; 0 = one second's worth.
+    pub rate_limit_burst: u32,
 }
 
 impl Default for DeliveryConfig {
     fn default() -> Self {
         Self {
             max_in_flight: 32,
+            concurrency: Concurrency::Fixed,
+            min_in_flight: 1,
+            rate_limit_per_s: 0,
+            rate_limit_burst: 0,
             max_buffered: 256,
             max_batch: 64,
             ordering: None,
@@ -70,6 +94,41 @@ impl Default for DeliveryConfig {
 }
 
 impl Config {
+    /// `delivery.min_in_flight` and the rate limit.
+    fn check_pace(&self, p: &mut Problems) {
+        let d = &self.delivery;
+        p.range(
+            "delivery.min_in_flight",
+            u64::from(d.min_in_flight),
+            1,
+            10_000,
+        );
+        if d.min_in_flight > d.max_in_flight {
+            p.add(
+                "delivery.min_in_flight",
+                "must be at most delivery.max_in_flight",
+            );
+        }
+        p.range(
+            "delivery.rate_limit_per_s",
+            u64::from(d.rate_limit_per_s),
+            0,
+            1_000_000,
+        );
+        p.range(
+            "delivery.rate_limit_burst",
+            u64::from(d.rate_limit_burst),
+            0,
+            1_000_000,
+        );
+        if d.rate_limit_burst > 0 && d.rate_limit_per_s == 0 {
+            p.add(
+                "delivery.rate_limit_burst",
+                "needs delivery.rate_limit_per_s (0 = no rate limit)",
+            );
+        }
+    }
+
     pub(super) fn check_delivery(&self, p: &mut Problems) {
         let d = &self.delivery;
         p.range(
@@ -85,6 +144,7 @@ impl Config {
             100_000,
         );
         p.range("delivery.max_batch", u64::from(d.max_batch), 1, 10_000);
+        self.check_pace(p);
         if d.max_buffered < d.max_in_flight {
             p.add(
                 "delivery.max_buffered",

@@ -24,7 +24,7 @@ use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
 pub use self::consumer::{ConsumerConfig, DeliverPolicy};
-pub use self::delivery::{AckMode, DeliveryConfig};
+pub use self::delivery::{AckMode, Concurrency, DeliveryConfig};
 pub use self::http::HttpConfig;
 pub use self::nats::{NatsConfig, redact, split_servers};
 pub use self::ops::{AdminConfig, DlqConfig, LogConfig};

@@ -31,6 +31,7 @@ use crate::http::probe::HealthProbe;
 use crate::nats::{Auth, Connection, Tls};
 use crate::ops::traces::{AppTarget, TraceSettings};
 use crate::outputs::Rules;
+use crate::pace::PaceSettings;
 use crate::policy::{Policy, StatusSet};
 use crate::seam::Ordering;
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
@@ -80,8 +81,10 @@ pub struct Settings {
     pub progress_every: Duration,
     /// Outcome → disposition.
     pub policy: Policy,
-    /// Concurrent requests to the app.
+    /// Concurrent requests to the app (adaptive: at most).
     pub max_in_flight: usize,
+    /// The concurrency limit (fixed or adaptive) and the rate limit.
+    pub pace: PaceSettings,
     /// Lanes.
     pub ordering: Ordering,
     /// Whether acks wait for the server.
@@ -215,6 +218,7 @@ impl Settings {
                     .filter(|n| *n > 0),
             },
             max_in_flight: d.max_in_flight as usize,
+            pace: pace(d),
             ordering: c.ordering(),
             confirmed_acks,
             shutdown_grace: Duration::from_millis(d.shutdown_grace_ms),
@@ -504,6 +508,17 @@ pub fn topology_request(c: &Config) -> TopologyRequest {
         managed,
         consumer: durable_consumer(c),
         consumer_mode: c.topology.consumer,
+    }
+}
+
+/// `[delivery]`'s concurrency and rate keys.
+pub fn pace(d: &crate::config::DeliveryConfig) -> PaceSettings {
+    PaceSettings {
+        adaptive: d.concurrency == crate::config::Concurrency::Adaptive,
+        min_in_flight: d.min_in_flight,
+        max_in_flight: d.max_in_flight,
+        rate_per_s: d.rate_limit_per_s,
+        burst: d.rate_limit_burst,
     }
 }
 

@@ -14,6 +14,7 @@ use super::fates::{self, Fate};
 use super::gate::Reach;
 use super::lanes::LaneKey;
 use super::outputs::Commit;
+use super::pacing::Sample;
 use crate::app::headers::TraceHeaders;
 use crate::app::{self, batch::Answer};
 use crate::dead_letter::{self, DeadLetter, Shed};
@@ -49,7 +50,8 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         attempt: u32,
         received: Instant,
         trace: Option<&SpanContext>,
-    ) -> (Step, Reach) {
+    ) -> (Step, Reach, Option<Sample>) {
+        let mut sample = None;
         let (outcome, status, http_ms, failure, published) = match &d.invalid {
             Some(why) => {
                 self.metrics.invalid(why);
@@ -71,6 +73,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     self.tracer.end_request(span, &f);
                 }
                 self.metrics.request(f.class, f.elapsed, f.skipped_headers);
+                sample = Some(Sample::of(&f, &self.policy.retry));
                 if f.bad_action {
                     self.metrics.action_override("invalid");
                     tracing::warn!(
@@ -121,7 +124,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let step = self
             .settle_decided(d, settler, disposition, status, &record, confirmed)
             .await;
-        (step, reach)
+        (step, reach, sample)
     }
 
     /// Carries out one message's disposition: ack (`confirmed`: waiting for the
@@ -417,12 +420,13 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     pub(super) async fn attempt_batch<T: Settle>(
         &self,
         items: Vec<BatchItem<T>>,
-    ) -> (Vec<(u64, Step)>, Reach) {
+    ) -> (Vec<(u64, Step)>, Reach, Option<Sample>) {
         let (mut steps, send) = self.settle_unsendable(items).await;
         if send.is_empty() {
-            return (steps, Reach::NotAsked);
+            return (steps, Reach::NotAsked, None);
         }
         let mut answer = self.offer_batch(&send).await;
+        let sample = Some(Sample::of(&answer.forwarded, &self.policy.retry));
         let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
         let ordered = self.ordering != Ordering::None;
         let mut dispositions: Vec<Disposition> = send
@@ -466,7 +470,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             };
             steps.push((item.id, step));
         }
-        (steps, answer.reach)
+        (steps, answer.reach, sample)
     }
 
     /// Settles what a batch cannot carry: a message that only waits for its dead
@@ -490,7 +494,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     steps.push((item.id, step.await));
                 }
                 None if item.delivery.invalid.is_some() => {
-                    let (step, _) = self
+                    let (step, _, _) = self
                         .attempt(
                             &item.delivery,
                             &item.settler,

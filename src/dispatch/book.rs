@@ -95,6 +95,8 @@ impl Step {
 pub(super) struct Done {
     pub(super) steps: Vec<(u64, Step)>,
     pub(super) reach: Reach,
+    /// What the task's request said of the app's capacity (none: it made none).
+    pub(super) sample: Option<super::pacing::Sample>,
 }
 
 /// What may start now.
@@ -270,6 +272,14 @@ impl<T> Book<T> {
     /// How many messages could start now: due retries and runnable lanes.
     pub(super) fn startable(&self) -> usize {
         self.due.len() + self.lanes.runnable()
+    }
+
+    /// Whether anything may start under `mode` (probing: only a due retry).
+    pub(super) fn startable_in(&self, mode: Fill) -> bool {
+        match mode {
+            Fill::All => self.startable() > 0,
+            Fill::Probe => !self.due.is_empty(),
+        }
     }
 
     pub(super) fn held(&self) -> Held {

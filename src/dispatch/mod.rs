@@ -25,6 +25,7 @@ mod fates;
 mod gate;
 pub mod lanes;
 mod outputs;
+mod pacing;
 #[cfg(test)]
 mod tests;
 pub mod timers;
@@ -42,11 +43,13 @@ use self::book::{Book, Done, Fill, HeldMessage, Settlement, Step, Verdict};
 use self::gate::Gate;
 use self::lanes::LaneKey;
 pub use self::outputs::OutputRules;
+use self::pacing::Pacing;
 use self::timers::Due;
 use crate::message::Delivery;
 use crate::ops::metrics::{AgeStage, Metrics, SettleLabel};
 use crate::ops::readiness::{Readiness, State};
 use crate::ops::traces::Tracer;
+use crate::pace::PaceSettings;
 use crate::policy::Policy;
 use crate::seam::Ordering;
 use crate::seam::publish::Publish;
@@ -79,8 +82,11 @@ pub struct Dispatch<F, P> {
     pub metrics: Metrics,
     /// Readiness.
     pub readiness: Readiness,
-    /// Concurrent requests at most.
-    pub max_in_flight: usize,
+    /// The concurrency limit (fixed or adaptive) and the rate limit.
+    pub pace: PaceSettings,
+    /// Messages held at most (`delivery.max_buffered`): under a lower adaptive limit
+    /// the pull engine is told to fill less of it.
+    pub max_buffered: usize,
     /// Whether the source is a pinned consumer (standby until pinned).
     pub pinned_mode: bool,
     /// Lanes: `partition`, `subject` or `none`.
@@ -150,6 +156,8 @@ struct Run<S: Source> {
     handover_armed: bool,
     /// Batch delivery: since when a partial batch waits for more.
     batch_since: Option<Instant>,
+    /// The limit in force and the rate limit.
+    pacing: Pacing,
 }
 
 /// What an event asks of the loop.
@@ -186,6 +194,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             handover: Box::pin(tokio::time::sleep(Duration::MAX / 4)),
             handover_armed: false,
             batch_since: None,
+            pacing: Pacing::new(self.pace),
         };
         run.source.set_paused(!run.gate.serviceable());
         self.show(&run.gate);
@@ -194,8 +203,13 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 break ended;
             }
             let was_serviceable = run.gate.serviceable();
-            let next_timer = earliest(run.book.timers.next_deadline(), self.batch_due(&run));
-            let held = run.book.held();
+            let next_timer = earliest(
+                earliest(run.book.timers.next_deadline(), self.batch_due(&run)),
+                run.pacing.wait,
+            );
+            let held = run
+                .pacing
+                .held_for_pulls(run.book.held(), self.max_buffered);
             // Every arm is cancel-safe: the losing ones are polled again next turn.
             let flow = tokio::select! {
                 biased;
@@ -211,6 +225,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Some(done) = run.book.tasks.join_next_with_id() => match done {
                     Ok((task, done)) => {
                         run.book.running.remove(&task);
+                        run.pacing.finished(task, done.sample);
                         self.done(&mut run, done).await
                     }
                     Err(e) => {
@@ -218,12 +233,13 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         // deadline, after which the loop ends): the message is left to
                         // JetStream's redelivery and must not block its lane.
                         tracing::error!(error = %e, "a message task failed; its message is redelivered after ack_wait");
+                        run.pacing.finished(e.id(), None);
                         if let Some(ids) = run.book.running.remove(&e.id()) {
                             let steps = ids
                                 .into_iter()
                                 .map(|id| (id, Step::Settled(Settlement::RELEASED)))
                                 .collect();
-                            let done = Done { steps, reach: gate::Reach::NotAsked };
+                            let done = Done { steps, reach: gate::Reach::NotAsked, sample: None };
                             self.done(&mut run, done).await;
                         }
                         Flow::Go
@@ -270,7 +286,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         }
         if run.draining {
             // Only dead letters still to publish remain held.
-            self.fill(&mut run.book, Fill::All, true);
+            self.fill(&mut run.book, &mut run.pacing, Fill::All, true);
         } else if run.gate.health.is_healthy() && !run.quiescing {
             let mode = if run.gate.unreachable.is_some() {
                 Fill::Probe
@@ -282,13 +298,16 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 run.batch_since.get_or_insert_with(Instant::now);
             }
             let partial = self.batch_due(run).is_none_or(|due| Instant::now() >= due);
-            self.fill(&mut run.book, mode, partial);
+            self.fill(&mut run.book, &mut run.pacing, mode, partial);
             if run.book.startable() == 0 {
                 run.batch_since = None;
             }
         }
         let held = run.book.held();
+        let limit = run.pacing.limit();
         self.metrics.held(held.messages, run.book.tasks.len());
+        self.metrics.pace(limit, run.book.tasks.len());
+        self.readiness.set_concurrency_limit(limit);
         (run.draining && run.book.tasks.is_empty() && run.book.verdicts() == 0).then(|| {
             run.end_reason
                 .take()
@@ -544,30 +563,50 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         run.batch_since.map(|since| since + b.wait)
     }
 
-    /// Starts what may start: due retries first, then lanes; one message per task, or
-    /// batches of them (`partial`: a batch that is not full may go).
-    fn fill<T: Settle>(self: &Arc<Self>, book: &mut Book<T>, mode: Fill, partial: bool) {
+    /// Starts what may start under the limit in force and the rate limit: due
+    /// retries first, then lanes; one message per task, or batches of them
+    /// (`partial`: a batch that is not full may go). What waits for a slot or a start
+    /// stays held (kept alive), with no attempt counted.
+    fn fill<T: Settle>(
+        self: &Arc<Self>,
+        book: &mut Book<T>,
+        pacing: &mut Pacing,
+        mode: Fill,
+        partial: bool,
+    ) {
+        let limit = match mode {
+            Fill::All => pacing.limit(),
+            Fill::Probe => 1,
+        };
         let Some(b) = self.batch else {
-            while let Some(id) = book.next_startable(mode, self.max_in_flight) {
-                self.spawn(book, vec![id]);
+            while book.tasks.len() < limit && book.startable_in(mode) {
+                if !pacing.may_start() {
+                    return;
+                }
+                let Some(id) = book.next_startable(mode, limit) else {
+                    return;
+                };
+                self.spawn(book, pacing, vec![id]);
             }
             return;
         };
-        let limit = match mode {
-            Fill::All => self.max_in_flight,
-            Fill::Probe => 1,
-        };
-        while book.tasks.len() < limit && (partial || book.startable() >= b.size) {
+        while book.tasks.len() < limit
+            && book.startable() > 0
+            && (partial || book.startable() >= b.size)
+        {
+            if !pacing.may_start() {
+                return;
+            }
             let ids = book.next_batch(b.size, b.max_bytes);
             if ids.is_empty() {
                 return;
             }
-            self.spawn(book, ids);
+            self.spawn(book, pacing, ids);
         }
     }
 
     /// Spawns one task for `ids`: one attempt, or a batch.
-    fn spawn<T: Settle>(self: &Arc<Self>, book: &mut Book<T>, ids: Vec<u64>) {
+    fn spawn<T: Settle>(self: &Arc<Self>, book: &mut Book<T>, pacing: &mut Pacing, ids: Vec<u64>) {
         let items: Vec<BatchItem<T>> = ids
             .iter()
             .filter_map(|&id| {
@@ -591,11 +630,16 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let batched = self.batch.is_some();
         let task = book.tasks.spawn(async move {
             if batched {
-                let (steps, reach) = this.attempt_batch(items).await;
-                return Done { steps, reach };
+                let (steps, reach, sample) = this.attempt_batch(items).await;
+                return Done {
+                    steps,
+                    reach,
+                    sample,
+                };
             }
             let mut steps = Vec::with_capacity(1);
             let mut reach = gate::Reach::NotAsked;
+            let mut sample = None;
             for i in items {
                 let trace = i.trace.as_ref();
                 let step = match i.verdict {
@@ -604,17 +648,23 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                             .await
                     }
                     None => {
-                        let (step, r) = this
+                        let (step, r, s) = this
                             .attempt(&i.delivery, &i.settler, i.attempt, i.received, trace)
                             .await;
                         reach = r;
+                        sample = s;
                         step
                     }
                 };
                 steps.push((i.id, step));
             }
-            Done { steps, reach }
+            Done {
+                steps,
+                reach,
+                sample,
+            }
         });
+        pacing.started(task.id(), book.tasks.len());
         book.running.insert(task.id(), ids);
     }
 

@@ -443,6 +443,9 @@ struct Rig {
 struct Knobs {
     batch: Option<crate::dispatch::Batching>,
     max_in_flight: usize,
+    /// Adaptive concurrency (`min_in_flight` 1) and the rate limit (0: none).
+    adaptive: bool,
+    rate_per_s: u32,
     ordering: Ordering,
     progress_every: Duration,
     grace: Duration,
@@ -461,6 +464,8 @@ impl Default for Knobs {
         Knobs {
             batch: None,
             max_in_flight: 4,
+            adaptive: false,
+            rate_per_s: 0,
             ordering: Ordering::None,
             progress_every: Duration::from_secs(15),
             grace: Duration::from_secs(20),
@@ -526,7 +531,14 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         },
         metrics,
         readiness: readiness.clone(),
-        max_in_flight: knobs.max_in_flight,
+        pace: crate::pace::PaceSettings {
+            adaptive: knobs.adaptive,
+            min_in_flight: 1,
+            max_in_flight: knobs.max_in_flight as u32,
+            rate_per_s: knobs.rate_per_s,
+            burst: 0,
+        },
+        max_buffered: 256,
         pinned_mode: false,
         ordering: knobs.ordering,
         progress_every: knobs.progress_every,
@@ -1618,5 +1630,144 @@ async fn with_export_off_the_trace_headers_pass_unchanged() {
         [None],
         "no replacement: the message's own passes"
     );
+    r.stop().await;
+}
+
+// --- pacing ---
+
+/// An app of `workers` (changeable) that each take `service`, first come first
+/// served, answering 503 at once when `queue` requests already wait: the fake's
+/// answer delay is when its worker finishes.
+fn workers_app(
+    workers: Arc<std::sync::atomic::AtomicUsize>,
+    service: Duration,
+    queue: usize,
+) -> Script {
+    let free: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    Box::new(move |_, _, now| {
+        let w = workers.load(std::sync::atomic::Ordering::SeqCst);
+        let mut free = free.lock().unwrap();
+        free.resize(w, now);
+        free.sort();
+        let per = service.as_nanos();
+        let jobs: u128 = free
+            .iter()
+            .map(|&at| at.saturating_duration_since(now).as_nanos().div_ceil(per))
+            .sum();
+        let busy = free.iter().filter(|&&at| at > now).count() as u128;
+        if free[0] > now && jobs - busy >= queue as u128 {
+            return (status(503), Duration::from_micros(100));
+        }
+        let start = free[0].max(now);
+        free[0] = start + service;
+        (status(200), free[0] - now)
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_adaptive_limit_finds_the_apps_workers_and_follows_them_down() {
+    let workers = Arc::new(std::sync::atomic::AtomicUsize::new(8));
+    let r = rig(
+        Knobs {
+            max_in_flight: 64,
+            adaptive: true,
+            ..Knobs::default()
+        },
+        workers_app(Arc::clone(&workers), 10 * MS, 24),
+    );
+    // Enough for 15 s at 800 a second, then 400.
+    for seq in 1..=12_000 {
+        r.send(seq, "a");
+    }
+    wait(10 * S).await;
+    let limit = r.readiness.status().concurrency_limit;
+    assert!(
+        (7..=10).contains(&limit),
+        "settled near the 8 workers: {limit}"
+    );
+    workers.store(4, std::sync::atomic::Ordering::SeqCst);
+    wait(5 * S).await;
+    let limit = r.readiness.status().concurrency_limit;
+    assert!((3..=6).contains(&limit), "followed the 4 workers: {limit}");
+    wait(30 * S).await;
+    let seen = r.seen();
+    let refused = r
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, t, _)| matches!(t, Told::Nak(_)))
+        .count();
+    assert!(
+        refused * 100 <= seen.len(),
+        "503s stay rare: {refused} of {} requests",
+        seen.len()
+    );
+    for seq in 1..=12_000 {
+        assert!(r.settled(seq).contains(&Told::Ack), "{seq} delivered");
+    }
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_limit_floods_the_same_app_with_503s() {
+    // The oracle beside the test above: what adaptive saves the app from.
+    let workers = Arc::new(std::sync::atomic::AtomicUsize::new(8));
+    let r = rig(
+        Knobs {
+            max_in_flight: 64,
+            ..Knobs::default()
+        },
+        workers_app(workers, 10 * MS, 24),
+    );
+    for seq in 1..=500 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    let refused = r
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, t, _)| matches!(t, Told::Nak(_)))
+        .count();
+    assert!(
+        refused >= 30,
+        "64 in flight against 8 workers and a queue of 24: {refused}"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_rate_limit_spaces_starts_and_waiting_messages_stay_alive() {
+    let r = rig(
+        Knobs {
+            max_in_flight: 16,
+            rate_per_s: 10,
+            progress_every: S,
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    for seq in 1..=30 {
+        r.send(seq, "a");
+    }
+    wait(S / 2).await;
+    let first = r.seen().len();
+    assert!(
+        (14..=15).contains(&first),
+        "the burst (one second's worth), then ten a second: {first}"
+    );
+    wait(S).await;
+    assert_eq!(r.seen().len(), first + 10, "ten a second");
+    assert!(
+        r.told(30).contains(&Told::Progress),
+        "the last one is kept alive while it waits"
+    );
+    wait(2 * S).await;
+    assert_eq!(r.seen().len(), 30);
+    for seq in 1..=30 {
+        assert_eq!(r.settled(seq), [Told::Ack], "no attempt spent waiting");
+    }
     r.stop().await;
 }

@@ -175,6 +175,10 @@ impl Registrar<'_> {
         self.register(IntGauge::new(name, help)?)
     }
 
+    fn ratio(&self, name: &str, help: &str) -> Result<prometheus::Gauge, prometheus::Error> {
+        self.register(prometheus::Gauge::new(name, help)?)
+    }
+
     fn known(&self, name: &str, help: &str) -> Result<KnownGauge, prometheus::Error> {
         self.register(KnownGauge::new(name, help)?)
     }
@@ -226,6 +230,8 @@ struct MessageCollectors {
     message_duration: Histogram,
     in_flight: IntGauge,
     buffered: IntGauge,
+    concurrency_limit: IntGauge,
+    saturation: prometheus::Gauge,
     settle_failures: IntCounter,
     ack_failures: IntCounter,
     retries_in_place: IntCounter,
@@ -265,6 +271,14 @@ impl MessageCollectors {
             )?,
             in_flight: r.gauge("jetrelay_in_flight", "Requests to the app in flight")?,
             buffered: r.gauge("jetrelay_buffered", "Messages held (queued and in flight)")?,
+            concurrency_limit: r.gauge(
+                "jetrelay_concurrency_limit",
+                "Requests to the app that may run at once now (max_in_flight, or the adaptive limit)",
+            )?,
+            saturation: r.ratio(
+                "jetrelay_saturation",
+                "Requests in flight divided by the concurrency limit",
+            )?,
             settle_failures: r.counter(
                 "jetrelay_settle_failures_total",
                 "Acks, naks or terms that could not be sent (JetStream redelivers after ack_wait)",
@@ -493,6 +507,14 @@ impl Metrics {
     pub fn held(&self, messages: u32, requests: usize) {
         self.flow.buffered.set(i64::from(messages));
         self.flow.in_flight.set(gauge_value(requests));
+    }
+
+    /// The concurrency limit in force, and the requests in flight under it.
+    pub fn pace(&self, limit: usize, in_flight: usize) {
+        self.flow.concurrency_limit.set(gauge_value(limit));
+        self.flow
+            .saturation
+            .set(in_flight as f64 / limit.max(1) as f64);
     }
 
     /// A message was settled with `action`, `since` after it was received.

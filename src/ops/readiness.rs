@@ -116,6 +116,9 @@ pub struct Status {
     pub pinned: bool,
     /// This member's partitions, in group sources.
     pub partitions: Vec<u32>,
+    /// Requests to the app that may run at once now (`max_in_flight`, or the
+    /// adaptive limit); 0 before delivery starts.
+    pub concurrency_limit: usize,
     /// What the state and reason are derived from.
     #[serde(skip)]
     pub facts: Facts,
@@ -144,6 +147,7 @@ impl Readiness {
             member,
             pinned: false,
             partitions: Vec::new(),
+            concurrency_limit: 0,
             facts,
         });
         Readiness {
@@ -210,6 +214,15 @@ impl Readiness {
             tracing::info!(partitions = ?partitions, "membership changed");
             s.partitions = partitions;
             true
+        });
+    }
+
+    /// Records the concurrency limit in force (shown, not a readiness fact).
+    pub fn set_concurrency_limit(&self, limit: usize) {
+        self.tx.send_if_modified(|s| {
+            let changed = s.concurrency_limit != limit;
+            s.concurrency_limit = limit;
+            changed
         });
     }
 

@@ -20,6 +20,7 @@ mod nothing_lost;
 mod operating;
 mod outages;
 mod outputs;
+mod pacing;
 mod pull;
 mod semantics;
 mod shutdown;

@@ -380,3 +380,62 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// An app with a fixed number of workers, each taking `service` per request, first
+/// come first served, that answers 503 at once when `queue` requests already wait:
+/// the shape of an app whose capacity a limit must find. Workers can be taken away.
+#[derive(Clone)]
+pub struct WorkersApp {
+    addr: SocketAddr,
+    workers: Arc<tokio::sync::Semaphore>,
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+    pub answered: Arc<std::sync::atomic::AtomicUsize>,
+    pub refused: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl WorkersApp {
+    pub async fn start(workers: usize, service: Duration, queue: usize) -> WorkersApp {
+        use std::sync::atomic::Ordering::SeqCst;
+        let app = WorkersApp {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            workers: Arc::new(tokio::sync::Semaphore::new(workers)),
+            waiting: Arc::default(),
+            answered: Arc::default(),
+            refused: Arc::default(),
+        };
+        let state = app.clone();
+        let router = axum::Router::new().route(
+            "/messages",
+            axum::routing::post(move || {
+                let s = state.clone();
+                async move {
+                    if s.waiting.fetch_add(1, SeqCst) >= queue + s.workers.available_permits() {
+                        s.waiting.fetch_sub(1, SeqCst);
+                        s.refused.fetch_add(1, SeqCst);
+                        return StatusCode::SERVICE_UNAVAILABLE;
+                    }
+                    let permit = s.workers.acquire().await.unwrap();
+                    s.waiting.fetch_sub(1, SeqCst);
+                    tokio::time::sleep(service).await;
+                    drop(permit);
+                    s.answered.fetch_add(1, SeqCst);
+                    StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        WorkersApp { addr, ..app }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/messages", self.addr)
+    }
+
+    /// Takes `n` workers away (once they finish what they do).
+    pub async fn lose_workers(&self, n: u32) {
+        let gone = self.workers.acquire_many(n).await.unwrap();
+        gone.forget();
+    }
+}

@@ -1,0 +1,341 @@
+//! The adaptive-concurrency benchmark (`bench/adaptive`): jetrelay against a modelled
+//! app of W workers (each request takes `--service-ms`, first come first served; 503
+//! at once when `--queue` requests already wait), W = 8 then 4, with fixed limits
+//! swept (1, 2, 4, …, 256) as the oracle beside `concurrency = "adaptive"` (max 256).
+//! Per run (a fresh durable on a pre-filled stream): throughput (answers 200 per
+//! second, first to last), the share of requests answered 503, the p99 of the app's
+//! own time per answered request (queueing included). Then: how long after the app
+//! loses half its workers the adaptive limit has moved; and against the fast Rust
+//! sink, adaptive against fixed at 64 in flight. Prints a markdown report and writes
+//! it to `<out>/adaptive-<unix-seconds>.md`. Never fails on timing.
+//!
+//!   adaptive --nats-server=PATH --relay=PATH [--out=DIR] [--n=2000] [--workers=8,4]
+//!            [--limits=1,2,4,8,16,32,64,256] [--queue=24] [--service-ms=10]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use axum::http::StatusCode;
+use jetrelay_bench::{
+    Args, Delivery, Env, Error, KEYS, Sink, durable_source, fill, machine, relay_config,
+    relay_metric, start_relay, stop, wait_for, write_report,
+};
+
+/// The modelled app.
+#[derive(Clone)]
+struct Workers {
+    url: String,
+    workers: Arc<tokio::sync::Semaphore>,
+    waiting: Arc<AtomicUsize>,
+    answered: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
+    /// Per answered request: when, and how long it took in the app.
+    times: Arc<Mutex<Vec<(Instant, Duration)>>>,
+}
+
+impl Workers {
+    async fn start(workers: usize, service: Duration, queue: usize) -> Result<Workers, Error> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let w = Workers {
+            url: format!("http://{}/app", listener.local_addr()?),
+            workers: Arc::new(tokio::sync::Semaphore::new(workers)),
+            waiting: Arc::default(),
+            answered: Arc::default(),
+            refused: Arc::default(),
+            times: Arc::default(),
+        };
+        let s = w.clone();
+        let router = axum::Router::new().route(
+            "/app",
+            axum::routing::post(move || {
+                let s = s.clone();
+                async move {
+                    let arrived = Instant::now();
+                    if s.waiting.fetch_add(1, SeqCst) >= queue + s.workers.available_permits() {
+                        s.waiting.fetch_sub(1, SeqCst);
+                        s.refused.fetch_add(1, SeqCst);
+                        return StatusCode::SERVICE_UNAVAILABLE;
+                    }
+                    let Ok(permit) = s.workers.acquire().await else {
+                        return StatusCode::SERVICE_UNAVAILABLE;
+                    };
+                    s.waiting.fetch_sub(1, SeqCst);
+                    tokio::time::sleep(service).await;
+                    drop(permit);
+                    s.answered.fetch_add(1, SeqCst);
+                    s.times
+                        .lock()
+                        .unwrap()
+                        .push((Instant::now(), arrived.elapsed()));
+                    StatusCode::OK
+                }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok(w)
+    }
+
+    fn reset(&self) {
+        self.answered.store(0, SeqCst);
+        self.refused.store(0, SeqCst);
+        self.times.lock().unwrap().clear();
+    }
+
+    async fn lose(&self, n: u32) -> Result<(), Error> {
+        self.workers.acquire_many(n).await?.forget();
+        Ok(())
+    }
+}
+
+struct Row {
+    label: String,
+    throughput: f64,
+    refused_pct: f64,
+    p99_ms: f64,
+}
+
+fn p99(mut v: Vec<Duration>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort();
+    v[(v.len() * 99 / 100).min(v.len() - 1)].as_secs_f64() * 1000.0
+}
+
+fn config(
+    env: &Env,
+    stream: &str,
+    durable: &str,
+    url: &str,
+    max: usize,
+    adaptive: bool,
+) -> jetrelay_bench::RelayConfig {
+    let mut d = Delivery::single("none");
+    d.max_in_flight = max;
+    d.max_buffered = max.max(256);
+    let mut c = relay_config(env, &durable_source(stream, durable), &d, url, 30_000);
+    if adaptive {
+        c.text = c.text.replacen(
+            "[delivery]\n",
+            "[delivery]\nconcurrency = \"adaptive\"\n",
+            1,
+        );
+    }
+    c
+}
+
+async fn run_one(
+    env: &Env,
+    app: &Workers,
+    stream: &str,
+    run: usize,
+    n: usize,
+    limit: Option<usize>,
+) -> Result<Row, Error> {
+    app.reset();
+    let durable = format!("d{run}");
+    let (max, adaptive) = limit.map_or((256, true), |l| (l, false));
+    let relay = start_relay(
+        env,
+        &config(env, stream, &durable, &app.url, max, adaptive),
+        &durable,
+    )
+    .await?;
+    wait_for("the drain", Duration::from_secs(600), || {
+        app.answered.load(SeqCst) >= n
+    })
+    .await?;
+    stop(relay.child).await;
+    let _ = env
+        .js
+        .get_stream(stream)
+        .await?
+        .delete_consumer(&durable)
+        .await;
+    let times = app.times.lock().unwrap().clone();
+    let (first, last) = (times.first().map(|t| t.0), times.last().map(|t| t.0));
+    let span = match (first, last) {
+        (Some(f), Some(l)) => l.duration_since(f).as_secs_f64().max(1e-6),
+        _ => 1e-6,
+    };
+    let (answered, refused) = (app.answered.load(SeqCst), app.refused.load(SeqCst));
+    Ok(Row {
+        label: limit.map_or("adaptive (1–256)".to_string(), |l| format!("fixed {l}")),
+        throughput: answered.saturating_sub(1) as f64 / span,
+        refused_pct: refused as f64 * 100.0 / (answered + refused).max(1) as f64,
+        p99_ms: p99(times.iter().map(|t| t.1).collect()),
+    })
+}
+
+/// Adaptive against 8 workers that become 4: the time from the loss to a limit of 5
+/// or less (read from `/ready` every 10 ms), and the limit before.
+async fn step_down(
+    env: &Env,
+    stream: &str,
+    service: Duration,
+    queue: usize,
+) -> Result<(u64, Duration), Error> {
+    let app = Workers::start(8, service, queue).await?;
+    let relay = start_relay(
+        env,
+        &config(env, stream, "dstep", &app.url, 256, true),
+        "dstep",
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let admin = relay.admin.ok_or("no admin port")?;
+    let limit = || async move {
+        relay_metric(admin, "jetrelay_concurrency_limit")
+            .await
+            .ok()
+            .and_then(|v| v.first().map(|x| x.1 as u64))
+            .unwrap_or(0)
+    };
+    let before = limit().await;
+    app.lose(4).await?;
+    let lost = Instant::now();
+    while limit().await > 5 && lost.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let moved = lost.elapsed();
+    stop(relay.child).await;
+    let _ = env
+        .js
+        .get_stream(stream)
+        .await?
+        .delete_consumer("dstep")
+        .await;
+    Ok((before, moved))
+}
+
+/// Fixed against adaptive (both at most 64) against the fast sink: messages a second.
+async fn fast_sink(env: &Env, stream: &str, n: u64) -> Result<(f64, f64), Error> {
+    let sink = Sink::start().await?;
+    let mut out = [0.0; 2];
+    for (i, adaptive) in [false, true].into_iter().enumerate() {
+        sink.reset();
+        let durable = format!("dsink{i}");
+        let relay = start_relay(
+            env,
+            &config(env, stream, &durable, &sink.url(), 64, adaptive),
+            &durable,
+        )
+        .await?;
+        wait_for("the sink drain", Duration::from_secs(300), || {
+            sink.count() >= n
+        })
+        .await?;
+        out[i] = sink.rate();
+        stop(relay.child).await;
+        let _ = env
+            .js
+            .get_stream(stream)
+            .await?
+            .delete_consumer(&durable)
+            .await;
+    }
+    Ok((out[0], out[1]))
+}
+
+async fn filled(env: &Env, name: &str, n: u64) -> Result<(), Error> {
+    env.js
+        .create_stream(jetstream::stream::Config {
+            name: name.to_string(),
+            subjects: vec![format!("{}.>", name.to_lowercase())],
+            allow_batch_publish: true,
+            ..Default::default()
+        })
+        .await?;
+    let prefix = name.to_lowercase();
+    fill(&env.js, |i| format!("{prefix}.k{}", i % KEYS), n, 128).await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let args = Args::parse();
+    let n: usize = args.num("n", 2000)?;
+    let queue: usize = args.num("queue", 24)?;
+    let service = Duration::from_millis(args.num("service-ms", 10)?);
+    let list = |key: &str, default: &str| -> Result<Vec<usize>, Error> {
+        Ok(args
+            .get(key)
+            .unwrap_or(default)
+            .split(',')
+            .map(str::parse)
+            .collect::<Result<_, _>>()?)
+    };
+    let workers = list("workers", "8,4")?;
+    let limits = list("limits", "1,2,4,8,16,32,64,256")?;
+    let env = Env::start(
+        args.required("nats-server")?,
+        args.required("relay")?.into(),
+    )
+    .await?;
+    // Every run drains n messages: the stream holds enough for all of them.
+    let runs = workers.len() * (limits.len() + 1);
+    filled(&env, "ADAPT", (n * runs) as u64).await?;
+    let mut md = format!(
+        "# jetrelay adaptive concurrency\n\nMachine: {}; nats-server {} (file store) on loopback. The app: W workers, {} ms per request, first come first served, 503 at once when {queue} requests wait. {n} messages per run, one run per row, a fresh durable each; retries after the default 1 s NAK delay. Throughput: answers 200 per second; 503: of all requests; p99: the app's own time per answered request, its queue included.\n\n",
+        machine(),
+        env.nats_version,
+        service.as_millis()
+    );
+    let mut run = 0;
+    for &w in &workers {
+        let app = Workers::start(w, service, queue).await?;
+        md.push_str(&format!(
+            "## W = {w}\n\n| limit | msg/s | 503 % | p99 ms |\n|---|---|---|---|\n"
+        ));
+        let mut rows = Vec::new();
+        for limit in limits.iter().map(|&l| Some(l)).chain([None]) {
+            run += 1;
+            let r = run_one(&env, &app, "ADAPT", run, n, limit).await?;
+            eprintln!(
+                "W={w} {}: {:.0} msg/s, 503 {:.2} %, p99 {:.1} ms",
+                r.label, r.throughput, r.refused_pct, r.p99_ms
+            );
+            md.push_str(&format!(
+                "| {} | {:.0} | {:.2} | {:.1} |\n",
+                r.label, r.throughput, r.refused_pct, r.p99_ms
+            ));
+            rows.push(r);
+        }
+        let (fixed, adaptive) = rows.split_at(rows.len() - 1);
+        if let Some(best) = fixed
+            .iter()
+            .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
+        {
+            let a = &adaptive[0];
+            md.push_str(&format!(
+                "\nAdaptive against the best fixed limit ({}): {:.2}× its throughput, p99 {:.2}× its p99, 503s {:.2} % of requests.\n\n",
+                best.label,
+                a.throughput / best.throughput,
+                a.p99_ms / best.p99_ms.max(1e-6),
+                a.refused_pct
+            ));
+        }
+    }
+    filled(&env, "STEP", 100_000).await?;
+    let (before, moved) = step_down(&env, "STEP", service, queue).await?;
+    md.push_str(&format!(
+        "W = 8 → 4 under load: the limit was {before}; it was 5 or less {:.0} ms after the loss.\n\n",
+        moved.as_secs_f64() * 1000.0
+    ));
+    let sink_n = 20_000;
+    filled(&env, "SINK", 2 * sink_n).await?;
+    let (fixed, adaptive) = fast_sink(&env, "SINK", sink_n).await?;
+    md.push_str(&format!(
+        "Against the fast Rust sink (64 in flight at most): fixed {fixed:.0} msg/s, adaptive {adaptive:.0} msg/s ({:.2}×).\n",
+        adaptive / fixed
+    ));
+    print!("{md}");
+    if let Some(out) = args.get("out") {
+        write_report(Path::new(out), "adaptive-", None, &md)?;
+    }
+    env.close().await;
+    Ok(())
+}

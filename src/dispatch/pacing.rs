@@ -1,0 +1,121 @@
+//! The loop's side of pacing (`crate::pace`): the limit in force for the starts, the
+//! rate limit's next start (a timer the loop sleeps on, one per blocked wake-up, never
+//! one per message), one observation per finished request (in flight at its start,
+//! its latency, what it says of the app's capacity), and the buffer the pull engine
+//! is told it may fill under a lower limit.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::task::Id;
+use tokio::time::Instant;
+
+use crate::capacity::Held;
+use crate::pace::{self, Observation, PaceSettings, Pacer, Signal};
+use crate::policy::{Outcome, StatusSet};
+use crate::seam::{Forwarded, HttpClass};
+
+/// What one request said: how long it took and what it says of the app's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sample {
+    pub(super) latency: Duration,
+    pub(super) signal: Signal,
+}
+
+impl Sample {
+    /// A request's answer: 429, 503 and the retry statuses are overload; a timeout
+    /// is one; no answer at all is not about capacity.
+    pub(super) fn of(f: &Forwarded, retry: &StatusSet) -> Sample {
+        let signal = match (&f.outcome, f.class) {
+            (Outcome::Unreachable, _) | (_, HttpClass::Error) => Signal::Error,
+            (_, HttpClass::Timeout) => Signal::Timeout,
+            (_, HttpClass::Status(429 | 503)) => Signal::Overload,
+            (_, HttpClass::Status(s)) if retry.contains(s) => Signal::Overload,
+            (_, HttpClass::Status(_)) => Signal::Ok,
+        };
+        Sample {
+            latency: f.elapsed,
+            signal,
+        }
+    }
+}
+
+/// The pacer and what the loop keeps for it.
+#[derive(Debug)]
+pub(super) struct Pacing {
+    pacer: Pacer,
+    /// The pacer's clock starts here.
+    origin: Instant,
+    /// Requests in flight when each running task started (itself included).
+    in_flight_at_start: HashMap<Id, u32>,
+    /// The rate limit's next start, while a start waits for it.
+    pub(super) wait: Option<Instant>,
+}
+
+impl Pacing {
+    pub(super) fn new(settings: PaceSettings) -> Pacing {
+        Pacing {
+            pacer: Pacer::new(settings, 0),
+            origin: Instant::now(),
+            in_flight_at_start: HashMap::new(),
+            wait: None,
+        }
+    }
+
+    fn ns(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The limit on requests in flight now.
+    pub(super) fn limit(&self) -> usize {
+        self.pacer.limit() as usize
+    }
+
+    /// Whether a request may start now (a slot is free); when the rate limit says not
+    /// yet, when it may.
+    pub(super) fn may_start(&mut self) -> bool {
+        let now = Instant::now();
+        match self.pacer.take_start(self.ns(now)) {
+            Ok(()) => {
+                self.wait = None;
+                true
+            }
+            Err(at_ns) => {
+                self.wait = Some(self.origin + Duration::from_nanos(at_ns));
+                false
+            }
+        }
+    }
+
+    /// A task started with `in_flight` tasks running (itself included).
+    pub(super) fn started(&mut self, task: Id, in_flight: usize) {
+        self.in_flight_at_start
+            .insert(task, u32::try_from(in_flight).unwrap_or(u32::MAX));
+    }
+
+    /// A task ended, with what its request said (none: it made no request).
+    pub(super) fn finished(&mut self, task: Id, sample: Option<Sample>) {
+        let in_flight = self.in_flight_at_start.remove(&task).unwrap_or(1);
+        if let Some(s) = sample {
+            let now = self.ns(Instant::now());
+            self.pacer.observe(&Observation {
+                finished_ns: now,
+                latency_ns: u64::try_from(s.latency.as_nanos()).unwrap_or(u64::MAX),
+                signal: s.signal,
+                in_flight_at_start: in_flight,
+            });
+        }
+    }
+
+    /// What the pull engine is told is held: under a lower limit the buffer shrinks
+    /// in proportion (so a lower limit pulls less), as if the rest were held.
+    pub(super) fn held_for_pulls(&self, held: Held, max_buffered: usize) -> Held {
+        let s = self.pacer.settings();
+        let budget = pace::buffer_budget(max_buffered, self.limit(), s.max_in_flight as usize);
+        let hidden = u32::try_from(max_buffered.saturating_sub(budget)).unwrap_or(u32::MAX);
+        Held {
+            messages: held.messages.saturating_add(hidden),
+            bytes: held.bytes,
+        }
+    }
+}

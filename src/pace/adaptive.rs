@@ -1,0 +1,766 @@
+//! The adaptive concurrency limit as one pure function: `step(cfg, state, observation)
+//! -> state`, one call per finished HTTP request, O(1), no allocation, no clock (the
+//! caller's monotonic nanoseconds come with each observation).
+//!
+//! The limit grows while the app's latency stays near a floor it keeps measuring, and
+//! falls on latency above that floor, on overload answers (429, 503, the retry
+//! statuses) and on timeouts. What keeps it from oscillating between the floor and
+//! twice the optimum, as plain AIMD does:
+//!
+//! - evidence counts only when it was gathered under the limit in force: an overload
+//!   answer to a request started before the last change, or a latency sample from the
+//!   round trip right after it, is ignored (at most one cut per round trip);
+//! - decisions are made per window of samples (a mean against a threshold that carries
+//!   the floor's own spread), not per sample, and a level that was fine must be
+//!   congested twice in a row before it is cut;
+//! - a latency cut is proportional (the further above the floor, the deeper), from
+//!   what was really in flight, never below `min`;
+//! - a limit found congested right after a raise becomes a ceiling that is re-tried
+//!   only after a hold that doubles with each failed re-try (8 → 64 windows);
+//! - the floor is re-measured every 5 s with one window at half the limit, and re-based
+//!   when cuts stop lowering the latency (the app got slower: not our queue);
+//! - no growth unless the limit was used (≥ 80 % of it in flight).
+
+/// What one finished request says about the app's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// An answer the app processed (2xx, and any answer that is not a retry status):
+    /// a latency sample.
+    Ok,
+    /// 429, 503 and the other configured retry statuses.
+    Overload,
+    /// The request timed out.
+    Timeout,
+    /// The app could not be reached, or the connection broke: a health matter, not
+    /// a capacity signal.
+    Error,
+}
+
+/// One finished request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation {
+    /// When the answer came, in the caller's monotonic nanoseconds.
+    pub finished_ns: u64,
+    /// How long the request took.
+    pub latency_ns: u64,
+    /// What it said.
+    pub signal: Signal,
+    /// Requests in flight right after this one started (itself included).
+    pub in_flight_at_start: u32,
+}
+
+/// The bounds and the fixed constants of the controller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// `delivery.min_in_flight`.
+    pub min: u32,
+    /// `delivery.max_in_flight`.
+    pub max: u32,
+    /// Congested: a window's mean above `floor·(1 + tolerance) + slack + noise`.
+    tolerance: f64,
+    /// An absolute excess never taken for queueing (sub-millisecond apps).
+    slack_ns: u64,
+    /// The noise allowance, `z·floor_sd/√n`.
+    noise_z: f64,
+    /// A mean above `threshold·severe` cuts without waiting for confirmation.
+    severe: f64,
+    /// The cut on an overload answer.
+    overload_factor: f64,
+    /// The cut on a timeout.
+    timeout_factor: f64,
+    /// A latency cut is `clamp(target/mean, this, 1)`.
+    deepest_cut: f64,
+    /// Samples per window: `clamp(limit, window_min, window_max)`.
+    window_min: u32,
+    window_max: u32,
+    /// Samples of a floor probe's window, at least.
+    probe_window: u32,
+    /// The first floor probe after slow start, then every `probe_every_ns`.
+    first_probe_ns: u64,
+    probe_every_ns: u64,
+    /// Windows to wait before re-trying a ceiling; doubles per failed re-try up to max.
+    hold_base: u32,
+    hold_max: u32,
+    /// Congested windows at `min` before the floor is re-based.
+    rebase_at_min: u32,
+}
+
+const MS: u64 = 1_000_000;
+
+impl Tuning {
+    /// The controller for `[min, max]` (`min` at least 1, `max` at least `min`).
+    pub fn new(min: u32, max: u32) -> Tuning {
+        let min = min.max(1);
+        Tuning {
+            min,
+            max: max.max(min),
+            tolerance: 0.06,
+            slack_ns: MS / 4,
+            noise_z: 3.0,
+            severe: 1.25,
+            overload_factor: 0.75,
+            timeout_factor: 0.5,
+            deepest_cut: 0.5,
+            window_min: 16,
+            window_max: 64,
+            probe_window: 32,
+            first_probe_ns: 1_000 * MS,
+            probe_every_ns: 5_000 * MS,
+            hold_base: 8,
+            hold_max: 64,
+            rebase_at_min: 5,
+        }
+    }
+}
+
+/// Where the controller is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Doubling per good window, until the first congestion or `max`.
+    SlowStart,
+    /// +1 per good window, cuts on congestion.
+    Steady,
+    /// One window at half the limit, re-measuring the floor; then back to `resume`.
+    Probe {
+        /// The limit to go back to.
+        resume: u32,
+    },
+}
+
+const NONE: u64 = u64::MAX;
+
+/// The controller's whole state (`Copy`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adaptive {
+    /// The limit in force, always within `[min, max]`.
+    pub limit: u32,
+    /// Where it is.
+    pub phase: Phase,
+    /// Latency evidence: requests started at or after this instant.
+    epoch_ns: u64,
+    /// Overload evidence: requests started at or after the last change.
+    changed_ns: u64,
+    /// The window in progress tests a limit just raised.
+    raised: bool,
+    /// The previous window was congested at a level that had been fine.
+    pending: bool,
+    /// The window: samples, their sum and sum of squares (clamped at `cap_ns`), and
+    /// the most in flight at any of their starts.
+    n: u32,
+    sum: f64,
+    squares: f64,
+    most_in_flight: u32,
+    cap_ns: u64,
+    /// The no-queue latency and its spread (`NONE` until measured).
+    pub floor_ns: u64,
+    floor_sd_ns: f64,
+    next_probe_ns: u64,
+    /// The lowest raised-to limit found congested, and the windows left before it is
+    /// re-tried.
+    ceiling: u32,
+    hold_left: u32,
+    hold_len: u32,
+    congested_at_min: u32,
+    /// The mean that caused the last latency cut (0: none), where the series of cuts
+    /// began, and how many cuts in a row did not lower the latency.
+    cut_mean: f64,
+    cut_from: u32,
+    flat_cuts: u32,
+}
+
+impl Adaptive {
+    /// A fresh controller at `min`, in slow start.
+    pub fn new(t: &Tuning, now_ns: u64) -> Adaptive {
+        Adaptive::starting_at(t, t.min, now_ns)
+    }
+
+    /// A fresh controller at `limit` (clamped), in slow start: what a reload that
+    /// turns adaptive on starts from.
+    pub fn starting_at(t: &Tuning, limit: u32, now_ns: u64) -> Adaptive {
+        Adaptive {
+            limit: limit.clamp(t.min, t.max),
+            phase: Phase::SlowStart,
+            epoch_ns: now_ns,
+            changed_ns: now_ns,
+            raised: false,
+            pending: false,
+            n: 0,
+            sum: 0.0,
+            squares: 0.0,
+            most_in_flight: 0,
+            cap_ns: NONE,
+            floor_ns: NONE,
+            floor_sd_ns: 0.0,
+            next_probe_ns: NONE,
+            ceiling: u32::MAX,
+            hold_left: 0,
+            hold_len: t.hold_base,
+            congested_at_min: 0,
+            cut_mean: 0.0,
+            cut_from: 0,
+            flat_cuts: 0,
+        }
+    }
+
+    /// The same state under new bounds (a reload): the limit clamped into them.
+    pub fn rebound(mut self, t: &Tuning) -> Adaptive {
+        self.limit = self.limit.clamp(t.min, t.max);
+        if let Phase::Probe { resume } = self.phase {
+            self.phase = Phase::Probe {
+                resume: resume.clamp(t.min, t.max),
+            };
+        }
+        self
+    }
+
+    fn threshold(&self, t: &Tuning, n: u32) -> f64 {
+        self.floor_ns as f64 * (1.0 + t.tolerance)
+            + t.slack_ns as f64
+            + t.noise_z * self.floor_sd_ns / f64::from(n.max(1)).sqrt()
+    }
+
+    fn reset_window(&mut self, t: &Tuning) {
+        self.n = 0;
+        self.sum = 0.0;
+        self.squares = 0.0;
+        self.most_in_flight = 0;
+        self.cap_ns = if self.floor_ns == NONE {
+            NONE
+        } else {
+            (2.0 * self.threshold(t, t.window_min)) as u64
+        };
+    }
+
+    fn set_limit(&mut self, t: &Tuning, new: u32, now_ns: u64) {
+        let new = new.clamp(t.min, t.max);
+        self.raised = new > self.limit;
+        if new != self.limit {
+            self.limit = new;
+            self.changed_ns = now_ns;
+            // The first round trip after a change mixes the old limit and the new.
+            let transition = if self.floor_ns == NONE {
+                0
+            } else {
+                self.floor_ns
+            };
+            self.epoch_ns = now_ns.saturating_add(transition);
+        }
+        self.reset_window(t);
+    }
+
+    /// `at` was congested right after a raise: hold below it; a failed re-try of the
+    /// same ceiling doubles the hold.
+    fn note_ceiling(&mut self, t: &Tuning, at: u32) {
+        self.hold_len = if at >= self.ceiling {
+            (self.hold_len * 2).min(t.hold_max)
+        } else {
+            t.hold_base
+        };
+        self.ceiling = at;
+        self.hold_left = self.hold_len;
+    }
+
+    fn forget_ceiling(&mut self, t: &Tuning) {
+        self.ceiling = u32::MAX;
+        self.hold_len = t.hold_base;
+        self.hold_left = 0;
+    }
+
+    fn rebase(&mut self, mean: f64, sd: f64) {
+        self.floor_ns = mean as u64;
+        self.floor_sd_ns = sd;
+    }
+}
+
+/// A cut by `factor` that always moves by at least one, never below `min`.
+fn shrink(t: &Tuning, from: u32, factor: f64) -> u32 {
+    let x = (f64::from(from) * factor).floor() as u32;
+    x.min(from.saturating_sub(1)).max(t.min)
+}
+
+/// The controller's next state after `o`.
+pub fn step(t: &Tuning, mut s: Adaptive, o: &Observation) -> Adaptive {
+    let now = o.finished_ns;
+    let start = o.finished_ns.saturating_sub(o.latency_ns);
+    match o.signal {
+        Signal::Error => return s,
+        // Sent under an older limit (or in the transition): says nothing of this one.
+        Signal::Overload | Signal::Timeout if start < s.changed_ns => return s,
+        Signal::Ok if start < s.epoch_ns => return s,
+        Signal::Overload | Signal::Timeout => return overloaded(t, s, o),
+        Signal::Ok => {}
+    }
+    let latency = o.latency_ns.min(s.cap_ns) as f64;
+    s.n += 1;
+    s.sum += latency;
+    s.squares += latency * latency;
+    s.most_in_flight = s.most_in_flight.max(o.in_flight_at_start);
+    let window = s.limit.clamp(t.window_min, t.window_max);
+    let need = match s.phase {
+        Phase::Probe { .. } => t.probe_window.max(window),
+        _ => window,
+    };
+    if s.n < need {
+        return s;
+    }
+    window_closed(t, s, now)
+}
+
+/// An overload answer or a timeout under the limit in force: cut at once (from the
+/// limit a probe interrupts), remember the ceiling, one cut per round trip.
+fn overloaded(t: &Tuning, mut s: Adaptive, o: &Observation) -> Adaptive {
+    let now = o.finished_ns;
+    let factor = if o.signal == Signal::Overload {
+        t.overload_factor
+    } else {
+        t.timeout_factor
+    };
+    let base = match s.phase {
+        Phase::Probe { resume } => resume,
+        _ => s.limit,
+    };
+    s.phase = Phase::Steady;
+    s.pending = false;
+    s.congested_at_min = 0;
+    if s.next_probe_ns == NONE {
+        s.next_probe_ns = now.saturating_add(t.first_probe_ns);
+    }
+    s.note_ceiling(t, base);
+    let new = shrink(t, base, factor);
+    s.set_limit(t, new, now);
+    // Even at `min` (no change): the next cut needs a request started after this one.
+    s.changed_ns = now;
+    s.epoch_ns = s.epoch_ns.max(now);
+    s
+}
+
+fn window_closed(t: &Tuning, mut s: Adaptive, now: u64) -> Adaptive {
+    let n = f64::from(s.n);
+    let mean = s.sum / n;
+    let sd = (s.squares / n - mean * mean).max(0.0).sqrt();
+    if let Phase::Probe { resume } = s.phase {
+        s.phase = Phase::Steady;
+        s.pending = false;
+        if s.floor_ns == NONE || mean <= s.threshold(t, s.n) {
+            s.floor_ns = if s.floor_ns == NONE {
+                mean as u64
+            } else {
+                ((s.floor_ns as f64 + mean) / 2.0) as u64
+            };
+            s.floor_sd_ns = (s.floor_sd_ns + sd) / 2.0;
+            s.set_limit(t, resume, now);
+            return s;
+        }
+        // Congested even at half the limit: not a floor; decide as on any window.
+    }
+    if s.floor_ns == NONE || mean < 0.9 * s.floor_ns as f64 {
+        // The first measurement, or the app got clearly faster.
+        s.rebase(mean, sd);
+    }
+    let threshold = s.threshold(t, s.n);
+    let congested = mean > threshold;
+    let severe = mean > threshold * t.severe;
+    let used = s.most_in_flight * 5 >= s.limit * 4;
+    let mut new = s.limit;
+    let previous_cut = std::mem::replace(&mut s.cut_mean, 0.0);
+    if congested && (s.raised || s.pending || severe || s.phase == Phase::SlowStart) {
+        match cut(t, &mut s, mean, sd, previous_cut, now) {
+            Some(limit) => new = limit,
+            None => return s,
+        }
+    } else if congested {
+        // A level that was fine: a second congested window in a row cuts.
+        s.pending = true;
+        s.flat_cuts = 0;
+    } else {
+        new = grow(t, &mut s, used, now);
+    }
+    // The floor, re-measured: one window at half the limit (not in slow start, not
+    // while a congestion awaits confirmation).
+    if s.phase == Phase::Steady && !s.pending && now >= s.next_probe_ns {
+        s.next_probe_ns = now.saturating_add(t.probe_every_ns);
+        if new > t.min {
+            s.phase = Phase::Probe { resume: new };
+            new = (new / 2).max(t.min);
+        }
+    }
+    if new != s.limit {
+        s.set_limit(t, new, now);
+    } else {
+        s.raised = false;
+        s.reset_window(t);
+    }
+    s
+}
+
+/// A congested window that cuts: the new limit, or `None` when the controller went
+/// back to slow start on a re-based floor (the app got slower, not our queue).
+fn cut(
+    t: &Tuning,
+    s: &mut Adaptive,
+    mean: f64,
+    sd: f64,
+    previous_cut: f64,
+    now: u64,
+) -> Option<u32> {
+    s.pending = false;
+    if previous_cut > 0.0 && mean >= 0.9 * previous_cut {
+        s.flat_cuts += 1;
+    } else {
+        s.flat_cuts = 0;
+        s.cut_from = s.limit;
+    }
+    if s.flat_cuts >= 2 && s.limit * 4 <= s.cut_from {
+        s.rebase(mean, sd);
+        s.forget_ceiling(t);
+        s.flat_cuts = 0;
+        s.congested_at_min = 0;
+        s.phase = Phase::SlowStart;
+        s.raised = false;
+        s.reset_window(t);
+        return None;
+    }
+    let mut new = s.limit;
+    if s.limit <= t.min {
+        s.congested_at_min += 1;
+        if s.congested_at_min >= t.rebase_at_min {
+            // At the lowest concurrency our own queueing is not the cause.
+            s.rebase(mean, sd);
+            s.congested_at_min = 0;
+        }
+    } else {
+        if s.raised || s.phase == Phase::SlowStart {
+            let at = s.limit;
+            s.note_ceiling(t, at);
+        } else {
+            // The capacity moved: the old ceiling means nothing now.
+            s.forget_ceiling(t);
+        }
+        let target = s.floor_ns as f64 * (1.0 + t.tolerance / 2.0) + t.slack_ns as f64 / 2.0;
+        let factor = (target / mean).clamp(t.deepest_cut, 1.0);
+        new = shrink(t, s.limit.min(s.most_in_flight.max(t.min)), factor);
+        s.cut_mean = mean;
+    }
+    if s.phase == Phase::SlowStart {
+        s.phase = Phase::Steady;
+        s.next_probe_ns = now.saturating_add(t.first_probe_ns);
+    }
+    Some(new)
+}
+
+/// A window that was not congested: +1 (doubling in slow start) when the limit was
+/// used, held below a ceiling until its hold runs out.
+fn grow(t: &Tuning, s: &mut Adaptive, used: bool, now: u64) -> u32 {
+    s.flat_cuts = 0;
+    s.pending = false;
+    s.congested_at_min = 0;
+    if s.limit >= s.ceiling {
+        s.forget_ceiling(t);
+    }
+    let mut new = s.limit;
+    if used && s.limit < t.max {
+        let want = match s.phase {
+            Phase::SlowStart => s.limit.saturating_mul(2).min(t.max),
+            _ => s.limit + 1,
+        };
+        new = if want < s.ceiling {
+            want
+        } else if s.hold_left > 0 {
+            s.hold_left -= 1;
+            s.ceiling.saturating_sub(1).max(s.limit)
+        } else {
+            s.ceiling.min(t.max)
+        };
+    }
+    if s.phase == Phase::SlowStart && new >= t.max {
+        s.phase = Phase::Steady;
+        s.next_probe_ns = now.saturating_add(t.first_probe_ns);
+    }
+    new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const US: u64 = 1_000;
+
+    fn obs(t: u64, latency: u64, signal: Signal, in_flight: u32) -> Observation {
+        Observation {
+            finished_ns: t,
+            latency_ns: latency,
+            signal,
+            in_flight_at_start: in_flight,
+        }
+    }
+
+    /// A closed loop against an app of `workers` whose latency is `service` up to
+    /// `workers` in flight and grows with the queue beyond (Little's law): the limit
+    /// after each observation.
+    fn drive(
+        t: &Tuning,
+        mut s: Adaptive,
+        now: &mut u64,
+        n: usize,
+        workers: u32,
+        service: u64,
+        rng: &mut fastrand::Rng,
+    ) -> (Adaptive, Vec<u32>) {
+        let mut limits = Vec::with_capacity(n);
+        for _ in 0..n {
+            let l = s.limit;
+            let latency = if l <= workers {
+                service
+            } else {
+                service * u64::from(l) / u64::from(workers)
+            };
+            *now += latency / u64::from(l) + rng.u64(0..1000);
+            s = step(t, s, &obs(*now, latency, Signal::Ok, l));
+            assert!((t.min..=t.max).contains(&s.limit), "{} outside", s.limit);
+            limits.push(s.limit);
+        }
+        (s, limits)
+    }
+
+    fn warmed(t: &Tuning) -> (Adaptive, u64) {
+        let mut s = Adaptive::new(t, 0);
+        let mut now = 0;
+        for _ in 0..16 {
+            now += 10 * MS;
+            s = step(t, s, &obs(now, 10 * MS, Signal::Ok, 1));
+        }
+        (s, now)
+    }
+
+    #[test]
+    fn the_first_window_sets_the_floor_and_slow_start_doubles() {
+        let t = Tuning::new(1, 64);
+        let (s, _) = warmed(&t);
+        assert_eq!(
+            (s.limit, s.floor_ns, s.phase),
+            (2, 10 * MS, Phase::SlowStart)
+        );
+    }
+
+    #[test]
+    fn overload_cuts_once_per_round_trip_and_only_under_the_limit_in_force() {
+        let t = Tuning::new(1, 64);
+        let (s, now) = warmed(&t);
+        // Started before the last change (now − 30 ms): said nothing of the limit of 2.
+        let stale = step(&t, s, &obs(now + MS, 30 * MS, Signal::Overload, 2));
+        assert_eq!(stale.limit, 2);
+        // Started under it: ×0.75, at least −1.
+        let cut = step(&t, s, &obs(now + 25 * MS, MS, Signal::Overload, 2));
+        assert_eq!(cut.limit, 1);
+        // A second 503 from a request started before the cut: no second cut.
+        let mut big = Adaptive::starting_at(&t, 40, 0);
+        big = step(&t, big, &obs(100 * MS, MS, Signal::Overload, 40));
+        assert_eq!(big.limit, 30);
+        let again = step(&t, big, &obs(101 * MS, 5 * MS, Signal::Overload, 40));
+        assert_eq!(again.limit, 30, "started before the cut");
+        let later = step(&t, big, &obs(120 * MS, 5 * MS, Signal::Overload, 30));
+        assert_eq!(later.limit, 22);
+        // A timeout halves.
+        let timed_out = step(&t, big, &obs(120 * MS, 5 * MS, Signal::Timeout, 30));
+        assert_eq!(timed_out.limit, 15);
+    }
+
+    #[test]
+    fn errors_say_nothing_and_an_unused_limit_does_not_grow() {
+        let t = Tuning::new(1, 64);
+        let (s, now) = warmed(&t);
+        assert_eq!(step(&t, s, &obs(now + 25 * MS, MS, Signal::Error, 2)), s);
+        let mut idle = s;
+        for i in 0..16 {
+            idle = step(
+                &t,
+                idle,
+                &obs(now + 20 * MS + i * 5 * MS, 10 * MS, Signal::Ok, 1),
+            );
+        }
+        assert_eq!(idle.limit, 2, "one in flight of two: no evidence for more");
+    }
+
+    #[test]
+    fn a_severe_window_cuts_at_once_and_proportionally() {
+        let t = Tuning::new(1, 64);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut now = 0;
+        let (s, _) = drive(
+            &t,
+            Adaptive::new(&t, 0),
+            &mut now,
+            20_000,
+            8,
+            10 * MS,
+            &mut rng,
+        );
+        assert!(
+            (8..=9).contains(&s.limit),
+            "settled at the 8 workers: {}",
+            s.limit
+        );
+        // The app loses half its workers: latency doubles at 8 in flight.
+        let (_, limits) = drive(&t, s, &mut now, 200, 4, 10 * MS, &mut rng);
+        let first_drop = limits.iter().position(|&l| l <= 5).expect("it drops");
+        assert!(
+            first_drop <= 80,
+            "within one window and the transition: {first_drop}"
+        );
+    }
+
+    #[test]
+    fn a_probe_re_measures_the_floor_and_goes_back() {
+        let t = Tuning::new(1, 32);
+        let mut rng = fastrand::Rng::with_seed(2);
+        let mut now = 0;
+        // An app that is never the limit: the limit reaches 32 and probes at 16.
+        let (_, limits) = drive(
+            &t,
+            Adaptive::new(&t, 0),
+            &mut now,
+            20_000,
+            1000,
+            5 * MS,
+            &mut rng,
+        );
+        let tail = &limits[5_000..];
+        assert!(tail.contains(&16), "a probe at half the limit");
+        assert!(
+            tail.iter().all(|&l| l == 32 || l == 16),
+            "back to the limit after each probe"
+        );
+    }
+
+    #[test]
+    fn a_slower_app_re_bases_the_floor_instead_of_cutting_to_the_bottom() {
+        let t = Tuning::new(1, 64);
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut now = 0;
+        let (s, _) = drive(
+            &t,
+            Adaptive::new(&t, 0),
+            &mut now,
+            20_000,
+            8,
+            10 * MS,
+            &mut rng,
+        );
+        // Every request now takes twice as long, whatever the concurrency.
+        let (_, limits) = drive(&t, s, &mut now, 20_000, 8, 20 * MS, &mut rng);
+        let tail = &limits[10_000..];
+        let low = tail.iter().filter(|&&l| l < 4).count();
+        assert!(
+            low * 100 <= tail.len(),
+            "it regrows to the 8 workers ({low} low)"
+        );
+    }
+
+    #[test]
+    fn converges_near_the_workers_for_many_apps() {
+        let mut rng = fastrand::Rng::with_seed(4);
+        for case in 0..40 {
+            let workers = rng.u32(2..=40);
+            let service = rng.u64(500 * US..=50 * MS);
+            let t = Tuning::new(1, 256);
+            let mut now = 0;
+            let (_, limits) = drive(
+                &t,
+                Adaptive::new(&t, 0),
+                &mut now,
+                40_000,
+                workers,
+                service,
+                &mut rng,
+            );
+            let tail = &limits[20_000..];
+            let slack = t.tolerance + t.slack_ns as f64 / service as f64;
+            let high = (f64::from(workers) * (1.0 + slack)).floor() as u32 + 1;
+            let outside = tail
+                .iter()
+                .filter(|&&l| l > high.max(workers + 1) || (l + 1 < workers && l > workers / 2 + 1))
+                .count();
+            assert!(
+                outside * 100 <= tail.len() * 2,
+                "case {case}: W={workers} service={service} ns: {outside} of {} outside",
+                tail.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_step_down_in_capacity_is_followed_within_a_bounded_number_of_observations() {
+        let mut rng = fastrand::Rng::with_seed(5);
+        for case in 0..40 {
+            let workers = rng.u32(4..=60);
+            let fewer = (workers / rng.u32(2..=4)).max(1);
+            let service = rng.u64(MS..=50 * MS);
+            let t = Tuning::new(1, 256);
+            let mut now = 0;
+            let (s, _) = drive(
+                &t,
+                Adaptive::new(&t, 0),
+                &mut now,
+                30_000,
+                workers,
+                service,
+                &mut rng,
+            );
+            let before = s.limit;
+            let (_, limits) = drive(&t, s, &mut now, 5_000, fewer, service, &mut rng);
+            let k = limits.iter().position(|&l| l < before.min(fewer * 2));
+            assert!(
+                k.is_some_and(|k| k <= 320),
+                "case {case}: W {workers} -> {fewer}: {before} not left within 320 ({k:?})"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn the_limit_never_leaves_its_bounds(
+            min in 1u32..8,
+            span in 0u32..300,
+            stream in proptest::collection::vec((0u64..5 * MS, 0u8..4, 0u8..10, 0u32..600), 1..2000),
+        ) {
+            let t = Tuning::new(min, min + span);
+            let mut s = Adaptive::new(&t, 0);
+            let mut now = 0u64;
+            for (gap, kind, outcome, in_flight) in stream {
+                now += gap;
+                let latency = match kind {
+                    0 => gap / 50,
+                    1 => MS + gap * 4,
+                    2 => now,
+                    _ => 100 * MS + gap * 300,
+                }
+                .min(now);
+                let signal = match outcome {
+                    0 => Signal::Overload,
+                    1 => Signal::Timeout,
+                    2 => Signal::Error,
+                    _ => Signal::Ok,
+                };
+                s = step(&t, s, &obs(now, latency, signal, in_flight));
+                prop_assert!((t.min..=t.max).contains(&s.limit));
+            }
+        }
+
+        #[test]
+        fn a_steady_latency_goes_to_max_and_stays(max in 2u32..256, latency in 100 * US..100 * MS) {
+            let t = Tuning::new(1, max);
+            let mut s = Adaptive::new(&t, 0);
+            let mut now = 0;
+            for i in 0..30_000u32 {
+                now += latency / u64::from(s.limit) + 1;
+                s = step(&t, s, &obs(now, latency, Signal::Ok, s.limit));
+                if i >= 10_000 {
+                    prop_assert!(s.limit == max || s.limit == (max / 2).max(1), "{}", s.limit);
+                }
+            }
+        }
+    }
+}
