@@ -1,6 +1,6 @@
 //! The HTTP boundary: the only module that names `reqwest` types.
 //!
-//! Builds exactly one POST per attempt from a [`Delivery`] (body = payload unchanged,
+//! Builds exactly one POST per attempt from a [`Delivery`](crate::message::Delivery) (body = payload unchanged,
 //! headers from `crate::app::headers`), sends it through a keep-alive pool with
 //! `http.timeout_ms`, and turns the answer into a policy [`Outcome`]. The response
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it
