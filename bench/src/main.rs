@@ -513,7 +513,10 @@ async fn main() -> Result<(), Error> {
     ));
     print!("{md}");
     if let Some(out) = args.get("out") {
-        write_report(Path::new(out), "", Some("latest.md"), &md)?;
+        // latest.md is the full report the README shows: a run of some contenders,
+        // sizes or rounds only goes beside it.
+        let full = args.get("only").is_none();
+        write_report(Path::new(out), "", full.then_some("latest.md"), &md)?;
     }
     env.close().await;
     Ok(())
