@@ -11,6 +11,7 @@ use jetrelay::cli::ConnectOptions;
 use jetrelay::cli::check::CheckError;
 use jetrelay::cli::dlq::{DlqCommand, DlqError};
 use jetrelay::cli::group::GroupCommand;
+use jetrelay::cli::pause::Request;
 use jetrelay::config::{Config, ConfigError, NatsConfig};
 use jetrelay::daemon::shutdown::Signals;
 use jetrelay::daemon::{Daemon, DaemonError};
@@ -60,6 +61,41 @@ enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// Pause the source's consumer on the server: every instance stops receiving
+    /// (held messages are kept alive), restarts included, until it resumes.
+    Pause {
+        #[command(flatten)]
+        target: PauseTarget,
+        /// How long: 30m, 2h, 1h30m, 1d (the server resumes it then).
+        #[arg(long = "for", value_name = "DURATION", conflicts_with = "until")]
+        duration: Option<String>,
+        /// Until this RFC 3339 time (2026-12-01T18:30:00Z).
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+    },
+    /// Resume the source's consumer paused by `jetrelay pause`.
+    Resume {
+        #[command(flatten)]
+        target: PauseTarget,
+    },
+}
+
+/// Which consumers `pause` and `resume` act on, and how they print.
+#[derive(Debug, clap::Args)]
+struct PauseTarget {
+    /// The TOML config file of the jetrelay whose consumer it is (its `[source]` and
+    /// `[nats]`; environment variables JETRELAY_* override it).
+    #[arg(long, env = "JETRELAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// NATS server URL(s), comma-separated; overrides `nats.servers`.
+    #[arg(long)]
+    server: Option<String>,
+    /// Every member of the source's group, not only this member.
+    #[arg(long)]
+    all_members: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 const EX_USAGE: u8 = 64;
@@ -87,6 +123,24 @@ fn main() -> ExitCode {
         Command::Dlq { options, command } => dlq(options, command),
         Command::Run { config } => with_config(config.as_deref(), Logs::Daemon, run),
         Command::Check { config } => with_config(config.as_deref(), Logs::Terminal, check),
+        Command::Pause {
+            target,
+            duration,
+            until,
+        } => {
+            match jetrelay::cli::pause::until(
+                duration.as_deref(),
+                until.as_deref(),
+                time::OffsetDateTime::now_utc(),
+            ) {
+                Ok(t) => pause(target, Request::Pause(t)),
+                Err(e) => {
+                    eprintln!("jetrelay: {e}");
+                    ExitCode::from(EX_USAGE)
+                }
+            }
+        }
+        Command::Resume { target } => pause(target, Request::Resume),
     }
 }
 
@@ -230,6 +284,51 @@ fn dlq(options: ConnectOptions, command: DlqCommand) -> ExitCode {
             }
         }
     })
+}
+
+/// `jetrelay pause|resume`: 0 done, 64 usage or config, 1 a consumer not paused
+/// (resumed) or NATS failing.
+#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
+fn pause(target: PauseTarget, request: Request) -> ExitCode {
+    jetrelay::ops::telemetry::init(
+        jetrelay::ops::telemetry::LogFormat::Text,
+        "warn,async_nats=off",
+    );
+    let config = match Config::load(target.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jetrelay: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    let result = runtime.block_on(jetrelay::cli::pause::run(
+        &config,
+        target.server.as_deref(),
+        request,
+        target.all_members,
+        target.json,
+    ));
+    match result {
+        Ok(done) => {
+            println!("{}", done.text);
+            if done.failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
+            if e.is_usage() {
+                ExitCode::from(EX_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 /// Runs an admin command on a NATS connection made from `options`: `job` answers

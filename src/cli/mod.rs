@@ -1,10 +1,12 @@
 //! The command-line tools besides the daemon: `jetrelay check` (the topology plan,
 //! changing nothing), `jetrelay group …` (consumer-group administration) and
-//! `jetrelay dlq …` (dead letters: browse, replay, purge).
+//! `jetrelay dlq …` (dead letters: browse, replay, purge), `jetrelay pause` and
+//! `jetrelay resume` (the consumer paused on the server).
 
 pub mod check;
 pub mod dlq;
 pub mod group;
+pub mod pause;
 
 use clap::Args;
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +29,7 @@ use crate::ops::readiness::{PinHolder, Readiness, State};
 use crate::ops::telemetry::chain;
 use crate::ops::traces::Tracer;
 use crate::policy::backoff;
+use crate::seam::ServerPause;
 use crate::seam::time::{Deadline, bounded};
 use crate::secret::SecretFile;
 use crate::topology::TopologyRequest;
@@ -393,6 +395,9 @@ impl Supervisor {
         {
             return Ok(());
         }
+        // The consumer's pause on the server, as the gauge task last read it.
+        let (pause_tx, server_pause) = watch::channel(ServerPause::Running);
+        let pause_tx = Arc::new(pause_tx);
         let dispatch = Arc::new(Dispatch {
             forwarder: self.forwarder.clone(),
             policy: set.policy.clone(),
@@ -411,6 +416,7 @@ impl Supervisor {
                 set.health.clone(),
                 self.metrics.clone(),
             ),
+            server_pause,
             unhealthy_handover: set.unhealthy_handover,
             batch: set.batch,
             outputs: set.publish.rules.enabled().then(|| OutputRules {
@@ -427,7 +433,7 @@ impl Supervisor {
                         return Ok(());
                     };
                     let (stream, consumer) = member.consumer();
-                    let gauges = self.consumer_gauges(nats, &stream, &consumer);
+                    let gauges = self.consumer_gauges(nats, &stream, &consumer, &pause_tx);
                     let ended = dispatch.run(source, shutdown.clone()).await;
                     drop(gauges);
                     ended
@@ -437,8 +443,12 @@ impl Supervisor {
                         return Ok(());
                     }
                     let puller = nats.puller(self.puller_config(request)).await?;
-                    let gauges =
-                        self.consumer_gauges(nats, &request.stream, &request.consumer.name);
+                    let gauges = self.consumer_gauges(
+                        nats,
+                        &request.stream,
+                        &request.consumer.name,
+                        &pause_tx,
+                    );
                     let ended = dispatch.run(puller, shutdown.clone()).await;
                     drop(gauges);
                     ended
@@ -591,10 +601,16 @@ impl Supervisor {
         }
     }
 
-    /// Refreshes the consumer pending gauges, an elastic group's backlog (and, for a
-    /// pinned consumer, who holds the pin) every few seconds (every second for a
-    /// pinned consumer).
-    fn consumer_gauges(&self, nats: &Nats, stream: &str, consumer: &str) -> GaugeTask {
+    /// Refreshes, every second, the consumer pending gauges, an elastic group's
+    /// backlog, whether the consumer is paused on the server (into `pause`, which the
+    /// dispatcher watches) and, for a pinned consumer, who holds the pin.
+    fn consumer_gauges(
+        &self,
+        nats: &Nats,
+        stream: &str,
+        consumer: &str,
+        pause: &Arc<watch::Sender<ServerPause>>,
+    ) -> GaugeTask {
         let (nats, metrics, readiness) =
             (nats.clone(), self.metrics.clone(), self.readiness.clone());
         let pinned_mode = self.settings.pinned();
@@ -603,10 +619,11 @@ impl Supervisor {
             SourceSettings::Group(m) if m.flavour == crate::group::model::Flavour::Elastic
         );
         let (stream, consumer) = (stream.to_string(), consumer.to_string());
-        // A pinned consumer's instance reads who holds the pin every second: a
-        // standby must not go on saying that nobody does (an idle member) after
-        // another instance took it.
-        let every = Duration::from_secs(if pinned_mode { 1 } else { 5 });
+        // Every second: a pause (`jetrelay pause`) must be seen within a second or
+        // two, and a standby must not go on saying that nobody holds the pin (an idle
+        // member) after another instance took it.
+        let every = Duration::from_secs(1);
+        let pause = Arc::clone(pause);
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
@@ -619,9 +636,11 @@ impl Supervisor {
                 }
                 let counts = nats.consumer_counts(&stream, &consumer).await;
                 metrics.consumer_counts(counts.as_ref().map(|c| (c.pending, c.ack_pending)));
+                // Unreadable: the last pause seen stays (it is the server's to end).
                 let Some(c) = counts else {
                     continue;
                 };
+                pause.send_if_modified(|p| std::mem::replace(p, c.pause) != c.pause);
                 if pinned_mode {
                     readiness.set_pin_holder(if c.pinned {
                         PinHolder::Someone

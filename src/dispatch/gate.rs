@@ -45,6 +45,8 @@ pub(super) struct Gate {
     pub(super) standing: Standing,
     /// Messages kept only for their dead letter, which the DLQ does not store yet.
     pub(super) letters_waiting: usize,
+    /// The consumer is paused on the server: why, and until when (nothing starts).
+    pub(super) paused: Option<String>,
 }
 
 impl Gate {
@@ -55,6 +57,7 @@ impl Gate {
             unreachable: None,
             standing: Standing::default(),
             letters_waiting: 0,
+            paused: None,
         }
     }
 
@@ -112,6 +115,8 @@ impl Gate {
             (State::NotReady, format!("app unreachable: {}", u.kind))
         } else if let Some(why) = &s.unavailable {
             (State::NotReady, why.clone())
+        } else if let Some(why) = &self.paused {
+            (State::Paused, why.clone())
         } else if let Some(why) = &s.waiting {
             (State::WaitingForMembership, why.clone())
         } else if s.assignment.as_ref().is_some_and(Vec::is_empty) {
@@ -153,6 +158,7 @@ mod tests {
             }),
             standing,
             letters_waiting: 0,
+            paused: None,
         }
     }
 
@@ -235,9 +241,36 @@ mod tests {
             letters_waiting: 3,
             ..Gate::new(Health::Healthy)
         };
+        let paused = |healthy, standing| Gate {
+            paused: Some("paused on the server until resumed".into()),
+            ..gate(healthy, false, standing)
+        };
         let cases: Vec<_> = cases
             .into_iter()
             .chain([
+                // Paused is shown on every instance, standby or not, but an app that
+                // is not healthy still says so.
+                (
+                    paused(true, Standing::default()),
+                    true,
+                    false,
+                    State::Paused,
+                    "paused on the server until resumed",
+                ),
+                (
+                    paused(true, Standing::default()),
+                    false,
+                    false,
+                    State::Paused,
+                    "paused on the server until resumed",
+                ),
+                (
+                    paused(false, Standing::default()),
+                    false,
+                    false,
+                    State::NotReady,
+                    "the app is not healthy (http.health_url)",
+                ),
                 (
                     waiting_for_a_probe,
                     false,

@@ -54,7 +54,7 @@ use crate::policy::Policy;
 use crate::seam::Ordering;
 use crate::seam::publish::Publish;
 use crate::seam::time::{Deadline, bounded, sleep_until};
-use crate::seam::{Event, Forward, Health, Settle, Source};
+use crate::seam::{Event, Forward, Health, ServerPause, Settle, Source};
 
 /// Batch delivery: many messages per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +98,8 @@ pub struct Dispatch<F, P> {
     pub dead_letters: Option<String>,
     /// Whether the app is healthy (always true without `http.health_url`).
     pub app_healthy: watch::Receiver<Health>,
+    /// Whether the consumer is paused on the server, as its info last said.
+    pub server_pause: watch::Receiver<ServerPause>,
     /// Pinned sources: how long the app may be unhealthy (or unreachable) before this
     /// instance steps down so that a healthy instance of the member takes over.
     pub unhealthy_handover: Duration,
@@ -115,6 +117,16 @@ pub struct Dispatch<F, P> {
     /// not store their dead letters; one more is terminated without one (it stays in
     /// its stream), so that letters that cannot be stored never stall the consumer.
     pub letters_waiting_max: usize,
+}
+
+/// What readiness says of a pause (`None`: not paused).
+fn paused_reason(pause: ServerPause) -> Option<String> {
+    pause.is_paused().then(|| {
+        format!(
+            "paused on the server {}",
+            pause.until_text(time::OffsetDateTime::now_utc())
+        )
+    })
 }
 
 /// Why the loop ended.
@@ -144,6 +156,8 @@ struct Run<S: Source> {
     app_healthy: watch::Receiver<Health>,
     /// Without a health URL nobody ever sends: stop watching once the sender is gone.
     health_watched: bool,
+    server_pause: watch::Receiver<ServerPause>,
+    pause_watched: bool,
     /// Shutting down (or the group ended): nothing new starts; what is held settles.
     draining: bool,
     /// A group's assignment is changing: nothing new starts until all is settled.
@@ -180,13 +194,17 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         shutdown: CancellationToken,
     ) -> Result<Ended, DispatchError> {
         let mut app_healthy = self.app_healthy.clone();
-        let gate = Gate::new(*app_healthy.borrow_and_update());
+        let mut gate = Gate::new(*app_healthy.borrow_and_update());
+        let mut server_pause = self.server_pause.clone();
+        gate.paused = paused_reason(*server_pause.borrow_and_update());
         let mut run = Run {
             source,
             book: Book::new(),
             gate,
             app_healthy,
             health_watched: true,
+            server_pause,
+            pause_watched: true,
             draining: false,
             quiescing: false,
             end_reason: None,
@@ -197,6 +215,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             pacing: Pacing::new(self.pace),
         };
         run.source.set_paused(!run.gate.serviceable());
+        self.metrics.paused(run.gate.paused.is_some());
         self.show(&run.gate);
         let ended = loop {
             if let Some(ended) = self.turn(&mut run).await {
@@ -258,6 +277,15 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         Flow::Go
                     }
                 }
+                changed = run.server_pause.changed(), if !run.draining && run.pause_watched => {
+                    if changed.is_ok() {
+                        let pause = *run.server_pause.borrow_and_update();
+                        self.paused(&mut run, pause)
+                    } else {
+                        run.pause_watched = false;
+                        Flow::Go
+                    }
+                }
                 () = &mut run.handover, if run.handover_armed && !run.draining => {
                     self.step_down(&mut run).await
                 }
@@ -287,7 +315,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         if run.draining {
             // Only dead letters still to publish remain held.
             self.fill(&mut run.book, &mut run.pacing, Fill::All, true);
-        } else if run.gate.health.is_healthy() && !run.quiescing {
+        } else if run.gate.health.is_healthy() && !run.quiescing && run.gate.paused.is_none() {
             let mode = if run.gate.unreachable.is_some() {
                 Fill::Probe
             } else {
@@ -331,6 +359,33 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         }
         self.show(&run.gate);
+    }
+
+    /// The consumer was paused or resumed on the server. Pulling goes on (a pinned
+    /// consumer keeps its pin, an elastic member's consumer stays active) but nothing
+    /// starts; what is held is kept alive by its progress timer. On the resume the
+    /// source is woken: the server does not serve the pulls that waited through the
+    /// pause until a new one comes.
+    fn paused<S: Source>(&self, run: &mut Run<S>, pause: ServerPause) -> Flow {
+        let reason = paused_reason(pause);
+        if reason == run.gate.paused {
+            return Flow::Go;
+        }
+        let was_paused = run.gate.paused.is_some();
+        match &reason {
+            Some(why) => tracing::warn!(
+                held = run.book.held().messages,
+                in_flight = run.book.tasks.len(),
+                "{why}: nothing new is delivered, what is held is kept alive"
+            ),
+            None => tracing::info!("the consumer was resumed on the server: delivering again"),
+        }
+        run.gate.paused = reason;
+        self.metrics.paused(run.gate.paused.is_some());
+        if was_paused && run.gate.paused.is_none() {
+            run.source.wake();
+        }
+        Flow::Refresh
     }
 
     /// Readiness from the gate (a pinned consumer without the pin shows standby).

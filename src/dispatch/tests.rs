@@ -30,7 +30,8 @@ use crate::seam::Ordering;
 use crate::seam::publish::{Committed, LetterFailure, OutputFailure, Publish};
 use crate::seam::time::Deadline;
 use crate::seam::{
-    BatchForwarded, Event, Forward, Forwarded, Health, HttpClass, NoAnswer, Offer, Settle, Source,
+    BatchForwarded, Event, Forward, Forwarded, Health, HttpClass, NoAnswer, Offer, ServerPause,
+    Settle, Source,
 };
 
 // === the fakes ===
@@ -105,6 +106,7 @@ struct SourceSide {
     stopped: bool,
     quiesced_at: Vec<Instant>,
     closed: bool,
+    woken: usize,
 }
 
 struct FakeSource {
@@ -129,6 +131,10 @@ impl Source for FakeSource {
 
     fn set_paused(&mut self, paused: bool) {
         self.side.lock().unwrap().paused.push(paused);
+    }
+
+    fn wake(&mut self) {
+        self.side.lock().unwrap().woken += 1;
     }
 
     async fn step_down(&mut self) -> bool {
@@ -435,6 +441,7 @@ struct Rig {
     seen: Arc<Mutex<Vec<Seen>>>,
     in_flight: Arc<Mutex<(usize, usize)>>,
     healthy: watch::Sender<Health>,
+    pause: watch::Sender<ServerPause>,
     readiness: Readiness,
     shutdown: CancellationToken,
     run: tokio::task::JoinHandle<Result<Ended, super::DispatchError>>,
@@ -500,6 +507,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     } else {
         Health::Unhealthy
     });
+    let (pause, server_pause) = watch::channel(ServerPause::Running);
     let (seen, in_flight, batches) = (Arc::default(), Arc::default(), Arc::default());
     let log: Log = Arc::default();
     let stored: Arc<Mutex<Vec<Output>>> = Arc::default();
@@ -544,6 +552,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         progress_every: knobs.progress_every,
         dead_letters: knobs.dead_letters.then(|| "dlq".to_string()),
         app_healthy,
+        server_pause,
         unhealthy_handover: Duration::from_secs(30),
         deadline: Deadline::new(knobs.grace),
         batch: knobs.batch,
@@ -577,6 +586,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         seen,
         in_flight,
         healthy,
+        pause,
         readiness,
         shutdown,
         run,
@@ -869,6 +879,59 @@ async fn an_unhealthy_app_gets_nothing_and_the_source_is_paused_until_it_is_heal
     wait(S).await;
     assert_eq!(r.told(1).last(), Some(&Told::Ack));
     assert_eq!(r.side.lock().unwrap().paused.last(), Some(&false));
+    assert_eq!(r.readiness.status().state, State::Consuming);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_on_the_server_starts_nothing_keeps_what_is_held_alive_and_resumes_in_order() {
+    let r = rig(
+        Knobs {
+            ordering: Ordering::Subject,
+            progress_every: 5 * S,
+            ..Knobs::default()
+        },
+        ok_after(10 * MS),
+    );
+    // One in flight when the pause comes: it finishes and is acked.
+    r.send(1, "a");
+    wait(MS).await;
+    let until = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+    r.pause.send(ServerPause::Until(until)).unwrap();
+    wait(MS).await;
+    for seq in 2..=4 {
+        r.send(seq, "a");
+    }
+    wait(20 * S).await;
+    assert_eq!(r.told(1), [Told::Ack], "the request in flight finished");
+    assert_eq!(r.seen().len(), 1, "nothing new started while paused");
+    let status = r.readiness.status();
+    assert_eq!((status.state, status.ready), (State::Paused, true));
+    assert!(
+        status.reason.starts_with("paused on the server until 20"),
+        "{}",
+        status.reason
+    );
+    assert!(
+        r.side.lock().unwrap().paused.iter().all(|p| !p),
+        "pulling goes on (the pin is kept)"
+    );
+    for seq in 2..=4 {
+        assert!(
+            r.told(seq).iter().filter(|t| **t == Told::Progress).count() >= 3,
+            "held and kept alive: {:?}",
+            r.told(seq)
+        );
+        assert!(!r.told(seq).contains(&Told::Nak(Duration::ZERO)));
+    }
+    r.pause.send(ServerPause::Running).unwrap();
+    wait(S).await;
+    assert_eq!(r.side.lock().unwrap().woken, 1, "the source is woken once");
+    let order: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(order, [1, 2, 3, 4], "delivered in order after the resume");
+    for seq in 2..=4 {
+        assert_eq!(r.told(seq).last(), Some(&Told::Ack));
+    }
     assert_eq!(r.readiness.status().state, State::Consuming);
     r.stop().await;
 }

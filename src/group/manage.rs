@@ -406,6 +406,31 @@ impl GroupAdmin {
         }
     }
 
+    /// Every member of the group (listed or mapped) with its consumer:
+    /// `(member, consumer stream, consumer)`, in name order.
+    ///
+    /// # Errors
+    /// [`AdminError`].
+    pub async fn member_consumers(
+        &self,
+        f: Flavour,
+        stream: &str,
+        group: &str,
+    ) -> Result<Vec<(String, String, String)>, AdminError> {
+        let (_, c, _) = self.read(f, stream, group).await?;
+        let mut names: Vec<String> = c.members.clone();
+        names.extend(c.member_mappings.iter().map(|m| m.member.clone()));
+        names.sort();
+        names.dedup();
+        Ok(names
+            .into_iter()
+            .map(|m| {
+                let (s, consumer) = Self::consumer_of(f, stream, group, &m);
+                (m, s, consumer)
+            })
+            .collect())
+    }
+
     /// The group and each member's state.
     ///
     /// # Errors

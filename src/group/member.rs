@@ -26,8 +26,9 @@ use crate::nats::{
     GroupConsumer, GroupStore, KvEvent, KvWatch, Nats, NatsError, PullEvent, Puller, PullerConfig,
     Settler, TopologyError,
 };
-use crate::seam::Source;
+use crate::ops::telemetry::chain;
 use crate::seam::time::sleep_until;
+use crate::seam::{ServerPause, Source};
 use crate::topology::Table;
 
 /// Why a member cannot start (yet).
@@ -86,6 +87,9 @@ pub struct GroupSource {
     /// rule, or changed in a way this member cannot follow): why. Pulling stops and
     /// the member is not ready until a config it can follow appears.
     suspended: Option<String>,
+    /// Elastic: the pause on the server of the member consumer this instance deleted
+    /// to replace it (`jetrelay pause`), put on its replacement once created.
+    carried_pause: Option<time::OffsetDateTime>,
 }
 
 impl GroupSource {
@@ -149,6 +153,7 @@ impl GroupSource {
             pending: VecDeque::new(),
             tick,
             join_at: None,
+            carried_pause: None,
             quiescing: false,
             stopped: false,
             paused: false,
@@ -217,6 +222,7 @@ impl GroupSource {
             .await?;
         if let (GroupConsumer::Conflict(_), Flavour::Elastic) = (&outcome, self.s.flavour) {
             // Old filters or another template: the reference deletes and creates once.
+            self.carry_pause(&spec.name).await;
             self.nats
                 .delete_consumer(&self.consumer_stream, &spec.name)
                 .await?;
@@ -244,6 +250,7 @@ impl GroupSource {
                 )));
             }
         }
+        self.restore_pause(&spec.name).await;
         let wait = spec::ack_wait(self.s.template.ack_wait_ms);
         let mut puller = self
             .nats
@@ -270,6 +277,42 @@ impl GroupSource {
         self.pending
             .push_back(PullEvent::Assignment(self.partitions()));
         Ok(())
+    }
+
+    /// Before the member consumer `name` is deleted to be replaced: remembers its
+    /// pause on the server, for [`GroupSource::restore_pause`].
+    async fn carry_pause(&mut self, name: &str) {
+        match self.nats.consumer_pause(&self.consumer_stream, name).await {
+            Ok(ServerPause::Until(until)) => self.carried_pause = Some(until),
+            Ok(ServerPause::Running) | Err(TopologyError::ConsumerMissing(_)) => {}
+            Err(e) => tracing::warn!(
+                error = %chain(&e),
+                consumer = name,
+                "cannot read whether the member consumer is paused before replacing it; a pause on it would not carry over"
+            ),
+        }
+    }
+
+    /// The replacement of a paused member consumer is paused until the same time.
+    async fn restore_pause(&mut self, name: &str) {
+        let Some(until) = self.carried_pause.take() else {
+            return;
+        };
+        match self
+            .nats
+            .pause_consumer(&self.consumer_stream, name, until)
+            .await
+        {
+            Ok(_) => tracing::info!(
+                consumer = name,
+                "the member consumer's pause carried over to its replacement"
+            ),
+            Err(e) => tracing::error!(
+                error = %chain(&e),
+                consumer = name,
+                "cannot pause the member consumer's replacement as its predecessor was: it is not paused"
+            ),
+        }
     }
 
     /// A join that failed for a reason retrying may fix waits for the next tick; the
@@ -512,6 +555,12 @@ impl Source for GroupSource {
         self.apply_pause();
     }
 
+    fn wake(&mut self) {
+        if let Some(p) = self.puller.as_mut() {
+            p.wake();
+        }
+    }
+
     async fn step_down(&mut self) -> bool {
         match self.puller.as_mut() {
             Some(p) => p.step_down().await,
@@ -526,6 +575,7 @@ impl Source for GroupSource {
             // The pinned instance recreates the consumer with the new filters, from the
             // stream's first unacknowledged message.
             let name = self.s.member.clone();
+            self.carry_pause(&name).await;
             if let Err(e) = self
                 .nats
                 .delete_consumer(&self.consumer_stream, &name)

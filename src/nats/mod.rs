@@ -12,6 +12,7 @@
 //! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
 //! - `dead_letters`: dead letters published, their PubAck awaited and checked.
 //! - `direct`: batch direct get, pages of a stream without a consumer.
+//! - `pause`: consumer pause on the server (2.11+): pause, resume, read.
 //! - `outputs`: the app's outputs, one by one or as one atomic batch (ADR-50).
 //! - `publisher`: [`Publisher`], both behind the publish seam (`crate::seam::publish`).
 //! - `fast`: fast-ingest batches (ADR-50, 2.14+): not atomic, paced by flow acks.
@@ -25,6 +26,7 @@ mod fast;
 mod groups;
 mod kv;
 mod outputs;
+mod pause;
 mod publisher;
 mod pull;
 mod settle;
@@ -37,6 +39,7 @@ pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
 pub use outputs::{OutputError, OutputPublisher};
+pub use pause::PauseAnswer;
 pub use publisher::Publisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;

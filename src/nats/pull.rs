@@ -113,6 +113,8 @@ pub struct Puller {
     keep_alive_sent: Option<Instant>,
     /// Bytes are full and the next keep-alive pull may go then: wake for it.
     keep_alive_wake: Option<Instant>,
+    /// Send a pull on the next turn whatever is outstanding ([`Puller::wake`]).
+    wake: bool,
 }
 
 /// How the (patched) client marks a message whose header block did not parse.
@@ -152,6 +154,7 @@ impl Nats {
             refused: None,
             keep_alive_sent: None,
             keep_alive_wake: None,
+            wake: false,
         })
     }
 }
@@ -218,6 +221,13 @@ impl Puller {
         self.paused = paused;
     }
 
+    /// The consumer was resumed on the server: the next turn sends a pull even when
+    /// the outstanding ones already ask for all the room (the server serves pulls
+    /// that waited through the pause only once a new one arrives).
+    pub fn wake(&mut self) {
+        self.wake = true;
+    }
+
     /// Gives the pin away so that another instance of the member is served: stops
     /// pulling, retires every outstanding pull (a fresh inbox: the server drops pulls
     /// nobody listens to, so none of them can win the pin back), releases what they
@@ -273,11 +283,25 @@ impl Puller {
         if self.stopped || self.paused || !self.conn.borrow().connected {
             return;
         }
-        while self.pulls.len() < MAX_OUTSTANDING {
-            let next =
+        // A wake (after a pause on the server) needs one new pull to arrive there,
+        // whatever is outstanding: one message more than the room, at most.
+        let mut wake = std::mem::take(&mut self.wake);
+        loop {
+            let next = if self.pulls.len() < MAX_OUTSTANDING {
                 self.cfg
                     .limits
-                    .next_pull(held, self.requested(), self.max_message, self.refused);
+                    .next_pull(held, self.requested(), self.max_message, self.refused)
+            } else {
+                NextPull::Wait
+            };
+            let next = match next {
+                NextPull::Wait | NextPull::KeepAlive if wake => NextPull::Pull {
+                    batch: 1,
+                    max_bytes: self.max_message,
+                },
+                other => other,
+            };
+            wake = false;
             let now = Instant::now();
             let (batch, max_bytes, keep_alive) = match next {
                 NextPull::Wait => return,
@@ -564,6 +588,10 @@ impl Source for Puller {
 
     fn set_paused(&mut self, paused: bool) {
         Puller::set_paused(self, paused);
+    }
+
+    fn wake(&mut self) {
+        Puller::wake(self);
     }
 
     fn step_down(&mut self) -> impl Future<Output = bool> + Send {

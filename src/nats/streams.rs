@@ -89,7 +89,7 @@ impl TopologyError {
     }
 }
 
-fn refused(step: &'static str, e: impl Into<Cause>) -> TopologyError {
+pub(super) fn refused(step: &'static str, e: impl Into<Cause>) -> TopologyError {
     TopologyError::Refused {
         step,
         source: e.into(),
@@ -230,7 +230,7 @@ impl Nats {
     }
 
     /// A handle on a stream, without reading its info.
-    async fn stream_handle(
+    pub(super) async fn stream_handle(
         &self,
         name: &str,
     ) -> Result<async_nats::jetstream::stream::Stream<()>, TopologyError> {
@@ -548,6 +548,8 @@ pub struct ConsumerCounts {
     pub ack_pending: u64,
     /// Whether some client holds the pin of one of its priority groups.
     pub pinned: bool,
+    /// Whether it is paused on the server, and until when.
+    pub pause: crate::seam::ServerPause,
 }
 
 /// One replica on disk ([`Capture::staged_on_disk`]).
@@ -578,6 +580,7 @@ impl Nats {
                 .priority_groups
                 .iter()
                 .any(|g| g.pinned_client_id.is_some()),
+            pause: super::pause::pause_of(&info),
         })
     }
 }

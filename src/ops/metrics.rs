@@ -384,6 +384,8 @@ struct SourceCollectors {
     consumer_pending: KnownGauge,
     consumer_ack_pending: KnownGauge,
     group_backlog: KnownGauge,
+    paused: IntGauge,
+    reloads: [IntCounter; 2],
 }
 
 impl SourceCollectors {
@@ -407,6 +409,16 @@ impl SourceCollectors {
             group_backlog: r.known(
                 "jetrelay_group_backlog",
                 "Elastic groups: messages in the group's work-queue stream, the whole group's backlog (absent while it cannot be read)",
+            )?,
+            paused: r.gauge(
+                "jetrelay_paused",
+                "1 while the consumer is paused on the server (jetrelay pause)",
+            )?,
+            reloads: r.counters(
+                "jetrelay_config_reloads_total",
+                "Config reloads (SIGHUP): applied, or refused (the running config stays)",
+                "result",
+                ["applied", "refused"],
             )?,
         })
     }
@@ -608,6 +620,16 @@ impl Metrics {
 
     // === the source ===
 
+    /// Whether the consumer is paused on the server.
+    pub fn paused(&self, paused: bool) {
+        self.source.paused.set(i64::from(paused));
+    }
+
+    /// A config reload was applied (`true`) or refused.
+    pub fn config_reload(&self, applied: bool) {
+        self.source.reloads[usize::from(!applied)].inc();
+    }
+
     /// Whether the connection to NATS is up.
     pub fn nats_connected(&self, connected: bool) {
         self.source.nats_connected.set(i64::from(connected));
@@ -774,6 +796,9 @@ mod tests {
             "jetrelay_consumer_pending 5",
             "jetrelay_consumer_ack_pending 1",
             "jetrelay_group_backlog 9",
+            "jetrelay_paused 0",
+            "jetrelay_config_reloads_total{result=\"applied\"} 0",
+            "jetrelay_config_reloads_total{result=\"refused\"} 0",
             "jetrelay_nats_connected",
             "jetrelay_ready",
             "jetrelay_build_info{version=",

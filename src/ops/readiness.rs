@@ -33,6 +33,9 @@ pub enum State {
     WaitingForMembership,
     /// A member with no partitions assigned.
     NoPartitions,
+    /// The consumer is paused on the server (`jetrelay pause`): nothing new is
+    /// delivered, held messages are kept alive until it resumes (the reason says when).
+    Paused,
     /// Shutting down: settling what it holds.
     Draining,
 }
@@ -98,6 +101,7 @@ pub fn is_ready(state: State) -> bool {
             | State::Idle
             | State::WaitingForMembership
             | State::NoPartitions
+            | State::Paused
     )
 }
 

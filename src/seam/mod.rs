@@ -108,6 +108,10 @@ pub trait Source: Send {
     /// Pauses or resumes asking for messages (the app is unhealthy or unreachable).
     fn set_paused(&mut self, paused: bool);
 
+    /// The consumer was resumed on the server: ask for messages now (the server does
+    /// not serve pulls that waited through a pause until a new one arrives).
+    fn wake(&mut self) {}
+
     /// Gives up being served (a pinned member's instance unpins) so that a healthy
     /// instance takes over; pulling stays paused. Returns whether anything was given up.
     fn step_down(&mut self) -> impl Future<Output = bool> + Send;
@@ -203,6 +207,47 @@ impl Health {
     /// Whether work may start.
     pub fn is_healthy(self) -> bool {
         self == Health::Healthy
+    }
+}
+
+/// Whether the consumer is paused on the server (`jetrelay pause`, consumer PAUSE),
+/// as its info last said.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServerPause {
+    /// Not paused (or not known to be).
+    #[default]
+    Running,
+    /// Paused until this time (the server resumes it then).
+    Until(::time::OffsetDateTime),
+}
+
+impl ServerPause {
+    /// A pause this far ahead or more is shown as lasting until resumed: `jetrelay
+    /// pause` without `--for`/`--until` pauses for [`ServerPause::INDEFINITE`].
+    pub const UNTIL_RESUMED_BEYOND: ::time::Duration = ::time::Duration::days(365 * 50);
+
+    /// How long `jetrelay pause` pauses without `--for` or `--until`.
+    pub const INDEFINITE: ::time::Duration = ::time::Duration::days(365 * 100);
+
+    /// Whether work must not start.
+    pub fn is_paused(self) -> bool {
+        matches!(self, ServerPause::Until(_))
+    }
+
+    /// When it resumes, in words: `until resumed`, or `until <RFC 3339>`.
+    pub fn until_text(self, now: ::time::OffsetDateTime) -> String {
+        match self {
+            ServerPause::Running => "not paused".into(),
+            ServerPause::Until(t) if t - now >= Self::UNTIL_RESUMED_BEYOND => {
+                "until resumed (jetrelay resume)".into()
+            }
+            ServerPause::Until(t) => {
+                let at = t
+                    .format(&::time::format_description::well_known::Rfc3339)
+                    .unwrap_or_else(|_| t.to_string());
+                format!("until {at}")
+            }
+        }
     }
 }
 

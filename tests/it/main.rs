@@ -7,6 +7,7 @@ mod answers;
 mod atomic;
 mod batches;
 mod binary;
+mod control;
 mod deploy;
 mod direct;
 mod dlq;

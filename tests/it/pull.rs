@@ -306,6 +306,7 @@ async fn instance(
         progress_every: Duration::from_secs(10),
         dead_letters: None,
         app_healthy: healthy,
+        server_pause: tokio::sync::watch::channel(jetrelay::seam::ServerPause::Running).1,
         unhealthy_handover: Duration::from_millis(300),
     };
     (Arc::new(dispatch), health)

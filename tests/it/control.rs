@@ -1,0 +1,325 @@
+//! Run-time control as an operator uses it: `jetrelay pause` and `jetrelay resume`
+//! (the built binary, a config file) against running daemons, restarts of the daemon
+//! and of the server, a group-wide pause, an elastic rebalance while paused.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::support::daemon::BIN;
+use crate::support::groups::{elastic_group, static_group};
+use crate::support::{Env, MockApp, NatsServer, Relay, consumer_info, eventually, publish};
+
+/// A config file in a directory that lives as long as the value.
+struct ConfigFile {
+    dir: tempfile::TempDir,
+    text: String,
+}
+
+impl ConfigFile {
+    fn new(text: String) -> ConfigFile {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("jetrelay.toml"), &text).unwrap();
+        ConfigFile { dir, text }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("jetrelay.toml")
+    }
+
+    fn config(&self) -> jetrelay::config::Config {
+        jetrelay::config::Config::from_toml(&[&self.text]).unwrap()
+    }
+}
+
+fn durable_text(nats: &NatsServer, app: &MockApp, stream: &str, durable: &str) -> String {
+    format!(
+        "[nats]\nservers = \"{}\"\n[source]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{durable}\"\n\
+         [consumer]\nack_wait_ms = 4000\n[delivery]\nordering = \"subject\"\n[topology]\nretry_initial_ms = 50\nretry_max_ms = 200\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n",
+        nats.url(),
+        app.url()
+    )
+}
+
+fn member_text(
+    nats: &NatsServer,
+    app: &MockApp,
+    kind: &str,
+    stream: &str,
+    group: &str,
+    member: &str,
+) -> String {
+    format!(
+        "[nats]\nservers = \"{}\"\n[source]\nstream = \"{stream}\"\nkind = \"{kind}\"\ngroup = \"{group}\"\nmember = \"{member}\"\n\
+         [consumer]\nack_wait_ms = 2000\n[topology]\nretry_initial_ms = 50\nretry_max_ms = 200\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n",
+        nats.url(),
+        app.url()
+    )
+}
+
+/// `jetrelay <args> --config <file>`: exit code, stdout, stderr.
+async fn jetrelay(config: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = tokio::process::Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("JETRELAY_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn ok(config: &Path, args: &[&str]) -> String {
+    let (code, out, err) = jetrelay(config, args).await;
+    assert_eq!(code, Some(0), "jetrelay {args:?}: {out}{err}");
+    out
+}
+
+async fn state(relay: &Relay) -> (u16, serde_json::Value) {
+    let (code, body) = relay.get("/ready").await;
+    (code, serde_json::from_str(&body).unwrap())
+}
+
+async fn wait_state(relay: &Relay, want: &str) -> serde_json::Value {
+    eventually(
+        &format!("/ready says {want}"),
+        Duration::from_secs(5),
+        || async { state(relay).await.1["state"] == want },
+    )
+    .await;
+    let (code, body) = state(relay).await;
+    assert_eq!(code, 200, "{want} is ready: {body}");
+    body
+}
+
+/// Nothing reaches the app for a while (the pause holds).
+async fn nothing_more(app: &MockApp, for_: Duration) {
+    let before = app.requests().len();
+    tokio::time::sleep(for_).await;
+    assert_eq!(app.requests().len(), before, "delivered while paused");
+}
+
+/// Every published sequence reached the app exactly once, in stream order.
+fn once_each_in_order(app: &MockApp, n: usize) {
+    let seqs: Vec<u64> = app.requests().iter().map(|r| r.seq()).collect();
+    assert_eq!(seqs.len(), n, "each message once: {seqs:?}");
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+}
+
+#[tokio::test]
+async fn pause_and_resume_through_the_cli_with_a_publisher_running() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let file = ConfigFile::new(durable_text(&env.nats, &app, &env.stream, &env.durable));
+    let relay = Relay::ready(file.config()).await;
+    let js = env.js.clone();
+    let publisher = tokio::spawn(async move {
+        for i in 0..200 {
+            js.publish("p.one", format!("m{i}").into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    app.wait_for("some deliveries", Duration::from_secs(10), |r| {
+        r.len() >= 20
+    })
+    .await;
+    let out = ok(&file.path(), &["pause"]).await;
+    assert!(
+        out.contains(&format!("paused {} > {}", env.stream, env.durable))
+            && out.contains("until resumed"),
+        "{out}"
+    );
+    let body = wait_state(&relay, "paused").await;
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("until resumed (jetrelay resume)"),
+        "{body}"
+    );
+    assert_eq!(relay.metric("jetrelay_paused").await, 1.0);
+    // What was in flight finishes; then nothing comes while the publisher goes on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nothing_more(&app, Duration::from_secs(2)).await;
+    let paused_at = app.requests().len();
+    assert!(paused_at < 200, "the pause came too late to show anything");
+    publisher.await.unwrap();
+    let out = ok(&file.path(), &["resume", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["action"], "resume");
+    assert_eq!(v["consumers"][0]["paused"], false, "{v}");
+    app.wait_for("all 200", Duration::from_secs(10), |r| r.len() >= 200)
+        .await;
+    wait_state(&relay, "consuming").await;
+    once_each_in_order(&app, 200);
+    assert_eq!(relay.metric("jetrelay_redeliveries_total").await, 0.0);
+    assert_eq!(relay.metric("jetrelay_paused").await, 0.0);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_pause_survives_a_restart_of_jetrelay_and_of_the_server() {
+    let mut env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let file = ConfigFile::new(durable_text(&env.nats, &app, &env.stream, &env.durable));
+    let relay = Relay::ready(file.config()).await;
+    publish(&env.js, "p.a", 5).await;
+    app.wait_for("the first five", Duration::from_secs(10), |r| r.len() == 5)
+        .await;
+    let out = ok(&file.path(), &["pause", "--for", "10m", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["consumers"][0]["paused"], true, "{v}");
+    assert!(v["consumers"][0]["until"].as_str().is_some(), "{v}");
+    wait_state(&relay, "paused").await;
+    relay.stop().await.unwrap();
+
+    // jetrelay restarts: still paused, nothing delivered.
+    let relay = Relay::start(file.config()).await;
+    let body = wait_state(&relay, "paused").await;
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("paused on the server until 20"),
+        "{body}"
+    );
+    publish(&env.js, "p.a", 5).await;
+    nothing_more(&app, Duration::from_secs(2)).await;
+
+    // The server restarts (same store): still paused.
+    env.nats.restart().await;
+    let (_, js) = crate::support::client(&env.nats).await;
+    eventually("the consumer is back", Duration::from_secs(20), || async {
+        consumer_info(&js, &env.stream, &env.durable)
+            .await
+            .is_some()
+    })
+    .await;
+    let info = consumer_info(&js, &env.stream, &env.durable).await.unwrap();
+    assert!(info.paused, "the pause is the consumer's: {info:?}");
+    wait_state(&relay, "paused").await;
+    nothing_more(&app, Duration::from_secs(2)).await;
+
+    ok(&file.path(), &["resume"]).await;
+    app.wait_for("all ten", Duration::from_secs(15), |r| r.len() >= 10)
+        .await;
+    wait_state(&relay, "consuming").await;
+    once_each_in_order(&app, 10);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn all_members_pauses_and_resumes_a_whole_static_group() {
+    let (nats, js, stream, _admin) = static_group(2, &["m1", "m2"]).await;
+    let app = MockApp::ok().await;
+    let files: Vec<ConfigFile> = ["m1", "m2"]
+        .iter()
+        .map(|m| ConfigFile::new(member_text(&nats, &app, "static", &stream, "cg", m)))
+        .collect();
+    let mut relays = Vec::new();
+    for f in &files {
+        relays.push(Relay::ready(f.config()).await);
+    }
+    let out = ok(&files[0].path(), &["pause", "--all-members", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let paused: BTreeSet<&str> = v["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["paused"] == true)
+        .map(|c| c["member"].as_str().unwrap())
+        .collect();
+    assert_eq!(paused, BTreeSet::from(["m1", "m2"]), "{v}");
+    for r in &relays {
+        wait_state(r, "paused").await;
+    }
+    crate::support::groups::publish_keys(&js, "o", 4, 5).await;
+    nothing_more(&app, Duration::from_secs(2)).await;
+    ok(&files[1].path(), &["resume", "--all-members"]).await;
+    app.wait_for("all twenty", Duration::from_secs(15), |r| r.len() >= 20)
+        .await;
+    for r in relays {
+        wait_state(&r, "consuming").await;
+        r.stop().await.unwrap();
+    }
+    assert_eq!(app.requests().len(), 20, "each message once");
+}
+
+#[tokio::test]
+async fn an_elastic_members_replaced_consumer_stays_paused() {
+    let (nats, js, stream, admin) = elastic_group(4, &["m1"]).await;
+    let app = MockApp::ok().await;
+    let file = ConfigFile::new(member_text(&nats, &app, "elastic", &stream, "eg", "m1"));
+    let relay = Relay::ready(file.config()).await;
+    let consumer_stream = jetrelay::group::elastic_stream(&stream, "eg");
+    ok(&file.path(), &["pause"]).await;
+    wait_state(&relay, "paused").await;
+    let before = consumer_info(&js, &consumer_stream, "m1").await.unwrap();
+    // A second member: m1's partitions change and its consumer is replaced.
+    admin.add(&stream, "eg", &["m2".to_string()]).await.unwrap();
+    eventually(
+        "m1's consumer is replaced",
+        Duration::from_secs(20),
+        || async {
+            consumer_info(&js, &consumer_stream, "m1")
+                .await
+                .is_some_and(|i| i.created != before.created)
+        },
+    )
+    .await;
+    let after = consumer_info(&js, &consumer_stream, "m1").await.unwrap();
+    assert!(
+        after.paused,
+        "the replacement is paused: {:?}",
+        after.config
+    );
+    assert_eq!(after.config.pause_until, before.config.pause_until);
+    wait_state(&relay, "paused").await;
+    crate::support::groups::publish_keys(&js, "e", 4, 3).await;
+    nothing_more(&app, Duration::from_secs(2)).await;
+    ok(&file.path(), &["resume"]).await;
+    // m1's partitions (two of the four keys) come; m2 runs nowhere.
+    app.wait_for("m1's messages", Duration::from_secs(15), |r| r.len() >= 6)
+        .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pause_refuses_bad_usage_and_names_what_is_wrong() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let file = ConfigFile::new(durable_text(&env.nats, &app, &env.stream, &env.durable));
+    for (args, says) in [
+        (vec!["pause", "--for", "soon"], "--for \"soon\""),
+        (
+            vec!["pause", "--until", "2020-01-01T00:00:00Z"],
+            "in the past",
+        ),
+        (
+            vec!["pause", "--all-members"],
+            "--all-members is for a group source",
+        ),
+    ] {
+        let (code, out, err) = jetrelay(&file.path(), &args).await;
+        assert_eq!(code, Some(64), "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // No consumer yet (no daemon ran): a failure, not a usage error.
+    let (code, out, err) = jetrelay(&file.path(), &["pause"]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("FAILED") && out.contains(&env.durable),
+        "{out}"
+    );
+}
