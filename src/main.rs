@@ -13,7 +13,7 @@ use jetrelay::cli::dlq::{DlqCommand, DlqError};
 use jetrelay::cli::group::GroupCommand;
 use jetrelay::cli::pause::Request;
 use jetrelay::config::{Config, ConfigError, NatsConfig};
-use jetrelay::daemon::shutdown::Signals;
+use jetrelay::daemon::shutdown::{Hangup, Signals};
 use jetrelay::daemon::{Daemon, DaemonError};
 use jetrelay::group::manage::{AdminError, GroupAdmin};
 use tokio_util::sync::CancellationToken;
@@ -46,6 +46,10 @@ enum Command {
         /// The TOML config file (environment variables JETRELAY_* override it).
         #[arg(long, env = "JETRELAY_CONFIG")]
         config: Option<PathBuf>,
+        /// Instead of the plan: what a reload (SIGHUP) of this config would change in
+        /// the jetrelay that runs, read from its admin port (admin.listen, or URL).
+        #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+        diff_running: Option<String>,
     },
     /// Administer partitioned consumer groups (orbit.go / natsio-pcgroups compatible).
     Group {
@@ -121,8 +125,20 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Group { options, command } => group(options, command),
         Command::Dlq { options, command } => dlq(options, command),
-        Command::Run { config } => with_config(config.as_deref(), Logs::Daemon, run),
-        Command::Check { config } => with_config(config.as_deref(), Logs::Terminal, check),
+        Command::Run { config } => {
+            let file = config.clone();
+            with_config(config.as_deref(), Logs::Daemon, move |c| run(c, file))
+        }
+        Command::Check {
+            config,
+            diff_running: None,
+        } => with_config(config.as_deref(), Logs::Terminal, check),
+        Command::Check {
+            config,
+            diff_running: Some(url),
+        } => with_config(config.as_deref(), Logs::Terminal, move |c| {
+            diff_running(c, url)
+        }),
         Command::Pause {
             target,
             duration,
@@ -200,7 +216,7 @@ where
                     Some(CheckError::Config(_)) => true,
                     Some(CheckError::Nats(n)) => n.is_config(),
                     Some(CheckError::App(_) | CheckError::Secret(_)) => true,
-                    None => false,
+                    Some(CheckError::Running(_) | CheckError::NotAConfig(_)) | None => false,
                 };
             if config_error {
                 ExitCode::from(EX_USAGE)
@@ -211,7 +227,10 @@ where
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<ExitCode> {
+async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    // First: a SIGHUP must never take the default action (ending the process).
+    let mut signals = Signals::install().map_err(DaemonError::Signals)?;
+    let mut hangup = Hangup::install().map_err(DaemonError::Signals)?;
     let daemon = Daemon::build(config).await?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -219,18 +238,31 @@ async fn run(config: Config) -> anyhow::Result<ExitCode> {
         "jetrelay starting"
     );
     let shutdown = CancellationToken::new();
-    let mut signals = Signals::install().map_err(DaemonError::Signals)?;
     let trigger = shutdown.clone();
+    let reloader = daemon.reloader();
     tokio::spawn(async move {
-        let first = signals.next().await;
-        tracing::info!(signal = first, "shutdown requested");
-        trigger.cancel();
-        let second = signals.next().await;
-        tracing::warn!(
-            signal = second,
-            "second signal: stopping at once; what was not settled is redelivered by JetStream after ack_wait"
-        );
-        std::process::exit(EXIT_FORCED.into());
+        let mut asked = 0;
+        loop {
+            tokio::select! {
+                signal = signals.next() => {
+                    asked += 1;
+                    if asked == 1 {
+                        tracing::info!(signal, "shutdown requested");
+                        trigger.cancel();
+                    } else {
+                        tracing::warn!(
+                            signal,
+                            "second signal: stopping at once; what was not settled is redelivered by JetStream after ack_wait"
+                        );
+                        std::process::exit(EXIT_FORCED.into());
+                    }
+                }
+                () = hangup.next() => {
+                    tracing::info!(file = ?file, "SIGHUP: reading the config again");
+                    reloader.request(Config::load(file.as_deref()));
+                }
+            }
+        }
     });
     daemon.run(shutdown).await?;
     tracing::info!("jetrelay stopped cleanly");
@@ -245,6 +277,22 @@ async fn check(config: Config) -> anyhow::Result<ExitCode> {
     jetrelay::cli::check::offline(&config)?;
     println!("{}", jetrelay::cli::check::config_ok(&config));
     let report = jetrelay::cli::check::check(&config).await?;
+    for line in &report.lines {
+        println!("{line}");
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `jetrelay check --diff-running`: 0 when a reload would apply (or change nothing),
+/// 1 when it would be refused or the running config cannot be read.
+#[allow(clippy::print_stdout)] // `check` reports to the terminal.
+async fn diff_running(config: Config, url: String) -> anyhow::Result<ExitCode> {
+    let url = jetrelay::cli::running::url_for(&config, Some(&url));
+    let report = jetrelay::cli::running::diff_running(&config, &url).await?;
     for line in &report.lines {
         println!("{line}");
     }

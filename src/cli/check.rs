@@ -249,6 +249,12 @@ pub enum CheckError {
     /// A secret file of the endpoint cannot be used.
     #[error(transparent)]
     Secret(#[from] crate::secret::SecretError),
+    /// The running config cannot be read (`--diff-running`).
+    #[error(transparent)]
+    Running(#[from] crate::http::running::RunningError),
+    /// What the admin port answered is not a config (`--diff-running`).
+    #[error("not a running config: {0}")]
+    NotAConfig(String),
 }
 
 /// Reads the topology and describes the plan; `ok` is false where `run` would stop

@@ -7,6 +7,7 @@ pub mod check;
 pub mod dlq;
 pub mod group;
 pub mod pause;
+pub mod running;
 
 use clap::Args;
 

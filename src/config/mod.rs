@@ -14,6 +14,7 @@ mod ops;
 mod otel;
 mod problems;
 mod publish;
+pub mod reload;
 mod source;
 mod topology;
 

@@ -2,6 +2,7 @@
 //! connect → topology (with a stop-aware retry) → consume, and the ordered shutdown
 //! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last).
 
+pub mod reload;
 pub mod settings;
 pub mod shutdown;
 
@@ -11,13 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError, OnMissing};
+use crate::daemon::reload::Reloader;
 use crate::daemon::settings::{DeadLetters, Settings, SourceSettings};
-use crate::dispatch::{Dispatch, DispatchError, Ended, OutputRules};
+use crate::dispatch::{Dispatch, DispatchError, Ended, Live};
 use crate::group::member::{GroupSource, JoinError};
 use crate::group::spec::Member;
 use crate::http::client::ClientError;
@@ -28,6 +30,7 @@ use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{PinHolder, Readiness, State};
 use crate::ops::telemetry::chain;
 use crate::ops::traces::Tracer;
+use crate::outputs::Rules;
 use crate::policy::backoff;
 use crate::seam::ServerPause;
 use crate::seam::time::{Deadline, bounded};
@@ -117,6 +120,10 @@ pub struct Daemon {
     /// The span recorder, and the collector it exports to (with `[otel]` on).
     tracer: Tracer,
     collector: Option<Collector>,
+    /// The config it runs, for reloads to compare with.
+    config: Config,
+    reloader: Reloader,
+    reloads: mpsc::Receiver<Result<Config, ConfigError>>,
 }
 
 /// The publish endpoint's token file (`publish.token_file`), read now: a missing or
@@ -177,6 +184,7 @@ impl Daemon {
             ),
             None => (Tracer::off(), None),
         };
+        let (reloader, reloads) = reload::channel();
         Ok(Daemon {
             settings,
             metrics,
@@ -186,6 +194,9 @@ impl Daemon {
             forwarder,
             tracer,
             collector,
+            config,
+            reloader,
+            reloads,
         })
     }
 
@@ -208,6 +219,11 @@ impl Daemon {
         )
     }
 
+    /// The handle that asks the running daemon to reload (SIGHUP).
+    pub fn reloader(&self) -> Reloader {
+        self.reloader.clone()
+    }
+
     /// The readiness handle.
     pub fn readiness(&self) -> Readiness {
         self.readiness.clone()
@@ -228,14 +244,27 @@ impl Daemon {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), DaemonError> {
         let admin_stop = CancellationToken::new();
         let (admin_cap, publish_cap) = self.connection_caps();
+        let (shown_tx, shown_rx) = watch::channel(reload::shown(&self.config));
         let admin = tokio::spawn(crate::serve::admin::serve(
             self.admin,
-            self.readiness.clone(),
-            self.metrics.clone(),
+            crate::serve::admin::Shown {
+                readiness: self.readiness.clone(),
+                metrics: self.metrics.clone(),
+                config: shown_rx,
+            },
             admin_cap,
             admin_stop.clone(),
         ));
         let deadline = Deadline::new(self.settings.shutdown_grace);
+        let reloads = Reloads::start(
+            &self.settings,
+            &self.forwarder,
+            &self.metrics,
+            &deadline,
+            self.config,
+            self.reloads,
+            shown_tx,
+        );
         // Spans go out off the delivery path; at shutdown what is queued is sent
         // within the grace, after the drain.
         let export_stop = CancellationToken::new();
@@ -253,7 +282,8 @@ impl Daemon {
             settings: self.settings,
             metrics: self.metrics,
             readiness: self.readiness.clone(),
-            forwarder: self.forwarder,
+            live: reloads.live.clone(),
+            rules: reloads.rules.clone(),
             deadline: deadline.clone(),
             publish: self.publish,
             publish_cap,
@@ -274,6 +304,7 @@ impl Daemon {
             }
         };
         self.readiness.set(State::Draining, "stopped");
+        reloads.stop().await;
         if let Some(task) = exporter {
             export_stop.cancel();
             // The exporter bounds itself by FLUSH; the margin is for its last send.
@@ -295,6 +326,64 @@ impl Daemon {
     }
 }
 
+/// What a reload changes (the dispatcher's live settings, the endpoint's rules),
+/// and the task that applies reloads.
+struct Reloads {
+    live: watch::Receiver<Arc<Live<Forwarder>>>,
+    rules: watch::Receiver<Rules>,
+    task: JoinHandle<()>,
+    stop: CancellationToken,
+}
+
+impl Reloads {
+    fn start(
+        settings: &Settings,
+        forwarder: &Forwarder,
+        metrics: &Metrics,
+        deadline: &Deadline,
+        config: Config,
+        requests: mpsc::Receiver<Result<Config, ConfigError>>,
+        shown: watch::Sender<String>,
+    ) -> Reloads {
+        let app_healthy = crate::http::probe::watch(
+            forwarder.clone(),
+            settings.health.clone(),
+            metrics.clone(),
+            None,
+        );
+        let (live_tx, live) = watch::channel(Arc::new(reload::live_of(
+            settings,
+            forwarder.clone(),
+            app_healthy,
+        )));
+        let (rules_tx, rules) = watch::channel(settings.publish.rules.clone());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(reload::serve(
+            reload::Running {
+                config,
+                live: live_tx,
+                rules: rules_tx,
+                shown,
+                deadline: deadline.clone(),
+                metrics: metrics.clone(),
+            },
+            requests,
+            stop.clone(),
+        ));
+        Reloads {
+            live,
+            rules,
+            task,
+            stop,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.ok();
+    }
+}
+
 /// How long after the shutdown deadline the supervisor is abandoned if a step did
 /// not bound itself.
 const BACKSTOP: Duration = Duration::from_millis(500);
@@ -304,7 +393,10 @@ struct Supervisor {
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
-    forwarder: Forwarder,
+    /// What a reload may change, for the dispatcher.
+    live: watch::Receiver<Arc<Live<Forwarder>>>,
+    /// The publish rules, for the endpoint.
+    rules: watch::Receiver<Rules>,
     deadline: Deadline,
     /// The publish endpoint's listener and token, when it is on.
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
@@ -351,7 +443,7 @@ impl Supervisor {
         let p = &self.settings.publish;
         let endpoint = crate::serve::endpoint::Endpoint {
             publisher: nats.publisher(),
-            rules: p.rules.clone(),
+            rules: self.rules.clone(),
             atomic: p.atomic,
             metrics: self.metrics.clone(),
             token,
@@ -399,11 +491,9 @@ impl Supervisor {
         let (pause_tx, server_pause) = watch::channel(ServerPause::Running);
         let pause_tx = Arc::new(pause_tx);
         let dispatch = Arc::new(Dispatch {
-            forwarder: self.forwarder.clone(),
-            policy: set.policy.clone(),
+            live: self.live.clone(),
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
-            pace: set.pace,
             max_buffered: set.limits.max_buffered as usize,
             deadline: self.deadline.clone(),
             pinned_mode: set.pinned(),
@@ -411,18 +501,7 @@ impl Supervisor {
             progress_every: set.progress_every,
             publisher: nats.publisher(),
             dead_letters: set.dead_letters.as_ref().map(|d| d.subject.clone()),
-            app_healthy: crate::http::probe::watch(
-                self.forwarder.clone(),
-                set.health.clone(),
-                self.metrics.clone(),
-            ),
             server_pause,
-            unhealthy_handover: set.unhealthy_handover,
-            batch: set.batch,
-            outputs: set.publish.rules.enabled().then(|| OutputRules {
-                rules: set.publish.rules.clone(),
-                atomic: set.publish.atomic,
-            }),
             letters_waiting_max: set.letters_waiting_max(),
             tracer: self.tracer.clone(),
         });

@@ -45,6 +45,7 @@ use self::lanes::LaneKey;
 pub use self::outputs::OutputRules;
 use self::pacing::Pacing;
 use self::timers::Due;
+use crate::capacity::Limits;
 use crate::message::Delivery;
 use crate::ops::metrics::{AgeStage, Metrics, SettleLabel};
 use crate::ops::readiness::{Readiness, State};
@@ -72,18 +73,14 @@ pub struct Batching {
 /// fakes of both in tests.
 #[derive(Debug)]
 pub struct Dispatch<F, P> {
-    /// The app.
-    pub forwarder: F,
+    /// What a reload may change ([`Live`]), swapped whole.
+    pub live: watch::Receiver<Arc<Live<F>>>,
     /// Dead letters and outputs.
     pub publisher: P,
-    /// Outcome → disposition.
-    pub policy: Policy,
     /// Collectors.
     pub metrics: Metrics,
     /// Readiness.
     pub readiness: Readiness,
-    /// The concurrency limit (fixed or adaptive) and the rate limit.
-    pub pace: PaceSettings,
     /// Messages held at most (`delivery.max_buffered`): under a lower adaptive limit
     /// the pull engine is told to fill less of it.
     pub max_buffered: usize,
@@ -96,21 +93,11 @@ pub struct Dispatch<F, P> {
     /// Where permanent failures go before their TERM (`dlq.subject`; `None`: they are
     /// terminated without a dead letter).
     pub dead_letters: Option<String>,
-    /// Whether the app is healthy (always true without `http.health_url`).
-    pub app_healthy: watch::Receiver<Health>,
     /// Whether the consumer is paused on the server, as its info last said.
     pub server_pause: watch::Receiver<ServerPause>,
-    /// Pinned sources: how long the app may be unhealthy (or unreachable) before this
-    /// instance steps down so that a healthy instance of the member takes over.
-    pub unhealthy_handover: Duration,
     /// The end of the shutdown grace, shared with the supervisor: started when the
     /// shutdown is seen; bounds the drain and every NATS step after it.
     pub deadline: Deadline,
-    /// Batch delivery (many messages per request), or one message per request.
-    pub batch: Option<Batching>,
-    /// The rules the outputs of the app's answers must meet (`None`: publishing is
-    /// off, and an answer that publishes is refused).
-    pub outputs: Option<OutputRules>,
     /// Records the spans of deliveries, requests and publishes (export off: nothing).
     pub tracer: Tracer,
     /// At most this many messages are kept on their last delivery while the DLQ does
@@ -127,6 +114,34 @@ fn paused_reason(pause: ServerPause) -> Option<String> {
             pause.until_text(time::OffsetDateTime::now_utc())
         )
     })
+}
+
+/// What the dispatcher takes that a reload (SIGHUP) may change. The loop follows a
+/// new one at once (the limits, the app's health); a message's work takes the one in
+/// force when its step runs, and a request already sent finishes as it started.
+#[derive(Debug)]
+pub struct Live<F> {
+    /// The app.
+    pub forwarder: F,
+    /// Outcome → disposition.
+    pub policy: Policy,
+    /// The concurrency limit (fixed or adaptive) and the rate limit.
+    pub pace: PaceSettings,
+    /// Batch delivery (many messages per request), or one message per request.
+    pub batch: Option<Batching>,
+    /// The rules the outputs of the app's answers must meet (`None`: publishing is
+    /// off, and an answer that publishes is refused).
+    pub outputs: Option<OutputRules>,
+    /// Pinned sources: how long the app may be unhealthy (or unreachable) before this
+    /// instance steps down so that a healthy instance of the member takes over.
+    pub unhealthy_handover: Duration,
+    /// Whether the app is healthy (always true without `http.health_url`).
+    pub app_healthy: watch::Receiver<Health>,
+    /// What the source pulls at most (`max_batch`, `max_buffered_bytes`), and whether
+    /// acks wait for the server.
+    pub limits: Limits,
+    /// Whether acks wait for the server's confirmation (`delivery.ack`).
+    pub confirmed_acks: bool,
 }
 
 /// Why the loop ended.
@@ -184,6 +199,11 @@ enum Flow {
 }
 
 impl<F: Forward, P: Publish> Dispatch<F, P> {
+    /// The settings in force now.
+    pub(crate) fn live(&self) -> Arc<Live<F>> {
+        Arc::clone(&self.live.borrow())
+    }
+
     /// Runs until shutdown (then drains) or until the source ends.
     ///
     /// # Errors
@@ -193,7 +213,9 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         source: S,
         shutdown: CancellationToken,
     ) -> Result<Ended, DispatchError> {
-        let mut app_healthy = self.app_healthy.clone();
+        let mut live = self.live.clone();
+        let mut live_watched = true;
+        let mut app_healthy = live.borrow_and_update().app_healthy.clone();
         let mut gate = Gate::new(*app_healthy.borrow_and_update());
         let mut server_pause = self.server_pause.clone();
         gate.paused = paused_reason(*server_pause.borrow_and_update());
@@ -212,7 +234,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             handover: Box::pin(tokio::time::sleep(Duration::MAX / 4)),
             handover_armed: false,
             batch_since: None,
-            pacing: Pacing::new(self.pace),
+            pacing: Pacing::new(self.live().pace),
         };
         run.source.set_paused(!run.gate.serviceable());
         self.metrics.paused(run.gate.paused.is_some());
@@ -286,6 +308,16 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         Flow::Go
                     }
                 }
+                changed = live.changed(), if !run.draining && live_watched => {
+                    if changed.is_ok() {
+                        let now = Arc::clone(&live.borrow_and_update());
+                        self.reloaded(&mut run, &now)
+                    } else {
+                        // The sender is gone: nothing changes any more.
+                        live_watched = false;
+                        Flow::Go
+                    }
+                }
                 () = &mut run.handover, if run.handover_armed && !run.draining => {
                     self.step_down(&mut run).await
                 }
@@ -322,7 +354,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Fill::All
             };
             // A partial batch goes when it has waited `batch_wait` (at once with none).
-            if self.batch.is_some() && run.book.startable() > 0 {
+            if self.live().batch.is_some() && run.book.startable() > 0 {
                 run.batch_since.get_or_insert_with(Instant::now);
             }
             let partial = self.batch_due(run).is_none_or(|due| Instant::now() >= due);
@@ -355,10 +387,21 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             if run.handover_armed {
                 run.handover
                     .as_mut()
-                    .reset(Instant::now() + self.unhealthy_handover);
+                    .reset(Instant::now() + self.live().unhealthy_handover);
             }
         }
         self.show(&run.gate);
+    }
+
+    /// A reload: the limits in force change now (a lower one lets what runs finish),
+    /// the source pulls by the new sizes, and the gate follows the new health probe.
+    fn reloaded<S: Source>(&self, run: &mut Run<S>, live: &Live<F>) -> Flow {
+        run.pacing.reconfigure(live.pace);
+        run.source.reconfigure(live.limits, live.confirmed_acks);
+        run.app_healthy = live.app_healthy.clone();
+        run.health_watched = true;
+        run.gate.health = *run.app_healthy.borrow_and_update();
+        Flow::Refresh
     }
 
     /// The consumer was paused or resumed on the server. Pulling goes on (a pinned
@@ -450,7 +493,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         // What waits here would only wait: the next instance takes it.
         self.release_waiting(&mut run.book, true).await;
         tracing::warn!(
-            unhealthy_for_ms = self.unhealthy_handover.as_millis(),
+            unhealthy_for_ms = self.live().unhealthy_handover.as_millis(),
             "the app stayed unhealthy or unreachable: stepping down so that another instance is served"
         );
         self.readiness.set_pinned(false);
@@ -462,7 +505,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// with the first message alone. The source's `next` is cancel-safe, so a poll that
     /// finds nothing ready loses nothing.
     async fn take_ready<S: Source>(&self, run: &mut Run<S>, mut flow: Flow) -> Flow {
-        let Some(b) = self.batch else {
+        let Some(b) = self.live().batch else {
             return flow;
         };
         for _ in 0..b.size {
@@ -611,7 +654,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// When a partial batch that waits for more goes anyway; `None` when nothing waits
     /// (or batches do not wait).
     fn batch_due<S: Source>(&self, run: &Run<S>) -> Option<Instant> {
-        let b = self.batch?;
+        let b = self.live().batch?;
         if b.wait.is_zero() {
             return None;
         }
@@ -633,7 +676,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             Fill::All => pacing.limit(),
             Fill::Probe => 1,
         };
-        let Some(b) = self.batch else {
+        let Some(b) = self.live().batch else {
             while book.tasks.len() < limit && book.startable_in(mode) {
                 if !pacing.may_start() {
                     return;
@@ -682,7 +725,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             return;
         }
         let this = Arc::clone(self);
-        let batched = self.batch.is_some();
+        let batched = self.live().batch.is_some();
         let task = book.tasks.spawn(async move {
             if batched {
                 let (steps, reach, sample) = this.attempt_batch(items).await;
@@ -763,7 +806,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         self.release_held(book, id, Duration::ZERO).await;
                         occupies = false;
                     } else {
-                        let delay = self.policy.unreachable_delay(run.gate.streak());
+                        let delay = self.live().policy.unreachable_delay(run.gate.streak());
                         book.retry_at(id, now + delay);
                     }
                 }

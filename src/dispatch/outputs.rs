@@ -50,13 +50,14 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             max_messages: 0,
             max_bytes: 0,
         };
-        let rules = self.outputs.as_ref().map_or(&no_rules, |o| &o.rules);
+        let live = self.live();
+        let rules = live.outputs.as_ref().map_or(&no_rules, |o| &o.rules);
         let mut outputs = match outputs.and_then(|o| rules.check(&o).map(|()| o)) {
             Ok(o) if o.is_empty() => return Commit::Ack { confirmed: false },
             Ok(o) => o,
             Err(refusal) => return self.refused(d, refusal.label(), refusal.to_string()),
         };
-        let Some(publishing) = &self.outputs else {
+        let Some(publishing) = &live.outputs else {
             // An empty rule set refuses every subject: not reached.
             return self.refused(d, "not_allowed", "publishing is off".into());
         };
@@ -134,6 +135,6 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             error = %chain(e),
             "the app's outputs were not stored: the input is retried"
         );
-        Commit::Instead(self.policy.publish_failed(attempt, e.label()))
+        Commit::Instead(self.live().policy.publish_failed(attempt, e.label()))
     }
 }

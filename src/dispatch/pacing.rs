@@ -107,6 +107,16 @@ impl Pacing {
         }
     }
 
+    /// A reload's settings: a lower limit lets what runs finish (nothing new starts
+    /// until it is under), an adaptive limit keeps what it learned within the new
+    /// bounds, the rate limit owes no old delay.
+    pub(super) fn reconfigure(&mut self, settings: PaceSettings) {
+        let now = self.ns(Instant::now());
+        let in_flight = u32::try_from(self.in_flight_at_start.len()).unwrap_or(u32::MAX);
+        self.pacer.reconfigure(settings, now, in_flight);
+        self.wait = None;
+    }
+
     /// What the pull engine is told is held: under a lower limit the buffer shrinks
     /// in proportion (so a lower limit pulls less), as if the rest were held.
     pub(super) fn held_for_pulls(&self, held: Held, max_buffered: usize) -> Held {

@@ -107,6 +107,8 @@ struct SourceSide {
     quiesced_at: Vec<Instant>,
     closed: bool,
     woken: usize,
+    /// The `max_batch` of each reconfiguration.
+    reconfigured: Vec<u32>,
 }
 
 struct FakeSource {
@@ -135,6 +137,14 @@ impl Source for FakeSource {
 
     fn wake(&mut self) {
         self.side.lock().unwrap().woken += 1;
+    }
+
+    fn reconfigure(&mut self, limits: crate::capacity::Limits, _confirmed_acks: bool) {
+        self.side
+            .lock()
+            .unwrap()
+            .reconfigured
+            .push(limits.max_batch);
     }
 
     async fn step_down(&mut self) -> bool {
@@ -442,6 +452,8 @@ struct Rig {
     in_flight: Arc<Mutex<(usize, usize)>>,
     healthy: watch::Sender<Health>,
     pause: watch::Sender<ServerPause>,
+    /// What a reload sends the dispatcher.
+    live: watch::Sender<Arc<super::Live<FakeApp>>>,
     readiness: Readiness,
     shutdown: CancellationToken,
     run: tokio::task::JoinHandle<Result<Ended, super::DispatchError>>,
@@ -512,7 +524,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let log: Log = Arc::default();
     let stored: Arc<Mutex<Vec<Output>>> = Arc::default();
     let traceparents: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
-    let dispatch = Arc::new(Dispatch {
+    let live = super::Live {
         forwarder: FakeApp {
             script,
             batch_script,
@@ -522,13 +534,6 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             in_flight: Arc::clone(&in_flight),
             traceparents: Arc::clone(&traceparents),
         },
-        publisher: FakePublisher {
-            log: Arc::clone(&log),
-            letters: knobs.letters.unwrap_or_else(|| stored_after(MS)),
-            outputs: knobs.outputs.unwrap_or_else(|| stored_after(MS)),
-            tries: Mutex::default(),
-            stored: Arc::clone(&stored),
-        },
         policy: Policy {
             retry: StatusSet::parse(&["5xx"]).unwrap(),
             term: StatusSet::parse(&["4xx"]).unwrap(),
@@ -537,8 +542,6 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             retry_after_max: Duration::from_secs(60),
             max_attempts: Some(5),
         },
-        metrics,
-        readiness: readiness.clone(),
         pace: crate::pace::PaceSettings {
             adaptive: knobs.adaptive,
             min_in_flight: 1,
@@ -546,15 +549,6 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             rate_per_s: knobs.rate_per_s,
             burst: 0,
         },
-        max_buffered: 256,
-        pinned_mode: false,
-        ordering: knobs.ordering,
-        progress_every: knobs.progress_every,
-        dead_letters: knobs.dead_letters.then(|| "dlq".to_string()),
-        app_healthy,
-        server_pause,
-        unhealthy_handover: Duration::from_secs(30),
-        deadline: Deadline::new(knobs.grace),
         batch: knobs.batch,
         outputs: knobs.publishes.then(|| OutputRules {
             rules: Rules {
@@ -564,6 +558,34 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             },
             atomic: true,
         }),
+        unhealthy_handover: Duration::from_secs(30),
+        app_healthy,
+        limits: crate::capacity::Limits {
+            max_batch: 64,
+            max_buffered: 256,
+            max_bytes: 64 << 20,
+        },
+        confirmed_acks: false,
+    };
+    let (live_tx, live) = watch::channel(Arc::new(live));
+    let dispatch = Arc::new(Dispatch {
+        live,
+        publisher: FakePublisher {
+            log: Arc::clone(&log),
+            letters: knobs.letters.unwrap_or_else(|| stored_after(MS)),
+            outputs: knobs.outputs.unwrap_or_else(|| stored_after(MS)),
+            tries: Mutex::default(),
+            stored: Arc::clone(&stored),
+        },
+        metrics,
+        readiness: readiness.clone(),
+        max_buffered: 256,
+        pinned_mode: false,
+        ordering: knobs.ordering,
+        progress_every: knobs.progress_every,
+        dead_letters: knobs.dead_letters.then(|| "dlq".to_string()),
+        server_pause,
+        deadline: Deadline::new(knobs.grace),
         letters_waiting_max: 4,
         tracer: knobs.tracer.clone(),
     });
@@ -587,6 +609,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         in_flight,
         healthy,
         pause,
+        live: live_tx,
         readiness,
         shutdown,
         run,
@@ -655,6 +678,32 @@ impl Rig {
 
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// A reload: the app answers by `script` and `change` edits the rest.
+    fn reload(&self, script: Script, change: impl FnOnce(&mut super::Live<FakeApp>)) {
+        let old = Arc::clone(&self.live.borrow());
+        let mut live = super::Live {
+            forwarder: FakeApp {
+                script,
+                batch_script: None,
+                publishes: old.forwarder.publishes,
+                seen: Arc::clone(&self.seen),
+                batches: Arc::clone(&self.batches),
+                in_flight: Arc::clone(&self.in_flight),
+                traceparents: Arc::clone(&self.traceparents),
+            },
+            policy: old.policy.clone(),
+            pace: old.pace,
+            batch: old.batch,
+            outputs: old.outputs.clone(),
+            unhealthy_handover: old.unhealthy_handover,
+            app_healthy: old.app_healthy.clone(),
+            limits: old.limits,
+            confirmed_acks: old.confirmed_acks,
+        };
+        change(&mut live);
+        self.live.send_replace(Arc::new(live));
     }
 
     async fn stop(self) -> Ended {
@@ -933,6 +982,63 @@ async fn a_pause_on_the_server_starts_nothing_keeps_what_is_held_alive_and_resum
         assert_eq!(r.told(seq).last(), Some(&Told::Ack));
     }
     assert_eq!(r.readiness.status().state, State::Consuming);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_lowers_the_limit_letting_the_excess_finish_and_changes_the_app_and_the_source() {
+    let r = rig(
+        Knobs {
+            max_in_flight: 4,
+            ..Knobs::default()
+        },
+        ok_after(S),
+    );
+    for seq in 1..=12 {
+        r.send(seq, "a");
+    }
+    wait(10 * MS).await;
+    assert_eq!(r.in_flight.lock().unwrap().0, 4);
+    // The new config: one at a time, a slower app that fails with 503 once each.
+    r.reload(
+        Box::new(|_, attempt, _| (status(if attempt == 1 { 503 } else { 200 }), 2 * S)),
+        |l| {
+            l.pace.max_in_flight = 1;
+            l.policy.retry_initial = 3 * S;
+            l.limits.max_batch = 7;
+        },
+    );
+    wait(500 * MS).await;
+    assert_eq!(
+        r.in_flight.lock().unwrap().0,
+        4,
+        "what runs is never cancelled by a reload"
+    );
+    wait(600 * MS).await;
+    for seq in 1..=4 {
+        assert_eq!(
+            r.told(seq),
+            [Told::Ack],
+            "the first four finished as they started"
+        );
+    }
+    wait(60 * S).await;
+    let seen = r.seen();
+    assert_eq!(r.in_flight.lock().unwrap().1, 4);
+    // Each later message: a 503 from the new app, retried after the new delay.
+    for seq in 5..=12 {
+        assert_eq!(r.settled(seq), [Told::Nak(3 * S)], "seq {seq}");
+    }
+    let later: Vec<&Seen> = seen.iter().filter(|s| s.seq > 4).collect();
+    assert_eq!(later.len(), 8);
+    assert!(
+        later.windows(2).all(|w| w[1].start >= w[0].end),
+        "one at a time after the reload"
+    );
+    assert!(
+        r.side.lock().unwrap().reconfigured.contains(&7),
+        "the source pulls by the new sizes"
+    );
     r.stop().await;
 }
 

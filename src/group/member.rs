@@ -561,6 +561,16 @@ impl Source for GroupSource {
         }
     }
 
+    fn reconfigure(&mut self, limits: crate::capacity::Limits, confirmed_acks: bool) {
+        // An elastic member's acks are always confirmed (its consumer may be deleted).
+        let confirmed = confirmed_acks || self.s.flavour == Flavour::Elastic;
+        self.s.limits = limits;
+        self.s.confirmed_acks = confirmed;
+        if let Some(p) = self.puller.as_mut() {
+            p.reconfigure(limits, confirmed);
+        }
+    }
+
     async fn step_down(&mut self) -> bool {
         match self.puller.as_mut() {
             Some(p) => p.step_down().await,

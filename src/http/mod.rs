@@ -1,6 +1,7 @@
 //! The app's side, the only module that names `reqwest` types: how every HTTP client
 //! is built (`client`), the request to the app and its answer (`forward`), the app's
-//! credentials kept current (`credentials`) and the app's health probe (`probe`). What
+//! credentials kept current (`credentials`) and the app's health probe (`probe`), and another jetrelay's running config
+//! read from its admin port (`running`). What
 //! the requests carry and what the answers mean, as pure functions, is `crate::app`.
 
 pub mod client;
@@ -8,3 +9,4 @@ pub mod collector;
 pub mod credentials;
 pub mod forward;
 pub mod probe;
+pub mod running;

@@ -26,16 +26,18 @@ pub struct HealthProbe {
 
 /// Probes the health URL and publishes whether the app is healthy; without one the
 /// app is always healthy and nothing is probed. The probe stops when the receiver is
-/// dropped.
+/// dropped. It starts from `seed` (a reload's new probe from what the old one said),
+/// else waiting for its first answer.
 pub fn watch(
     forwarder: Forwarder,
     probe: Option<HealthProbe>,
     metrics: Metrics,
+    seed: Option<Health>,
 ) -> watch::Receiver<Health> {
-    let first = if probe.is_none() {
-        Health::Healthy
-    } else {
-        Health::Waiting
+    let first = match (&probe, seed) {
+        (None, _) => Health::Healthy,
+        (Some(_), Some(seed)) => seed,
+        (Some(_), None) => Health::Waiting,
     };
     let (tx, rx) = watch::channel(first);
     metrics.app_healthy(first.is_healthy());

@@ -221,6 +221,16 @@ impl Puller {
         self.paused = paused;
     }
 
+    /// A reload: pulls are sized by `limits` from now on, and what comes next is
+    /// settled with confirmed acks or not (what was delivered keeps its handle).
+    pub fn reconfigure(&mut self, limits: crate::capacity::Limits, confirmed_acks: bool) {
+        self.cfg.limits = limits;
+        if confirmed_acks != self.cfg.confirmed_acks {
+            self.cfg.confirmed_acks = confirmed_acks;
+            self.context = self.context.with_confirmed(confirmed_acks);
+        }
+    }
+
     /// The consumer was resumed on the server: the next turn sends a pull even when
     /// the outstanding ones already ask for all the room (the server serves pulls
     /// that waited through the pause only once a new one arrives).
@@ -592,6 +602,10 @@ impl Source for Puller {
 
     fn wake(&mut self) {
         Puller::wake(self);
+    }
+
+    fn reconfigure(&mut self, limits: crate::capacity::Limits, confirmed_acks: bool) {
+        Puller::reconfigure(self, limits, confirmed_acks);
     }
 
     fn step_down(&mut self) -> impl Future<Output = bool> + Send {

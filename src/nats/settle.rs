@@ -42,6 +42,18 @@ impl Nats {
     }
 }
 
+impl SettleContext {
+    /// The same connection, acks confirmed or not.
+    pub(super) fn with_confirmed(&self, confirmed: bool) -> Arc<SettleContext> {
+        Arc::new(SettleContext {
+            client: self.client.clone(),
+            link: self.link.clone(),
+            patience: self.patience,
+            confirmed,
+        })
+    }
+}
+
 /// Settles one message. Cheap to clone (a shared handle and a subject).
 #[derive(Debug, Clone)]
 pub struct Settler {

@@ -108,6 +108,12 @@ pub trait Source: Send {
     /// Pauses or resumes asking for messages (the app is unhealthy or unreachable).
     fn set_paused(&mut self, paused: bool);
 
+    /// A reload: pull by these sizes from now on, and settle what comes next with
+    /// confirmed acks or not.
+    fn reconfigure(&mut self, limits: crate::capacity::Limits, confirmed_acks: bool) {
+        let _ = (limits, confirmed_acks);
+    }
+
     /// The consumer was resumed on the server: ask for messages now (the server does
     /// not serve pulls that waited through a pause until a new one arrives).
     fn wake(&mut self) {}

@@ -4,6 +4,7 @@
 //! and [`sleep_until`] for an optional deadline in a `select!`.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -14,7 +15,8 @@ use tokio::time::Instant;
 /// is left, the final flush) is bounded by the same instant. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Deadline {
-    grace: Duration,
+    /// The grace in nanoseconds (a reload may change it until the clock starts).
+    grace_ns: Arc<AtomicU64>,
     at: Arc<OnceLock<Instant>>,
 }
 
@@ -22,14 +24,24 @@ impl Deadline {
     /// A clock that will run for `grace` once started.
     pub fn new(grace: Duration) -> Deadline {
         Deadline {
-            grace,
+            grace_ns: Arc::new(AtomicU64::new(nanos(grace))),
             at: Arc::new(OnceLock::new()),
         }
     }
 
+    /// A reload's grace: it bounds a shutdown that starts later (one that started
+    /// keeps its deadline).
+    pub fn set_grace(&self, grace: Duration) {
+        self.grace_ns.store(nanos(grace), Ordering::Relaxed);
+    }
+
+    fn grace(&self) -> Duration {
+        Duration::from_nanos(self.grace_ns.load(Ordering::Relaxed))
+    }
+
     /// Starts the clock (only the first call does) and returns the deadline.
     pub fn start(&self) -> Instant {
-        *self.at.get_or_init(|| Instant::now() + self.grace)
+        *self.at.get_or_init(|| Instant::now() + self.grace())
     }
 
     /// The deadline, once started.
@@ -40,8 +52,12 @@ impl Deadline {
     /// The deadline if started, else `grace` from now (a drain that is not a process
     /// shutdown, such as a deleted group, still gets its grace).
     pub fn or_from_now(&self) -> Instant {
-        self.get().unwrap_or_else(|| Instant::now() + self.grace)
+        self.get().unwrap_or_else(|| Instant::now() + self.grace())
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Runs one shutdown step until `deadline`; `None` (and a warning naming the step)

@@ -1,5 +1,7 @@
-//! The admin endpoints on `admin.listen`: `/healthz`, `/ready`, `/metrics`. Served
-//! until the very end of shutdown so that probes and scrapes see the drain.
+//! The admin endpoints on `admin.listen`: `/healthz`, `/ready`, `/metrics`, and
+//! `/config` (the running config as dotted keys, secrets fingerprinted: what
+//! `jetrelay check --diff-running` compares a file with). Served until the very end
+//! of shutdown so that probes and scrapes see the drain.
 
 use axum::Router;
 use axum::extract::State;
@@ -7,26 +9,38 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::Readiness;
 
-#[derive(Clone)]
-struct AdminState {
-    readiness: Readiness,
-    metrics: Metrics,
+/// What the admin endpoints show.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    /// `/ready`.
+    pub readiness: Readiness,
+    /// `/metrics`.
+    pub metrics: Metrics,
+    /// `/config`: the running config as JSON, as the last reload left it.
+    pub config: watch::Receiver<String>,
 }
 
-fn router(readiness: Readiness, metrics: Metrics) -> Router {
+fn router(shown: Shown) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics_text))
-        .with_state(AdminState { readiness, metrics })
+        .route("/config", get(config_json))
+        .with_state(shown)
 }
 
-async fn ready(State(s): State<AdminState>) -> impl IntoResponse {
+async fn config_json(State(s): State<Shown>) -> impl IntoResponse {
+    let text = s.config.borrow().clone();
+    ([(header::CONTENT_TYPE, "application/json")], text)
+}
+
+async fn ready(State(s): State<Shown>) -> impl IntoResponse {
     let status = s.readiness.status();
     let code = if status.ready {
         StatusCode::OK
@@ -36,7 +50,7 @@ async fn ready(State(s): State<AdminState>) -> impl IntoResponse {
     (code, axum::Json(status))
 }
 
-async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
+async fn metrics_text(State(s): State<Shown>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
@@ -53,8 +67,7 @@ async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
 /// The server's I/O error.
 pub async fn serve(
     listener: TcpListener,
-    readiness: Readiness,
-    metrics: Metrics,
+    shown: Shown,
     connections: usize,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
@@ -62,5 +75,5 @@ pub async fn serve(
         connections,
         request: std::time::Duration::from_secs(10),
     };
-    super::serve(listener, router(readiness, metrics), limits, stop).await
+    super::serve(listener, router(shown), limits, stop).await
 }

@@ -18,14 +18,14 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::ops::metrics::{Metrics, Via};
@@ -44,8 +44,8 @@ pub const MAX_CONCURRENT: usize = 64;
 pub struct Endpoint<P> {
     /// The publisher.
     pub publisher: P,
-    /// `publish.allowed_subjects`, `max_messages`, `max_bytes`.
-    pub rules: Rules,
+    /// `publish.allowed_subjects`, `max_messages`, `max_bytes`, as last reloaded.
+    pub rules: watch::Receiver<Rules>,
     /// `publish.atomic`.
     pub atomic: bool,
     /// Collectors.
@@ -214,29 +214,47 @@ impl<E: OutputFailure> IntoResponse for Failure<E> {
 }
 
 fn router<P: Publish>(endpoint: Endpoint<P>) -> Router {
-    // The raw body is at most max_bytes; a document carries it in JSON (base64 and
-    // escapes at most double it) plus its own fields.
-    let max = usize::try_from(endpoint.rules.max_bytes).unwrap_or(usize::MAX);
-    let document = max.saturating_mul(2).saturating_add(64 * 1024);
     let shared = Shared {
         endpoint: Arc::new(endpoint),
         permits: Arc::new(Semaphore::new(MAX_CONCURRENT)),
     };
+    // The bodies are bounded by the rules in force when each is read (a reload may
+    // change them), not by the layer's fixed limit.
     Router::new()
         .route(
             "/v1/publish/{subject}",
             post(one::<P>)
-                .layer(DefaultBodyLimit::max(max))
+                .layer(DefaultBodyLimit::disable())
                 .fallback(not_post),
         )
         .route(
             "/v1/publish",
             post(many::<P>)
-                .layer(DefaultBodyLimit::max(document))
+                .layer(DefaultBodyLimit::disable())
                 .fallback(not_post),
         )
         .fallback(no_such_path)
         .with_state(shared)
+}
+
+/// Reads a body of at most `max` bytes; a larger one is refused (413) once more than
+/// `max` bytes came, without reading the rest.
+async fn read_body<E>(body: Body, max: usize) -> Result<Bytes, Failure<E>> {
+    use futures::StreamExt as _;
+    let mut stream = body.into_data_stream();
+    let mut read = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|e| Failure::Refused(Refusal::Malformed(format!("the request body: {e}"))))?;
+        if read.len().saturating_add(chunk.len()) > max {
+            return Err(Failure::Refused(Refusal::TooLarge {
+                bytes: u64::try_from(read.len().saturating_add(chunk.len())).unwrap_or(u64::MAX),
+                max: u64::try_from(max).unwrap_or(u64::MAX),
+            }));
+        }
+        read.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(read))
 }
 
 /// Every answer is JSON with an `error`, the routing ones too.
@@ -263,11 +281,14 @@ async fn one<P: Publish>(
     State(s): State<Shared<P>>,
     Path(subject): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, Failure<P::OutputError>> {
     if let Err((status, why)) = guard(&headers, s.token().as_deref(), Kind::Raw) {
         return Ok(error(status, &why));
     }
+    // The raw body is the message: at most max_bytes.
+    let max = usize::try_from(s.rules().max_bytes).unwrap_or(usize::MAX);
+    let body = read_body(body, max).await?;
     // The message's own headers must be sent as they are: a value that is not
     // visible ASCII is refused, never dropped.
     let mut named: Vec<(&str, &str)> = Vec::with_capacity(headers.len());
@@ -298,12 +319,20 @@ async fn one<P: Publish>(
 async fn many<P: Publish>(
     State(s): State<Shared<P>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, Failure<P::OutputError>> {
     if let Err((status, why)) = guard(&headers, s.token().as_deref(), Kind::Document) {
         return Ok(error(status, &why));
     }
-    let max = s.endpoint.rules.max_messages;
+    let rules = s.rules();
+    // A document carries max_bytes in JSON (base64 and escapes at most double it),
+    // plus its own fields.
+    let limit = usize::try_from(rules.max_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(2)
+        .saturating_add(64 * 1024);
+    let body = read_body(body, limit).await?;
+    let max = rules.max_messages;
     let list = outputs::parse(&body, Author::Endpoint, max).map_err(Failure::Refused);
     let c = s.publish(list, &headers).await?;
     let mut answer = json!({ "stream": c.stream, "seq": c.seq, "count": c.count });
@@ -316,6 +345,11 @@ async fn many<P: Publish>(
 }
 
 impl<P: Publish> Shared<P> {
+    /// The rules in force now.
+    fn rules(&self) -> Rules {
+        self.endpoint.rules.borrow().clone()
+    }
+
     /// The token requests must carry, now (read again when its file changed).
     fn token(&self) -> Option<Arc<str>> {
         self.endpoint.token.as_ref().map(|t| t.value())
@@ -334,7 +368,7 @@ impl<P: Publish> Shared<P> {
         let mut span = None;
         let result = async {
             let mut outputs = outputs?;
-            e.rules.check(&outputs).map_err(Failure::Refused)?;
+            self.rules().check(&outputs).map_err(Failure::Refused)?;
             if let Some(tp) = header("traceparent") {
                 let parent = context::from_headers(&[
                     ("traceparent".to_string(), tp.to_string()),

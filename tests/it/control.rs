@@ -1,12 +1,14 @@
 //! Run-time control as an operator uses it: `jetrelay pause` and `jetrelay resume`
 //! (the built binary, a config file) against running daemons, restarts of the daemon
-//! and of the server, a group-wide pause, an elastic rebalance while paused.
+//! and of the server, a group-wide pause, an elastic rebalance while paused; SIGHUP
+//! reloads that apply, refuse and fail validation, and `check --diff-running`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::support::daemon::BIN;
+use crate::support::app::Reply;
+use crate::support::daemon::{BIN, Daemon};
 use crate::support::groups::{elastic_group, static_group};
 use crate::support::{Env, MockApp, NatsServer, Relay, consumer_info, eventually, publish};
 
@@ -322,4 +324,201 @@ async fn pause_refuses_bad_usage_and_names_what_is_wrong() {
         out.contains("FAILED") && out.contains(&env.durable),
         "{out}"
     );
+}
+
+// === SIGHUP: reload ===
+
+fn reload_text(env: &Env, app: &MockApp, delivery: &str, http: &str) -> String {
+    format!(
+        "[nats]\nservers = \"{}\"\n[source]\nstream = \"{}\"\nkind = \"durable\"\ndurable = \"{}\"\n\
+         [delivery]\nordering = \"none\"\n{delivery}\n[http]\nurl = \"{}\"\n{http}\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        env.nats.url(),
+        env.stream,
+        env.durable,
+        app.url()
+    )
+}
+
+/// Rewrites the daemon's config file and sends SIGHUP; waits for the verdict line
+/// (logged after the SIGHUP) and returns the lines logged since.
+async fn reload(d: &Daemon, text: &str, verdict: &str) -> Vec<serde_json::Value> {
+    let before = d.lines().len();
+    std::fs::write(d.config_path(), text).unwrap();
+    d.signal("HUP");
+    let is_verdict = |l: &serde_json::Value| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(verdict))
+    };
+    eventually(
+        &format!("{verdict} after the SIGHUP"),
+        Duration::from_secs(10),
+        || async { d.lines().iter().skip(before).any(is_verdict) },
+    )
+    .await;
+    d.lines().into_iter().skip(before).collect()
+}
+
+/// The first of `lines` whose message starts with `message`.
+fn line<'a>(lines: &'a [serde_json::Value], message: &str) -> &'a serde_json::Value {
+    lines
+        .iter()
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+        })
+        .unwrap_or_else(|| panic!("no line {message:?} in {lines:#?}"))
+}
+
+async fn admin_metric(d: &Daemon, sample: &str) -> f64 {
+    let text = crate::support::http()
+        .get(format!("http://{}/metrics", d.admin))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn sighup_applies_live_keys_under_load_losing_and_repeating_nothing() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(20))).await;
+    let first = reload_text(&env, &app, "max_in_flight = 8", "");
+    let mut d = Daemon::start(&first).await;
+    d.wait_ready_body("ready", Duration::from_secs(20), |c, _| c == 200)
+        .await;
+    let js = env.js.clone();
+    let publisher = tokio::spawn(async move { publish(&js, "p.a", 400).await });
+    app.wait_for("deliveries under way", Duration::from_secs(10), |r| {
+        r.len() >= 50
+    })
+    .await;
+    let lines = reload(
+        &d,
+        &reload_text(
+            &env,
+            &app,
+            "max_in_flight = 2\nretry_initial_ms = 500",
+            "headers = { X-Reloaded = \"yes\" }\ntimeout_ms = 9000\n[log]\nlevel = \"warn\"",
+        ),
+        "config reloaded",
+    )
+    .await;
+    let changed = line(&lines, "config reloaded")["changed"].as_str().unwrap();
+    for key in [
+        "delivery.max_in_flight",
+        "delivery.retry_initial_ms",
+        "http.headers.X-Reloaded",
+        "http.timeout_ms",
+    ] {
+        assert!(changed.contains(key), "{key} not in {changed}");
+    }
+    let body = d
+        .wait_ready_body("the new limit", Duration::from_secs(5), |_, b| {
+            b["concurrency_limit"] == 2
+        })
+        .await;
+    assert_eq!(body["state"], "consuming");
+    publisher.await.unwrap();
+    app.wait_for("all 400", Duration::from_secs(30), |r| r.len() >= 400)
+        .await;
+    let requests = app.requests();
+    assert_eq!(app.acked_seqs().len(), 400, "every message");
+    assert_eq!(requests.len(), 400, "none twice");
+    assert!(
+        requests.last().unwrap().header("x-reloaded") == Some("yes"),
+        "the new client sends the new header"
+    );
+    assert!(requests[0].header("x-reloaded").is_none());
+    assert_eq!(
+        admin_metric(&d, "jetrelay_config_reloads_total{result=\"applied\"}").await,
+        1.0
+    );
+    assert_eq!(admin_metric(&d, "jetrelay_redeliveries_total").await, 0.0);
+    assert!(d.running(), "SIGHUP never ends the process");
+    d.signal("TERM");
+    assert_eq!(d.wait_exit(Duration::from_secs(20)).await.0, Some(0));
+    assert!(
+        !d.lines()
+            .iter()
+            .any(|l| l["message"] == "shutdown requested"),
+        "log.level = warn is in force: no INFO line after the reload"
+    );
+}
+
+#[tokio::test]
+async fn sighup_refuses_keys_that_cannot_change_live_and_configs_that_do_not_validate() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let first = reload_text(&env, &app, "max_in_flight = 8", "");
+    let mut d = Daemon::start(&first).await;
+    d.wait_ready_body("ready", Duration::from_secs(20), |c, _| c == 200)
+        .await;
+    // A key that is not live, with a live one: the whole reload is refused.
+    let moved = first
+        .replace(
+            &format!("durable = \"{}\"", env.durable),
+            "durable = \"other\"",
+        )
+        .replace("max_in_flight = 8", "max_in_flight = 3");
+    let file = ConfigFile::new(moved.clone());
+    let url = format!("http://{}/config", d.admin);
+    let (code, out, err) = jetrelay(&file.path(), &["check", "--diff-running", &url]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("delivery.max_in_flight: 8 -> 3 (live)")
+            && out.contains("source.durable:")
+            && out.contains("NOT LIVE")
+            && out.contains("would be refused"),
+        "{out}"
+    );
+    let lines = reload(
+        &d,
+        &moved,
+        "config reload refused: the running config stays",
+    )
+    .await;
+    let key = line(&lines, "config reload refused: this key");
+    assert_eq!(key["key"], "source.durable", "{key}");
+    assert!(key["why"].as_str().unwrap().contains("restart"), "{key}");
+    // A config that does not validate.
+    let bad = first.replace("max_in_flight = 8", "max_in_flight = 0");
+    let verdict = "config reload refused: the new config does not validate";
+    let lines = reload(&d, &bad, verdict).await;
+    let why = line(&lines, verdict);
+    assert!(
+        why["error"]
+            .as_str()
+            .unwrap()
+            .contains("delivery.max_in_flight"),
+        "{why}"
+    );
+    assert_eq!(
+        admin_metric(&d, "jetrelay_config_reloads_total{result=\"refused\"}").await,
+        2.0
+    );
+    let (_, ready) = d.ready().await;
+    assert_eq!(
+        ready["concurrency_limit"], 8,
+        "the running config stays: {ready}"
+    );
+    // Still consuming from its own durable.
+    publish(&env.js, "p.a", 5).await;
+    app.wait_for("five", Duration::from_secs(10), |r| r.len() >= 5)
+        .await;
+    // The file as it runs: nothing to change.
+    let same = ConfigFile::new(first.clone());
+    let (code, out, _) = jetrelay(&same.path(), &["check", "--diff-running", &url]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("the same"), "{out}");
+    assert!(d.running(), "SIGHUP never ends the process");
+    d.signal("TERM");
+    assert_eq!(d.wait_exit(Duration::from_secs(20)).await.0, Some(0));
 }

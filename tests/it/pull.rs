@@ -275,9 +275,8 @@ async fn instance(
             publish_messages: 10,
         },
     };
-    let dispatch = Dispatch {
+    let live = jetrelay::dispatch::Live {
         forwarder: Forwarder::new(&http).unwrap(),
-        publisher: connect(nats).await.publisher(),
         policy: Policy {
             retry: StatusSet::parse(&["5xx"]).unwrap(),
             term: StatusSet::parse(&["4xx"]).unwrap(),
@@ -286,8 +285,6 @@ async fn instance(
             retry_after_max: Duration::from_secs(1),
             max_attempts: None,
         },
-        metrics,
-        readiness: health.clone(),
         pace: jetrelay::pace::PaceSettings {
             adaptive: false,
             min_in_flight: 1,
@@ -295,19 +292,32 @@ async fn instance(
             rate_per_s: 0,
             burst: 0,
         },
-        max_buffered: 8,
-        deadline: jetrelay::seam::time::Deadline::new(Duration::from_secs(5)),
         batch: None,
         outputs: None,
+        unhealthy_handover: Duration::from_millis(300),
+        app_healthy: healthy,
+        limits: jetrelay::capacity::Limits {
+            max_batch: 8,
+            max_buffered: 8,
+            max_bytes: 1 << 20,
+        },
+        confirmed_acks: false,
+    };
+    let (_live_tx, live) = tokio::sync::watch::channel(std::sync::Arc::new(live));
+    let dispatch = Dispatch {
+        live,
+        publisher: connect(nats).await.publisher(),
+        metrics,
+        readiness: health.clone(),
+        max_buffered: 8,
+        deadline: jetrelay::seam::time::Deadline::new(Duration::from_secs(5)),
         letters_waiting_max: 4,
         tracer: jetrelay::ops::traces::Tracer::off(),
         pinned_mode: true,
         ordering: Ordering::None,
         progress_every: Duration::from_secs(10),
         dead_letters: None,
-        app_healthy: healthy,
         server_pause: tokio::sync::watch::channel(jetrelay::seam::ServerPause::Running).1,
-        unhealthy_handover: Duration::from_millis(300),
     };
     (Arc::new(dispatch), health)
 }

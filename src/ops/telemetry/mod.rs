@@ -40,19 +40,57 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// Changes the installed subscriber's filter (a reload's `log.level`).
+type SetFilter = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
+
+/// The installed subscriber's filter handle, once installed.
+static FILTER: std::sync::OnceLock<SetFilter> = std::sync::OnceLock::new();
+
 /// Installs the global subscriber; later calls are ignored (tests call it often).
 pub fn init(format: LogFormat, level: &str) {
     let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let result = match format {
-        LogFormat::Json => builder.event_format(json_lines::JsonLines).try_init(),
-        LogFormat::Text => builder.fmt_fields(text_fields()).try_init(),
+        LogFormat::Json => {
+            let builder = builder
+                .event_format(json_lines::JsonLines)
+                .with_env_filter(filter)
+                .with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.try_init().map(|()| {
+                let set: SetFilter = Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
+                FILTER.set(set).ok();
+            })
+        }
+        LogFormat::Text => {
+            let builder = builder
+                .fmt_fields(text_fields())
+                .with_env_filter(filter)
+                .with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.try_init().map(|()| {
+                let set: SetFilter = Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
+                FILTER.set(set).ok();
+            })
+        }
     };
     // An already-installed subscriber (tests) is fine.
     drop(result);
+}
+
+/// Sets `log.level` on the running subscriber (a reload).
+///
+/// # Errors
+/// The filter does not parse (the config refuses such a level first), or no
+/// subscriber of this module's is installed.
+pub fn set_level(level: &str) -> Result<(), String> {
+    let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+    match FILTER.get() {
+        Some(set) => set(filter),
+        None => Err("no log subscriber installed".into()),
+    }
 }
 
 /// The text format's fields, `name=value` with every control character escaped: a

@@ -71,6 +71,16 @@ impl Daemon {
         d
     }
 
+    /// The config file it runs (rewrite it, then SIGHUP: a reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("jetrelay.toml")
+    }
+
+    /// Whether the process still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     pub fn lines(&self) -> Vec<serde_json::Value> {
         self.lines.lock().unwrap().clone()
     }

@@ -1,0 +1,199 @@
+//! Reload (SIGHUP): the config file and the environment read again, compared with
+//! what runs key by key (`crate::config::reload`), and either applied whole — the
+//! dispatcher's [`Live`] settings, the publish endpoint's rules, the shutdown grace,
+//! the log level — or refused whole, the running config kept and every key that
+//! cannot change live named with why. In-flight and held messages are never dropped,
+//! failed or redelivered by it: the dispatcher takes the new settings for what
+//! starts next, and a request already sent finishes as it started.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::reload::{Change, diff, flatten};
+use crate::config::{Config, ConfigError};
+use crate::daemon::settings::Settings;
+use crate::dispatch::{Live, OutputRules};
+use crate::http::forward::Forwarder;
+use crate::ops::metrics::Metrics;
+use crate::ops::telemetry::chain;
+use crate::outputs::Rules;
+use crate::seam::Health;
+use crate::seam::time::Deadline;
+
+/// Asks the running daemon to reload: what SIGHUP does. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    tx: mpsc::Sender<Result<Config, ConfigError>>,
+}
+
+impl Reloader {
+    /// Hands a freshly loaded config (or why it did not load) to the daemon. A
+    /// reload while two wait is dropped, with a warning: the last one waiting reads
+    /// the same file.
+    pub fn request(&self, loaded: Result<Config, ConfigError>) {
+        if self.tx.try_send(loaded).is_err() {
+            tracing::warn!("a reload is already waiting to be applied: this one adds nothing");
+        }
+    }
+}
+
+/// The channel a [`Reloader`] sends on, and its receiving end.
+pub(super) fn channel() -> (Reloader, mpsc::Receiver<Result<Config, ConfigError>>) {
+    let (tx, rx) = mpsc::channel(2);
+    (Reloader { tx }, rx)
+}
+
+/// The dispatcher's live settings from `settings`, with this forwarder and health
+/// watch.
+pub(super) fn live_of(
+    settings: &Settings,
+    forwarder: Forwarder,
+    app_healthy: watch::Receiver<Health>,
+) -> Live<Forwarder> {
+    Live {
+        forwarder,
+        policy: settings.policy.clone(),
+        pace: settings.pace,
+        batch: settings.batch,
+        outputs: settings.publish.rules.enabled().then(|| OutputRules {
+            rules: settings.publish.rules.clone(),
+            atomic: settings.publish.atomic,
+        }),
+        unhealthy_handover: settings.unhealthy_handover,
+        app_healthy,
+        limits: settings.limits,
+        confirmed_acks: settings.confirmed_acks,
+    }
+}
+
+/// What runs, and the handles a reload changes it through.
+#[derive(Debug)]
+pub(super) struct Running {
+    pub(super) config: Config,
+    pub(super) live: watch::Sender<Arc<Live<Forwarder>>>,
+    pub(super) rules: watch::Sender<Rules>,
+    /// The running config as `/config` shows it (JSON, secrets fingerprinted).
+    pub(super) shown: watch::Sender<String>,
+    pub(super) deadline: Deadline,
+    pub(super) metrics: Metrics,
+}
+
+/// What `/config` shows of a config.
+pub(super) fn shown(config: &Config) -> String {
+    serde_json::to_string(&flatten(config)).unwrap_or_else(|_| "{}".into())
+}
+
+impl Running {
+    /// Applies `loaded` when every changed key may change live and it parses into
+    /// settings; else refuses it whole. Returns whether it was applied.
+    pub(super) fn reload(&mut self, loaded: Result<Config, ConfigError>) -> bool {
+        let applied = match self.try_reload(loaded) {
+            Ok(changes) => {
+                let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+                tracing::info!(changed = ?keys, "config reloaded");
+                // Last, so that the line above is seen whatever the new level.
+                if keys.contains(&"log.level")
+                    && let Err(e) = crate::ops::telemetry::set_level(&self.config.log.level)
+                {
+                    tracing::warn!(error = %e, "log.level cannot be changed");
+                }
+                true
+            }
+            Err(Refused::Invalid(why)) => {
+                tracing::error!(error = %why, "config reload refused: the new config does not validate; the running config stays");
+                false
+            }
+            Err(Refused::NotLive(changes)) => {
+                for c in &changes {
+                    tracing::error!(
+                        key = %c.key,
+                        running = %c.running,
+                        new = %c.new,
+                        why = c.why_not_live(),
+                        "config reload refused: this key cannot change without a restart"
+                    );
+                }
+                let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+                tracing::error!(keys = ?keys, "config reload refused: the running config stays");
+                false
+            }
+        };
+        self.metrics.config_reload(applied);
+        applied
+    }
+
+    fn try_reload(&mut self, loaded: Result<Config, ConfigError>) -> Result<Vec<Change>, Refused> {
+        let new = loaded.map_err(|e| Refused::Invalid(chain(&e)))?;
+        let running: BTreeMap<String, Value> = flatten(&self.config);
+        let changes = diff(&running, &flatten(&new));
+        let fixed: Vec<Change> = changes.iter().filter(|c| !c.live).cloned().collect();
+        if !fixed.is_empty() {
+            return Err(Refused::NotLive(fixed));
+        }
+        if changes.is_empty() {
+            return Ok(changes);
+        }
+        let settings = Settings::from_config(&new).map_err(|e| Refused::Invalid(chain(&e)))?;
+        let touches = |prefixes: &[&str]| {
+            changes
+                .iter()
+                .any(|c| prefixes.iter().any(|p| c.key.starts_with(p)))
+        };
+        let old = Arc::clone(&self.live.borrow());
+        // The app's client is built again only when what it is built from changed:
+        // otherwise its connections are kept.
+        let rebuild = touches(&["http.", "publish.max_", "delivery.max_in_flight"]);
+        let forwarder = if rebuild {
+            Forwarder::new(&settings.app).map_err(|e| Refused::Invalid(chain(&e)))?
+        } else {
+            old.forwarder.clone()
+        };
+        let app_healthy = if touches(&["http."]) {
+            let seed = (!self.config.http.health_url.is_empty()).then(|| *old.app_healthy.borrow());
+            crate::http::probe::watch(
+                forwarder.clone(),
+                settings.health.clone(),
+                self.metrics.clone(),
+                seed,
+            )
+        } else {
+            old.app_healthy.clone()
+        };
+        self.live
+            .send_replace(Arc::new(live_of(&settings, forwarder, app_healthy)));
+        self.rules.send_replace(settings.publish.rules.clone());
+        self.deadline.set_grace(settings.shutdown_grace);
+        self.shown.send_replace(shown(&new));
+        self.config = new;
+        Ok(changes)
+    }
+}
+
+/// Why a reload was refused.
+enum Refused {
+    /// It does not load or parse: why.
+    Invalid(String),
+    /// These keys changed and cannot change live.
+    NotLive(Vec<Change>),
+}
+
+/// Applies reloads as they come until `stop`.
+pub(super) async fn serve(
+    mut running: Running,
+    mut requests: mpsc::Receiver<Result<Config, ConfigError>>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            next = requests.recv() => match next {
+                Some(loaded) => { running.reload(loaded); }
+                None => return,
+            },
+        }
+    }
+}
