@@ -416,7 +416,8 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         }
         let was_paused = run.gate.paused.is_some();
         match &reason {
-            Some(why) => tracing::warn!(
+            // Deliberate (jetrelay pause): information, not a warning.
+            Some(why) => tracing::info!(
                 held = run.book.held().messages,
                 in_flight = run.book.tasks.len(),
                 "{why}: nothing new is delivered, what is held is kept alive"
