@@ -549,6 +549,24 @@ mod tests {
     }
 
     #[test]
+    fn auto_join_is_for_elastic_members_with_a_timeout_in_range() {
+        let member = |kind: &str, extra: &str| {
+            Config::from_toml(&[&format!(
+                "[source]\nstream = \"S\"\nkind = \"{kind}\"\ngroup = \"g\"\nmember = \"m\"\n{extra}\n[http]\nurl = \"http://127.0.0.1:1/x\""
+            )])
+        };
+        let c = member("elastic", "auto_join = true").unwrap();
+        assert!(c.source.auto_join);
+        assert_eq!(c.source.member_timeout_ms, 30_000);
+        let e = member("static", "auto_join = true").unwrap_err();
+        assert_eq!(keys(e), ["source.auto_join"]);
+        for bad in ["member_timeout_ms = 2999", "member_timeout_ms = 3600001"] {
+            let e = member("elastic", &format!("auto_join = true\n{bad}")).unwrap_err();
+            assert_eq!(keys(e), ["source.member_timeout_ms"], "{bad}");
+        }
+    }
+
+    #[test]
     fn group_members_leave_the_stream_and_consumer_to_the_group() {
         let member = r#"
             [source]

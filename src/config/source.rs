@@ -35,7 +35,7 @@ impl SourceKind {
 }
 
 /// `[source]`
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SourceConfig {
     /// The stream messages come from (a group's origin stream).
@@ -50,11 +50,45 @@ pub struct SourceConfig {
     pub durable: String,
     /// The durable consumer's filters (`durable`).
     pub filter_subjects: Vec<String>,
+    /// Elastic: join the membership on start, leave it on a clean stop, keep a
+    /// liveness record meanwhile.
+    pub auto_join: bool,
+    /// Elastic with `auto_join`: an auto-joined member silent this long is removed
+    /// by the others.
+    pub member_timeout_ms: u64,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        SourceConfig {
+            stream: String::new(),
+            kind: None,
+            group: String::new(),
+            member: String::new(),
+            durable: String::new(),
+            filter_subjects: Vec::new(),
+            auto_join: false,
+            member_timeout_ms: 30_000,
+        }
+    }
 }
 
 impl Config {
     pub(super) fn check_source(&self, p: &mut Problems) {
         let s = &self.source;
+        // At least a few heartbeats (every third of it) before a member is pruned.
+        p.range(
+            "source.member_timeout_ms",
+            s.member_timeout_ms,
+            3000,
+            super::HOUR,
+        );
+        if s.auto_join && s.kind != Some(SourceKind::Elastic) {
+            p.add(
+                "source.auto_join",
+                "is only for source.kind = \"elastic\" (a static group's membership is fixed)",
+            );
+        }
         if s.stream.is_empty() {
             p.add("source.stream", "is required");
         } else if let Err(e) = subject::validate_name(&s.stream) {

@@ -20,6 +20,7 @@ use crate::config::{Config, ConfigError, OnMissing};
 use crate::daemon::reload::Reloader;
 use crate::daemon::settings::{DeadLetters, Settings, SourceSettings};
 use crate::dispatch::{Dispatch, DispatchError, Ended, Live};
+use crate::group::autojoin::AutoJoin;
 use crate::group::member::{GroupSource, JoinError};
 use crate::group::spec::Member;
 use crate::http::client::ClientError;
@@ -508,13 +509,30 @@ impl Supervisor {
         loop {
             let ended = match &set.source {
                 SourceSettings::Group(member) => {
+                    let auto = match member.auto_join {
+                        Some(timeout) => {
+                            match self.auto_join(nats, member, timeout, shutdown).await? {
+                                Some(a) => Some(a),
+                                None => return Ok(()),
+                            }
+                        }
+                        None => None,
+                    };
+                    let beats = auto.as_ref().map(heartbeats);
                     let Some(source) = self.join_group(nats, member, shutdown).await? else {
+                        drop(beats);
+                        self.leave(auto.as_ref()).await;
                         return Ok(());
                     };
                     let (stream, consumer) = member.consumer();
                     let gauges = self.consumer_gauges(nats, &stream, &consumer, &pause_tx);
                     let ended = dispatch.run(source, shutdown.clone()).await;
                     drop(gauges);
+                    drop(beats);
+                    // Drained: out of the membership before the process ends.
+                    if matches!(ended, Ok(Ended::Shutdown | Ended::GroupEnded(_))) {
+                        self.leave(auto.as_ref()).await;
+                    }
                     ended
                 }
                 SourceSettings::Durable(request) => {
@@ -583,6 +601,35 @@ impl Supervisor {
             }
         })
         .await
+    }
+
+    /// An auto-joining member (`source.auto_join`) adds itself to the membership,
+    /// retrying while NATS or the group is not there (not ready meanwhile).
+    /// `Ok(None)` when shutdown came first.
+    async fn auto_join(
+        &self,
+        nats: &Nats,
+        member: &Member,
+        timeout: Duration,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<AutoJoin>, DaemonError> {
+        self.until_ready(shutdown, "joining the membership", || async {
+            let a = AutoJoin::open(nats, member, timeout)
+                .await
+                .map_err(|e| Try::Again(chain(&e)))?;
+            a.join().await.map_err(|e| Try::Again(chain(&e)))?;
+            Ok(a)
+        })
+        .await
+    }
+
+    /// After the drain: an auto-joined member leaves the membership, within what is
+    /// left of the grace.
+    async fn leave(&self, auto: Option<&AutoJoin>) {
+        if let Some(a) = auto {
+            let deadline = self.deadline.or_from_now();
+            bounded(deadline, "leave the membership", a.leave()).await;
+        }
     }
 
     /// Checks and binds the topology, retrying while it is missing (when allowed) or
@@ -733,6 +780,42 @@ impl Supervisor {
             task,
             metrics: self.metrics.clone(),
         }
+    }
+}
+
+/// An auto-joined member's heartbeats (and pruning), every third of the timeout,
+/// until dropped.
+fn heartbeats(auto: &AutoJoin) -> AbortOnDrop {
+    let auto = auto.clone();
+    AbortOnDrop(tokio::spawn(async move {
+        let mut failing = false;
+        let mut tick = tokio::time::interval(auto.every());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match auto.beat().await {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!("the liveness record is written again");
+                }
+                Ok(()) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %chain(&e), "cannot write the liveness record: silent past source.member_timeout_ms, this member is pruned by the others (and joins again once back)");
+                }
+                Err(_) => {}
+            }
+        }
+    }))
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

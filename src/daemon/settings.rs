@@ -184,6 +184,8 @@ impl Settings {
                 template: template(c),
                 limits,
                 confirmed_acks,
+                auto_join: (c.source.auto_join && kind == SourceKind::Elastic)
+                    .then(|| Duration::from_millis(c.source.member_timeout_ms)),
             }),
         };
         let (Some(app), health) = (app(c, &mut p), health(c, &mut p)) else {

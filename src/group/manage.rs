@@ -269,20 +269,103 @@ impl GroupAdmin {
         group: &str,
         apply: impl Fn(&mut GroupConfig) -> Result<(), AdminError>,
     ) -> Result<GroupConfig, AdminError> {
-        for _ in 0..10 {
+        self.change_if(stream, group, |c| apply(c).map(|()| true))
+            .await
+            .map(|(c, _)| c)
+    }
+
+    /// [`GroupAdmin::change`] where `apply` says whether it changed anything: when
+    /// not, nothing is written (no new revision for the members to follow). Returns
+    /// the config and whether it was written.
+    async fn change_if(
+        &self,
+        stream: &str,
+        group: &str,
+        apply: impl Fn(&mut GroupConfig) -> Result<bool, AdminError>,
+    ) -> Result<(GroupConfig, bool), AdminError> {
+        for attempt in 0..10u64 {
+            if attempt > 0 {
+                // Writers that collided spread out before reading again.
+                let jitter = fastrand::u64(0..20) + attempt * 5;
+                tokio::time::sleep(std::time::Duration::from_millis(jitter)).await;
+            }
             let (store, mut config, rev) = self.read(Flavour::Elastic, stream, group).await?;
-            apply(&mut config)?;
+            if !apply(&mut config)? {
+                return Ok((config, false));
+            }
             strict(&config)?;
             match store
                 .update(&pcgc::key(stream, group), config.to_json(), rev)
                 .await
             {
-                Ok(_) => return Ok(config),
+                Ok(_) => return Ok((config, true)),
                 Err(KvWriteError::Conflict) => continue,
                 Err(e) => return Err(AdminError::Write(e)),
             }
         }
         Err(AdminError::Contended)
+    }
+
+    /// Adds `member` to a balanced elastic membership unless it is there; whether it
+    /// was written (compare-and-set, retried on a concurrent write).
+    ///
+    /// # Errors
+    /// [`AdminError`].
+    pub async fn add_member_if_absent(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<bool, AdminError> {
+        self.change_if(stream, group, |c| {
+            if c.members.iter().any(|m| m == member) {
+                return Ok(false);
+            }
+            if !c.member_mappings.is_empty() {
+                return Err(AdminError::Invalid(vec![
+                    "the group uses member mappings: a member cannot join it by itself".into(),
+                ]));
+            }
+            c.members.push(member.to_string());
+            c.members.sort();
+            c.members.dedup();
+            Ok(true)
+        })
+        .await
+        .map(|(_, written)| written)
+    }
+
+    /// Removes `member` from a balanced elastic membership if it is there; whether it
+    /// was written.
+    ///
+    /// # Errors
+    /// [`AdminError`].
+    pub async fn drop_member_if_present(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<bool, AdminError> {
+        self.change_if(stream, group, |c| {
+            let before = c.members.len();
+            c.members.retain(|m| m != member);
+            Ok(c.members.len() != before)
+        })
+        .await
+        .map(|(_, written)| written)
+    }
+
+    /// The balanced members of an elastic group.
+    ///
+    /// # Errors
+    /// [`AdminError`].
+    pub async fn elastic_members(
+        &self,
+        stream: &str,
+        group: &str,
+    ) -> Result<Vec<String>, AdminError> {
+        let (_, c, _) = self.read(Flavour::Elastic, stream, group).await?;
+        Ok(c.members)
     }
 
     /// Edits a balanced membership, stored sorted and deduplicated (B4).

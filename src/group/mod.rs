@@ -3,10 +3,12 @@
 //! representation-preserving rewrite), validation, partition assignment (`assign`),
 //! the elastic stream's transforms and the member consumer configs (`spec`). The
 //! running half: one member's protocol behind the dispatcher's source seam (`member`)
-//! and the administration behind `jetrelay group` (`manage`); `nats/` carries both to
-//! the server.
+//! and the administration behind `jetrelay group` (`manage`), and an elastic member
+//! that joins, leaves and prunes the membership itself (`autojoin`); `nats/` carries
+//! them to the server.
 
 pub mod assign;
+pub mod autojoin;
 pub mod manage;
 pub mod member;
 pub mod model;

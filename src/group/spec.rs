@@ -159,6 +159,9 @@ pub struct Member {
     pub limits: Limits,
     /// Confirmed acks.
     pub confirmed_acks: bool,
+    /// Elastic with `source.auto_join`: the member joins and leaves the membership
+    /// itself, and is pruned by the others when silent this long.
+    pub auto_join: Option<std::time::Duration>,
 }
 
 impl Member {

@@ -7,6 +7,7 @@
 //!   `crate::topology`, and carries out the additive plan.
 //! - `groups`: the consumer-group streams, member consumer states and unpin.
 //! - `kv`: the group config buckets (compare-and-set writes, watch).
+//! - `liveness`: auto-joined members' heartbeats (per-key TTLs) and markers.
 //! - `pull`: the pull engine ([`Puller`]): own pull requests with `group` and pin `id`,
 //!   sized by `crate::capacity`, on one wildcard inbox.
 //! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
@@ -25,6 +26,7 @@ mod error;
 mod fast;
 mod groups;
 mod kv;
+mod liveness;
 mod outputs;
 mod pause;
 mod publisher;
@@ -38,6 +40,7 @@ pub use error::{Cause, NatsError};
 pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
+pub use liveness::{LIVENESS_BUCKET, LivenessStore};
 pub use outputs::{OutputError, OutputPublisher};
 pub use pause::PauseAnswer;
 pub use publisher::Publisher;

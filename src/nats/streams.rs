@@ -568,6 +568,12 @@ impl Nats {
         Some(s.cached_info().state.messages)
     }
 
+    /// How many replicas a stream has; `None` when it cannot be read now.
+    pub async fn stream_replicas(&self, stream: &str) -> Option<usize> {
+        let s = self.js.get_stream(stream).await.ok()?;
+        Some(s.cached_info().config.num_replicas)
+    }
+
     /// The consumer's pending and ack-pending counts and pin, for the gauges and
     /// readiness; `None` when the info cannot be read now.
     pub async fn consumer_counts(&self, stream: &str, name: &str) -> Option<ConsumerCounts> {

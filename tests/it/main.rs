@@ -5,6 +5,7 @@
 
 mod answers;
 mod atomic;
+mod autojoin;
 mod batches;
 mod binary;
 mod control;

@@ -57,23 +57,29 @@ pub async fn elastic_group(
     let stream = super::unique("E");
     super::create_stream(&js, &stream, &["e.*"]).await;
     let admin = admin(&nats).await;
+    create_elastic_eg(&admin, &stream, n).await;
+    if !members.is_empty() {
+        let members: Vec<String> = members.iter().map(|m| m.to_string()).collect();
+        admin.add(&stream, "eg", &members).await.unwrap();
+    }
+    (nats, js, stream, admin)
+}
+
+/// Elastic group `eg` on `stream` (subjects `e.*`), partitioning by the token over `n`,
+/// with no members.
+pub async fn create_elastic_eg(admin: &GroupAdmin, stream: &str, n: u32) {
     let filters = vec![jetrelay::group::model::PartitioningFilter {
         filter: "e.*".into(),
         wildcards: vec![1],
     }];
     admin
         .create_elastic(
-            &stream,
+            stream,
             "eg",
             jetrelay::group::model::GroupConfig::new_elastic(n, filters, -1, -1),
         )
         .await
         .unwrap();
-    if !members.is_empty() {
-        let members: Vec<String> = members.iter().map(|m| m.to_string()).collect();
-        admin.add(&stream, "eg", &members).await.unwrap();
-    }
-    (nats, js, stream, admin)
 }
 
 /// A stream whose subjects `<prefix>.*` are stored as `<p>.<prefix>.<token>`.

@@ -1,0 +1,169 @@
+//! Self-managed membership of an elastic group (`source.auto_join`): the member adds
+//! itself to the stored membership when it starts, beats a liveness record while it
+//! runs (a key with a TTL the server enforces), prunes auto-joined members whose
+//! record expired, joins again when it finds itself pruned, and leaves on a clean
+//! stop. Every membership change is a compare-and-set of the stored config
+//! (`GroupAdmin`), retried on a concurrent write, in orbit.go's format: its members
+//! and tools see ordinary membership changes. Members added by hand have no marker
+//! and are never pruned.
+
+use std::time::Duration;
+
+use crate::group::manage::{AdminError, GroupAdmin};
+use crate::group::spec::Member;
+use crate::nats::{LivenessStore, Nats, NatsError};
+use crate::ops::telemetry::chain;
+
+/// Why the membership could not be changed now (retried).
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    /// The liveness bucket failed.
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+    /// The stored config could not be changed.
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+}
+
+/// One auto-joining member.
+#[derive(Debug, Clone)]
+pub struct AutoJoin {
+    admin: GroupAdmin,
+    nats: Nats,
+    live: LivenessStore,
+    stream: String,
+    group: String,
+    member: String,
+    timeout: Duration,
+}
+
+/// The liveness bucket's replicas: the origin stream's, at most three.
+async fn replicas(nats: &Nats, stream: &str) -> usize {
+    nats.stream_replicas(stream).await.unwrap_or(1).clamp(1, 3)
+}
+
+impl AutoJoin {
+    /// Opens the liveness bucket for `m` (an elastic member with `auto_join`).
+    ///
+    /// # Errors
+    /// [`MembershipError::Nats`].
+    pub async fn open(
+        nats: &Nats,
+        m: &Member,
+        timeout: Duration,
+    ) -> Result<AutoJoin, MembershipError> {
+        let live = nats.liveness_store(replicas(nats, &m.stream).await).await?;
+        Ok(AutoJoin {
+            admin: GroupAdmin::new(nats.clone()),
+            nats: nats.clone(),
+            live,
+            stream: m.stream.clone(),
+            group: m.group.clone(),
+            member: m.member.clone(),
+            timeout,
+        })
+    }
+
+    fn key(&self, kind: &str, member: &str) -> String {
+        format!("{}.{}.{kind}.{member}", self.stream, self.group)
+    }
+
+    /// How often the liveness record is written: a third of the timeout, so two
+    /// beats may be lost before the member is pruned.
+    pub fn every(&self) -> Duration {
+        self.timeout / 3
+    }
+
+    /// Beats, marks this member as auto-joined, and adds it to the membership unless
+    /// it is there. Returns whether the membership was written.
+    ///
+    /// # Errors
+    /// [`MembershipError`] (retried by the caller).
+    pub async fn join(&self) -> Result<bool, MembershipError> {
+        self.live
+            .beat(&self.key("live", &self.member), self.timeout)
+            .await?;
+        self.live.mark(&self.key("auto", &self.member)).await?;
+        let added = self
+            .admin
+            .add_member_if_absent(&self.stream, &self.group, &self.member)
+            .await?;
+        if added {
+            tracing::info!(member = %self.member, group = %self.group, "joined the group's membership (source.auto_join)");
+        }
+        Ok(added)
+    }
+
+    /// One beat: the liveness record, this member back in the membership if it was
+    /// pruned (it was cut off, and is back), and silent auto-joined members pruned.
+    ///
+    /// # Errors
+    /// [`MembershipError`] (logged by the caller, tried again next beat).
+    pub async fn beat(&self) -> Result<(), MembershipError> {
+        if self.join().await? {
+            tracing::warn!(member = %self.member, "this member was not in the membership (pruned while silent?): it joined again");
+        }
+        self.prune().await
+    }
+
+    /// Removes from the membership each auto-joined member whose liveness record
+    /// expired (silent for the timeout), then its marker. A compare-and-set that finds
+    /// it already gone writes nothing: each is removed once.
+    async fn prune(&self) -> Result<(), MembershipError> {
+        let members = self
+            .admin
+            .elastic_members(&self.stream, &self.group)
+            .await?;
+        let prefix = self.key("auto", "");
+        for key in self.live.keys(&prefix).await? {
+            let Some(member) = key.strip_prefix(&prefix) else {
+                continue;
+            };
+            if member == self.member || self.live.exists(&self.key("live", member)).await? {
+                continue;
+            }
+            if members.iter().any(|m| m == member) {
+                let removed = self
+                    .admin
+                    .drop_member_if_present(&self.stream, &self.group, member)
+                    .await?;
+                if removed {
+                    tracing::warn!(
+                        pruned = member,
+                        silent_for_ms = self.timeout.as_millis(),
+                        "an auto-joined member was silent past source.member_timeout_ms: removed from the membership, its partitions move to the others"
+                    );
+                }
+            }
+            self.live.delete(&key).await?;
+        }
+        Ok(())
+    }
+
+    /// A clean stop, after the drain: out of the membership (its partitions move to
+    /// the others), its consumer deleted (so that the new owners' consumers do not
+    /// overlap it), its records gone.
+    pub async fn leave(&self) {
+        match self
+            .admin
+            .drop_member_if_present(&self.stream, &self.group, &self.member)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(member = %self.member, "left the group's membership: its partitions move to the others")
+            }
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "cannot leave the membership; the others prune this member after source.member_timeout_ms")
+            }
+        }
+        let stream = crate::group::elastic_stream(&self.stream, &self.group);
+        if let Err(e) = self.nats.delete_consumer(&stream, &self.member).await {
+            tracing::warn!(error = %chain(&e), "cannot delete the member consumer; the server removes it once inactive");
+        }
+        for kind in ["auto", "live"] {
+            if let Err(e) = self.live.delete(&self.key(kind, &self.member)).await {
+                tracing::warn!(error = %chain(&e), "cannot delete a liveness record; it expires");
+            }
+        }
+    }
+}

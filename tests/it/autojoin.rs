@@ -1,0 +1,337 @@
+//! Elastic groups that scale themselves (`source.auto_join`): members that join and
+//! leave the membership themselves with a publisher running, two joining at the same
+//! instant, a killed member pruned after its timeout, a hand-added member never
+//! pruned.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use jetrelay::ops::readiness::State;
+
+use crate::support::daemon::Daemon;
+use crate::support::groups::*;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+const AUTO: &str = "[source]\nauto_join = true\nmember_timeout_ms = 3000\n";
+
+async fn members(admin: &jetrelay::group::manage::GroupAdmin, stream: &str) -> BTreeSet<String> {
+    admin
+        .elastic_members(stream, "eg")
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn members_join_and_leave_by_themselves_with_a_publisher_running_losing_nothing() {
+    let (nats, js, stream, admin) = elastic_group(4, &[]).await;
+    let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
+    let ra = Relay::ready(member_config(
+        &nats, &app_a, "elastic", &stream, "eg", "a", AUTO,
+    ))
+    .await;
+    eventually("a joined and owns every partition", T, || async {
+        ra.health.status().partitions == [0, 1, 2, 3]
+    })
+    .await;
+    assert_eq!(members(&admin, &stream).await, set(&["a"]));
+    let publisher = {
+        let js = js.clone();
+        tokio::spawn(async move {
+            for _ in 0..30 {
+                publish_keys(&js, "e", 8, 1).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    eventually("a delivers", T, || async { !app_a.requests().is_empty() }).await;
+    let rb = Relay::ready(member_config(
+        &nats, &app_b, "elastic", &stream, "eg", "b", AUTO,
+    ))
+    .await;
+    eventually("b joined and took half", T, || async {
+        rb.health.status().partitions.len() == 2 && ra.health.status().partitions.len() == 2
+    })
+    .await;
+    assert_eq!(members(&admin, &stream).await, set(&["a", "b"]));
+    eventually("b is served", T, || async { !app_b.requests().is_empty() }).await;
+    // b stops cleanly: it drains, leaves, and a takes its partitions back.
+    rb.stop().await.unwrap();
+    assert_eq!(
+        members(&admin, &stream).await,
+        set(&["a"]),
+        "b left before it exited"
+    );
+    eventually("a owns everything again", T, || async {
+        ra.health.status().partitions == [0, 1, 2, 3]
+    })
+    .await;
+    publisher.await.unwrap();
+    eventually("all 240 delivered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 240
+    })
+    .await;
+    assert_key_order(&app_a);
+    assert_key_order(&app_b);
+    let delivered = app_a.requests().len() + app_b.requests().len();
+    assert_eq!(
+        delivered, 240,
+        "a clean join and leave deliver nothing twice"
+    );
+    ra.stop().await.unwrap();
+    assert!(members(&admin, &stream).await.is_empty(), "a left too");
+}
+
+#[tokio::test]
+async fn two_members_joining_at_the_same_instant_both_get_in() {
+    let (nats, _js, stream, admin) = elastic_group(4, &[]).await;
+    let app = MockApp::ok().await;
+    let (ra, rb) = tokio::join!(
+        Relay::start(member_config(
+            &nats, &app, "elastic", &stream, "eg", "a", AUTO
+        )),
+        Relay::start(member_config(
+            &nats, &app, "elastic", &stream, "eg", "b", AUTO
+        )),
+    );
+    eventually("both are members", T, || async {
+        members(&admin, &stream).await == set(&["a", "b"])
+    })
+    .await;
+    eventually("each has two partitions", T, || async {
+        ra.health.status().partitions.len() == 2 && rb.health.status().partitions.len() == 2
+    })
+    .await;
+    ra.stop().await.unwrap();
+    rb.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_killed_member_is_pruned_after_its_timeout_and_a_hand_added_one_never() {
+    let (nats, js, stream, admin) = elastic_group(4, &["hand"]).await;
+    let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
+    let ra = Relay::ready(member_config(
+        &nats, &app_a, "elastic", &stream, "eg", "a", AUTO,
+    ))
+    .await;
+    let text = format!(
+        "[nats]\nservers = \"{}\"\n[source]\nstream = \"{stream}\"\nkind = \"elastic\"\ngroup = \"eg\"\nmember = \"b\"\n\
+         auto_join = true\nmember_timeout_ms = 3000\n[consumer]\nack_wait_ms = 2000\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        nats.url(),
+        app_b.url()
+    );
+    let mut b = Daemon::start(&text).await;
+    eventually("b joined", T, || async {
+        members(&admin, &stream).await == set(&["a", "b", "hand"])
+    })
+    .await;
+    b.signal("KILL");
+    b.wait_exit(Duration::from_secs(10)).await;
+    let killed = tokio::time::Instant::now();
+    eventually("b is pruned", T, || async {
+        members(&admin, &stream).await == set(&["a", "hand"])
+    })
+    .await;
+    let after = killed.elapsed();
+    assert!(
+        after >= Duration::from_secs(2),
+        "pruned before its timeout: {after:?}"
+    );
+    // The record's TTL (3 s) and then the next beat of a (every second).
+    assert!(after <= Duration::from_secs(8), "pruned late: {after:?}");
+    // b's partitions come back to a and hand; what was published meanwhile arrives.
+    eventually("a has its share", T, || async {
+        ra.health.status().partitions.len() == 2
+    })
+    .await;
+    // The hand-added member is silent (nothing runs it) and stays.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(members(&admin, &stream).await, set(&["a", "hand"]));
+    publish_keys(&js, "e", 4, 2).await;
+    eventually("a is served its keys", T, || async {
+        !app_a.requests().is_empty()
+    })
+    .await;
+    assert_eq!(ra.health.status().state, State::Consuming);
+    ra.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn eight_concurrent_joins_and_leaves_never_lose_each_others_change() {
+    let (nats, _js, stream, admin) = elastic_group(8, &["hand"]).await;
+    let names: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();
+    // Each on its own connection, as separate pods would be.
+    let mut admins = Vec::new();
+    for _ in &names {
+        admins.push(admin_at(nats.url()).await);
+    }
+    let joins = names
+        .iter()
+        .zip(&admins)
+        .map(|(n, a)| a.add_member_if_absent(&stream, "eg", n));
+    for r in futures::future::join_all(joins).await {
+        assert!(r.unwrap(), "each join wrote once");
+    }
+    let mut want: BTreeSet<String> = names.iter().cloned().collect();
+    want.insert("hand".into());
+    assert_eq!(members(&admin, &stream).await, want);
+    let leaves = names
+        .iter()
+        .zip(&admins)
+        .map(|(n, a)| a.drop_member_if_present(&stream, "eg", n));
+    for r in futures::future::join_all(leaves).await {
+        assert!(r.unwrap());
+    }
+    assert_eq!(members(&admin, &stream).await, set(&["hand"]));
+    // Again: nothing to write.
+    assert!(
+        !admin
+            .drop_member_if_present(&stream, "eg", "m0")
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_python_member_follows_an_auto_joined_member_and_keeps_consuming_its_share() {
+    use crate::support::peer::{PeerMember, peer};
+    let (nats, js, stream, admin) = elastic_group(2, &["py"]).await;
+    let py = PeerMember::start(
+        nats.url(),
+        &["elastic", &stream, "eg", "py", "2000", "64", "10"],
+    )
+    .await;
+    publish_keys(&js, "e", 6, 2).await;
+    eventually("python got 12", T, || async { py.bodies().len() == 12 }).await;
+    // jetrelay joins by itself: Python reads the membership it wrote.
+    let app = MockApp::ok().await;
+    let rj = Relay::ready(member_config(
+        &nats, &app, "elastic", &stream, "eg", "rs", AUTO,
+    ))
+    .await;
+    eventually("jetrelay got a partition", T, || async {
+        rj.health.status().partitions.len() == 1
+    })
+    .await;
+    let cfg: serde_json::Value =
+        serde_json::from_str(&peer(nats.url(), &["config", "elastic", &stream, "eg"]).await)
+            .unwrap();
+    assert_eq!(
+        cfg,
+        serde_json::json!({"max_members": 2, "members": ["py", "rs"]})
+    );
+    publish_keys(&js, "e", 6, 4).await;
+    eventually("36 delivered between them", T, || async {
+        let mut all: BTreeSet<String> = py.bodies().into_iter().collect();
+        all.extend(bodies(&[&app]));
+        all.len() == 36
+    })
+    .await;
+    assert!(!app.requests().is_empty(), "jetrelay was served");
+    // jetrelay leaves: Python takes every partition back and goes on.
+    rj.stop().await.unwrap();
+    assert_eq!(members(&admin, &stream).await, set(&["py"]));
+    publish_keys(&js, "e", 6, 2).await;
+    eventually("python consumes everything again", T, || async {
+        let mut all: BTreeSet<String> = py.bodies().into_iter().collect();
+        all.extend(bodies(&[&app]));
+        all.len() == 48
+    })
+    .await;
+    assert_key_order(&app);
+    py.kill().await;
+}
+
+#[tokio::test]
+async fn on_a_three_node_cluster_members_join_and_leave_under_load_losing_nothing() {
+    use async_nats::jetstream;
+    let cluster = Cluster::start().await;
+    let urls = cluster.urls();
+    let addrs: Vec<async_nats::ServerAddr> = urls.split(',').map(|u| u.parse().unwrap()).collect();
+    let js = jetstream::new(async_nats::connect(addrs).await.unwrap());
+    let stream = unique("E");
+    eventually("an R3 stream", T, || async {
+        js.create_stream(jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec!["e.*".into()],
+            num_replicas: 3,
+            ..Default::default()
+        })
+        .await
+        .is_ok()
+    })
+    .await;
+    let admin = admin_at(&urls).await;
+    create_elastic_eg(&admin, &stream, 6).await;
+    let apps = [
+        MockApp::ok().await,
+        MockApp::ok().await,
+        MockApp::ok().await,
+    ];
+    let config = |i: usize| {
+        member_config_at(
+            &urls,
+            &apps[i],
+            "elastic",
+            &stream,
+            "eg",
+            &format!("m{i}"),
+            AUTO,
+        )
+    };
+    let r0 = Relay::ready(config(0)).await;
+    let r1 = Relay::ready(config(1)).await;
+    eventually("two members share six partitions", T, || async {
+        r0.health.status().partitions.len() == 3 && r1.health.status().partitions.len() == 3
+    })
+    .await;
+    let publisher = {
+        let js = js.clone();
+        tokio::spawn(async move {
+            for _ in 0..40 {
+                publish_keys(&js, "e", 12, 1).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    eventually("deliveries under way", T, || async {
+        bodies(&[&apps[0], &apps[1]]).len() >= 60
+    })
+    .await;
+    let r2 = Relay::ready(config(2)).await;
+    eventually("the third joined: two partitions each", T, || async {
+        [&r0, &r1, &r2]
+            .iter()
+            .all(|r| r.health.status().partitions.len() == 2)
+    })
+    .await;
+    r1.stop().await.unwrap();
+    eventually("m1 left: three each for m0 and m2", T, || async {
+        r0.health.status().partitions.len() == 3 && r2.health.status().partitions.len() == 3
+    })
+    .await;
+    assert_eq!(members(&admin, &stream).await, set(&["m0", "m2"]));
+    publisher.await.unwrap();
+    let all = [&apps[0], &apps[1], &apps[2]];
+    eventually("all 480 delivered", T, || async {
+        bodies(&all).len() == 480
+    })
+    .await;
+    for app in all {
+        assert_key_order(app);
+    }
+    let deliveries: usize = all.iter().map(|a| a.requests().len()).sum();
+    assert_eq!(
+        deliveries, 480,
+        "a clean join and leave deliver nothing twice"
+    );
+    r0.stop().await.unwrap();
+    r2.stop().await.unwrap();
+}
