@@ -70,6 +70,11 @@ pub struct GroupSource {
     s: Member,
     consumer_stream: String,
     watch: KvWatch,
+    /// The config's bucket and key, read again on every tick: a watch that went quiet
+    /// (its push consumer lost on a cluster under load) must not leave the member on
+    /// an old membership.
+    store: GroupStore,
+    key: String,
     config: GroupConfig,
     revision: u64,
     puller: Option<Puller>,
@@ -87,6 +92,9 @@ pub struct GroupSource {
     /// rule, or changed in a way this member cannot follow): why. Pulling stops and
     /// the member is not ready until a config it can follow appears.
     suspended: Option<String>,
+    /// Elastic: joins in a row that found the partitions still held by another
+    /// member's consumer (the back-off before the next try).
+    overlaps: u32,
     /// Elastic: the pause on the server of the member consumer this instance deleted
     /// to replace it (`jetrelay pause`), put on its replacement once created.
     carried_pause: Option<time::OffsetDateTime>,
@@ -146,6 +154,8 @@ impl GroupSource {
             nats: nats.clone(),
             consumer_stream,
             watch,
+            store,
+            key,
             config,
             revision,
             puller: None,
@@ -153,6 +163,7 @@ impl GroupSource {
             pending: VecDeque::new(),
             tick,
             join_at: None,
+            overlaps: 0,
             carried_pause: None,
             quiescing: false,
             stopped: false,
@@ -232,9 +243,19 @@ impl GroupSource {
                 .await?;
         }
         match outcome {
-            GroupConsumer::Ready => {}
+            GroupConsumer::Ready => self.overlaps = 0,
             GroupConsumer::Overlap => {
-                tracing::debug!(member = %self.s.member, "partitions still held by another member's consumer; retrying on the next tick");
+                // The member giving them away replaces its consumer once it has
+                // settled what it holds: try again soon (100 ms, doubling to 2 s), not
+                // only on the next tick (an ack wait away), so that the partitions
+                // that move pause as little as possible.
+                // The next tick comes that soon (then at its own pace again).
+                self.overlaps = self.overlaps.saturating_add(1);
+                let delay = Duration::from_millis(100)
+                    .saturating_mul(1 << self.overlaps.min(5).saturating_sub(1))
+                    .min(Duration::from_secs(2));
+                self.tick.reset_at(Instant::now() + delay);
+                tracing::debug!(member = %self.s.member, retry_ms = delay.as_millis(), "partitions still held by another member's consumer; retrying");
                 return Ok(());
             }
             GroupConsumer::Conflict(rows) => {
@@ -354,14 +375,19 @@ impl GroupSource {
         if revision <= self.revision {
             return; // the current value, seen at join
         }
-        self.revision = revision;
+        // The revision is taken only once the config is read: this runs inside the
+        // dispatcher's select (`next` must be cancel-safe), and a poll dropped while a
+        // large config is read would otherwise lose the change for good. Dropped
+        // here, the next tick reads the config again and follows it.
         let new = match read_config(self.s.flavour, value).await {
             Ok(c) => c,
             Err(e) => {
+                self.revision = revision;
                 self.suspend(e);
                 return;
             }
         };
+        self.revision = revision;
         match self.s.flavour {
             Flavour::Static => {
                 let same = new.same_shape(&self.config)
@@ -404,6 +430,22 @@ impl GroupSource {
                     self.join_or_log().await;
                 }
             }
+        }
+    }
+
+    /// The stored config read again (the tick): a revision the watch did not bring is
+    /// followed as if it had.
+    async fn read_config_again(&mut self) {
+        match self.store.get(&self.key).await {
+            Ok(Some((value, revision))) if revision > self.revision => {
+                tracing::info!(
+                    revision,
+                    "the group config changed without the watch saying so: following it"
+                );
+                self.on_kv(Some(KvEvent::Put { value, revision })).await;
+            }
+            // Deleted: the watch says so (the group ends); unreadable: next tick.
+            Ok(_) | Err(_) => {}
         }
     }
 
@@ -528,8 +570,9 @@ impl Source for GroupSource {
                 },
                 // Elastic members re-check their consumer on every tick; any member
                 // without one (a failed join) retries on it.
-                _ = self.tick.tick(), if (elastic || (self.puller.is_none() && !self.ended)) && !self.quiescing && self.join_at.is_none() && self.suspended.is_none() => {
-                    if self.puller.is_none() && !self.stopped {
+                _ = self.tick.tick(), if !self.ended && !self.quiescing && self.join_at.is_none() => {
+                    self.read_config_again().await;
+                    if self.puller.is_none() && !self.stopped && self.suspended.is_none() && !self.quiescing {
                         self.join_or_log().await;
                     }
                 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use jetrelay::ops::readiness::State;
 
+use crate::support::app::Reply;
 use crate::support::daemon::Daemon;
 use crate::support::groups::*;
 use crate::support::*;
@@ -60,6 +61,8 @@ async fn members_join_and_leave_by_themselves_with_a_publisher_running_losing_no
     })
     .await;
     assert_eq!(members(&admin, &stream).await, set(&["a", "b"]));
+    // The publisher may be done by now: b's keys come again.
+    publish_keys(&js, "e", 8, 2).await;
     eventually("b is served", T, || async { !app_b.requests().is_empty() }).await;
     // b stops cleanly: it drains, leaves, and a takes its partitions back.
     rb.stop().await.unwrap();
@@ -73,19 +76,53 @@ async fn members_join_and_leave_by_themselves_with_a_publisher_running_losing_no
     })
     .await;
     publisher.await.unwrap();
-    eventually("all 240 delivered", T, || async {
-        bodies(&[&app_a, &app_b]).len() == 240
+    eventually("all 256 delivered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 256
     })
     .await;
     assert_key_order(&app_a);
     assert_key_order(&app_b);
     let delivered = app_a.requests().len() + app_b.requests().len();
     assert_eq!(
-        delivered, 240,
+        delivered, 256,
         "a clean join and leave deliver nothing twice"
     );
     ra.stop().await.unwrap();
     assert!(members(&admin, &stream).await.is_empty(), "a left too");
+}
+
+#[tokio::test]
+async fn a_joining_member_is_served_at_once_not_an_ack_wait_later() {
+    // A long ack wait: the members' self-correcting tick is that far apart. The new
+    // member's first try finds the partitions still held by the old consumer; it must
+    // try again within moments, not on the next tick.
+    let slow_tick = format!("{AUTO}[consumer]\nack_wait_ms = 20000\n");
+    let (nats, js, stream, _admin) = elastic_group(4, &[]).await;
+    // a settles what it holds (half a second each) before its consumer goes.
+    let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(500))).await;
+    let app_b = MockApp::ok().await;
+    let ra = Relay::ready(member_config(
+        &nats, &app, "elastic", &stream, "eg", "a", &slow_tick,
+    ))
+    .await;
+    publish_keys(&js, "e", 8, 5).await;
+    eventually("a delivers", T, || async { !app.requests().is_empty() }).await;
+    let rb = Relay::ready(member_config(
+        &nats, &app_b, "elastic", &stream, "eg", "b", &slow_tick,
+    ))
+    .await;
+    let joined = tokio::time::Instant::now();
+    eventually("b is served within 5 s", Duration::from_secs(5), || async {
+        !app_b.requests().is_empty()
+    })
+    .await;
+    assert!(joined.elapsed() < Duration::from_secs(5));
+    eventually("all 40", T, || async {
+        bodies(&[&app, &app_b]).len() == 40
+    })
+    .await;
+    ra.stop().await.unwrap();
+    rb.stop().await.unwrap();
 }
 
 #[tokio::test]
