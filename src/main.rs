@@ -277,30 +277,28 @@ async fn check(config: Config) -> anyhow::Result<ExitCode> {
     jetrelay::cli::check::offline(&config)?;
     println!("{}", jetrelay::cli::check::config_ok(&config));
     let report = jetrelay::cli::check::check(&config).await?;
-    for line in &report.lines {
-        println!("{line}");
-    }
-    Ok(if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(reported(&report))
 }
 
 /// `jetrelay check --diff-running`: 0 when a reload would apply (or change nothing),
 /// 1 when it would be refused or the running config cannot be read.
-#[allow(clippy::print_stdout)] // `check` reports to the terminal.
 async fn diff_running(config: Config, url: String) -> anyhow::Result<ExitCode> {
     let url = jetrelay::cli::running::url_for(&config, Some(&url));
     let report = jetrelay::cli::running::diff_running(&config, &url).await?;
+    Ok(reported(&report))
+}
+
+/// A check's lines on stdout; 0 when it found nothing that stops, else 1.
+#[allow(clippy::print_stdout)] // `check` reports to the terminal.
+fn reported(report: &jetrelay::cli::check::Report) -> ExitCode {
     for line in &report.lines {
         println!("{line}");
     }
-    Ok(if report.ok {
+    if report.ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    })
+    }
 }
 
 /// `jetrelay group …`: 0 done, 64 invalid request, 1 failure.

@@ -51,6 +51,8 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         received: Instant,
         trace: Option<&SpanContext>,
     ) -> (Step, Reach, Option<Sample>) {
+        // One attempt runs under one config: a reload meanwhile applies to the next.
+        let live = self.live();
         let mut sample = None;
         let (outcome, status, http_ms, failure, published) = match &d.invalid {
             Some(why) => {
@@ -68,12 +70,12 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         tracestate: trace.and_then(|t| t.tracestate.as_deref()),
                     }),
                 };
-                let f = self.live().forwarder.forward(offer).await;
+                let f = live.forwarder.forward(offer).await;
                 if let Some(span) = span {
                     self.tracer.end_request(span, &f);
                 }
                 self.metrics.request(f.class, f.elapsed, f.skipped_headers);
-                sample = Some(Sample::of(&f, &self.live().policy.retry));
+                sample = Some(Sample::of(&f, &live.policy.retry));
                 if f.bad_action {
                     self.metrics.action_override("invalid");
                     tracing::warn!(
@@ -113,7 +115,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             failure: failure.as_ref(),
             received,
         };
-        let mut disposition = self.live().policy.decide(&outcome, attempt);
+        let mut disposition = live.policy.decide(&outcome, attempt);
         let mut confirmed = false;
         if let (Disposition::Ack, Some(published)) = (&disposition, published) {
             match self.commit(d, published, attempt, trace).await {
@@ -240,23 +242,16 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             Err(e) => {
                 self.metrics.dead_letter_failed();
                 let tries = verdict.tries.saturating_add(1);
-                if self.live().policy.is_last_delivery(d.delivered()) {
-                    let delay = backoff(
-                        self.live().policy.retry_initial,
-                        self.live().policy.retry_max,
-                        tries,
-                    );
+                let policy = &self.live().policy;
+                if policy.is_last_delivery(d.delivered()) {
+                    let delay = backoff(policy.retry_initial, policy.retry_max, tries);
                     tracing::error!(
                         error = %chain(&e), stream_seq = d.stream_seq(), tries, retry_in_ms = delay.as_millis(),
                         "dead-letter publish failed on the message's last delivery: kept, and tried again"
                     );
                     return Step::DeadLetterIn(delay, Verdict { tries, ..verdict });
                 }
-                let delay = backoff(
-                    self.live().policy.retry_initial,
-                    self.live().policy.retry_max,
-                    verdict.attempts,
-                );
+                let delay = backoff(policy.retry_initial, policy.retry_max, verdict.attempts);
                 tracing::error!(error = %chain(&e), stream_seq = d.stream_seq(), "dead-letter publish failed; the message is retried instead");
                 let result = settler.nak(delay).await;
                 self.record(
@@ -430,13 +425,14 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             return (steps, Reach::NotAsked, None);
         }
         let mut answer = self.offer_batch(&send).await;
-        let sample = Some(Sample::of(&answer.forwarded, &self.live().policy.retry));
+        let live = self.live();
+        let sample = Some(Sample::of(&answer.forwarded, &live.policy.retry));
         let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
         let ordered = self.ordering != Ordering::None;
         let mut dispositions: Vec<Disposition> = send
             .iter()
             .zip(&answer.outcomes)
-            .map(|(i, o)| self.live().policy.decide(o, i.attempt))
+            .map(|(i, o)| live.policy.decide(o, i.attempt))
             .collect();
         let confirmed = self
             .commit_batch(&send, &lanes, &mut dispositions, &mut answer.outputs)

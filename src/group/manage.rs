@@ -90,6 +90,9 @@ pub struct GroupAdmin {
     nats: Nats,
 }
 
+/// Why a group with member mappings refuses a change to its balanced members.
+const MAPPED: &str = "the group uses member mappings: delete them first";
+
 fn check_names(stream: &str, group: &str) -> Result<(), AdminError> {
     let mut p = Vec::new();
     for (what, n) in [("stream", stream), ("group", group)] {
@@ -317,19 +320,9 @@ impl GroupAdmin {
         group: &str,
         member: &str,
     ) -> Result<bool, AdminError> {
-        self.change_if(stream, group, |c| {
-            if c.members.iter().any(|m| m == member) {
-                return Ok(false);
-            }
-            if !c.member_mappings.is_empty() {
-                return Err(AdminError::Invalid(vec![
-                    "the group uses member mappings: a member cannot join it by itself".into(),
-                ]));
-            }
-            c.members.push(member.to_string());
-            c.members.sort();
-            c.members.dedup();
-            Ok(true)
+        let refused = "the group uses member mappings: a member cannot join it by itself";
+        self.change_members(stream, group, refused, |members| {
+            members.push(member.to_string());
         })
         .await
         .map(|(_, written)| written)
@@ -346,10 +339,8 @@ impl GroupAdmin {
         group: &str,
         member: &str,
     ) -> Result<bool, AdminError> {
-        self.change_if(stream, group, |c| {
-            let before = c.members.len();
-            c.members.retain(|m| m != member);
-            Ok(c.members.len() != before)
+        self.change_members(stream, group, MAPPED, |members| {
+            members.retain(|m| m != member);
         })
         .await
         .map(|(_, written)| written)
@@ -368,23 +359,30 @@ impl GroupAdmin {
         Ok(c.members)
     }
 
-    /// Edits a balanced membership, stored sorted and deduplicated (B4).
+    /// Edits a balanced membership, stored sorted and deduplicated (B4); nothing is
+    /// written when the edit changes nothing. A group with member mappings refuses an
+    /// edit that would change it (`refused` says why). The config, and whether it was
+    /// written.
     async fn change_members(
         &self,
         stream: &str,
         group: &str,
+        refused: &str,
         edit: impl Fn(&mut Vec<String>),
-    ) -> Result<GroupConfig, AdminError> {
-        self.change(stream, group, |c| {
-            if !c.member_mappings.is_empty() {
-                return Err(AdminError::Invalid(vec![
-                    "the group uses member mappings: delete them first".into(),
-                ]));
+    ) -> Result<(GroupConfig, bool), AdminError> {
+        self.change_if(stream, group, |c| {
+            let mut members = c.members.clone();
+            edit(&mut members);
+            members.sort();
+            members.dedup();
+            if members == c.members {
+                return Ok(false);
             }
-            edit(&mut c.members);
-            c.members.sort();
-            c.members.dedup();
-            Ok(())
+            if !c.member_mappings.is_empty() {
+                return Err(AdminError::Invalid(vec![refused.to_string()]));
+            }
+            c.members = members;
+            Ok(true)
         })
         .await
     }
@@ -399,10 +397,11 @@ impl GroupAdmin {
         group: &str,
         names: &[String],
     ) -> Result<GroupConfig, AdminError> {
-        self.change_members(stream, group, |members| {
+        self.change_members(stream, group, MAPPED, |members| {
             members.extend(names.iter().filter(|n| !n.is_empty()).cloned());
         })
         .await
+        .map(|(c, _)| c)
     }
 
     /// Drops members.
@@ -415,10 +414,11 @@ impl GroupAdmin {
         group: &str,
         names: &[String],
     ) -> Result<GroupConfig, AdminError> {
-        self.change_members(stream, group, |members| {
+        self.change_members(stream, group, MAPPED, |members| {
             members.retain(|m| !names.contains(m));
         })
         .await
+        .map(|(c, _)| c)
     }
 
     /// Replaces the membership with explicit mappings.

@@ -54,7 +54,10 @@ pub enum KvWriteError {
     Other(#[source] Cause),
 }
 
-fn kv_err(step: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> NatsError {
+pub(super) fn kv_err(
+    step: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> NatsError {
     NatsError::Kv {
         step,
         source: Box::new(e),
@@ -91,25 +94,33 @@ impl Nats {
         bucket: &str,
         replicas: usize,
     ) -> Result<GroupStore, NatsError> {
-        if let Some(s) = self.group_store(bucket).await? {
-            return Ok(s);
+        let config = kv::Config {
+            bucket: bucket.to_string(),
+            history: 1,
+            num_replicas: replicas.max(1),
+            storage: async_nats::jetstream::stream::StorageType::File,
+            ..Default::default()
+        };
+        let kv = self.bucket_or_create(config).await?;
+        Ok(GroupStore { kv })
+    }
+
+    /// Opens `config.bucket`, creating it with `config` when missing; a lost creation
+    /// race opens what the other creator made.
+    pub(super) async fn bucket_or_create(
+        &self,
+        config: kv::Config,
+    ) -> Result<kv::Store, NatsError> {
+        if let Some(s) = self.group_store(&config.bucket).await? {
+            return Ok(s.kv);
         }
-        let created = self
-            .js
-            .create_key_value(kv::Config {
-                bucket: bucket.to_string(),
-                history: 1,
-                num_replicas: replicas.max(1),
-                storage: async_nats::jetstream::stream::StorageType::File,
-                ..Default::default()
-            })
-            .await;
-        match created {
-            Ok(kv) => Ok(GroupStore { kv }),
-            // Lost a creation race: open what the other creator made.
+        let bucket = config.bucket.clone();
+        match self.js.create_key_value(config).await {
+            Ok(kv) => Ok(kv),
             Err(e) => self
-                .group_store(bucket)
+                .group_store(&bucket)
                 .await?
+                .map(|s| s.kv)
                 .ok_or_else(|| kv_err("create the bucket", e)),
         }
     }

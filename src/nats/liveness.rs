@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{self, Operation};
 use futures::StreamExt;
 
+use super::kv::kv_err;
 use super::{Nats, NatsError};
 
 /// The bucket.
@@ -22,13 +23,6 @@ pub struct LivenessStore {
     js: async_nats::jetstream::Context,
 }
 
-fn err(step: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> NatsError {
-    NatsError::Kv {
-        step,
-        source: Box::new(e),
-    }
-}
-
 impl Nats {
     /// Opens the liveness bucket, creating it (per-key TTLs on, `replicas`) when
     /// missing.
@@ -36,15 +30,8 @@ impl Nats {
     /// # Errors
     /// [`NatsError::Kv`].
     pub async fn liveness_store(&self, replicas: usize) -> Result<LivenessStore, NatsError> {
-        if let Ok(kv) = self.js.get_key_value(LIVENESS_BUCKET).await {
-            return Ok(LivenessStore {
-                kv,
-                js: self.js.clone(),
-            });
-        }
-        let created = self
-            .js
-            .create_key_value(kv::Config {
+        let kv = self
+            .bucket_or_create(kv::Config {
                 bucket: LIVENESS_BUCKET.to_string(),
                 history: 1,
                 num_replicas: replicas.max(1),
@@ -53,21 +40,11 @@ impl Nats {
                 limit_markers: Some(Duration::from_secs(1)),
                 ..Default::default()
             })
-            .await;
-        match created {
-            Ok(kv) => Ok(LivenessStore {
-                kv,
-                js: self.js.clone(),
-            }),
-            // Lost a creation race: open what the other creator made.
-            Err(e) => match self.js.get_key_value(LIVENESS_BUCKET).await {
-                Ok(kv) => Ok(LivenessStore {
-                    kv,
-                    js: self.js.clone(),
-                }),
-                Err(_) => Err(err("create the liveness bucket", e)),
-            },
-        }
+            .await?;
+        Ok(LivenessStore {
+            kv,
+            js: self.js.clone(),
+        })
     }
 }
 
@@ -83,9 +60,9 @@ impl LivenessStore {
         self.js
             .publish_with_headers(format!("$KV.{LIVENESS_BUCKET}.{key}"), headers, "".into())
             .await
-            .map_err(|e| err("write a heartbeat", e))?
+            .map_err(|e| kv_err("write a heartbeat", e))?
             .await
-            .map_err(|e| err("write a heartbeat", e))?;
+            .map_err(|e| kv_err("write a heartbeat", e))?;
         Ok(())
     }
 
@@ -97,7 +74,7 @@ impl LivenessStore {
         self.kv
             .put(key, "".into())
             .await
-            .map_err(|e| err("write a marker", e))?;
+            .map_err(|e| kv_err("write a marker", e))?;
         Ok(())
     }
 
@@ -109,7 +86,7 @@ impl LivenessStore {
         match self.kv.entry(key).await {
             Ok(Some(e)) => Ok(e.operation == Operation::Put),
             Ok(None) => Ok(false),
-            Err(e) => Err(err("read a key", e)),
+            Err(e) => Err(kv_err("read a key", e)),
         }
     }
 
@@ -122,11 +99,11 @@ impl LivenessStore {
             Ok(k) => k,
             // An empty bucket has no keys to list.
             Err(e) if e.to_string().contains("no keys") => return Ok(Vec::new()),
-            Err(e) => return Err(err("list the keys", e)),
+            Err(e) => return Err(kv_err("list the keys", e)),
         };
         let mut out = Vec::new();
         while let Some(k) = keys.next().await {
-            let k = k.map_err(|e| err("list the keys", e))?;
+            let k = k.map_err(|e| kv_err("list the keys", e))?;
             if k.starts_with(prefix) {
                 out.push(k);
             }
@@ -142,6 +119,6 @@ impl LivenessStore {
         self.kv
             .delete(key)
             .await
-            .map_err(|e| err("delete a key", e))
+            .map_err(|e| kv_err("delete a key", e))
     }
 }

@@ -277,7 +277,7 @@ impl MessageCollectors {
             )?,
             saturation: r.ratio(
                 "jetrelay_saturation",
-                "Requests in flight divided by the concurrency limit",
+                "Requests in flight divided by the concurrency limit (above 1 for a moment after the limit falls)",
             )?,
             settle_failures: r.counter(
                 "jetrelay_settle_failures_total",

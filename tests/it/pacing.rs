@@ -45,9 +45,13 @@ async fn the_adaptive_limit_settles_near_the_apps_workers_and_follows_them_down(
     // machine a probe may read a little low.)
     let settled = relay.metric("jetrelay_concurrency_limit").await;
     assert!((2.0..=12.0).contains(&settled), "the gauge: {settled}");
+    // In flight ÷ limit: at most 1 while the limit holds, above 1 for a moment after
+    // it falls (the excess finishes, nothing is cut short). A cut is at most a half
+    // and comes at most once a round trip, so within the round trip the excess takes
+    // to finish it stays under 4; never 0 while the app is busy.
     let saturation = relay.metric("jetrelay_saturation").await;
     assert!(
-        saturation > 0.0 && saturation <= 1.0,
+        saturation > 0.0 && saturation <= 4.0,
         "saturation {saturation}"
     );
     // Half the workers go: the limit follows.

@@ -52,29 +52,21 @@ pub fn init(format: LogFormat, level: &str) {
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // The two formats are builders of different types; both keep their filter
+    // handle the same way.
+    macro_rules! install {
+        ($builder:expr) => {{
+            let builder = $builder.with_env_filter(filter).with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.try_init().map(|()| {
+                let set: SetFilter = Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
+                FILTER.set(set).ok();
+            })
+        }};
+    }
     let result = match format {
-        LogFormat::Json => {
-            let builder = builder
-                .event_format(json_lines::JsonLines)
-                .with_env_filter(filter)
-                .with_filter_reloading();
-            let handle = builder.reload_handle();
-            builder.try_init().map(|()| {
-                let set: SetFilter = Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
-                FILTER.set(set).ok();
-            })
-        }
-        LogFormat::Text => {
-            let builder = builder
-                .fmt_fields(text_fields())
-                .with_env_filter(filter)
-                .with_filter_reloading();
-            let handle = builder.reload_handle();
-            builder.try_init().map(|()| {
-                let set: SetFilter = Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
-                FILTER.set(set).ok();
-            })
-        }
+        LogFormat::Json => install!(builder.event_format(json_lines::JsonLines)),
+        LogFormat::Text => install!(builder.fmt_fields(text_fields())),
     };
     // An already-installed subscriber (tests) is fine.
     drop(result);
