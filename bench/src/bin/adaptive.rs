@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use axum::http::StatusCode;
 use jetrelay_bench::{
-    Args, Delivery, Env, Error, KEYS, Sink, durable_source, fill, machine, relay_config,
+    Args, Delivery, Env, Error, KEYS, Running, Sink, durable_source, fill, machine, relay_config,
     relay_metric, start_relay, stop, wait_for, write_report,
 };
 
@@ -148,13 +148,7 @@ async fn run_one(
         app.answered.load(SeqCst) >= n
     })
     .await?;
-    stop(relay.child).await;
-    let _ = env
-        .js
-        .get_stream(stream)
-        .await?
-        .delete_consumer(&durable)
-        .await;
+    finish(env, stream, relay, &durable).await?;
     let times = app.times.lock().unwrap().clone();
     let (first, last) = (times.first().map(|t| t.0), times.last().map(|t| t.0));
     let span = match (first, last) {
@@ -201,61 +195,82 @@ async fn step_down(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let moved = lost.elapsed();
+    finish(env, stream, relay, "dstep").await?;
+    Ok((before, moved))
+}
+
+/// Fixed against adaptive (both at most 64) against the fast sink, `rounds` rounds
+/// interleaved: the median messages a second of each, and the adaptive runs' mean
+/// limit (read every 20 ms).
+async fn fast_sink(
+    env: &Env,
+    stream: &str,
+    n: u64,
+    rounds: usize,
+) -> Result<(f64, f64, f64), Error> {
+    let sink = Sink::start().await?;
+    let mut rates = [Vec::new(), Vec::new()];
+    let (mut sum, mut samples) = (0.0, 0u32);
+    for round in 0..rounds {
+        for (i, adaptive) in [false, true].into_iter().enumerate() {
+            sink.reset();
+            let durable = format!("dsink{round}x{i}");
+            let relay = start_relay(
+                env,
+                &config(env, stream, &durable, &sink.url(), 64, adaptive),
+                &durable,
+            )
+            .await?;
+            let admin = relay.admin.ok_or("no admin port")?;
+            let deadline = Instant::now() + Duration::from_secs(300);
+            let mut seen: Vec<f64> = Vec::new();
+            while sink.count() < n {
+                if Instant::now() > deadline {
+                    return Err("the sink did not drain in 300 s".into());
+                }
+                if adaptive
+                    && let Some(v) = relay_metric(admin, "jetrelay_concurrency_limit")
+                        .await
+                        .ok()
+                        .and_then(|v| v.first().map(|x| x.1))
+                {
+                    sum += v;
+                    samples += 1;
+                    seen.push(v);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            seen.sort_by(f64::total_cmp);
+            let q = |p: usize| seen.get(seen.len() * p / 100).copied().unwrap_or(0.0);
+            eprintln!(
+                "sink round {round} {}: {:.0} msg/s; limit p10 {} p50 {} p90 {}",
+                if adaptive { "adaptive" } else { "fixed 64" },
+                sink.rate(),
+                q(10),
+                q(50),
+                q(90)
+            );
+            rates[i].push(sink.rate());
+            finish(env, stream, relay, &durable).await?;
+        }
+    }
+    let [fixed, adaptive] = rates.map(|mut r| {
+        r.sort_by(f64::total_cmp);
+        r.get(r.len() / 2).copied().unwrap_or(0.0)
+    });
+    Ok((fixed, adaptive, sum / f64::from(samples.max(1))))
+}
+
+/// Stops a run's jetrelay and deletes its durable.
+async fn finish(env: &Env, stream: &str, relay: Running, durable: &str) -> Result<(), Error> {
     stop(relay.child).await;
     let _ = env
         .js
         .get_stream(stream)
         .await?
-        .delete_consumer("dstep")
+        .delete_consumer(durable)
         .await;
-    Ok((before, moved))
-}
-
-/// Fixed against adaptive (both at most 64) against the fast sink: messages a second,
-/// and the adaptive run's mean limit (read every 20 ms).
-async fn fast_sink(env: &Env, stream: &str, n: u64) -> Result<(f64, f64, f64), Error> {
-    let sink = Sink::start().await?;
-    let mut out = [0.0; 2];
-    let mut mean_limit = 0.0;
-    for (i, adaptive) in [false, true].into_iter().enumerate() {
-        sink.reset();
-        let durable = format!("dsink{i}");
-        let relay = start_relay(
-            env,
-            &config(env, stream, &durable, &sink.url(), 64, adaptive),
-            &durable,
-        )
-        .await?;
-        let admin = relay.admin.ok_or("no admin port")?;
-        let (mut sum, mut samples) = (0.0, 0u32);
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while sink.count() < n {
-            if Instant::now() > deadline {
-                return Err("the sink did not drain in 300 s".into());
-            }
-            if let Some(v) = relay_metric(admin, "jetrelay_concurrency_limit")
-                .await
-                .ok()
-                .and_then(|v| v.first().map(|x| x.1))
-            {
-                sum += v;
-                samples += 1;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        out[i] = sink.rate();
-        if adaptive {
-            mean_limit = sum / f64::from(samples.max(1));
-        }
-        stop(relay.child).await;
-        let _ = env
-            .js
-            .get_stream(stream)
-            .await?
-            .delete_consumer(&durable)
-            .await;
-    }
-    Ok((out[0], out[1], mean_limit))
+    Ok(())
 }
 
 async fn filled(env: &Env, name: &str, n: u64) -> Result<(), Error> {
@@ -353,11 +368,12 @@ async fn main() -> Result<(), Error> {
             moved.as_secs_f64() * 1000.0
         ));
     }
-    let sink_n: u64 = args.num("sink-n", 20_000)?;
-    filled(&env, "SINK", 2 * sink_n).await?;
-    let (fixed, adaptive, mean_limit) = fast_sink(&env, "SINK", sink_n).await?;
+    let sink_n: u64 = args.num("sink-n", 60_000)?;
+    let rounds: usize = args.num("rounds", 3)?;
+    filled(&env, "SINK", sink_n).await?;
+    let (fixed, adaptive, mean_limit) = fast_sink(&env, "SINK", sink_n, rounds).await?;
     md.push_str(&format!(
-        "Against the fast Rust sink (64 in flight at most): fixed {fixed:.0} msg/s, adaptive {adaptive:.0} msg/s ({:.2}×; its limit {mean_limit:.1} on average).\n",
+        "Against the fast Rust sink (64 in flight at most; {sink_n} messages per run, {rounds} rounds interleaved, medians): fixed {fixed:.0} msg/s, adaptive {adaptive:.0} msg/s ({:.2}×; its limit {mean_limit:.1} on average).\n",
         adaptive / fixed
     ));
     print!("{md}");

@@ -1,5 +1,5 @@
 //! The scale-out benchmark (`bench/scaleout`): an elastic group on a three-node
-//! cluster (R3 streams), auto-joined jetrelay members (`source.auto_join`), each with
+//! cluster (R3 streams, `--replicas`), auto-joined jetrelay members (`source.auto_join`), each with
 //! a fixed `max_in_flight`, delivering to an app that takes `--latency-ms` per
 //! message. Members are added 1 → 2 → 4 → 8 (`--sizes`); at each size, once the
 //! partitions are spread, the aggregate throughput over `--window-s`, beside N × the
@@ -11,6 +11,7 @@
 //!
 //!   scaleout --nats-server=PATH --relay=PATH [--out=DIR] [--sizes=1,2,4,8]
 //!            [--in-flight=8] [--latency-ms=20] [--window-s=6] [--messages=45000]
+//!            [--replicas=3]
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -22,7 +23,8 @@ use async_nats::jetstream;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use jetrelay_bench::{
-    Args, Error, fill, free_port, machine, machine_busy_seconds, wait_for, write_report,
+    Args, Error, cpu_seconds, fill, free_port, machine, machine_busy_seconds, wait_for,
+    write_report,
 };
 use tokio::process::{Child, Command};
 
@@ -234,6 +236,8 @@ async fn main() -> Result<(), Error> {
     let latency = Duration::from_millis(args.num("latency-ms", 20)?);
     let window = Duration::from_secs(args.num("window-s", 6)?);
     let messages: u64 = args.num("messages", 45_000)?;
+    // The origin stream's replicas (the group's work-queue stream takes the same).
+    let replicas: usize = args.num("replicas", 3)?;
 
     let dir = std::env::temp_dir().join(format!("jetrelay-scaleout-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -258,14 +262,14 @@ async fn main() -> Result<(), Error> {
         .create_stream(jetstream::stream::Config {
             name: STREAM.into(),
             subjects: vec!["e.*".into()],
-            num_replicas: 3,
+            num_replicas: replicas,
             ..Default::default()
         })
         .await
         .is_err()
     {
         if started.elapsed() > Duration::from_secs(60) {
-            return Err("no R3 stream in 60 s: the cluster did not form".into());
+            return Err("no stream in 60 s: the cluster did not form".into());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -326,11 +330,25 @@ async fn main() -> Result<(), Error> {
         }
         let took = spread(&http, &members).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
+        // Where the CPU goes: the members, the servers, this process (the app).
+        let split = |members: &[Member]| {
+            let of = |pids: &mut dyn Iterator<Item = u32>| {
+                pids.map(|p| cpu_seconds(p, ticks)).sum::<f64>()
+            };
+            [
+                of(&mut members.iter().filter_map(|m| m.child.id())),
+                of(&mut nodes.iter().filter_map(Child::id)),
+                cpu_seconds(std::process::id(), ticks),
+            ]
+        };
         let (c0, t0, busy0) = (count(&seen), Instant::now(), machine_busy_seconds(ticks));
+        let split0 = split(&members);
         tokio::time::sleep(window).await;
         let secs = t0.elapsed().as_secs_f64();
         let rate = (count(&seen) - c0) as f64 / secs;
         let busy = (machine_busy_seconds(ticks) - busy0) / secs;
+        let split1 = split(&members);
+        let cpu: [f64; 3] = std::array::from_fn(|i| (split1[i] - split0[i]) / secs);
         if n == sizes[0] {
             one = rate / n as f64;
         }
@@ -342,7 +360,11 @@ async fn main() -> Result<(), Error> {
             )
         });
         eprintln!("{n} member(s): {rate:.0} msg/s, spread in {took:?}, longest gap {gap:?}");
-        rows.push((n, rate, took, gap, busy));
+        eprintln!(
+            "  cores: jetrelay {:.2}, nats-server {:.2}, app {:.2}, machine {busy:.2}",
+            cpu[0], cpu[1], cpu[2]
+        );
+        rows.push((n, rate, took, gap, busy, cpu));
     }
     // One clean leave.
     let leaving = members.pop().ok_or("no members")?;
@@ -390,20 +412,23 @@ async fn main() -> Result<(), Error> {
     let _ = std::fs::remove_dir_all(&dir);
 
     let mut md = format!(
-        "# Scale-out: auto-joined members of an elastic group\n\n{}\n\nThree nats-server nodes on loopback (R3 streams), an elastic group of {PARTITIONS} partitions over 1000 keys, {messages} messages of 64 B filled first ({}; the group's work-queue stream sourced them in {:.1} s before the first member starts); each member `max_in_flight = {in_flight}`, the app takes {} ms per message; throughput over {} s once the partitions are spread.\n\n| members | msg/s | × one member | of N × one | partitions spread in | longest partition gap at the join | cores busy (of {cores}) |\n|---|---|---|---|---|---|---|\n",
+        "# Scale-out: auto-joined members of an elastic group\n\n{}\n\nThree nats-server nodes on loopback (R{replicas} streams), an elastic group of {PARTITIONS} partitions over 1000 keys, {messages} messages of 64 B filled first ({}; the group's work-queue stream sourced them in {:.1} s before the first member starts); each member `max_in_flight = {in_flight}`, the app takes {} ms per message; throughput over {} s once the partitions are spread.\n\n| members | msg/s | × one member | of N × one | partitions spread in | longest partition gap at the join | cores busy (of {cores}) | of which jetrelay / nats-server / app |\n|---|---|---|---|---|---|---|---|\n",
         machine(),
         mode.describe(),
         sourced_in.as_secs_f64(),
         latency.as_millis(),
         window.as_secs()
     );
-    for (n, rate, took, gap, busy) in &rows {
+    for (n, rate, took, gap, busy, cpu) in &rows {
         md.push_str(&format!(
-            "| {n} | {rate:.0} | {:.2} | {:.2} | {:.2} s | {} | {busy:.2} |\n",
+            "| {n} | {rate:.0} | {:.2} | {:.2} | {:.2} s | {} | {busy:.2} | {:.2} / {:.2} / {:.2} |\n",
             rate / one,
             rate / (one * *n as f64),
             took.as_secs_f64(),
-            gap.map_or("—".into(), |g| format!("{:.2} s", g.as_secs_f64()))
+            gap.map_or("—".into(), |g| format!("{:.2} s", g.as_secs_f64())),
+            cpu[0],
+            cpu[1],
+            cpu[2]
         ));
     }
     md.push_str(&format!(
