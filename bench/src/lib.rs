@@ -665,19 +665,13 @@ pub async fn start_relay(env: &Env, config: &RelayConfig, name: &str) -> Result<
 
 /// [`start_relay`] with the jetrelay binary `bin` instead of the environment's (a
 /// build to compare with).
-pub async fn start_relay_bin(
-    env: &Env,
-    bin: &Path,
-    config: &RelayConfig,
-    name: &str,
-) -> Result<Running, Error> {
-    let path = env.dir.join(format!("{name}.toml"));
-    std::fs::write(&path, &config.text)?;
-    let started = Instant::now();
-    let child = Command::new(bin)
+/// `bin run --config path`, its stderr to `$BENCH_LOGS/<name>.log` when that is set
+/// (else nowhere), killed when dropped.
+pub fn spawn_relay(bin: &Path, path: &Path, name: &str) -> Result<Child, Error> {
+    Ok(Command::new(bin)
         .arg("run")
         .arg("--config")
-        .arg(&path)
+        .arg(path)
         .env_remove("JETRELAY_CONFIG")
         .stdout(Stdio::null())
         .stderr(match std::env::var_os("BENCH_LOGS") {
@@ -687,7 +681,19 @@ pub async fn start_relay_bin(
             None => Stdio::null(),
         })
         .kill_on_drop(true)
-        .spawn()?;
+        .spawn()?)
+}
+
+pub async fn start_relay_bin(
+    env: &Env,
+    bin: &Path,
+    config: &RelayConfig,
+    name: &str,
+) -> Result<Running, Error> {
+    let path = env.dir.join(format!("{name}.toml"));
+    std::fs::write(&path, &config.text)?;
+    let started = Instant::now();
+    let child = spawn_relay(bin, &path, name)?;
     let http = reqwest::Client::new();
     let ready = format!("http://127.0.0.1:{}/ready", config.admin);
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -23,8 +23,8 @@ use async_nats::jetstream;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use jetrelay_bench::{
-    Args, Error, cpu_seconds, fill, free_port, machine, machine_busy_seconds, wait_for,
-    write_report,
+    Args, Error, cpu_seconds, fill, free_port, machine, machine_busy_seconds, spawn_relay,
+    wait_for, write_report,
 };
 use tokio::process::{Child, Command};
 
@@ -131,20 +131,7 @@ async fn start_member(
     );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text)?;
-    let child = Command::new(relay)
-        .arg("run")
-        .arg("--config")
-        .arg(&path)
-        .env_remove("JETRELAY_CONFIG")
-        .stdout(Stdio::null())
-        .stderr(match std::env::var_os("BENCH_LOGS") {
-            Some(d) => Stdio::from(std::fs::File::create(
-                Path::new(&d).join(format!("{name}.log")),
-            )?),
-            None => Stdio::null(),
-        })
-        .kill_on_drop(true)
-        .spawn()?;
+    let child = spawn_relay(relay, &path, &name)?;
     Ok(Member { name, child, admin })
 }
 
