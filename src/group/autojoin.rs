@@ -133,6 +133,11 @@ impl AutoJoin {
                         silent_for_ms = self.timeout.as_millis(),
                         "an auto-joined member was silent past source.member_timeout_ms: removed from the membership, its partitions move to the others"
                     );
+                    // Its consumer still covers its partitions (a work-queue stream
+                    // refuses an overlapping one) until the server reaps it, which a
+                    // lost node can put off for long: deleted, as a clean leave does.
+                    // What it held unacknowledged is redelivered to the new owners.
+                    self.delete_consumer(member).await;
                 }
             }
             self.live.delete(&key).await?;
@@ -156,14 +161,20 @@ impl AutoJoin {
                 tracing::warn!(error = %chain(&e), "cannot leave the membership; the others prune this member after source.member_timeout_ms")
             }
         }
-        let stream = crate::group::elastic_stream(&self.stream, &self.group);
-        if let Err(e) = self.nats.delete_consumer(&stream, &self.member).await {
-            tracing::warn!(error = %chain(&e), "cannot delete the member consumer; the server removes it once inactive");
-        }
+        self.delete_consumer(&self.member).await;
         for kind in ["auto", "live"] {
             if let Err(e) = self.live.delete(&self.key(kind, &self.member)).await {
                 tracing::warn!(error = %chain(&e), "cannot delete a liveness record; it expires");
             }
+        }
+    }
+
+    /// Deletes a member's consumer (not found is fine), so that the new owners'
+    /// consumers do not overlap it.
+    async fn delete_consumer(&self, member: &str) {
+        let stream = crate::group::elastic_stream(&self.stream, &self.group);
+        if let Err(e) = self.nats.delete_consumer(&stream, member).await {
+            tracing::warn!(member, error = %chain(&e), "cannot delete the member consumer; the server removes it once inactive");
         }
     }
 }

@@ -64,6 +64,23 @@ pub(super) fn kv_err(
     }
 }
 
+/// Whether opening a bucket failed because its stream does not exist. async-nats
+/// reports every failure to read the stream's info as `GetBucket` (a timeout, no
+/// responders, a stream leader being elected after a node is lost): only the
+/// server's "stream not found" means the bucket is missing; the rest is retried, not
+/// taken for a group that was deleted (or a bucket to create).
+fn bucket_not_found(e: &async_nats::jetstream::context::KeyValueError) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind, KeyValueErrorKind};
+    e.kind() == KeyValueErrorKind::GetBucket
+        && std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<GetStreamError>())
+            .is_some_and(|s| {
+                matches!(s.kind(), GetStreamErrorKind::JetStream(j)
+                    if j.error_code() == ErrorCode::STREAM_NOT_FOUND)
+            })
+}
+
 impl Nats {
     /// Opens a bucket; `None` when it does not exist.
     ///
@@ -72,14 +89,7 @@ impl Nats {
     pub async fn group_store(&self, bucket: &str) -> Result<Option<GroupStore>, NatsError> {
         match self.js.get_key_value(bucket).await {
             Ok(kv) => Ok(Some(GroupStore { kv })),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    async_nats::jetstream::context::KeyValueErrorKind::GetBucket
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(e) if bucket_not_found(&e) => Ok(None),
             Err(e) => Err(kv_err("open the bucket", e)),
         }
     }

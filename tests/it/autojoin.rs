@@ -1,7 +1,7 @@
 //! Elastic groups that scale themselves (`source.auto_join`): members that join and
 //! leave the membership themselves with a publisher running, two joining at the same
 //! instant, a killed member pruned after its timeout, a hand-added member never
-//! pruned.
+//! pruned, a member cut off past its timeout pruned on a cluster and back again.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -23,6 +23,19 @@ async fn members(admin: &jetrelay::group::manage::GroupAdmin, stream: &str) -> B
         .unwrap()
         .into_iter()
         .collect()
+}
+
+/// The membership, or nothing while it cannot be read (a stream leader being elected
+/// after a node is lost).
+async fn members_now(
+    admin: &jetrelay::group::manage::GroupAdmin,
+    stream: &str,
+) -> Option<BTreeSet<String>> {
+    admin
+        .elastic_members(stream, "eg")
+        .await
+        .ok()
+        .map(|m| m.into_iter().collect())
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
@@ -191,9 +204,23 @@ async fn a_killed_member_is_pruned_after_its_timeout_and_a_hand_added_one_never(
     // The hand-added member is silent (nothing runs it) and stays.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(members(&admin, &stream).await, set(&["a", "hand"]));
-    publish_keys(&js, "e", 4, 2).await;
-    eventually("a is served its keys", T, || async {
-        !app_a.requests().is_empty()
+    // Eight keys cover all four partitions: a is served in each of its own, b's old
+    // ones among them (b's consumer no longer covers them).
+    publish_keys(&js, "e", 8, 2).await;
+    let owned: BTreeSet<String> = ra
+        .health
+        .status()
+        .partitions
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    eventually("a is served in every partition it owns", T, || async {
+        let served: BTreeSet<String> = app_a
+            .requests()
+            .iter()
+            .filter_map(|r| r.header("nats-partition").map(str::to_string))
+            .collect();
+        served == owned
     })
     .await;
     assert_eq!(ra.health.status().state, State::Consuming);
@@ -371,4 +398,101 @@ async fn on_a_three_node_cluster_members_join_and_leave_under_load_losing_nothin
     );
     r0.stop().await.unwrap();
     r2.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_member_cut_off_past_its_timeout_is_pruned_on_a_cluster_and_joins_again_when_back() {
+    use async_nats::jetstream;
+    let mut cluster = Cluster::start_with(&["--no_advertise"]).await;
+    // a and the publisher talk to n1 and n2, b only to n3: killing n3 cuts b off and
+    // leaves a, the publisher and the R3 assets (stream, group store, liveness) running.
+    let n3 = cluster.nodes[2].url().to_string();
+    let a_urls = format!("{},{}", cluster.nodes[0].url(), cluster.nodes[1].url());
+    let addrs: Vec<async_nats::ServerAddr> =
+        a_urls.split(',').map(|u| u.parse().unwrap()).collect();
+    let js = jetstream::new(async_nats::connect(addrs).await.unwrap());
+    let stream = unique("E");
+    eventually("an R3 stream", T, || async {
+        js.create_stream(jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec!["e.*".into()],
+            num_replicas: 3,
+            ..Default::default()
+        })
+        .await
+        .is_ok()
+    })
+    .await;
+    let admin = admin_at(&a_urls).await;
+    create_elastic_eg(&admin, &stream, 4).await;
+    let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
+    let ra = Relay::ready(member_config_at(
+        &a_urls, &app_a, "elastic", &stream, "eg", "a", AUTO,
+    ))
+    .await;
+    let rb = Relay::ready(member_config_at(
+        &n3, &app_b, "elastic", &stream, "eg", "b", AUTO,
+    ))
+    .await;
+    eventually("two members, two partitions each", T, || async {
+        ra.health.status().partitions.len() == 2 && rb.health.status().partitions.len() == 2
+    })
+    .await;
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("both served, 16 delivered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 16
+    })
+    .await;
+    assert!(!app_b.requests().is_empty(), "b had its share");
+
+    // b is cut off from NATS: it stops, and a prunes it once its record expires.
+    cluster.node("n3").kill();
+    let cut = tokio::time::Instant::now();
+    eventually("b is pruned", T, || async {
+        members_now(&admin, &stream).await == Some(set(&["a"]))
+    })
+    .await;
+    let after = cut.elapsed();
+    assert!(
+        after >= Duration::from_secs(2),
+        "pruned before its timeout: {after:?}"
+    );
+    eventually("a owns every partition", T, || async {
+        ra.health.status().partitions == [0, 1, 2, 3]
+    })
+    .await;
+    let served_b = app_b.requests().len();
+    publish_keys(&js, "e", 8, 2).await;
+    eventually(
+        "a delivers what was published while b was away",
+        T,
+        || async { bodies(&[&app_a, &app_b]).len() == 32 },
+    )
+    .await;
+    assert_eq!(app_b.requests().len(), served_b, "b was cut off");
+
+    // n3 is back: b finds itself out of the membership, joins again and is served.
+    cluster.node("n3").start_again().await;
+    eventually("b joined again", Duration::from_secs(60), || async {
+        members_now(&admin, &stream).await == Some(set(&["a", "b"]))
+    })
+    .await;
+    eventually(
+        "b owns two partitions again",
+        Duration::from_secs(60),
+        || async {
+            rb.health.status().partitions.len() == 2 && ra.health.status().partitions.len() == 2
+        },
+    )
+    .await;
+    assert_eq!(rb.health.status().state, State::Consuming);
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("b is served again, 48 delivered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 48 && app_b.requests().len() > served_b
+    })
+    .await;
+    assert_key_order(&app_a);
+    assert_key_order(&app_b);
+    ra.stop().await.unwrap();
+    rb.stop().await.unwrap();
 }

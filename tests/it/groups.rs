@@ -694,3 +694,32 @@ async fn an_elastic_member_tells_the_app_the_origin_stream_and_sequence() {
     }
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_group_store_that_cannot_be_reached_is_unavailable_not_missing() {
+    // A server without JetStream answers no stream info at all: a failure to ask, as
+    // a stream leader being elected is, must not be read as "the group is deleted".
+    let plain = NatsServer::start_with(&["-js=false"]).await;
+    let cfg = jetrelay::config::NatsConfig {
+        servers: vec![plain.url().to_string()],
+        request_timeout_ms: 500,
+        ..Default::default()
+    };
+    let nats = jetrelay::nats::Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+        .await
+        .unwrap();
+    let open = nats.group_store("elastic-group-configs").await;
+    assert!(open.is_err(), "unreachable taken for missing: {open:?}");
+    // On a JetStream server, a bucket that is not there is missing.
+    let js_server = NatsServer::start().await;
+    let nats = jetrelay::nats::Nats::connect(
+        &jetrelay::daemon::settings::connection(&jetrelay::config::NatsConfig {
+            servers: vec![js_server.url().to_string()],
+            ..Default::default()
+        }),
+        false,
+    )
+    .await
+    .unwrap();
+    assert!(nats.group_store("no-such-bucket").await.unwrap().is_none());
+}

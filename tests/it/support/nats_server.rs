@@ -181,6 +181,12 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Cluster {
+        Self::start_with(&[]).await
+    }
+
+    /// With extra options for every node (e.g. `--no_advertise`: clients learn no
+    /// other node, so one given a single node's URL is cut off when it goes).
+    pub async fn start_with(extra: &[&str]) -> Cluster {
         let name = crate::support::unique("c");
         let mut nodes: Vec<NatsServer> = Vec::new();
         for i in 1..=3 {
@@ -190,20 +196,18 @@ impl Cluster {
                 _ => routes(&nodes),
             };
             let server_name = format!("n{i}");
-            let node = NatsServer::start_on(
-                None,
-                &[
-                    "--cluster",
-                    "nats://127.0.0.1:-1",
-                    "--cluster_name",
-                    &name,
-                    "--server_name",
-                    &server_name,
-                    "--routes",
-                    &routes,
-                ],
-            )
-            .await;
+            let mut args = vec![
+                "--cluster",
+                "nats://127.0.0.1:-1",
+                "--cluster_name",
+                &name,
+                "--server_name",
+                &server_name,
+                "--routes",
+                &routes,
+            ];
+            args.extend_from_slice(extra);
+            let node = NatsServer::start_on(None, &args).await;
             assert!(
                 node.cluster_port().is_some(),
                 "{server_name} took no cluster port"
