@@ -38,6 +38,27 @@ async fn members_now(
         .map(|m| m.into_iter().collect())
 }
 
+/// A connection to `urls` (comma-separated) and an R3 stream on `e.*` made through it
+/// (retried while the cluster elects its meta leader).
+async fn r3_stream(urls: &str) -> (async_nats::jetstream::Context, String) {
+    use async_nats::jetstream;
+    let addrs: Vec<async_nats::ServerAddr> = urls.split(',').map(|u| u.parse().unwrap()).collect();
+    let js = jetstream::new(async_nats::connect(addrs).await.unwrap());
+    let stream = unique("E");
+    eventually("an R3 stream", T, || async {
+        js.create_stream(jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec!["e.*".into()],
+            num_replicas: 3,
+            ..Default::default()
+        })
+        .await
+        .is_ok()
+    })
+    .await;
+    (js, stream)
+}
+
 fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
@@ -315,23 +336,9 @@ async fn a_python_member_follows_an_auto_joined_member_and_keeps_consuming_its_s
 
 #[tokio::test]
 async fn on_a_three_node_cluster_members_join_and_leave_under_load_losing_nothing() {
-    use async_nats::jetstream;
     let cluster = Cluster::start().await;
     let urls = cluster.urls();
-    let addrs: Vec<async_nats::ServerAddr> = urls.split(',').map(|u| u.parse().unwrap()).collect();
-    let js = jetstream::new(async_nats::connect(addrs).await.unwrap());
-    let stream = unique("E");
-    eventually("an R3 stream", T, || async {
-        js.create_stream(jetstream::stream::Config {
-            name: stream.clone(),
-            subjects: vec!["e.*".into()],
-            num_replicas: 3,
-            ..Default::default()
-        })
-        .await
-        .is_ok()
-    })
-    .await;
+    let (js, stream) = r3_stream(&urls).await;
     let admin = admin_at(&urls).await;
     create_elastic_eg(&admin, &stream, 6).await;
     let apps = [
@@ -402,27 +409,12 @@ async fn on_a_three_node_cluster_members_join_and_leave_under_load_losing_nothin
 
 #[tokio::test]
 async fn a_member_cut_off_past_its_timeout_is_pruned_on_a_cluster_and_joins_again_when_back() {
-    use async_nats::jetstream;
     let mut cluster = Cluster::start_with(&["--no_advertise"]).await;
     // a and the publisher talk to n1 and n2, b only to n3: killing n3 cuts b off and
     // leaves a, the publisher and the R3 assets (stream, group store, liveness) running.
     let n3 = cluster.nodes[2].url().to_string();
     let a_urls = format!("{},{}", cluster.nodes[0].url(), cluster.nodes[1].url());
-    let addrs: Vec<async_nats::ServerAddr> =
-        a_urls.split(',').map(|u| u.parse().unwrap()).collect();
-    let js = jetstream::new(async_nats::connect(addrs).await.unwrap());
-    let stream = unique("E");
-    eventually("an R3 stream", T, || async {
-        js.create_stream(jetstream::stream::Config {
-            name: stream.clone(),
-            subjects: vec!["e.*".into()],
-            num_replicas: 3,
-            ..Default::default()
-        })
-        .await
-        .is_ok()
-    })
-    .await;
+    let (js, stream) = r3_stream(&a_urls).await;
     let admin = admin_at(&a_urls).await;
     create_elastic_eg(&admin, &stream, 4).await;
     let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
