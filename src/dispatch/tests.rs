@@ -1850,14 +1850,16 @@ async fn the_adaptive_limit_finds_the_apps_workers_and_follows_them_down() {
     }
     wait(10 * S).await;
     let limit = r.readiness.status().concurrency_limit;
+    // Near the 8 workers: at least them, and less than one queued request each (a
+    // mean latency under the floor plus the 3 ms slack puts the limit near 12.5).
     assert!(
-        (7..=10).contains(&limit),
+        (7..=13).contains(&limit),
         "settled near the 8 workers: {limit}"
     );
     workers.store(4, std::sync::atomic::Ordering::SeqCst);
     wait(5 * S).await;
     let limit = r.readiness.status().concurrency_limit;
-    assert!((3..=6).contains(&limit), "followed the 4 workers: {limit}");
+    assert!((3..=7).contains(&limit), "followed the 4 workers: {limit}");
     wait(30 * S).await;
     let seen = r.seen();
     let refused = r

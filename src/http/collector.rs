@@ -5,6 +5,7 @@
 //! they change). Bounded: no retry here (the exporter counts a failed batch as
 //! dropped and goes on), every request within its timeout.
 
+use bytes::Bytes;
 use std::time::Duration;
 
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
@@ -86,30 +87,21 @@ impl Collector {
         })
     }
 
-    async fn post(&self, body: Vec<u8>) -> Result<(), String> {
+    async fn post(&self, body: Bytes) -> Result<(), String> {
         let mut headers = self.credentials.headers();
-        let body = match self.protocol {
+        match self.protocol {
             Protocol::HttpProtobuf => {
                 headers.insert(
                     CONTENT_TYPE,
                     HeaderValue::from_static("application/x-protobuf"),
                 );
-                body
             }
             Protocol::Grpc => {
                 headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
                 headers.insert("te", HeaderValue::from_static("trailers"));
                 headers.insert("grpc-timeout", HeaderValue::from_static("10S"));
-                // One length-prefixed message, not compressed.
-                let mut framed = Vec::with_capacity(body.len() + 5);
-                framed.push(0);
-                framed.extend_from_slice(
-                    &u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes(),
-                );
-                framed.extend_from_slice(&body);
-                framed
             }
-        };
+        }
         let resp = self
             .client
             .post(self.url.clone())
@@ -156,8 +148,27 @@ fn grpc_result(code: u32) -> Result<(), String> {
     }
 }
 
+/// gRPC frames a message with a compressed flag and its length (big-endian u32).
+const GRPC_PREFIX: usize = 5;
+
 impl Exporter for Collector {
-    fn send(&self, body: Vec<u8>) -> impl std::future::Future<Output = Result<(), String>> + Send {
+    fn prefix(&self) -> usize {
+        match self.protocol {
+            Protocol::HttpProtobuf => 0,
+            Protocol::Grpc => GRPC_PREFIX,
+        }
+    }
+
+    fn frame(&self, body: &mut [u8]) {
+        if self.protocol == Protocol::Grpc && body.len() >= GRPC_PREFIX {
+            // One length-prefixed message, not compressed.
+            let len = u32::try_from(body.len() - GRPC_PREFIX).unwrap_or(u32::MAX);
+            body[0] = 0;
+            body[1..GRPC_PREFIX].copy_from_slice(&len.to_be_bytes());
+        }
+    }
+
+    fn send(&self, body: Bytes) -> impl std::future::Future<Output = Result<(), String>> + Send {
         self.post(body)
     }
 }

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -449,8 +450,48 @@ impl Inner {
 
 /// Where encoded batches go (the collector, over HTTP or gRPC); faked in tests.
 pub trait Exporter: Send + Sync + 'static {
-    /// Sends one `ExportTraceServiceRequest`; `Err` says why it was not taken.
-    fn send(&self, body: Vec<u8>) -> impl Future<Output = Result<(), String>> + Send;
+    /// Bytes the transport frames each request with, left at the start of the body
+    /// (gRPC's 5-byte message prefix; none for plain HTTP).
+    fn prefix(&self) -> usize {
+        0
+    }
+
+    /// Fills in the framing: `body` is the [`Exporter::prefix`] bytes, then the
+    /// encoded request.
+    fn frame(&self, body: &mut [u8]) {
+        let _ = body;
+    }
+
+    /// Sends one framed `ExportTraceServiceRequest`; `Err` says why it was not taken.
+    fn send(&self, body: Bytes) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// The export body's buffer, reused from one export to the next: a batch encodes
+/// to ~100 KB, and a fresh buffer per export (some 150 a second at 20,000 messages a
+/// second, every one sampled) left megabytes freed but not yet returned by the
+/// allocator, the most of jetrelay's peak RSS with tracing on.
+#[derive(Default)]
+struct ExportBuffer(Vec<u8>);
+
+impl ExportBuffer {
+    /// `batch` encoded and framed for `exporter`, as the bytes to send.
+    fn encode(&mut self, exporter: &impl Exporter, resource: &Resource, batch: &[Span]) -> Bytes {
+        let mut buf = std::mem::take(&mut self.0);
+        buf.clear();
+        buf.resize(exporter.prefix(), 0);
+        encode::export_request(resource, batch, &mut buf);
+        exporter.frame(&mut buf);
+        Bytes::from(buf)
+    }
+
+    /// Takes the buffer back once the exporter let go of `sent` (the request was
+    /// written, or dropped); when something still holds it, the next export
+    /// allocates anew.
+    fn reclaim(&mut self, sent: Bytes) {
+        if let Ok(buf) = sent.try_into_mut() {
+            self.0 = Vec::from(buf);
+        }
+    }
 }
 
 /// How long one export may take.
@@ -473,7 +514,7 @@ pub async fn export<E: Exporter>(
     let Some(inner) = tracer.0.clone() else {
         return;
     };
-    let mut body = Vec::new();
+    let mut body = ExportBuffer::default();
     let mut warned: Option<Instant> = None;
     // Set when `stop` is seen: the last spans go out until then.
     let mut flush_until: Option<Instant> = None;
@@ -494,12 +535,13 @@ pub async fn export<E: Exporter>(
             }
             continue;
         }
-        encode::export_request(&inner.settings.resource, &batch, &mut body);
+        let bytes = body.encode(&exporter, &inner.settings.resource, &batch);
         let bound = match flush_until {
             Some(at) => at.min(Instant::now() + EXPORT_TIMEOUT),
             None => Instant::now() + EXPORT_TIMEOUT,
         };
-        let sent = tokio::time::timeout_at(bound, exporter.send(std::mem::take(&mut body))).await;
+        let sent = tokio::time::timeout_at(bound, exporter.send(bytes.clone())).await;
+        body.reclaim(bytes);
         let failed = match sent {
             Ok(Ok(())) => None,
             Ok(Err(why)) => Some(why),
@@ -591,7 +633,7 @@ pub(crate) mod tests {
     }
 
     impl Exporter for Fake {
-        async fn send(&self, body: Vec<u8>) -> Result<(), String> {
+        async fn send(&self, body: Bytes) -> Result<(), String> {
             if self.stall {
                 std::future::pending::<()>().await;
             }
@@ -602,6 +644,48 @@ pub(crate) mod tests {
                 Ok(())
             }
         }
+    }
+
+    /// An exporter that frames with a 3-byte prefix of its own.
+    struct Framed;
+
+    impl Exporter for Framed {
+        fn prefix(&self) -> usize {
+            3
+        }
+        fn frame(&self, body: &mut [u8]) {
+            body[..3].copy_from_slice(b"hdr");
+        }
+        async fn send(&self, _: Bytes) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_export_buffer_is_framed_and_reused_once_the_exporter_lets_go() {
+        let resource = Resource {
+            service_name: "s".into(),
+            instance_id: "i".into(),
+        };
+        let mut buf = ExportBuffer::default();
+        let first = buf.encode(&Framed, &resource, &[]);
+        assert!(first.starts_with(b"hdr") && first.len() > 3, "framed");
+        let at = first.as_ptr();
+        buf.reclaim(first.clone());
+        assert_eq!(
+            buf.0.capacity(),
+            0,
+            "still held by the exporter: not taken back"
+        );
+        buf.reclaim(first);
+        assert!(buf.0.capacity() > 3, "let go: taken back");
+        let second = buf.encode(&Framed, &resource, &[]);
+        assert_eq!(
+            second.as_ptr(),
+            at,
+            "the next export writes into the same buffer"
+        );
+        assert!(second.starts_with(b"hdr"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -128,9 +128,9 @@ fn span(out: &mut Vec<u8>, s: &Span) {
     });
 }
 
-/// Writes `spans` as one `ExportTraceServiceRequest` into `out` (cleared first).
+/// Appends `spans` as one `ExportTraceServiceRequest` to `out` (after whatever framing
+/// the caller put there).
 pub fn export_request(resource: &Resource, spans: &[Span], out: &mut Vec<u8>) {
-    out.clear();
     nested(out, 1, |rs| {
         nested(rs, 1, |r| {
             key_value(

@@ -36,15 +36,16 @@ async fn the_adaptive_limit_settles_near_the_apps_workers_and_follows_them_down(
         let js = env.js.clone();
         tokio::spawn(async move { publish(&js, "w.a", total).await })
     };
-    // Settled: near 8 for a while (the app takes 800 a second).
+    // Settled: near 8 for a while (the app takes 800 a second; the controller's
+    // 3 ms slack admits less than one queued request per worker: near 12.5 at most).
     eventually("settled near 8", T, || async {
-        app.answered.load(SeqCst) > 1500 && (6..=12).contains(&limit(&relay).await)
+        app.answered.load(SeqCst) > 1500 && (6..=14).contains(&limit(&relay).await)
     })
     .await;
     // (A floor probe halves the limit for one window every 5 s, and on a loaded
     // machine a probe may read a little low.)
     let settled = relay.metric("jetrelay_concurrency_limit").await;
-    assert!((2.0..=12.0).contains(&settled), "the gauge: {settled}");
+    assert!((2.0..=14.0).contains(&settled), "the gauge: {settled}");
     // In flight ÷ limit: at most 1 while the limit holds, above 1 for a moment after
     // it falls (the excess finishes, nothing is cut short). A cut is at most a half
     // and comes at most once a round trip, so within the round trip the excess takes

@@ -11,6 +11,7 @@
 //!
 //!   adaptive --nats-server=PATH --relay=PATH [--out=DIR] [--n=2000] [--workers=8,4]
 //!            [--limits=1,2,4,8,16,32,64,256] [--queue=24] [--service-ms=10]
+//!            [--only=sink] [--sink-n=60000] [--rounds=3] [--sink-arms=fixed64,adaptive]
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -199,28 +200,64 @@ async fn step_down(
     Ok((before, moved))
 }
 
-/// Fixed against adaptive (both at most 64) against the fast sink, `rounds` rounds
-/// interleaved: the median messages a second of each, and the adaptive runs' mean
-/// limit (read every 20 ms).
+/// One arm of the fast-sink comparison: `fixed64`, `adaptive` (min 1, max 64), or
+/// `fixedN` / `adaptiveN` (adaptive pinned at min = max = N: the controller's own cost).
+#[derive(Clone, Debug)]
+struct Arm {
+    label: String,
+    max: usize,
+    adaptive: bool,
+    min: Option<usize>,
+}
+
+impl Arm {
+    fn parse(s: &str) -> Result<Arm, Error> {
+        let (kind, n) = s.split_at(s.find(|c: char| c.is_ascii_digit()).unwrap_or(s.len()));
+        let n: Option<usize> = if n.is_empty() { None } else { Some(n.parse()?) };
+        match kind {
+            "fixed" => Ok(Arm {
+                label: format!("fixed {}", n.unwrap_or(64)),
+                max: n.unwrap_or(64),
+                adaptive: false,
+                min: None,
+            }),
+            "adaptive" => Ok(Arm {
+                label: n.map_or("adaptive".into(), |n| format!("adaptive pinned at {n}")),
+                max: n.unwrap_or(64),
+                adaptive: true,
+                min: n,
+            }),
+            _ => Err(format!("--sink-arms: {s:?} is not fixedN or adaptive[N]").into()),
+        }
+    }
+}
+
+/// The arms against the fast sink, `rounds` rounds interleaved: per arm the median
+/// messages a second and the mean limit it held. Every arm is observed the same way
+/// (its limit read from `/metrics` every 100 ms), so the scrapes cost each the same.
 async fn fast_sink(
     env: &Env,
     stream: &str,
     n: u64,
     rounds: usize,
-) -> Result<(f64, f64, f64), Error> {
+    arms: &[Arm],
+) -> Result<Vec<(f64, f64)>, Error> {
     let sink = Sink::start().await?;
-    let mut rates = [Vec::new(), Vec::new()];
-    let (mut sum, mut samples) = (0.0, 0u32);
+    let mut rates = vec![Vec::new(); arms.len()];
+    let mut limits = vec![(0.0, 0u32); arms.len()];
     for round in 0..rounds {
-        for (i, adaptive) in [false, true].into_iter().enumerate() {
+        for (i, arm) in arms.iter().enumerate() {
             sink.reset();
             let durable = format!("dsink{round}x{i}");
-            let relay = start_relay(
-                env,
-                &config(env, stream, &durable, &sink.url(), 64, adaptive),
-                &durable,
-            )
-            .await?;
+            let mut c = config(env, stream, &durable, &sink.url(), arm.max, arm.adaptive);
+            if let Some(min) = arm.min {
+                c.text = c.text.replacen(
+                    "[delivery]\n",
+                    &format!("[delivery]\nmin_in_flight = {min}\n"),
+                    1,
+                );
+            }
+            let relay = start_relay(env, &c, &durable).await?;
             let admin = relay.admin.ok_or("no admin port")?;
             let deadline = Instant::now() + Duration::from_secs(300);
             let mut seen: Vec<f64> = Vec::new();
@@ -228,23 +265,22 @@ async fn fast_sink(
                 if Instant::now() > deadline {
                     return Err("the sink did not drain in 300 s".into());
                 }
-                if adaptive
-                    && let Some(v) = relay_metric(admin, "jetrelay_concurrency_limit")
-                        .await
-                        .ok()
-                        .and_then(|v| v.first().map(|x| x.1))
+                if let Some(v) = relay_metric(admin, "jetrelay_concurrency_limit")
+                    .await
+                    .ok()
+                    .and_then(|v| v.first().map(|x| x.1))
                 {
-                    sum += v;
-                    samples += 1;
+                    limits[i].0 += v;
+                    limits[i].1 += 1;
                     seen.push(v);
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             seen.sort_by(f64::total_cmp);
             let q = |p: usize| seen.get(seen.len() * p / 100).copied().unwrap_or(0.0);
             eprintln!(
                 "sink round {round} {}: {:.0} msg/s; limit p10 {} p50 {} p90 {}",
-                if adaptive { "adaptive" } else { "fixed 64" },
+                arm.label,
                 sink.rate(),
                 q(10),
                 q(50),
@@ -254,11 +290,15 @@ async fn fast_sink(
             finish(env, stream, relay, &durable).await?;
         }
     }
-    let [fixed, adaptive] = rates.map(|mut r| {
-        r.sort_by(f64::total_cmp);
-        r.get(r.len() / 2).copied().unwrap_or(0.0)
-    });
-    Ok((fixed, adaptive, sum / f64::from(samples.max(1))))
+    Ok(rates
+        .into_iter()
+        .zip(limits)
+        .map(|(mut r, (sum, k))| {
+            r.sort_by(f64::total_cmp);
+            let median = r.get(r.len() / 2).copied().unwrap_or(0.0);
+            (median, sum / f64::from(k.max(1)))
+        })
+        .collect())
 }
 
 /// Stops a run's jetrelay and deletes its durable.
@@ -371,11 +411,25 @@ async fn main() -> Result<(), Error> {
     let sink_n: u64 = args.num("sink-n", 60_000)?;
     let rounds: usize = args.num("rounds", 3)?;
     filled(&env, "SINK", sink_n).await?;
-    let (fixed, adaptive, mean_limit) = fast_sink(&env, "SINK", sink_n, rounds).await?;
+    let arms = args
+        .get("sink-arms")
+        .unwrap_or("fixed64,adaptive")
+        .split(',')
+        .map(Arm::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = fast_sink(&env, "SINK", sink_n, rounds, &arms).await?;
+    let base = results.first().map_or(1.0, |r| r.0.max(1e-9));
     md.push_str(&format!(
-        "Against the fast Rust sink (64 in flight at most; {sink_n} messages per run, {rounds} rounds interleaved, medians): fixed {fixed:.0} msg/s, adaptive {adaptive:.0} msg/s ({:.2}×; its limit {mean_limit:.1} on average).\n",
-        adaptive / fixed
+        "Against the fast Rust sink ({sink_n} messages per run, {rounds} rounds interleaved, medians; every arm's `/metrics` read every 100 ms):\n\n| arm | msg/s | × {} | mean limit |\n|---|---|---|---|\n",
+        arms.first().map_or("", |a| a.label.as_str())
     ));
+    for (arm, (rate, limit)) in arms.iter().zip(&results) {
+        md.push_str(&format!(
+            "| {} | {rate:.0} | {:.2} | {limit:.1} |\n",
+            arm.label,
+            rate / base
+        ));
+    }
     print!("{md}");
     if let Some(out) = args.get("out") {
         write_report(Path::new(out), "adaptive-", None, &md)?;
