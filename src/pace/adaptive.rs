@@ -63,8 +63,8 @@ pub struct Tuning {
     /// that much: the latency grows with what is in flight although nothing waits in
     /// the app (Little's law on a CPU-bound host), and throughput still gains from
     /// the concurrency. Against the fast sink of bench/adaptive a 0.25 ms slack held
-    /// the limit to 0.63× of a fixed 64's throughput, 1 ms to 0.80–0.84× (its limit
-    /// near 12), 3 ms to 0.96× (near 58). Against a 10 ms worker-pool app it admits
+    /// the limit to 0.63× of a fixed 64's throughput, 1 ms to 0.84–0.93× (its limit
+    /// near 28), 3 ms to 0.98–1.00× (near 58). Against a 10 ms worker-pool app it admits
     /// less than one queued request per worker (the limit settles near 1.5 W instead
     /// of 1.1 W, p99 one service time above the floor, no 503s); overload answers
     /// and timeouts still cut at once whatever the latency.
@@ -222,10 +222,16 @@ impl Adaptive {
         self
     }
 
-    fn threshold(&self, t: &Tuning, n: u32) -> f64 {
+    /// The most a window of `n` answers with no queue in the app averages: the floor
+    /// with its tolerance and noise.
+    fn unqueued(&self, t: &Tuning, n: u32) -> f64 {
         self.floor_ns as f64 * (1.0 + t.tolerance)
-            + t.slack_ns as f64
             + t.noise_z * self.floor_sd_ns / f64::from(n.max(1)).sqrt()
+    }
+
+    /// Congested above this: [`Adaptive::unqueued`] plus the slack.
+    fn threshold(&self, t: &Tuning, n: u32) -> f64 {
+        self.unqueued(t, n) + t.slack_ns as f64
     }
 
     fn reset_window(&mut self, t: &Tuning) {
@@ -357,7 +363,7 @@ fn window_closed(t: &Tuning, mut s: Adaptive, now: u64) -> Adaptive {
             // floor would raise the threshold, the limit and the next probe with it.
             if s.floor_ns == NONE {
                 s.rebase(mean, sd);
-            } else if mean <= s.threshold(t, s.n) - t.slack_ns as f64 {
+            } else if mean <= s.unqueued(t, s.n) {
                 s.floor_ns = ((s.floor_ns as f64 + mean) / 2.0) as u64;
                 s.floor_sd_ns = (s.floor_sd_ns + sd) / 2.0;
             }

@@ -106,22 +106,32 @@ fn p99(mut v: Vec<Duration>) -> f64 {
     v[(v.len() * 99 / 100).min(v.len() - 1)].as_secs_f64() * 1000.0
 }
 
+/// How the limit is set.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Fixed,
+    /// `concurrency = "adaptive"`, with `min_in_flight` when given.
+    Adaptive(Option<usize>),
+}
+
+/// jetrelay on a durable of `stream`, at most `max` in flight, its limit by `mode`.
 fn config(
     env: &Env,
     stream: &str,
     durable: &str,
     url: &str,
     max: usize,
-    adaptive: bool,
+    mode: Mode,
 ) -> jetrelay_bench::RelayConfig {
     let mut d = Delivery::single("none");
     d.max_in_flight = max;
     d.max_buffered = max.max(256);
     let mut c = relay_config(env, &durable_source(stream, durable), &d, url, 30_000);
-    if adaptive {
+    if let Mode::Adaptive(min) = mode {
+        let min = min.map_or(String::new(), |m| format!("min_in_flight = {m}\n"));
         c.text = c.text.replacen(
             "[delivery]\n",
-            "[delivery]\nconcurrency = \"adaptive\"\n",
+            &format!("[delivery]\nconcurrency = \"adaptive\"\n{min}"),
             1,
         );
     }
@@ -138,10 +148,10 @@ async fn run_one(
 ) -> Result<Row, Error> {
     app.reset();
     let durable = format!("d{run}");
-    let (max, adaptive) = limit.map_or((256, true), |l| (l, false));
+    let (max, mode) = limit.map_or((256, Mode::Adaptive(None)), |l| (l, Mode::Fixed));
     let relay = start_relay(
         env,
-        &config(env, stream, &durable, &app.url, max, adaptive),
+        &config(env, stream, &durable, &app.url, max, mode),
         &durable,
     )
     .await?;
@@ -176,7 +186,7 @@ async fn step_down(
     let app = Workers::start(8, service, queue).await?;
     let relay = start_relay(
         env,
-        &config(env, stream, "dstep", &app.url, 256, true),
+        &config(env, stream, "dstep", &app.url, 256, Mode::Adaptive(None)),
         "dstep",
     )
     .await?;
@@ -206,8 +216,7 @@ async fn step_down(
 struct Arm {
     label: String,
     max: usize,
-    adaptive: bool,
-    min: Option<usize>,
+    mode: Mode,
 }
 
 impl Arm {
@@ -218,14 +227,12 @@ impl Arm {
             "fixed" => Ok(Arm {
                 label: format!("fixed {}", n.unwrap_or(64)),
                 max: n.unwrap_or(64),
-                adaptive: false,
-                min: None,
+                mode: Mode::Fixed,
             }),
             "adaptive" => Ok(Arm {
                 label: n.map_or("adaptive".into(), |n| format!("adaptive pinned at {n}")),
                 max: n.unwrap_or(64),
-                adaptive: true,
-                min: n,
+                mode: Mode::Adaptive(n),
             }),
             _ => Err(format!("--sink-arms: {s:?} is not fixedN or adaptive[N]").into()),
         }
@@ -249,14 +256,7 @@ async fn fast_sink(
         for (i, arm) in arms.iter().enumerate() {
             sink.reset();
             let durable = format!("dsink{round}x{i}");
-            let mut c = config(env, stream, &durable, &sink.url(), arm.max, arm.adaptive);
-            if let Some(min) = arm.min {
-                c.text = c.text.replacen(
-                    "[delivery]\n",
-                    &format!("[delivery]\nmin_in_flight = {min}\n"),
-                    1,
-                );
-            }
+            let c = config(env, stream, &durable, &sink.url(), arm.max, arm.mode);
             let relay = start_relay(env, &c, &durable).await?;
             let admin = relay.admin.ok_or("no admin port")?;
             let deadline = Instant::now() + Duration::from_secs(300);
