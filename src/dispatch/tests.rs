@@ -1881,6 +1881,90 @@ async fn the_adaptive_limit_finds_the_apps_workers_and_follows_them_down() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_adaptive_limit_keeps_each_keys_order_under_subject_ordering() {
+    let workers = Arc::new(std::sync::atomic::AtomicUsize::new(8));
+    let r = rig(
+        Knobs {
+            max_in_flight: 64,
+            adaptive: true,
+            ordering: Ordering::Subject,
+            ..Knobs::default()
+        },
+        workers_app(workers, 10 * MS, 24),
+    );
+    // 4 keys, fewer than the workers: without lanes the limit would grow past them
+    // and a key's messages would overlap.
+    for seq in 1..=2_000 {
+        r.send(seq, &format!("k{}", seq % 4));
+    }
+    wait(10 * S).await;
+    let limit = r.readiness.status().concurrency_limit;
+    assert!((1..=64).contains(&limit), "within its bounds: {limit}");
+    // One request of a key at a time, in stream order.
+    let mut seen = r.seen();
+    seen.sort_by_key(|s| s.start);
+    let mut last: HashMap<String, (u64, Instant)> = HashMap::new();
+    for s in &seen {
+        if let Some((seq, end)) = last.insert(s.subject.clone(), (s.seq, s.end)) {
+            assert!(
+                seq <= s.seq && end <= s.start,
+                "{}: {} ran beside or before {seq}",
+                s.subject,
+                s.seq
+            );
+        }
+    }
+    assert_eq!(seen.len(), 2_000, "no 503s: at most 4 requests at once");
+    for seq in 1..=2_000 {
+        assert_eq!(r.settled(seq), [Told::Ack], "{seq} delivered once");
+    }
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_batch_delivery_the_adaptive_limit_counts_requests() {
+    // An app of 2 workers, 10 ms a request whatever it carries, 503 beyond a queue
+    // of 4 requests.
+    let app = workers_app(Arc::new(std::sync::atomic::AtomicUsize::new(2)), 10 * MS, 4);
+    let r = batch_rig(
+        Knobs {
+            max_in_flight: 64,
+            adaptive: true,
+            batch: batching(4, 1 << 20, Duration::ZERO),
+            ..Knobs::default()
+        },
+        Box::new(move |_| {
+            let (outcome, after) = app(0, 1, Instant::now());
+            let answer = matches!(outcome, Outcome::Answered { status: 200, .. })
+                .then_some(Answer::AllAcked);
+            (outcome, answer, after)
+        }),
+    );
+    for seq in 1..=2_000 {
+        r.send(seq, "a");
+    }
+    wait(5 * S).await;
+    // Near the 2 workers in requests: counted in messages (four a request) it would
+    // hold 8 or more and the app's queue would overflow.
+    let limit = r.readiness.status().concurrency_limit;
+    assert!((2..=4).contains(&limit), "near the 2 workers: {limit}");
+    wait(10 * S).await;
+    let batches = r.batches();
+    let full = batches.iter().filter(|b| b.len() == 4).count();
+    assert!(
+        full * 10 >= batches.len() * 9,
+        "batches stay full: {full} of {}",
+        batches.len()
+    );
+    let refused = batches.len() - 500;
+    assert!(refused * 100 <= batches.len(), "503s stay rare: {refused}");
+    for seq in 1..=2_000 {
+        assert!(r.settled(seq).contains(&Told::Ack), "{seq} delivered");
+    }
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_fixed_limit_floods_the_same_app_with_503s() {
     // The oracle beside the test above: what adaptive saves the app from.
     let workers = Arc::new(std::sync::atomic::AtomicUsize::new(8));
