@@ -186,7 +186,7 @@ where
         }
     };
     match logs {
-        Logs::Daemon => jetrelay::ops::telemetry::init(config.log.format, &config.log.level),
+        Logs::Daemon => jetrelay::ops::telemetry::init_daemon(config.log.format, &config.log.level),
         Logs::Terminal => jetrelay::ops::telemetry::init(
             jetrelay::ops::telemetry::LogFormat::Text,
             "warn,async_nats=off",
@@ -199,6 +199,8 @@ where
     // Tasks still waiting on the network (a reconnecting NATS client) must not hold
     // the exit: they are dropped, not awaited.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    // The daemon's last lines before anything of the process edge's own.
+    jetrelay::ops::telemetry::flush();
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -254,6 +256,7 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
                             signal,
                             "second signal: stopping at once; what was not settled is redelivered by JetStream after ack_wait"
                         );
+                        jetrelay::ops::telemetry::flush();
                         std::process::exit(EXIT_FORCED.into());
                     }
                 }

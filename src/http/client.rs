@@ -18,7 +18,11 @@ pub fn builder(ca_file: &str) -> Result<reqwest::ClientBuilder, TlsFileError> {
     Ok(reqwest::Client::builder()
         .no_proxy()
         .tls_backend_preconfigured(client_config(ca_file)?)
-        .redirect(reqwest::redirect::Policy::none()))
+        .redirect(reqwest::redirect::Policy::none())
+        // reqwest's retries are for HTTP/2 (a GOAWAY, a refused stream), which this
+        // client does not speak (ALPN offers http/1.1); left on, every request is
+        // cloned, headers included, in case it must be sent again.
+        .retry(reqwest::retry::never().max_retries_per_request(0)))
 }
 
 /// A builder for HTTP/2 only (the collector's gRPC): `prior_knowledge` for an

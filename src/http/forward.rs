@@ -545,6 +545,121 @@ mod tests {
         }
     }
 
+    /// An app that answers a request with a redirect to `/elsewhere`, and one to
+    /// `/elsewhere` with 200; it keeps the path of every request.
+    async fn redirecting_app() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/messages", listener.local_addr().unwrap());
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let kept = Arc::clone(&kept);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut have = 0;
+                    loop {
+                        let Ok(n) = conn.read(&mut buf[have..]).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        have += n;
+                        let text = String::from_utf8_lossy(&buf[..have]).to_string();
+                        // Small requests: the whole of one fits in the buffer.
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length: usize = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if have < end + 4 + length {
+                            continue;
+                        }
+                        let path = text.split(' ').nth(1).unwrap_or("").to_string();
+                        kept.lock().unwrap().push(path.clone());
+                        have = 0;
+                        let answer = if path == "/elsewhere" {
+                            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+                        } else {
+                            "HTTP/1.1 307 Temporary Redirect\r\nlocation: /elsewhere\r\ncontent-length: 0\r\n\r\n"
+                        };
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, seen)
+    }
+
+    /// The app's redirect is its answer, never followed: a status like any other
+    /// (the vendored reqwest skips the redirect layer's parsing of the first
+    /// request only; a redirect still reaches the policy, which refuses it).
+    #[tokio::test]
+    async fn a_redirect_is_answered_not_followed() {
+        let (url, seen) = redirecting_app().await;
+        let f = Forwarder::new(&app(&url, "")).unwrap();
+        let d = crate::message::Delivery {
+            subject: "orders".into(),
+            meta: Err("no metadata".into()),
+            headers: vec![("X-Trace".into(), "1".into())],
+            payload: bytes::Bytes::from_static(b"{}"),
+            partition: None,
+            app_subject: "orders".into(),
+            origin: None,
+            invalid: None,
+        };
+        for _ in 0..3 {
+            let answer = f
+                .forward(Offer {
+                    delivery: &d,
+                    attempt: 1,
+                    trace: None,
+                })
+                .await;
+            assert!(
+                matches!(answer.outcome, Outcome::Answered { status: 307, .. }),
+                "{:?}",
+                answer.outcome
+            );
+        }
+        assert_eq!(*seen.lock().unwrap(), vec!["/messages"; 3]);
+    }
+
+    /// A client that follows redirects still does, and its answer names where it
+    /// ended (the vendored reqwest parses the answer's URI only after a redirect).
+    #[tokio::test]
+    async fn a_client_that_follows_redirects_ends_where_it_was_sent() {
+        let (url, seen) = redirecting_app().await;
+        let client = crate::http::client::builder("")
+            .unwrap()
+            .redirect(reqwest::redirect::Policy::limited(3))
+            .build()
+            .unwrap();
+        let answer = client.post(&url).body("{}").send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.url().path(), "/elsewhere");
+        let direct = client
+            .post(url.replace("/messages", "/elsewhere"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(direct.url().path(), "/elsewhere");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec!["/messages", "/elsewhere", "/elsewhere"]
+        );
+    }
+
     /// No process-wide crypto provider is installed in this test binary (as in the
     /// release binary: `http::client`'s test shows it), so the clients built here are
     /// built the way production builds them.

@@ -1,7 +1,13 @@
 //! Logging setup: JSON lines ([`json_lines`]) or text through `tracing-subscriber`,
-//! filtered by `log.level`. Nothing else installs a subscriber.
+//! filtered by `log.level`, to stderr: the daemon's through [`batched`], a command's
+//! straight. Nothing else installs a subscriber.
 
+pub mod batched;
 pub mod json_lines;
+
+use std::io::Write;
+
+use tracing_subscriber::fmt::MakeWriter;
 
 use tracing_subscriber::EnvFilter;
 
@@ -46,11 +52,98 @@ type SetFilter = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
 /// The installed subscriber's filter handle, once installed.
 static FILTER: std::sync::OnceLock<SetFilter> = std::sync::OnceLock::new();
 
-/// Installs the global subscriber; later calls are ignored (tests call it often).
+/// The daemon's lines, gathered ([`init_daemon`]), for [`flush`].
+static BATCHED: std::sync::OnceLock<batched::Batched> = std::sync::OnceLock::new();
+
+/// Where the installed subscriber writes its lines.
+#[derive(Debug, Clone)]
+enum Sink {
+    /// Straight to stderr, a write per line (a command a person runs).
+    Stderr,
+    /// Through the batched writer (the daemon).
+    Batched(batched::Batched),
+}
+
+/// One event's writer of a [`Sink`].
+#[derive(Debug)]
+enum SinkWriter<'a> {
+    Stderr(std::io::Stderr),
+    Batched(batched::Line<'a>),
+}
+
+impl Write for SinkWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            SinkWriter::Stderr(w) => w.write(buf),
+            SinkWriter::Batched(w) => w.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            SinkWriter::Stderr(w) => w.flush(),
+            SinkWriter::Batched(w) => w.flush(),
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for Sink {
+    type Writer = SinkWriter<'a>;
+
+    fn make_writer(&'a self) -> SinkWriter<'a> {
+        match self {
+            Sink::Stderr => SinkWriter::Stderr(std::io::stderr()),
+            Sink::Batched(b) => SinkWriter::Batched(b.make_writer()),
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> SinkWriter<'a> {
+        match self {
+            Sink::Stderr => SinkWriter::Stderr(std::io::stderr()),
+            Sink::Batched(b) => SinkWriter::Batched(b.make_writer_for(meta)),
+        }
+    }
+}
+
+/// Installs the global subscriber, writing each line straight to stderr; later
+/// calls are ignored (tests call it often).
 pub fn init(format: LogFormat, level: &str) {
+    install(format, level, Sink::Stderr);
+}
+
+/// Installs the daemon's subscriber: its lines (one per settled message) are
+/// gathered and written a few times a second by a thread of their own
+/// ([`batched`]); a `WARN` or `ERROR` line, [`flush`] and a panic write them out at
+/// once. Falls back to [`init`]'s direct writes when the thread cannot start.
+pub fn init_daemon(format: LogFormat, level: &str) {
+    let Ok(sink) = batched::Batched::start(Box::new(std::io::stderr())) else {
+        return init(format, level);
+    };
+    if BATCHED.set(sink.clone()).is_err() {
+        // Installed already (tests): the first sink stays.
+        return;
+    }
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        flush();
+        previous(info);
+    }));
+    install(format, level, Sink::Batched(sink));
+}
+
+/// Writes out the daemon's gathered lines (before the process ends); nothing to do
+/// for direct writes.
+pub fn flush() {
+    if let Some(sink) = BATCHED.get() {
+        sink.flush();
+    }
+}
+
+/// Installs the global subscriber writing to `sink`.
+fn install(format: LogFormat, level: &str, sink: Sink) {
     let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(sink)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // The two formats are builders of different types; both keep their filter
     // handle the same way.
