@@ -111,10 +111,11 @@ impl Pass {
 
 /// The request headers for one delivery.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Mapped {
+pub struct Mapped<'a> {
     /// (name, value) pairs to send; names are valid tokens (the metadata names are
-    /// static and lowercase), values valid field values.
-    pub headers: Vec<(Cow<'static, str>, String)>,
+    /// static and lowercase), values valid field values, borrowed from the delivery
+    /// where they are its own (one copy per request, into the HTTP types).
+    pub headers: Vec<(Cow<'static, str>, Cow<'a, str>)>,
     /// Message headers that could not be sent because they are not valid HTTP.
     pub skipped_invalid: usize,
 }
@@ -134,42 +135,45 @@ pub struct Mapped {
 /// that is already a CloudEvent (its `ce-specversion` passes `pass`) keeps its own
 /// `ce-*` headers that pass, and gets the required ones it lacks; another message's
 /// `ce-*` headers are replaced.
-pub fn map(
-    d: &Delivery,
+pub fn map<'a>(
+    d: &'a Delivery,
     attempt: u32,
     pass: &Pass,
     format: RequestFormat,
-    trace: Option<TraceHeaders<'_>>,
-) -> Mapped {
+    trace: Option<TraceHeaders<'a>>,
+) -> Mapped<'a> {
     let mut out = Mapped::default();
     out.skipped_invalid = passed(d, pass, trace, |name, value| {
         out.headers
-            .push((Cow::Owned(name.to_string()), value.to_string()));
+            .push((Cow::Owned(name.to_string()), Cow::Borrowed(value)));
     });
     let content_type = d
         .header("Content-Type")
         .filter(|v| is_valid_value(v) && !v.is_empty())
         .unwrap_or("application/octet-stream");
-    let mut add = |n: &'static str, v: String| out.headers.push((Cow::Borrowed(n), v));
-    add("content-type", content_type.to_string());
-    add("nats-subject", d.app_subject.clone());
+    let mut add = |n: &'static str, v: Cow<'a, str>| out.headers.push((Cow::Borrowed(n), v));
+    add("content-type", content_type.into());
+    add("nats-subject", d.app_subject.as_str().into());
     if let Ok(m) = &d.meta {
-        add("nats-stream", m.stream.clone());
-        add("nats-sequence", m.stream_seq.to_string());
-        add("nats-delivered", attempt.max(m.delivered).to_string());
+        add("nats-stream", m.stream.as_str().into());
+        add("nats-sequence", m.stream_seq.to_string().into());
+        add(
+            "nats-delivered",
+            attempt.max(m.delivered).to_string().into(),
+        );
         if let Ok(t) = m.published.to_offset(time::UtcOffset::UTC).format(&Rfc3339) {
-            add("nats-published", t);
+            add("nats-published", t.into());
         }
     }
     if let Some(o) = &d.origin {
-        add("nats-origin-stream", o.stream.clone());
-        add("nats-origin-sequence", o.sequence.to_string());
+        add("nats-origin-stream", o.stream.as_str().into());
+        add("nats-origin-sequence", o.sequence.to_string().into());
     }
     if let Some(p) = d.partition {
-        add("nats-partition", p.to_string());
+        add("nats-partition", p.to_string().into());
     }
     if let Some(id) = d.header("Nats-Msg-Id").filter(|v| is_valid_value(v)) {
-        add("nats-msg-id", id.to_string());
+        add("nats-msg-id", id.into());
     }
     if format == RequestFormat::Cloudevents {
         cloudevent(d, pass, &mut out);
@@ -183,7 +187,7 @@ pub fn map(
 /// `ce-type` jetrelay adds, so that what the app gets is always a valid CloudEvent.
 /// Its `ce-source` is the publisher's claim, not checked. Any other message's `ce-*`
 /// headers are replaced by jetrelay's.
-fn cloudevent(d: &Delivery, pass: &Pass, out: &mut Mapped) {
+fn cloudevent<'a>(d: &'a Delivery, pass: &Pass, out: &mut Mapped<'a>) {
     let is_ce =
         |n: &str| n.len() > 3 && n.is_char_boundary(3) && n[..3].eq_ignore_ascii_case("ce-");
     let admitted = |n: &str| pass.admits(&n.to_ascii_lowercase());
@@ -211,34 +215,34 @@ fn cloudevent(d: &Delivery, pass: &Pass, out: &mut Mapped) {
         let (id_given, source_given, type_given) = (has("ce-id"), has("ce-source"), has("ce-type"));
         for (n, v) in d.headers.iter().filter(|(n, _)| is_ce(n) && admitted(n)) {
             if is_valid_name(n) && is_valid_value(v) {
-                out.headers.push((Cow::Owned(n.clone()), v.clone()));
+                out.headers.push((Cow::Owned(n.clone()), Cow::Borrowed(v)));
             }
         }
-        let mut add = |n: &'static str, v: String| out.headers.push((Cow::Borrowed(n), v));
+        let mut add = |n: &'static str, v: Cow<'a, str>| out.headers.push((Cow::Borrowed(n), v));
         if !id_given {
-            add("ce-id", id);
+            add("ce-id", id.into());
         }
         if !source_given {
-            add("ce-source", source);
+            add("ce-source", source.into());
         }
         if !type_given {
             add("ce-type", kind.into());
         }
         return;
     }
-    let mut add = |n: &'static str, v: String| out.headers.push((Cow::Borrowed(n), v));
+    let mut add = |n: &'static str, v: Cow<'a, str>| out.headers.push((Cow::Borrowed(n), v));
     add("ce-specversion", "1.0".into());
-    add("ce-id", id);
-    add("ce-source", source);
+    add("ce-id", id.into());
+    add("ce-source", source.into());
     add("ce-type", kind.into());
-    add("ce-subject", d.app_subject.clone());
+    add("ce-subject", d.app_subject.as_str().into());
     if let Some(t) = meta.and_then(|m| {
         m.published
             .to_offset(time::UtcOffset::UTC)
             .format(&Rfc3339)
             .ok()
     }) {
-        add("ce-time", t);
+        add("ce-time", t.into());
     }
 }
 
@@ -246,11 +250,11 @@ fn cloudevent(d: &Delivery, pass: &Pass, out: &mut Mapped) {
 /// (`Content-Type` aside: it is the request's own), with `trace` in place of the
 /// message's `traceparent` and `tracestate` when given; returns how many were skipped
 /// as invalid HTTP. A batch request carries the same headers per message.
-pub fn passed(
-    d: &Delivery,
+pub fn passed<'a>(
+    d: &'a Delivery,
     pass: &Pass,
-    trace: Option<TraceHeaders<'_>>,
-    mut each: impl FnMut(&str, &str),
+    trace: Option<TraceHeaders<'a>>,
+    mut each: impl FnMut(&'a str, &'a str),
 ) -> usize {
     let mut skipped = 0;
     for (name, value) in &d.headers {
@@ -301,7 +305,9 @@ mod tests {
     use bytes::Bytes;
     use time::OffsetDateTime;
 
-    fn delivery(headers: &[(&str, &str)], partition: Option<u32>) -> Delivery {
+    /// Leaked: the mapped headers borrow from the delivery, and the tests build
+    /// it inline.
+    fn delivery(headers: &[(&str, &str)], partition: Option<u32>) -> &'static Delivery {
         delivery_from(headers, partition, None)
     }
 
@@ -309,8 +315,8 @@ mod tests {
         headers: &[(&str, &str)],
         partition: Option<u32>,
         origin: Option<crate::message::Origin>,
-    ) -> Delivery {
-        Delivery {
+    ) -> &'static Delivery {
+        Box::leak(Box::new(Delivery {
             subject: "3.orders.eu".into(),
             meta: Ok(Meta {
                 stream: "ORDERS".into(),
@@ -330,21 +336,21 @@ mod tests {
             app_subject: "orders.eu".into(),
             origin,
             invalid: None,
-        }
+        }))
     }
 
     fn get<'a>(m: &'a Mapped, name: &str) -> Vec<&'a str> {
         m.headers
             .iter()
             .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
             .collect()
     }
 
     #[test]
     fn metadata_headers() {
         let m = map(
-            &delivery(&[("Nats-Msg-Id", "abc")], Some(3)),
+            delivery(&[("Nats-Msg-Id", "abc")], Some(3)),
             2,
             &Pass::default(),
             RequestFormat::Raw,
@@ -364,7 +370,7 @@ mod tests {
             sequence: 9,
         };
         let m = map(
-            &delivery_from(&[], None, Some(origin)),
+            delivery_from(&[], None, Some(origin)),
             5,
             &Pass::default(),
             RequestFormat::Raw,
@@ -380,7 +386,7 @@ mod tests {
     #[test]
     fn pass_through_drop_and_skip_table() {
         let m = map(
-            &delivery(
+            delivery(
                 &[
                     ("X-Trace", "t1"),
                     ("X-Multi", "a"),
@@ -447,7 +453,7 @@ mod tests {
             "Authorization".into(),
         ]);
         let m = map(
-            &delivery(
+            delivery(
                 &[
                     ("X-Trace", "t"),
                     ("X-Tenant-Id", "7"),
@@ -482,7 +488,7 @@ mod tests {
     fn cloudevents_binary_mode_table() {
         let ce = |headers: &[(&str, &str)]| {
             map(
-                &delivery(headers, Some(3)),
+                delivery(headers, Some(3)),
                 1,
                 &Pass::default(),
                 RequestFormat::Cloudevents,
@@ -528,7 +534,7 @@ mod tests {
         // message is not taken for a CloudEvent, and its ce-* headers are jetrelay's.
         let only_x = Pass::new(&["X-*".to_string()]);
         let m = map(
-            &delivery(
+            delivery(
                 &[
                     ("ce-specversion", "1.0"),
                     ("ce-id", "evt-1"),
@@ -546,7 +552,7 @@ mod tests {
         // Passing ce-specversion and ce-type but not ce-id: the id is jetrelay's.
         let some = Pass::new(&["ce-specversion".to_string(), "ce-type".to_string()]);
         let m = map(
-            &delivery(
+            delivery(
                 &[
                     ("ce-specversion", "1.0"),
                     ("ce-id", "evt-1"),
@@ -563,7 +569,7 @@ mod tests {
         assert_eq!(get(&m, "ce-type"), ["com.example.order"]);
         // Raw: nothing added.
         let raw = map(
-            &delivery(&[], None),
+            delivery(&[], None),
             1,
             &Pass::default(),
             RequestFormat::Raw,
@@ -588,7 +594,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn every_mapped_header_is_valid(name in "\\PC{0,12}", value in "\\PC{0,20}") {
-            let m = map(&delivery(&[(&name, &value)], None), 1, &Pass::default(), RequestFormat::Raw, None);
+            let m = map(delivery(&[(&name, &value)], None), 1, &Pass::default(), RequestFormat::Raw, None);
             for (n, v) in &m.headers {
                 proptest::prop_assert!(is_valid_name(n) && is_valid_value(v));
             }

@@ -25,7 +25,8 @@ struct FileHeader {
 /// The headers last built, and the file values they were built from.
 #[derive(Debug)]
 struct Cached {
-    headers: HeaderMap,
+    /// Shared, so that each request takes a reference, not a copy.
+    headers: Arc<HeaderMap>,
     values: Vec<Arc<str>>,
 }
 
@@ -85,15 +86,21 @@ impl Credentials {
         Ok(Credentials {
             files,
             cached: Mutex::new(Cached {
-                headers: built,
+                headers: Arc::new(built),
                 values,
             }),
             fixed,
         })
     }
 
-    /// The headers to send now: the files are read again when they changed.
+    /// The headers to send now, as a map of the caller's own.
     pub fn headers(&self) -> HeaderMap {
+        (*self.shared()).clone()
+    }
+
+    /// The headers to send now, shared (a request's hot path: no copy, no
+    /// allocation): the files are read again when they changed.
+    pub fn shared(&self) -> Arc<HeaderMap> {
         // A poisoned lock means a panic elsewhere while building; the cached headers
         // are still whole (they are replaced, never edited in place).
         let mut cached = match self.cached.lock() {
@@ -106,11 +113,11 @@ impl Credentials {
             .zip(&cached.values)
             .all(|(a, b)| Arc::ptr_eq(a, b));
         if same {
-            return cached.headers.clone();
+            return Arc::clone(&cached.headers);
         }
         match build(&self.fixed, &self.files, &values, Some(&cached.headers)) {
             Ok(headers) => {
-                cached.headers = headers;
+                cached.headers = Arc::new(headers);
                 cached.values = values;
             }
             Err(f) => tracing::warn!(
@@ -118,7 +125,7 @@ impl Credentials {
                 "a secret file's new content is not a valid header value: its last value stays in use"
             ),
         }
-        cached.headers.clone()
+        Arc::clone(&cached.headers)
     }
 }
 

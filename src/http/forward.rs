@@ -266,7 +266,7 @@ impl Forwarder {
         keep: usize,
         keep_publish: usize,
     ) -> (Forwarded, Kept) {
-        for (n, v) in &self.credentials.headers() {
+        for (n, v) in self.credentials.shared().iter() {
             headers.insert(n.clone(), v.clone());
         }
         let start = Instant::now();

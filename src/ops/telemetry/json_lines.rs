@@ -85,15 +85,24 @@ impl Fields<'_, '_> {
 
 impl Visit for Fields<'_, '_> {
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.entry(field, |w| write!(w, "{value}"));
+        self.entry(field, |w| write_u64(w, value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.entry(field, |w| write!(w, "{value}"));
+        self.entry(field, |w| {
+            if value < 0 {
+                w.write_char('-')?;
+            }
+            write_u64(w, value.unsigned_abs())
+        });
     }
 
     fn record_u128(&mut self, field: &Field, value: u128) {
-        self.entry(field, |w| write!(w, "{value}"));
+        // Durations in ms (`as_millis`) are u128 and always fit.
+        match u64::try_from(value) {
+            Ok(v) => self.entry(field, |w| write_u64(w, v)),
+            Err(_) => self.entry(field, |w| write!(w, "{value}")),
+        }
     }
 
     fn record_i128(&mut self, field: &Field, value: i128) {
@@ -124,6 +133,24 @@ impl Visit for Fields<'_, '_> {
             w.write_char('"')
         });
     }
+}
+
+/// A number's decimal digits, without `fmt`'s machinery (a settled message's line
+/// has nine of them).
+fn write_u64(w: &mut impl fmt::Write, mut v: u64) -> fmt::Result {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // `v % 10` is below 10, so the cast cannot truncate.
+        digits[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    w.write_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"))
 }
 
 /// A JSON string literal.
@@ -223,6 +250,25 @@ mod tests {
             rfc3339_micros(offset).as_str(),
             "1970-01-01T00:00:00.000000Z"
         );
+    }
+
+    #[test]
+    fn integers_are_written_as_fmt_writes_them() {
+        let table = [0, 1, 9, 10, 99, 100, 1_234_567_890, u64::MAX - 1, u64::MAX];
+        for v in table {
+            let mut out = String::new();
+            write_u64(&mut out, v).unwrap();
+            assert_eq!(out, v.to_string());
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_integer_is_written_as_fmt_writes_it(v: u64) {
+            let mut out = String::new();
+            write_u64(&mut out, v).unwrap();
+            proptest::prop_assert_eq!(out, v.to_string());
+        }
     }
 
     #[test]
