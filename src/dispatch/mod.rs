@@ -54,7 +54,7 @@ use crate::pace::PaceSettings;
 use crate::policy::Policy;
 use crate::seam::Ordering;
 use crate::seam::publish::Publish;
-use crate::seam::time::{Deadline, bounded, sleep_until};
+use crate::seam::time::{Alarm, Deadline, bounded};
 use crate::seam::{Event, Forward, Health, ServerPause, Settle, Source};
 
 /// Batch delivery: many messages per request.
@@ -183,6 +183,8 @@ struct Run<S: Source> {
     /// Armed while the app cannot take work and this instance is pinned.
     handover: std::pin::Pin<Box<Sleep>>,
     handover_armed: bool,
+    /// The next timer, batch hold-back or pacing wait.
+    alarm: Alarm,
     /// Batch delivery: since when a partial batch waits for more.
     batch_since: Option<Instant>,
     /// The limit in force and the rate limit.
@@ -233,6 +235,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             grace: Box::pin(tokio::time::sleep(Duration::MAX / 4)),
             handover: Box::pin(tokio::time::sleep(Duration::MAX / 4)),
             handover_armed: false,
+            alarm: Alarm::default(),
             batch_since: None,
             pacing: Pacing::new(self.live().pace),
         };
@@ -248,6 +251,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 earliest(run.book.timers.next_deadline(), self.batch_due(&run)),
                 run.pacing.wait,
             );
+            run.alarm.set(next_timer);
             let held = run
                 .pacing
                 .held_for_pulls(run.book.held(), self.max_buffered);
@@ -286,7 +290,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         Flow::Go
                     }
                 },
-                () = sleep_until(next_timer) => {
+                () = run.alarm.ring() => {
                     self.timers_due(&mut run.book, run.draining).await;
                     Flow::Go
                 }

@@ -24,7 +24,7 @@ use super::settle::SettleContext;
 use super::{ConnState, Nats, NatsError, Settler};
 use crate::capacity::{Held, KEEP_ALIVE_BYTES, Limits, NextPull, PullTiming};
 use crate::message::{Delivery, Invalid, Meta, Origin};
-use crate::seam::time::sleep_until;
+use crate::seam::time::Alarm;
 use crate::seam::{Event, Source};
 use crate::subject::split_partition;
 
@@ -103,6 +103,8 @@ pub struct Puller {
     stopped: bool,
     paused: bool,
     pending: Option<PullEvent>,
+    /// When the oldest pull expires.
+    alarm: Alarm,
     /// The largest message the server may send (its `max_payload`, plus subject and
     /// reply).
     max_message: u64,
@@ -150,6 +152,7 @@ impl Nats {
             stopped: false,
             paused: false,
             pending: None,
+            alarm: Alarm::default(),
             max_message: self.client.server_info().max_payload as u64 + SUBJECTS_ROOM,
             refused: None,
             keep_alive_sent: None,
@@ -183,9 +186,9 @@ impl Puller {
                 return ev;
             }
             self.top_up(held).await;
-            let wake = self.next_wake();
-            // Losing branches: `changed()` and `sub.next()` are cancel-safe; the sleep
-            // is recomputed on the next turn.
+            self.alarm.set(self.next_wake());
+            // Losing branches: `changed()`, `sub.next()` and the alarm are cancel-safe;
+            // the alarm is set again on the next turn.
             tokio::select! {
                 biased;
                 changed = self.conn.changed() => {
@@ -206,7 +209,7 @@ impl Puller {
                     None => return PullEvent::Fatal("the pull inbox subscription closed".into()),
                     Some(m) => if let Some(ev) = self.handle(m) { return ev },
                 },
-                () = sleep_until(wake) => self.expire(),
+                () = self.alarm.ring() => self.expire(),
             }
         }
     }
