@@ -1,7 +1,8 @@
 //! The clocks the dispatcher and the boundaries share: the shutdown's [`Deadline`]
 //! (started once, bounding every step after it, so that no step waits on NATS or
 //! anything else past `delivery.shutdown_grace_ms`), [`bounded`] to run one such step,
-//! and [`sleep_until`] for an optional deadline in a `select!`.
+//! [`sleep_until`] for an optional deadline in a `select!`, and [`Alarm`] for one that
+//! a loop sets again every turn.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -7,9 +7,8 @@ pub mod json_lines;
 
 use std::io::Write;
 
-use tracing_subscriber::fmt::MakeWriter;
-
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
 
 use serde::{Deserialize, Serialize};
 
