@@ -115,6 +115,8 @@ pub(super) struct Book<T> {
     seqs: HashSet<u64>,
     /// Payload bytes held.
     bytes: u64,
+    /// Held messages with a verdict: kept only for their dead letter.
+    letters: usize,
     pub(super) lanes: Lanes<u64>,
     pub(super) due: VecDeque<u64>,
     pub(super) timers: Timers,
@@ -127,7 +129,16 @@ pub(super) struct Book<T> {
 impl<T> Book<T> {
     /// Messages kept only for their dead letter (the DLQ did not store it yet).
     pub(super) fn letters_waiting(&self) -> usize {
-        self.held.values().filter(|e| e.verdict.is_some()).count()
+        self.letters
+    }
+
+    /// Keeps a held message for its dead letter (the verdict replaces an earlier one).
+    pub(super) fn keep_for_letter(&mut self, id: u64, verdict: Verdict) {
+        if let Some(e) = self.held.get_mut(&id)
+            && e.verdict.replace(verdict).is_none()
+        {
+            self.letters += 1;
+        }
     }
 
     pub(super) fn new() -> Book<T> {
@@ -135,6 +146,7 @@ impl<T> Book<T> {
             held: HashMap::new(),
             seqs: HashSet::new(),
             bytes: 0,
+            letters: 0,
             lanes: Lanes::default(),
             due: VecDeque::new(),
             timers: Timers::default(),
@@ -186,6 +198,9 @@ impl<T> Book<T> {
         let e = self.held.remove(&id)?;
         self.seqs.remove(&e.delivery.stream_seq());
         self.bytes = self.bytes.saturating_sub(e.delivery.payload.len() as u64);
+        if e.verdict.is_some() {
+            self.letters -= 1;
+        }
         self.timers.cancel(e.progress_at, id, Due::Progress);
         if let Some(at) = e.retry_at {
             self.timers.cancel(at, id, Due::Retry);
@@ -287,11 +302,6 @@ impl<T> Book<T> {
             messages: u32::try_from(self.held.len()).unwrap_or(u32::MAX),
             bytes: self.bytes,
         }
-    }
-
-    /// Messages whose dead letter is still to be published.
-    pub(super) fn verdicts(&self) -> usize {
-        self.held.values().filter(|e| e.verdict.is_some()).count()
     }
 
     /// Entries in the timer set: at most a keep-alive and a retry per held message.

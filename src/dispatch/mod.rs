@@ -372,7 +372,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         self.metrics.held(held.messages, run.book.tasks.len());
         self.metrics.pace(limit, run.book.tasks.len());
         self.readiness.set_concurrency_limit(limit);
-        (run.draining && run.book.tasks.is_empty() && run.book.verdicts() == 0).then(|| {
+        (run.draining && run.book.tasks.is_empty() && run.book.letters_waiting() == 0).then(|| {
             run.end_reason
                 .take()
                 .map_or(Ended::Shutdown, Ended::GroupEnded)
@@ -830,9 +830,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     } else {
                         // Kept even while draining: its last delivery, a NAK would
                         // lose it.
-                        if let Some(e) = book.held.get_mut(&id) {
-                            e.verdict = Some(verdict);
-                        }
+                        book.keep_for_letter(id, verdict);
                         book.retry_at(id, now + delay);
                     }
                 }

@@ -1095,10 +1095,11 @@ async fn an_unreachable_app_is_probed_one_message_at_a_time_and_costs_no_attempt
 
 #[test]
 fn the_timers_hold_at_most_a_keep_alive_and_a_retry_per_held_message() {
-    // A model run over the book: holds, retries and settles in any order; the timer
-    // set never outgrows what is held.
+    // A model run over the book: holds, retries, verdicts and settles in any order;
+    // the timer set never outgrows what is held, and the count of letters waiting is
+    // the count of held messages with a verdict.
     let mut runner = proptest::test_runner::TestRunner::default();
-    let ops = proptest::collection::vec((0u8..3, 0u64..20), 1..300);
+    let ops = proptest::collection::vec((0u8..4, 0u64..20), 1..300);
     runner
         .run(&ops, |ops| {
             let t0 = Instant::now();
@@ -1119,6 +1120,11 @@ fn the_timers_hold_at_most_a_keep_alive_and_a_retry_per_held_message() {
                             book.retry_at(*id, at);
                         }
                     }
+                    2 => {
+                        if let Some(id) = ids.get(&key) {
+                            book.keep_for_letter(*id, verdict());
+                        }
+                    }
                     _ => {
                         if let Some(id) = ids.remove(&key) {
                             book.take(id);
@@ -1126,15 +1132,27 @@ fn the_timers_hold_at_most_a_keep_alive_and_a_retry_per_held_message() {
                     }
                 }
                 proptest::prop_assert!(book.timer_entries() <= 2 * book.held.len());
+                let with_verdict = book.held.values().filter(|e| e.verdict.is_some());
+                proptest::prop_assert_eq!(book.letters_waiting(), with_verdict.count());
             }
             for (_, id) in ids {
                 book.take(id);
             }
             proptest::prop_assert_eq!(book.timer_entries(), 0);
+            proptest::prop_assert_eq!(book.letters_waiting(), 0);
             proptest::prop_assert_eq!(book.held(), Held::default());
             Ok(())
         })
         .unwrap();
+}
+
+fn verdict() -> crate::dispatch::book::Verdict {
+    crate::dispatch::book::Verdict {
+        reason: crate::policy::TermReason::Status(400),
+        status: Some(400),
+        attempts: 1,
+        tries: 0,
+    }
 }
 
 // === batch delivery ===
