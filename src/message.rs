@@ -151,16 +151,25 @@ impl Meta {
     /// # Errors
     /// A sentence saying what is wrong; the message is then terminated, never a crash.
     pub fn from_ack_subject(reply: &str) -> Result<Meta, String> {
-        let t: Vec<&str> = reply.split('.').collect();
-        if t.len() < 2 || t[0] != "$JS" || t[1] != "ACK" {
+        // The tokens on the stack (one per message: no allocation); a 13th means too many.
+        let mut t = [""; 13];
+        let mut len = 0;
+        for (slot, token) in t.iter_mut().zip(reply.split('.')) {
+            *slot = token;
+            len += 1;
+        }
+        if len < 2 || t[0] != "$JS" || t[1] != "ACK" {
             return Err(format!(
                 "reply subject {reply:?} is not a JetStream ack subject"
             ));
         }
-        let fields = match t.len() {
+        let fields = match len {
             9 => &t[2..9],
             11 | 12 => &t[4..11],
-            n => return Err(format!("ack subject has {n} tokens, expected 9, 11 or 12")),
+            _ => {
+                let n = reply.split('.').count();
+                return Err(format!("ack subject has {n} tokens, expected 9, 11 or 12"));
+            }
         };
         let num = |i: usize, what: &str| -> Result<u64, String> {
             fields[i]
@@ -258,8 +267,14 @@ mod tests {
             "$JS.ACK.S.c.x.42.7.1700000000000000000.5",
             "$JS.ACK.S.c.1.42.7.notatime.5",
             "$JS.ACK.S.c.1.42.7.99999999999999999999.5",
+            "$JS.ACK.hub.ACC.S.c.1.3.4.1700000000000000000.0.tok.more",
+            "$JS.ACK.hub.ACC.S.c.1.3.4.1700000000000000000.0.tok.more.and.more",
         ] {
             assert!(Meta::from_ack_subject(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            Meta::from_ack_subject("$JS.ACK.a.b.c.d.e.f.g.h.i.j.k.l.m.n").unwrap_err(),
+            "ack subject has 16 tokens, expected 9, 11 or 12"
+        );
     }
 }

@@ -142,7 +142,12 @@ pub fn map<'a>(
     format: RequestFormat,
     trace: Option<TraceHeaders<'a>>,
 ) -> Mapped<'a> {
-    let mut out = Mapped::default();
+    // Room for what passes, the trace context and the metadata (at most 11 of those
+    // outside CloudEvents): the list is not regrown per request.
+    let mut out = Mapped {
+        headers: Vec::with_capacity(d.headers.len() + 14),
+        skipped_invalid: 0,
+    };
     out.skipped_invalid = passed(d, pass, trace, |name, value| {
         out.headers
             .push((Cow::Owned(name.to_string()), Cow::Borrowed(value)));

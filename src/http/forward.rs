@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use std::sync::Arc;
 
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::time::Instant;
 
 use crate::app::headers::{Pass, RequestFormat, TraceHeaders};
@@ -111,6 +111,9 @@ pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
 pub struct Forwarder {
     client: reqwest::Client,
     url: reqwest::Url,
+    /// The `Host` header of every request, as the client would write it (set here so
+    /// that it is not formatted again per request).
+    host: Option<HeaderValue>,
     credentials: Arc<Credentials>,
     timeout: Duration,
     limits: AnswerLimits,
@@ -152,6 +155,7 @@ impl Forwarder {
             .map_err(ClientError::Build)?;
         Ok(Forwarder {
             client,
+            host: host_header(&cfg.url),
             url: cfg.url.clone(),
             credentials,
             timeout: cfg.timeout,
@@ -269,15 +273,16 @@ impl Forwarder {
         for (n, v) in self.credentials.shared().iter() {
             headers.insert(n.clone(), v.clone());
         }
+        if let Some(host) = &self.host {
+            headers.insert(HOST, host.clone());
+        }
+        // Built in place: the builder's `headers()` would copy the map entry by entry.
+        let mut request = reqwest::Request::new(reqwest::Method::POST, self.url.clone());
+        *request.headers_mut() = headers;
+        *request.body_mut() = Some(body.into());
+        *request.timeout_mut() = Some(self.timeout);
         let start = Instant::now();
-        let result = self
-            .client
-            .post(self.url.clone())
-            .headers(headers)
-            .body(body)
-            .timeout(self.timeout)
-            .send()
-            .await;
+        let result = self.client.execute(request).await;
         let mut kept = Vec::new();
         let mut publishes = false;
         let mut too_large = None;
@@ -521,6 +526,17 @@ fn no_answer(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
     (Outcome::TransportError, HttpClass::Error, failure(kind))
 }
 
+/// `host[:port]` of `url`, the port only when it is not the scheme's default: what
+/// the HTTP client writes when a request has no `Host` (`None` when it has no host).
+fn host_header(url: &reqwest::Url) -> Option<HeaderValue> {
+    let host = url.host_str()?;
+    let value = match url.port() {
+        Some(port) => HeaderValue::from_str(&format!("{host}:{port}")),
+        None => HeaderValue::from_str(host),
+    };
+    value.ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,7 +563,18 @@ mod tests {
 
     /// An app that answers a request with a redirect to `/elsewhere`, and one to
     /// `/elsewhere` with 200; it keeps the path of every request.
-    async fn redirecting_app() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    /// What the redirecting app saw of each request: its path and its `Host` lines.
+    type Seen = Arc<std::sync::Mutex<Vec<(String, Vec<String>)>>>;
+
+    fn paths(seen: &Seen) -> Vec<String> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    async fn redirecting_app() -> (String, Seen) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/messages", listener.local_addr().unwrap());
@@ -584,7 +611,14 @@ mod tests {
                             continue;
                         }
                         let path = text.split(' ').nth(1).unwrap_or("").to_string();
-                        kept.lock().unwrap().push(path.clone());
+                        let hosts = text[..end]
+                            .lines()
+                            .filter_map(|l| {
+                                let (n, v) = l.split_once(':')?;
+                                n.eq_ignore_ascii_case("host").then(|| v.trim().to_string())
+                            })
+                            .collect();
+                        kept.lock().unwrap().push((path.clone(), hosts));
                         have = 0;
                         let answer = if path == "/elsewhere" {
                             "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
@@ -632,7 +666,46 @@ mod tests {
                 answer.outcome
             );
         }
-        assert_eq!(*seen.lock().unwrap(), vec!["/messages"; 3]);
+        assert_eq!(paths(&seen), vec!["/messages"; 3]);
+    }
+
+    /// Each request names the app's `host:port` once in `Host`, as the HTTP client
+    /// would (the forwarder sets it once, instead of the client per request), and the
+    /// port only when it is not the scheme's default.
+    #[tokio::test]
+    async fn each_request_names_the_apps_host_and_port_once() {
+        let (url, seen) = redirecting_app().await;
+        let f = Forwarder::new(&app(&url, "")).unwrap();
+        let d = crate::message::Delivery {
+            subject: "orders".into(),
+            meta: Err("no metadata".into()),
+            headers: vec![("Host".into(), "elsewhere.example".into())],
+            payload: bytes::Bytes::from_static(b"{}"),
+            partition: None,
+            app_subject: "orders".into(),
+            origin: None,
+            invalid: None,
+        };
+        let offer = Offer {
+            delivery: &d,
+            attempt: 1,
+            trace: None,
+        };
+        f.forward(offer).await;
+        let authority = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/messages");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![("/messages".to_string(), vec![authority.to_string()])]
+        );
+        let host =
+            |u: &str| host_header(&u.parse().unwrap()).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(host("http://app:80/m").as_deref(), Some("app"));
+        assert_eq!(host("https://app:443/m").as_deref(), Some("app"));
+        assert_eq!(host("https://app:8443/m").as_deref(), Some("app:8443"));
+        assert_eq!(host("http://[::1]:8080/m").as_deref(), Some("[::1]:8080"));
+        assert_eq!(host("http://[::1]/m").as_deref(), Some("[::1]"));
     }
 
     /// A client that follows redirects still does, and its answer names where it
@@ -654,10 +727,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(direct.url().path(), "/elsewhere");
-        assert_eq!(
-            *seen.lock().unwrap(),
-            vec!["/messages", "/elsewhere", "/elsewhere"]
-        );
+        assert_eq!(paths(&seen), vec!["/messages", "/elsewhere", "/elsewhere"]);
     }
 
     /// No process-wide crypto provider is installed in this test binary (as in the
