@@ -176,7 +176,7 @@ enum Logs {
 fn with_config<F, Fut>(file: Option<&Path>, logs: Logs, job: F) -> ExitCode
 where
     F: FnOnce(Config) -> Fut,
-    Fut: Future<Output = anyhow::Result<ExitCode>>,
+    Fut: Future<Output = anyhow::Result<ExitCode>> + Send + 'static,
 {
     let config = match Config::load(file) {
         Ok(c) => c,
@@ -195,7 +195,14 @@ where
     let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
         return ExitCode::FAILURE;
     };
-    let result = runtime.block_on(job(config));
+    // Spawned, so that the daemon's loops run on the runtime's workers: the tasks they
+    // spawn then start on the same worker, not through the runtime's shared queue and
+    // a wake-up of a parked worker per message.
+    let result = runtime.block_on(async move {
+        tokio::spawn(job(config))
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("the daemon's task failed: {e}")))
+    });
     // Tasks still waiting on the network (a reconnecting NATS client) must not hold
     // the exit: they are dropped, not awaited.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
