@@ -88,8 +88,9 @@ async fn a_fixed_limit_reports_itself_and_a_rate_limit_holds_starts_back() {
         .await;
     assert_eq!(limit(&relay).await, 16);
     assert_eq!(relay.metric("jetrelay_concurrency_limit").await, 16.0);
-    publish(&env.js, "w.a", 25).await;
+    // Timed from before the publish: the first starts may come while it goes on.
     let started = tokio::time::Instant::now();
+    publish(&env.js, "w.a", 25).await;
     eventually("all acked", T, || {
         consumer_drained(&env.js, &env.stream, &env.durable)
     })
