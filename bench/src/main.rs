@@ -9,9 +9,15 @@
 //!   e  python  — natsio-pcgroups + aiohttp forwarder (bench/py_forwarder.py)
 //!   f  otel    — (b) exporting spans to a local OTLP collector, sample_ratio 0.1 and 1.0
 //!
+//! Each round starts one contender further on in that list, so that none always runs
+//! right after the same other.
+//!
 //! Per run: drain throughput, CPU seconds per 10,000 messages and peak RSS of the
 //! contender process, then end-to-end p50/p99 latency at 1,000 msg/s. Also: start to
 //! ready, and the handover time after SIGTERM and SIGKILL of a pinned instance.
+//! Ratios are given two ways: the median throughputs' ratio, and the median of each
+//! round's ratio (the two runs of a round are minutes apart, so a slow stretch of a
+//! shared machine weighs on both sides of it).
 //! Prints a markdown report and writes it to bench/results/.
 
 use std::collections::BTreeMap;
@@ -192,6 +198,19 @@ struct Sample {
     /// dropped.
     span_bytes: u64,
     spans_dropped: f64,
+}
+
+/// The median over the rounds of `v`'s throughput over `base`'s in the same round:
+/// the contenders of one round run minutes apart, so a slower stretch of a shared
+/// machine weighs on both sides of each ratio.
+fn per_round(v: &[Sample], base: &[Sample]) -> f64 {
+    median(
+        &mut v
+            .iter()
+            .zip(base)
+            .map(|(s, b)| s.throughput / b.throughput)
+            .collect::<Vec<f64>>(),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -402,7 +421,10 @@ async fn main() -> Result<(), Error> {
         let mode = fill(&env.js, |i| format!("{prefix}.k{}", i % KEYS), n, size).await?;
         eprintln!("  filled with {}", mode.describe());
         for round in 1..=rounds {
-            for &c in &contenders {
+            // Each round starts one contender further on, so that none always runs
+            // right after the same other (what one leaves behind, the next pays for).
+            let k = contenders.len();
+            for c in (0..k).map(|i| contenders[(i + round - 1) % k]) {
                 run += 1;
                 eprintln!("size {size} round {round}: {}", c.label());
                 let s = run_one(&env, &tools, c, &stream, &prefix, size, run, &sink).await?;
@@ -444,11 +466,12 @@ async fn main() -> Result<(), Error> {
         "# jetrelay benchmark\n\nMachine: {}; nats-server {nats_version} (file store) on loopback. {rounds} rounds, contenders interleaved; {n} messages pre-filled per size over {PARTITIONS} partitions and {KEYS} keys; {IN_FLIGHT} requests in flight for every Rust contender; latency at {LATENCY_RATE} msg/s ({LATENCY_MSGS} messages). Medians, with min–max for throughput; jetrelay logs one JSON line per message at `info`, as deployed.\n\n",
         machine()
     ));
-    md.push_str("| size | contender | throughput msg/s (min–max) | × (a) | p50 ms | p99 ms | CPU s / 10k msgs | nats-server CPU s / 10k | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| size | contender | throughput msg/s (min–max) | × (a) | × (a) per round | p50 ms | p99 ms | CPU s / 10k msgs | nats-server CPU s / 10k | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for &size in &sizes {
         let base = results
             .get(&(size, Contender::Bare))
             .map(|v| median(&mut v.iter().map(|s| s.throughput).collect::<Vec<_>>()));
+        let bare = results.get(&(size, Contender::Bare));
         for &c in &contenders {
             let Some(v) = results.get(&(size, c)) else {
                 continue;
@@ -460,10 +483,11 @@ async fn main() -> Result<(), Error> {
             );
             let tm = median(&mut t);
             let ratio = base.map_or("–".to_string(), |b| format!("{:.2}", tm / b));
+            let paired = bare.map_or("–".to_string(), |b| format!("{:.2}", per_round(v, b)));
             let m = |f: fn(&Sample) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
             let rss = v.iter().map(|s| s.rss_mib).fold(0.0, f64::max);
             md.push_str(&format!(
-                "| {size} B | {} | {tm:.0} ({min:.0}–{max:.0}) | {ratio} | {:.2} | {:.2} | {:.3} | {:.3} | {rss:.1} |\n",
+                "| {size} B | {} | {tm:.0} ({min:.0}–{max:.0}) | {ratio} | {paired} | {:.2} | {:.2} | {:.3} | {:.3} | {rss:.1} |\n",
                 c.label(),
                 m(|s| s.p50_ms),
                 m(|s| s.p99_ms),
@@ -479,7 +503,10 @@ async fn main() -> Result<(), Error> {
                 median(&mut v.iter().map(|s| s.throughput).collect::<Vec<f64>>())
             })
         };
-        let Some(off) = tm(Contender::RelayNone) else {
+        let (Some(off), Some(offs)) = (
+            tm(Contender::RelayNone),
+            results.get(&(size, Contender::RelayNone)),
+        ) else {
             continue;
         };
         for c in [Contender::OtelTenth, Contender::OtelAll] {
@@ -494,9 +521,10 @@ async fn main() -> Result<(), Error> {
             );
             let dropped = median(&mut v.iter().map(|s| s.spans_dropped).collect::<Vec<f64>>());
             md.push_str(&format!(
-                "\n{size} B, {}: {:.2}× export off (b); {mib:.1} MiB of OTLP per run to the collector, {dropped:.0} spans dropped.",
+                "\n{size} B, {}: {:.2}× export off (b), {:.2}× per round; {mib:.1} MiB of OTLP per run to the collector, {dropped:.0} spans dropped.",
                 c.label(),
-                on / off
+                on / off,
+                per_round(v, offs)
             ));
         }
     }
