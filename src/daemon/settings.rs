@@ -329,7 +329,8 @@ fn tracing(c: &Config, app_url: &Url, p: &mut Vec<Problem>) -> Option<Tracing> {
         Some(_) => format!("{}/{}", c.source.group, c.source.member),
     };
     let mut shown = app_url.clone();
-    // Never credentials in a span (the config does not take them there anyway).
+    // Never credentials in a span (a user:password in `http.url` is sent to the app as
+    // Basic authorization, never shown).
     // Err only for a URL that cannot carry credentials: then it has none to clear.
     shown.set_username("").unwrap_or_default();
     shown.set_password(None).unwrap_or_default();

@@ -110,10 +110,12 @@ pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
 #[derive(Debug, Clone)]
 pub struct Forwarder {
     client: reqwest::Client,
+    /// `http.url` without a user:password (that became `implied`'s Authorization).
     url: reqwest::Url,
-    /// The `Host` header of every request, as the client would write it (set here so
-    /// that it is not formatted again per request).
-    host: Option<HeaderValue>,
+    /// Headers every request has unless the app's credentials set them: the Basic
+    /// authorization of a user:password in `http.url`, and `Host` as the client would
+    /// write it (made once here, not per request).
+    implied: HeaderMap,
     credentials: Arc<Credentials>,
     timeout: Duration,
     limits: AnswerLimits,
@@ -153,10 +155,21 @@ impl Forwarder {
             .tcp_nodelay(true)
             .build()
             .map_err(ClientError::Build)?;
+        // What reqwest's builder derives from the URL (a user:password becomes Basic
+        // authorization), once: each request is then built in place.
+        let template = client
+            .post(cfg.url.clone())
+            .build()
+            .map_err(ClientError::Build)?;
+        let url = template.url().clone();
+        let mut implied = template.headers().clone();
+        if let Some(host) = host_header(&url) {
+            implied.insert(HOST, host);
+        }
         Ok(Forwarder {
             client,
-            host: host_header(&cfg.url),
-            url: cfg.url.clone(),
+            url,
+            implied,
             credentials,
             timeout: cfg.timeout,
             limits: cfg.limits,
@@ -273,8 +286,8 @@ impl Forwarder {
         for (n, v) in self.credentials.shared().iter() {
             headers.insert(n.clone(), v.clone());
         }
-        if let Some(host) = &self.host {
-            headers.insert(HOST, host.clone());
+        for (name, value) in &self.implied {
+            headers.entry(name).or_insert_with(|| value.clone());
         }
         // Built in place: the builder's `headers()` would copy the map entry by entry.
         let mut request = reqwest::Request::new(reqwest::Method::POST, self.url.clone());
@@ -561,10 +574,9 @@ mod tests {
         }
     }
 
-    /// An app that answers a request with a redirect to `/elsewhere`, and one to
-    /// `/elsewhere` with 200; it keeps the path of every request.
-    /// What the redirecting app saw of each request: its path and its `Host` lines.
-    type Seen = Arc<std::sync::Mutex<Vec<(String, Vec<String>)>>>;
+    /// What the redirecting app saw of each request: its path and its header lines
+    /// (names lowercased).
+    type Seen = Arc<std::sync::Mutex<Vec<(String, Vec<(String, String)>)>>>;
 
     fn paths(seen: &Seen) -> Vec<String> {
         seen.lock()
@@ -574,6 +586,20 @@ mod tests {
             .collect()
     }
 
+    /// The values of header `name` in each request seen.
+    fn lines(seen: &Seen, name: &str) -> Vec<Vec<String>> {
+        let seen = seen.lock().unwrap();
+        let values = |h: &[(String, String)]| {
+            h.iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .collect()
+        };
+        seen.iter().map(|(_, h)| values(h)).collect()
+    }
+
+    /// An app that answers a request with a redirect to `/elsewhere`, and one to
+    /// `/elsewhere` with 200; it keeps the path and headers of every request.
     async fn redirecting_app() -> (String, Seen) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -611,14 +637,14 @@ mod tests {
                             continue;
                         }
                         let path = text.split(' ').nth(1).unwrap_or("").to_string();
-                        let hosts = text[..end]
+                        let headers = text[..end]
                             .lines()
                             .filter_map(|l| {
                                 let (n, v) = l.split_once(':')?;
-                                n.eq_ignore_ascii_case("host").then(|| v.trim().to_string())
+                                Some((n.to_ascii_lowercase(), v.trim().to_string()))
                             })
                             .collect();
-                        kept.lock().unwrap().push((path.clone(), hosts));
+                        kept.lock().unwrap().push((path.clone(), headers));
                         have = 0;
                         let answer = if path == "/elsewhere" {
                             "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
@@ -695,10 +721,8 @@ mod tests {
         let authority = url
             .trim_start_matches("http://")
             .trim_end_matches("/messages");
-        assert_eq!(
-            *seen.lock().unwrap(),
-            vec![("/messages".to_string(), vec![authority.to_string()])]
-        );
+        assert_eq!(paths(&seen), ["/messages"]);
+        assert_eq!(lines(&seen, "host"), [[authority]]);
         let host =
             |u: &str| host_header(&u.parse().unwrap()).map(|v| v.to_str().unwrap().to_string());
         assert_eq!(host("http://app:80/m").as_deref(), Some("app"));
@@ -706,6 +730,52 @@ mod tests {
         assert_eq!(host("https://app:8443/m").as_deref(), Some("app:8443"));
         assert_eq!(host("http://[::1]:8080/m").as_deref(), Some("[::1]:8080"));
         assert_eq!(host("http://[::1]/m").as_deref(), Some("[::1]"));
+    }
+
+    /// What the app's URL and credentials imply is sent once and as reqwest's builder
+    /// made it: a user:password in `http.url` is Basic authorization (never in the
+    /// request line), unless the credentials name an Authorization of their own; a
+    /// `Host` in `http.headers` is sent instead of the URL's.
+    #[tokio::test]
+    async fn the_urls_user_and_the_configured_host_are_sent_as_the_builder_sent_them() {
+        let (url, seen) = redirecting_app().await;
+        let with_user = url.replace("http://", "http://user:pw@");
+        let d = crate::message::Delivery {
+            subject: "orders".into(),
+            meta: Err("no metadata".into()),
+            headers: Vec::new(),
+            payload: bytes::Bytes::from_static(b"{}"),
+            partition: None,
+            app_subject: "orders".into(),
+            origin: None,
+            invalid: None,
+        };
+        let offer = Offer {
+            delivery: &d,
+            attempt: 1,
+            trace: None,
+        };
+        Forwarder::new(&app(&with_user, ""))
+            .unwrap()
+            .forward(offer)
+            .await;
+        let mut configured = app(&with_user, "");
+        configured.credentials.headers = [
+            ("Host".to_string(), "app.internal".to_string()),
+            ("Authorization".to_string(), "Bearer t".to_string()),
+        ]
+        .into();
+        Forwarder::new(&configured).unwrap().forward(offer).await;
+        let authority = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/messages");
+        assert_eq!(paths(&seen), ["/messages", "/messages"]);
+        // base64("user:pw")
+        assert_eq!(
+            lines(&seen, "authorization"),
+            [["Basic dXNlcjpwdw=="], ["Bearer t"]]
+        );
+        assert_eq!(lines(&seen, "host"), [[authority], ["app.internal"]]);
     }
 
     /// A client that follows redirects still does, and its answer names where it
