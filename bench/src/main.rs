@@ -9,8 +9,8 @@
 //!   e  python  — natsio-pcgroups + aiohttp forwarder (bench/py_forwarder.py)
 //!   f  otel    — (b) exporting spans to a local OTLP collector, sample_ratio 0.1 and 1.0
 //!
-//! Each round starts one contender further on in that list, so that none always runs
-//! right after the same other.
+//! The rounds run the contenders in the orders of a Williams design: over k rounds
+//! (2k when k is odd) each contender runs right after each other equally often.
 //!
 //! Per run: drain throughput, CPU seconds per 10,000 messages and peak RSS of the
 //! contender process, then end-to-end p50/p99 latency at 1,000 msg/s. Also: start to
@@ -198,6 +198,26 @@ struct Sample {
     /// dropped.
     span_bytes: u64,
     spans_dropped: f64,
+}
+
+/// The order of k contenders in `round` (from 1): a row of a Williams design, in
+/// which over k rounds (2k when k is odd: each row, then each row reversed) every
+/// contender runs right after every other the same number of times.
+fn order(k: usize, round: usize) -> Vec<usize> {
+    // 0, 1, k-1, 2, k-2, …: the first row, whose steps between neighbours are all
+    // different modulo k.
+    let first = (0..k).map(|j| match j {
+        0 => 0,
+        j if j % 2 == 1 => j.div_ceil(2),
+        j => k - j / 2,
+    });
+    let period = if k.is_multiple_of(2) { k } else { 2 * k };
+    let r = (round.max(1) - 1) % period.max(1);
+    let mut row: Vec<usize> = first.map(|b| (b + r) % k).collect();
+    if r >= k {
+        row.reverse();
+    }
+    row
 }
 
 /// The median over the rounds of `v`'s throughput over `base`'s in the same round:
@@ -421,10 +441,12 @@ async fn main() -> Result<(), Error> {
         let mode = fill(&env.js, |i| format!("{prefix}.k{}", i % KEYS), n, size).await?;
         eprintln!("  filled with {}", mode.describe());
         for round in 1..=rounds {
-            // Each round starts one contender further on, so that none always runs
-            // right after the same other (what one leaves behind, the next pays for).
-            let k = contenders.len();
-            for c in (0..k).map(|i| contenders[(i + round - 1) % k]) {
+            // What one contender leaves behind, the next pays for: the orders are
+            // balanced so that each runs right after each other equally often.
+            for c in order(contenders.len(), round)
+                .into_iter()
+                .map(|i| contenders[i])
+            {
                 run += 1;
                 eprintln!("size {size} round {round}: {}", c.label());
                 let s = run_one(&env, &tools, c, &stream, &prefix, size, run, &sink).await?;
@@ -548,4 +570,30 @@ async fn main() -> Result<(), Error> {
     }
     env.close().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order;
+    use std::collections::HashMap;
+
+    #[test]
+    fn over_a_period_each_contender_follows_each_other_equally_often() {
+        for k in 1..=9usize {
+            let period = if k.is_multiple_of(2) { k } else { 2 * k };
+            let mut after: HashMap<(usize, usize), usize> = HashMap::new();
+            for round in 1..=period {
+                let row = order(k, round);
+                let mut sorted = row.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..k).collect::<Vec<_>>(), "k {k} round {round}");
+                for w in row.windows(2) {
+                    *after.entry((w[0], w[1])).or_default() += 1;
+                }
+            }
+            let counts: Vec<usize> = after.values().copied().collect();
+            assert_eq!(after.len(), k * (k - 1), "k {k}: every ordered pair");
+            assert!(counts.iter().all(|&c| c == counts[0]), "k {k}: {after:?}");
+        }
+    }
 }
