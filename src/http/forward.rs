@@ -574,6 +574,32 @@ mod tests {
         }
     }
 
+    /// A delivery on `orders` without metadata, with `headers` and a `{}` body.
+    fn orders(headers: &[(&str, &str)]) -> crate::message::Delivery {
+        crate::message::Delivery {
+            subject: "orders".into(),
+            meta: Err("no metadata".into()),
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_string(), (*v).to_string()))
+                .collect(),
+            payload: bytes::Bytes::from_static(b"{}"),
+            partition: None,
+            app_subject: "orders".into(),
+            origin: None,
+            invalid: None,
+        }
+    }
+
+    /// `d` offered for the first time, without a trace context.
+    fn first(d: &crate::message::Delivery) -> Offer<'_> {
+        Offer {
+            delivery: d,
+            attempt: 1,
+            trace: None,
+        }
+    }
+
     /// What the redirecting app saw of each request: its path and its header lines
     /// (names lowercased).
     type Seen = Arc<std::sync::Mutex<Vec<(String, Vec<(String, String)>)>>>;
@@ -668,24 +694,9 @@ mod tests {
     async fn a_redirect_is_answered_not_followed() {
         let (url, seen) = redirecting_app().await;
         let f = Forwarder::new(&app(&url, "")).unwrap();
-        let d = crate::message::Delivery {
-            subject: "orders".into(),
-            meta: Err("no metadata".into()),
-            headers: vec![("X-Trace".into(), "1".into())],
-            payload: bytes::Bytes::from_static(b"{}"),
-            partition: None,
-            app_subject: "orders".into(),
-            origin: None,
-            invalid: None,
-        };
+        let d = orders(&[("X-Trace", "1")]);
         for _ in 0..3 {
-            let answer = f
-                .forward(Offer {
-                    delivery: &d,
-                    attempt: 1,
-                    trace: None,
-                })
-                .await;
+            let answer = f.forward(first(&d)).await;
             assert!(
                 matches!(answer.outcome, Outcome::Answered { status: 307, .. }),
                 "{:?}",
@@ -702,21 +713,8 @@ mod tests {
     async fn each_request_names_the_apps_host_and_port_once() {
         let (url, seen) = redirecting_app().await;
         let f = Forwarder::new(&app(&url, "")).unwrap();
-        let d = crate::message::Delivery {
-            subject: "orders".into(),
-            meta: Err("no metadata".into()),
-            headers: vec![("Host".into(), "elsewhere.example".into())],
-            payload: bytes::Bytes::from_static(b"{}"),
-            partition: None,
-            app_subject: "orders".into(),
-            origin: None,
-            invalid: None,
-        };
-        let offer = Offer {
-            delivery: &d,
-            attempt: 1,
-            trace: None,
-        };
+        let d = orders(&[("Host", "elsewhere.example")]);
+        let offer = first(&d);
         f.forward(offer).await;
         let authority = url
             .trim_start_matches("http://")
@@ -740,21 +738,8 @@ mod tests {
     async fn the_urls_user_and_the_configured_host_are_sent_as_the_builder_sent_them() {
         let (url, seen) = redirecting_app().await;
         let with_user = url.replace("http://", "http://user:pw@");
-        let d = crate::message::Delivery {
-            subject: "orders".into(),
-            meta: Err("no metadata".into()),
-            headers: Vec::new(),
-            payload: bytes::Bytes::from_static(b"{}"),
-            partition: None,
-            app_subject: "orders".into(),
-            origin: None,
-            invalid: None,
-        };
-        let offer = Offer {
-            delivery: &d,
-            attempt: 1,
-            trace: None,
-        };
+        let d = orders(&[]);
+        let offer = first(&d);
         Forwarder::new(&app(&with_user, ""))
             .unwrap()
             .forward(offer)
