@@ -220,6 +220,11 @@ fn order(k: usize, round: usize) -> Vec<usize> {
     row
 }
 
+/// The median throughput of a contender's runs.
+fn throughput(v: &[Sample]) -> f64 {
+    median(&mut v.iter().map(|s| s.throughput).collect::<Vec<f64>>())
+}
+
 /// The median over the rounds of `v`'s throughput over `base`'s in the same round:
 /// the contenders of one round run minutes apart, so a slower stretch of a shared
 /// machine weighs on both sides of each ratio.
@@ -490,10 +495,8 @@ async fn main() -> Result<(), Error> {
     ));
     md.push_str("| size | contender | throughput msg/s (min–max) | × (a) | × (a) per round | p50 ms | p99 ms | CPU s / 10k msgs | nats-server CPU s / 10k | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for &size in &sizes {
-        let base = results
-            .get(&(size, Contender::Bare))
-            .map(|v| median(&mut v.iter().map(|s| s.throughput).collect::<Vec<_>>()));
         let bare = results.get(&(size, Contender::Bare));
+        let base = bare.map(|v| throughput(v));
         for &c in &contenders {
             let Some(v) = results.get(&(size, c)) else {
                 continue;
@@ -520,17 +523,11 @@ async fn main() -> Result<(), Error> {
     }
     // Tracing beside export off, each size: the throughput ratio and what went out.
     for &size in &sizes {
-        let tm = |c| {
-            results.get(&(size, c)).map(|v: &Vec<Sample>| {
-                median(&mut v.iter().map(|s| s.throughput).collect::<Vec<f64>>())
-            })
-        };
-        let (Some(off), Some(offs)) = (
-            tm(Contender::RelayNone),
-            results.get(&(size, Contender::RelayNone)),
-        ) else {
+        let tm = |c| results.get(&(size, c)).map(|v: &Vec<Sample>| throughput(v));
+        let Some(offs) = results.get(&(size, Contender::RelayNone)) else {
             continue;
         };
+        let off = throughput(offs);
         for c in [Contender::OtelTenth, Contender::OtelAll] {
             let (Some(on), Some(v)) = (tm(c), results.get(&(size, c))) else {
                 continue;
