@@ -109,6 +109,8 @@ pub struct StreamSpec {
     pub allow_atomic: bool,
     /// It takes per-message TTLs.
     pub allow_msg_ttl: bool,
+    /// It takes fast-ingest batches (nats-server 2.14+).
+    pub allow_batched: bool,
 }
 
 /// What to do to the stream.
@@ -281,6 +283,7 @@ fn stream_rows(have: &StreamSpec, want: &StreamSpec) -> Vec<Row> {
         ("allow_direct", have.allow_direct, want.allow_direct),
         ("allow_atomic", have.allow_atomic, want.allow_atomic),
         ("allow_msg_ttl", have.allow_msg_ttl, want.allow_msg_ttl),
+        ("allow_batched", have.allow_batched, want.allow_batched),
     ] {
         if wants && !has {
             cmp(field, has.to_string(), wants.to_string());
@@ -506,6 +509,7 @@ mod tests {
             allow_direct: false,
             allow_atomic: false,
             allow_msg_ttl: false,
+            allow_batched: false,
         }
     }
 

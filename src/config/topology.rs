@@ -77,6 +77,9 @@ pub struct ManagedStreamConfig {
     pub allow_atomic: bool,
     /// Per-message TTLs (`Nats-TTL`); the server never turns it off again.
     pub allow_msg_ttl: bool,
+    /// Fast-ingest batches (nats-server 2.14+): what `jetrelay dlq replay --fast`
+    /// sends into this stream.
+    pub allow_batched: bool,
 }
 
 impl Default for ManagedStreamConfig {
@@ -94,6 +97,7 @@ impl Default for ManagedStreamConfig {
             allow_direct: false,
             allow_atomic: false,
             allow_msg_ttl: false,
+            allow_batched: false,
         }
     }
 }

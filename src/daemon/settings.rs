@@ -436,6 +436,8 @@ fn dead_letters(c: &Config, ack_wait: Duration) -> Option<DeadLetters> {
         allow_direct: true,
         allow_atomic: false,
         allow_msg_ttl: false,
+        // `jetrelay dlq replay --fast --to` a subject the DLQ stream captures.
+        allow_batched: true,
     });
     Some(DeadLetters {
         subject: d.subject.clone(),
@@ -504,6 +506,7 @@ pub fn topology_request(c: &Config) -> TopologyRequest {
         allow_direct: m.allow_direct,
         allow_atomic: m.allow_atomic,
         allow_msg_ttl: m.allow_msg_ttl,
+        allow_batched: m.allow_batched,
     });
     TopologyRequest {
         stream: c.source.stream.clone(),

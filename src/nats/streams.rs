@@ -406,6 +406,7 @@ fn from_stream_config(c: &stream::Config) -> StreamSpec {
         allow_direct: c.allow_direct,
         allow_atomic: c.allow_atomic_publish,
         allow_msg_ttl: c.allow_message_ttl,
+        allow_batched: c.allow_batch_publish,
     }
 }
 
@@ -434,6 +435,7 @@ fn to_stream_config(s: &StreamSpec) -> stream::Config {
         allow_direct: s.allow_direct,
         allow_atomic_publish: s.allow_atomic,
         allow_message_ttl: s.allow_msg_ttl,
+        allow_batch_publish: s.allow_batched,
         ..Default::default()
     }
 }

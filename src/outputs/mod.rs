@@ -373,7 +373,7 @@ impl Capture {
             direct: spec.allow_direct,
             duplicate_window: Duration::from_millis(spec.duplicate_window_ms),
             staged_on_disk: spec.replicas == 1 && spec.storage == crate::topology::Storage::File,
-            batched: false,
+            batched: spec.allow_batched,
             planned: true,
         }
     }

@@ -31,13 +31,17 @@ async fn a_managed_stream_is_created_from_config() {
         &app,
         &stream,
         &durable,
-        &managed("[\"m.>\"]"),
+        &format!("{}allow_batched = true\n", managed("[\"m.>\"]")),
     ))
     .await;
     relay.wait_ready(T).await;
     let info = js.get_stream(&stream).await.unwrap().cached_info().clone();
     assert_eq!(info.config.subjects, ["m.>"]);
     assert_eq!(info.config.max_messages, 5000);
+    assert!(
+        info.config.allow_batch_publish,
+        "`jetrelay dlq replay --fast` sends fast-ingest batches into it"
+    );
     publish(&js, "m.1", 3).await;
     app.wait_for("3 requests", T, |r| r.len() == 3).await;
     relay.stop().await.unwrap();
@@ -290,6 +294,7 @@ async fn a_managed_dlq_stream_is_created_for_dead_letters_and_an_existing_one_le
     let c = &info.config;
     assert_eq!(c.subjects, [format!("{dlq}.letters")]);
     assert!(c.allow_direct, "jetrelay dlq reads it with direct gets");
+    assert!(c.allow_batch_publish, "a --fast replay --to it takes batches");
     assert_eq!(c.storage, jetstream::stream::StorageType::File);
     assert_eq!(c.max_age, Duration::from_secs(7 * 86_400));
     // Covers a letter's id past the ack wait of a TERM lost in a crash.
