@@ -50,6 +50,10 @@ enum Command {
         /// the jetrelay that runs, read from its admin port (admin.listen, or URL).
         #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
         diff_running: Option<String>,
+        /// Without NATS: the config, the environment and every file it names (for CI
+        /// and pre-commit hooks); 0 when valid, 64 when not.
+        #[arg(long, conflicts_with = "diff_running")]
+        offline: bool,
     },
     /// Administer partitioned consumer groups (orbit.go / natsio-pcgroups compatible).
     Group {
@@ -132,10 +136,17 @@ fn main() -> ExitCode {
         Command::Check {
             config,
             diff_running: None,
+            offline: false,
         } => with_config(config.as_deref(), Logs::Terminal, check),
         Command::Check {
             config,
+            offline: true,
+            ..
+        } => with_config(config.as_deref(), Logs::Terminal, check_offline),
+        Command::Check {
+            config,
             diff_running: Some(url),
+            ..
         } => with_config(config.as_deref(), Logs::Terminal, move |c| {
             diff_running(c, url)
         }),
@@ -225,7 +236,12 @@ where
                     Some(CheckError::Config(_)) => true,
                     Some(CheckError::Nats(n)) => n.is_config(),
                     Some(CheckError::App(_) | CheckError::Secret(_)) => true,
-                    Some(CheckError::Running(_) | CheckError::NotAConfig(_)) | None => false,
+                    Some(
+                        CheckError::Running(_)
+                        | CheckError::NotAConfig(_)
+                        | CheckError::Unreachable(_),
+                    )
+                    | None => false,
                 };
             if config_error {
                 ExitCode::from(EX_USAGE)
@@ -288,6 +304,16 @@ async fn check(config: Config) -> anyhow::Result<ExitCode> {
     println!("{}", jetrelay::cli::check::config_ok(&config));
     let report = jetrelay::cli::check::check(&config).await?;
     Ok(reported(&report))
+}
+
+/// `jetrelay check --offline`: 0 when the config and its files are fine; a problem
+/// is a config error (64).
+#[allow(clippy::print_stdout)] // `check` reports to the terminal.
+async fn check_offline(config: Config) -> anyhow::Result<ExitCode> {
+    let line = jetrelay::cli::check::without_nats(&config).await?;
+    println!("{}", jetrelay::cli::check::config_ok(&config));
+    println!("{line}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `jetrelay check --diff-running`: 0 when a reload would apply (or change nothing),

@@ -33,7 +33,25 @@ pub fn offline(config: &Config) -> Result<Settings, CheckError> {
     if let Some(path) = &settings.publish.token_file {
         crate::secret::SecretFile::load("publish.token_file", path)?;
     }
+    if let Some(tracing) = &settings.tracing {
+        crate::http::collector::Collector::new(&tracing.collector)?;
+    }
     Ok(settings)
+}
+
+/// `check --offline`: [`offline`], and what the NATS connection reads before it
+/// connects (the credentials' files, its TLS files, the server addresses), without
+/// connecting. Returns the line that says so.
+///
+/// # Errors
+/// [`CheckError`] naming what is wrong; never one of reaching NATS.
+pub async fn without_nats(config: &Config) -> Result<String, CheckError> {
+    let settings = offline(config)?;
+    Nats::check_offline(&settings.nats).await?;
+    Ok(
+        "offline: every file the config names is readable; NATS was not contacted (`jetrelay check` where it is reachable prints the topology plan)"
+            .to_string(),
+    )
 }
 
 /// The line that says the config passed [`offline`].
@@ -55,7 +73,12 @@ pub fn config_ok(config: &Config) -> String {
 /// or is too old.
 pub async fn check(config: &Config) -> Result<Report, CheckError> {
     let settings = offline(config)?;
-    let nats = Nats::connect(&settings.nats, false).await?;
+    let nats = Nats::connect(&settings.nats, false)
+        .await
+        .map_err(|e| match e {
+            e @ NatsError::Connect { .. } => CheckError::Unreachable(e),
+            e => CheckError::Nats(e),
+        })?;
     nats.check_server_version()?;
     // The streams run creates or extends, as they will be.
     let mut planned: Vec<StreamSpec> = Vec::new();
@@ -240,9 +263,14 @@ pub enum CheckError {
     /// The config does not parse into settings.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// NATS cannot be reached, or is too old.
+    /// NATS is too old, or what the connection reads is wrong.
     #[error(transparent)]
     Nats(#[from] NatsError),
+    /// NATS cannot be reached: `--offline` checks the rest without it.
+    #[error(
+        "NATS cannot be reached (`jetrelay check --offline` checks the config and the files it names without it)"
+    )]
+    Unreachable(#[source] NatsError),
     /// The app's side cannot be set up (a secret file, the TLS CA, the proxy).
     #[error(transparent)]
     App(#[from] crate::http::client::ClientError),

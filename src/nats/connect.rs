@@ -164,14 +164,7 @@ impl Nats {
         if retry_initial {
             opts = opts.retry_on_initial_connect();
         }
-        let addrs = cfg
-            .servers
-            .iter()
-            .map(|s| {
-                s.parse::<ServerAddr>()
-                    .map_err(|_| NatsError::ServerAddress(s.clone()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let addrs = server_addrs(cfg)?;
         let client = opts
             .connect(addrs)
             .await
@@ -193,6 +186,18 @@ impl Nats {
                 crate::outputs::SERVER_BATCHES_IN_FLIGHT,
             )),
         })
+    }
+
+    /// What [`Nats::connect`] reads before it connects, without connecting: the
+    /// credentials' files, the TLS files and the server addresses (`check --offline`).
+    ///
+    /// # Errors
+    /// The [`NatsError`] that `connect` would fail with first.
+    pub async fn check_offline(cfg: &Connection) -> Result<(), NatsError> {
+        auth(ConnectOptions::new(), &cfg.auth).await?;
+        check_tls_files(&cfg.tls)?;
+        server_addrs(cfg)?;
+        Ok(())
     }
 
     /// The connection state, kept current.
@@ -329,6 +334,17 @@ fn check_tls_files(tls: &Tls) -> Result<(), NatsError> {
         }
     }
     Ok(())
+}
+
+/// The configured servers as addresses the client takes.
+fn server_addrs(cfg: &Connection) -> Result<Vec<ServerAddr>, NatsError> {
+    cfg.servers
+        .iter()
+        .map(|s| {
+            s.parse::<ServerAddr>()
+                .map_err(|_| NatsError::ServerAddress(s.clone()))
+        })
+        .collect()
 }
 
 async fn auth(opts: ConnectOptions, auth: &Auth) -> Result<ConnectOptions, NatsError> {

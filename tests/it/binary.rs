@@ -604,9 +604,69 @@ fn check_says_once_why_nats_cannot_be_reached() {
         .find(|l| l.starts_with("jetrelay: "))
         .unwrap_or_else(|| panic!("{err}"));
     assert!(line.contains("cannot connect to NATS"), "{line}");
+    assert!(line.contains("jetrelay check --offline"), "{line}");
     assert_eq!(
         line.matches("Connection refused").count(),
         1,
         "each cause once: {line}"
     );
+}
+
+/// `check --offline` (CI, pre-commit hooks): the config, the environment and every
+/// file it names, without NATS: 0 when valid, 64 naming the key when not.
+#[test]
+fn check_offline_validates_the_config_and_its_files_without_nats() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0k3n\n").unwrap();
+    let config = |nats_token: &std::path::Path| {
+        format!(
+            "[nats]\nservers = [\"nats://127.0.0.1:1\"]\ntoken_file = \"{}\"\n\
+             [source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n\
+             [http]\nurl = \"http://127.0.0.1:1/x\"\nbearer_token_file = \"{}\"\n",
+            nats_token.display(),
+            token.display()
+        )
+    };
+    let check = |path: &std::path::Path, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["check", "--offline", "--config"])
+            .arg(path)
+            .env_remove("JETRELAY_CONFIG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Nothing listens on port 1: valid is 0, and it says NATS was not contacted.
+    let path = write_config(&dir, &config(&token));
+    let (code, out, err) = check(&path, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.starts_with("config: ok (source.kind = durable, stream S)"),
+        "{out}"
+    );
+    assert!(out.contains("NATS was not contacted"), "{out}");
+    // A file the NATS table names and nobody can read: 64, naming the key.
+    let path = write_config(&dir, &config(&dir.path().join("missing")));
+    let (code, out, err) = check(&path, &[]);
+    assert_eq!(code, Some(64), "{out}{err}");
+    assert!(err.contains("nats.token_file"), "{err}");
+    // The environment counts: a bad value there is 64 as well.
+    let path = write_config(&dir, &config(&token));
+    let (code, _, err) = check(&path, &[("JETRELAY_DELIVERY__MAX_IN_FLIGHT", "0")]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("delivery.max_in_flight"), "{err}");
+    // A missing app secret file too.
+    let (code, _, err) = check(
+        &path,
+        &[("JETRELAY_HTTP__BEARER_TOKEN_FILE", "/nonexistent/token")],
+    );
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("http.bearer_token_file"), "{err}");
 }
