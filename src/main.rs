@@ -284,7 +284,10 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
                     }
                 }
                 () = hangup.next() => {
-                    tracing::info!(file = ?file, "SIGHUP: reading the config again");
+                    tracing::info!(
+                        file = %file.as_deref().map_or_else(|| "none".into(), |f| f.display().to_string()),
+                        "SIGHUP: reading the config again"
+                    );
                     reloader.request(Config::load(file.as_deref()));
                 }
             }

@@ -39,9 +39,40 @@ pub fn printable_lines(text: &str) -> Cow<'_, str> {
     escape(text, |c| c == '\n' || c == '\t')
 }
 
+/// A list for a log line: its items joined by `, `, at most `max` of them, then how
+/// many more there are (a member's 1,000 partitions must not make a line of 5 KB).
+pub fn list<T: std::fmt::Display>(items: &[T], max: usize) -> String {
+    let mut out = items
+        .iter()
+        .take(max)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > max {
+        out.push_str(&format!(" (+{} more)", items.len() - max));
+    }
+    if items.is_empty() {
+        out.push_str("none");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_is_bounded_and_says_how_many_it_left_out() {
+        let cases: [(&[u32], &str); 4] = [
+            (&[], "none"),
+            (&[1], "1"),
+            (&[1, 2, 3], "1, 2, 3"),
+            (&[1, 2, 3, 4, 5], "1, 2, 3 (+2 more)"),
+        ];
+        for (items, shown) in cases {
+            assert_eq!(list(items, 3), shown, "{items:?}");
+        }
+    }
 
     #[test]
     fn hidden_characters_table() {

@@ -43,6 +43,16 @@ pub enum Storage {
     Memory,
 }
 
+impl Storage {
+    /// Its name in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Storage::File => "file",
+            Storage::Memory => "memory",
+        }
+    }
+}
+
 /// `topology.managed_stream.retention`
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -111,6 +121,20 @@ pub struct StreamSpec {
     pub allow_msg_ttl: bool,
     /// It takes fast-ingest batches (nats-server 2.14+).
     pub allow_batched: bool,
+}
+
+/// What was (or will be) done to the stream, for a log line: `kept`, `created`, or
+/// `subjects added: a, b`.
+impl std::fmt::Display for StreamAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StreamAction::Keep => f.write_str("kept"),
+            StreamAction::Create(_) => f.write_str("created"),
+            StreamAction::AddSubjects { added, .. } => {
+                write!(f, "subjects added: {}", crate::printable::list(added, 8))
+            }
+        }
+    }
 }
 
 /// What to do to the stream.

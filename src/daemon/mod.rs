@@ -450,7 +450,9 @@ impl Supervisor {
             token,
             tracer: self.tracer.clone(),
         };
-        tracing::info!(listen = ?listener.local_addr().ok(), "publish endpoint listening");
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(listen = %addr, "publish endpoint listening");
+        }
         let stop = CancellationToken::new();
         let served = tokio::spawn(crate::serve::endpoint::serve(
             listener,
@@ -658,7 +660,7 @@ impl Supervisor {
         if let Some(bound) = &bound {
             tracing::info!(
                 stream = %request.stream, consumer = %request.consumer.name,
-                created = bound.consumer_created, stream_action = ?bound.stream_action,
+                created = bound.consumer_created, stream_action = %bound.stream_action,
                 "topology ready"
             );
         }
@@ -686,7 +688,7 @@ impl Supervisor {
             })
             .await?;
         if let Some(action) = &done {
-            tracing::info!(stream = %spec.name, action = ?action, "dead-letter stream ready");
+            tracing::info!(stream = %spec.name, action = %action, "dead-letter stream ready");
         }
         Ok(done.is_some())
     }

@@ -94,7 +94,7 @@ impl Running {
         let applied = match self.try_reload(loaded) {
             Ok(changes) => {
                 let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
-                tracing::info!(changed = ?keys, "config reloaded");
+                tracing::info!(changed = %crate::printable::list(&keys, 16), "config reloaded");
                 // Last, so that the line above is seen whatever the new level.
                 if keys.contains(&"log.level")
                     && let Err(e) = crate::ops::telemetry::set_level(&self.config.log.level)
@@ -118,7 +118,7 @@ impl Running {
                     );
                 }
                 let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
-                tracing::error!(keys = ?keys, "config reload refused: the running config stays");
+                tracing::error!(keys = %crate::printable::list(&keys, 16), "config reload refused: the running config stays");
                 false
             }
         };

@@ -143,6 +143,16 @@ pub enum Shed {
 }
 
 impl Shed {
+    /// What a letter shed this far goes without, for a log line.
+    pub fn without(self) -> &'static str {
+        match self {
+            Shed::Nothing => "nothing",
+            Shed::Payload => "the payload",
+            Shed::Headers => "the payload and the original headers",
+            Shed::Reason => "the payload, the original headers and the full reason",
+        }
+    }
+
     /// The next thing to go without, when this was still too large.
     pub fn next(self) -> Option<Shed> {
         match self {

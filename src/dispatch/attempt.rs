@@ -366,7 +366,7 @@ async fn publish_dead_letter<P: Publish>(
             tracing::warn!(
                 stream_seq = letter.delivery.stream_seq(),
                 bytes = letter.delivery.payload.len(),
-                without = ?l.shed,
+                without = l.shed.without(),
                 "the dead letter is too large: published without what does not fit (the original stays in its stream)"
             );
         }

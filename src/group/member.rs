@@ -291,7 +291,7 @@ impl GroupSource {
         if self.stopped {
             puller.stop();
         }
-        tracing::info!(member = %self.s.member, consumer = %spec.name, filters = ?filters, "joined the group");
+        tracing::info!(member = %self.s.member, consumer = %spec.name, filters = %crate::printable::list(&filters, 8), "joined the group");
         self.filters = filters;
         self.puller = Some(puller);
         // Clears a previous `Unavailable` in the dispatcher's readiness.

@@ -56,7 +56,7 @@ pub fn watch(
             }
             let ok = forwarder.healthy(&probe.url, timeout).await;
             if let Some(health) = tracker.observe(ok) {
-                tracing::info!(health = ?health, "app health changed");
+                tracing::info!(health = health.name(), "app health changed");
                 metrics.app_healthy(health.is_healthy());
                 if tx.send(health).is_err() {
                     return; // the dispatcher is gone

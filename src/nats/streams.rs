@@ -140,13 +140,23 @@ impl Nats {
             ConsumerPlan::Conflict(rows) => return Err(conflict(&req.consumer.name, rows)),
             ConsumerPlan::Create => {
                 let c = &req.consumer;
-                tracing::info!(
-                    consumer = %c.name, filter_subjects = ?c.filter_subjects,
-                    deliver_policy = %c.deliver_policy, ack_wait_ms = c.ack_wait_ms,
-                    max_deliver = c.max_deliver, max_ack_pending = c.max_ack_pending,
-                    backoff_ms = ?c.backoff_ms, priority = ?c.priority,
-                    "creating the consumer"
-                );
+                let filters = crate::printable::list(&c.filter_subjects, 8);
+                if c.backoff_ms.is_empty() && c.priority.is_none() {
+                    tracing::info!(
+                        consumer = %c.name, filters = %filters, deliver_policy = %c.deliver_policy,
+                        ack_wait_ms = c.ack_wait_ms, max_deliver = c.max_deliver,
+                        max_ack_pending = c.max_ack_pending, "creating the consumer"
+                    );
+                } else {
+                    tracing::info!(
+                        consumer = %c.name, filters = %filters, deliver_policy = %c.deliver_policy,
+                        ack_wait_ms = c.ack_wait_ms, max_deliver = c.max_deliver,
+                        max_ack_pending = c.max_ack_pending,
+                        backoff_ms = %crate::printable::list(&c.backoff_ms, 8),
+                        priority_group = c.priority.as_ref().map_or("none", |p| p.group.as_str()),
+                        "creating the consumer"
+                    );
+                }
                 self.create_consumer(&req.stream, &req.consumer).await?
             }
         };
@@ -219,11 +229,11 @@ impl Nats {
         match &plan.action {
             StreamAction::Keep => Ok(()),
             StreamAction::Create(spec) => {
-                tracing::info!(stream = %spec.name, subjects = ?spec.subjects, storage = ?spec.storage, replicas = spec.replicas, "creating the managed stream");
+                tracing::info!(stream = %spec.name, subjects = %crate::printable::list(&spec.subjects, 8), storage = spec.storage.as_str(), replicas = spec.replicas, "creating the managed stream");
                 self.create_stream(spec).await
             }
             StreamAction::AddSubjects { added, subjects } => {
-                tracing::info!(stream = %name, added = ?added, "adding subjects to the managed stream");
+                tracing::info!(stream = %name, added = %crate::printable::list(added, 8), "adding subjects to the managed stream");
                 self.set_subjects(name, subjects).await
             }
         }

@@ -40,6 +40,22 @@ pub enum State {
     Draining,
 }
 
+impl State {
+    /// Its name as `/ready` shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::NotReady => "not_ready",
+            State::Consuming => "consuming",
+            State::Standby => "standby",
+            State::Idle => "idle",
+            State::WaitingForMembership => "waiting_for_membership",
+            State::NoPartitions => "no_partitions",
+            State::Paused => "paused",
+            State::Draining => "draining",
+        }
+    }
+}
+
 /// Who holds the pin of a pinned consumer, as last read from the consumer's info.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum PinHolder {
@@ -215,7 +231,10 @@ impl Readiness {
             if s.partitions == partitions {
                 return false;
             }
-            tracing::info!(partitions = ?partitions, "membership changed");
+            tracing::info!(
+                partitions = %crate::printable::list(&partitions, 32),
+                "membership changed"
+            );
             s.partitions = partitions;
             true
         });
@@ -252,7 +271,7 @@ impl Readiness {
             }
             let (state, reason) = present(&s.facts);
             if state != s.state || reason != s.reason {
-                tracing::info!(state = ?state, reason = %reason, "state changed");
+                tracing::info!(state = state.name(), reason = %reason, "state changed");
             }
             s.state = state;
             s.reason = reason;

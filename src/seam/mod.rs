@@ -210,6 +210,15 @@ pub enum Health {
 }
 
 impl Health {
+    /// Its name for a log line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Health::Waiting => "waiting",
+            Health::Healthy => "healthy",
+            Health::Unhealthy => "unhealthy",
+        }
+    }
+
     /// Whether work may start.
     pub fn is_healthy(self) -> bool {
         self == Health::Healthy

@@ -343,7 +343,7 @@ async fn sigterm_drains_and_exits_zero() {
     assert!(
         lines
             .iter()
-            .any(|l| l["message"] == "state changed" && l["state"] == "Draining"),
+            .any(|l| l["message"] == "state changed" && l["state"] == "draining"),
         "{stderr}"
     );
 }
@@ -669,4 +669,77 @@ fn check_offline_validates_the_config_and_its_files_without_nats() {
     );
     assert_eq!(code, Some(64), "{err}");
     assert!(err.contains("http.bearer_token_file"), "{err}");
+}
+
+/// The quick start's start-up as a user runs it (config/quickstart.toml, text logs,
+/// then JSON ones), with a dead letter, a reload and a stop: every line reads as a
+/// sentence with short fields, none is a `Debug` dump of an internal type.
+#[tokio::test]
+async fn the_quick_starts_log_lines_are_short_and_never_a_debug_dump() {
+    let quickstart = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/quickstart.toml"
+    ))
+    .unwrap();
+    for format in ["text", "json"] {
+        let nats = NatsServer::start().await;
+        let (_, js) = client(&nats).await;
+        let app =
+            MockApp::start(|r, _| Reply::status(if r.body == "bad" { 400 } else { 200 })).await;
+        app.set_healthy(true);
+        let app_addr = app.url().trim_end_matches("/messages").to_string();
+        let text = format!("[nats]\nservers = [\"{}\"]\n{quickstart}", nats.url())
+            .replace("http://127.0.0.1:8080", &app_addr)
+            .replace("127.0.0.1:9090", "127.0.0.1:0")
+            .replace("127.0.0.1:9091", "127.0.0.1:0")
+            .replace("format = \"text\"", &format!("format = \"{format}\""));
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_config(&dir, &text);
+        let child = tokio::process::Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&path)
+            .env_remove("JETRELAY_CONFIG")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        eventually("the consumer exists", Duration::from_secs(20), || async {
+            consumer_info(&js, "ORDERS", "orders-worker")
+                .await
+                .is_some()
+        })
+        .await;
+        publish(&js, "orders.new", 3).await;
+        js.publish("orders.new", "bad".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        app.wait_for("4 requests", Duration::from_secs(20), |r| r.len() == 4)
+            .await;
+        eventually("the dead letter", Duration::from_secs(20), || async {
+            js.get_stream("DLQ")
+                .await
+                .is_ok_and(|s| s.cached_info().state.messages == 1)
+        })
+        .await;
+        let pid = child.id().unwrap().to_string();
+        Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.lines().count() >= 8, "{stderr}");
+        for line in stderr.lines() {
+            assert!(
+                line.chars().count() <= 300,
+                "{format}: a line of {} characters: {line}",
+                line.chars().count()
+            );
+            assert!(!line.contains("{ "), "{format}: a Debug dump: {line}");
+            assert!(!line.contains("Some("), "{format}: a Debug dump: {line}");
+        }
+    }
 }

@@ -294,7 +294,10 @@ async fn a_managed_dlq_stream_is_created_for_dead_letters_and_an_existing_one_le
     let c = &info.config;
     assert_eq!(c.subjects, [format!("{dlq}.letters")]);
     assert!(c.allow_direct, "jetrelay dlq reads it with direct gets");
-    assert!(c.allow_batch_publish, "a --fast replay --to it takes batches");
+    assert!(
+        c.allow_batch_publish,
+        "a --fast replay --to it takes batches"
+    );
     assert_eq!(c.storage, jetstream::stream::StorageType::File);
     assert_eq!(c.max_age, Duration::from_secs(7 * 86_400));
     // Covers a letter's id past the ack wait of a TERM lost in a crash.
