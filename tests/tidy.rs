@@ -276,18 +276,54 @@ fn check_crates(files: &[File], crates: &BTreeMap<String, Vec<String>>) -> Vec<S
     problems
 }
 
+/// The lines of a file that are not test code, with their numbers (from 0): reading
+/// stops at an inline `#[cfg(test)] mod … {` (a module of tests closes a file); a
+/// `#[cfg(test)] mod tests;` (its tests in a file of their own) and any other
+/// `#[cfg(test)]` item are skipped, and the lines after them read.
+fn outside_tests(text: &str) -> Vec<(usize, &str)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if !lines[i].trim_start().starts_with("#[cfg(test)]") {
+            out.push((i, lines[i]));
+            i += 1;
+            continue;
+        }
+        // The item the attribute is on: its first line, then to its end.
+        let Some(first) = (i + 1..lines.len()).find(|&j| !lines[j].trim().is_empty()) else {
+            break;
+        };
+        let head = code(lines[first]);
+        let head = head.trim_start();
+        if head.starts_with("mod ") && head.contains('{') {
+            break;
+        }
+        let mut depth = 0i64;
+        let mut end = first;
+        for (j, l) in lines.iter().enumerate().skip(first) {
+            let l = code(l);
+            depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+            end = j;
+            if depth <= 0 && (l.contains('}') || l.trim_end().ends_with(';')) {
+                break;
+            }
+        }
+        i = end + 1;
+    }
+    out
+}
+
 fn check_function_lengths(files: &[File]) -> Vec<String> {
     let mut problems = Vec::new();
     for f in files.iter().filter(|f| f.path.starts_with("src/")) {
         if f.path.ends_with("/tests.rs") {
             continue;
         }
-        let lines: Vec<String> = f
-            .text
-            .lines()
-            .take_while(|l| !l.starts_with("#[cfg(test)]"))
-            .map(code)
-            .collect();
+        let (numbers, lines): (Vec<usize>, Vec<String>) = outside_tests(&f.text)
+            .into_iter()
+            .map(|(n, l)| (n, code(l)))
+            .unzip();
         let mut i = 0;
         while i < lines.len() {
             let Some(name) = fn_name(&lines[i]) else {
@@ -308,7 +344,7 @@ fn check_function_lengths(files: &[File]) -> Vec<String> {
                 problems.push(format!(
                     "{}:{}: fn {name} is {n} lines (at most {MAX_FN_LINES}): split it where its parts meet",
                     f.path,
-                    i + 1
+                    numbers[i] + 1
                 ));
             }
             i += 1;
@@ -323,11 +359,7 @@ fn check_type_names(files: &[File]) -> Vec<String> {
         if f.path.ends_with("/tests.rs") {
             continue;
         }
-        let lines = f
-            .text
-            .lines()
-            .take_while(|l| !l.starts_with("#[cfg(test)]"));
-        for (n, line) in lines.enumerate() {
+        for (n, line) in outside_tests(&f.text) {
             let code = code(line);
             let mut words = code.split_whitespace();
             while let Some(w) = words.next() {
@@ -442,6 +474,12 @@ fn no_two_types_share_a_name() {
 
 // === the rules on trees that break them ===
 
+impl File {
+    fn clone_as(&self, path: &str) -> File {
+        file(path, &self.text)
+    }
+}
+
 fn file(path: &str, text: &str) -> File {
     File {
         path: path.into(),
@@ -549,4 +587,20 @@ fn each_rule_fails_on_a_tree_that_breaks_it() {
     let lengths = check_function_lengths(&[file("src/policy.rs", &long)]);
     assert_eq!(lengths.len(), 1, "{lengths:?}");
     assert!(lengths[0].contains("fn long is 102 lines"), "{lengths:?}");
+    // A module whose tests are in a file of their own (`mod tests;`) is read to its
+    // end: what follows the declaration is not test code.
+    let after = format!(
+        "//! Long.\n#[cfg(test)]\nmod tests;\n\npub struct After;\nfn long() {{\n{}}}\n#[cfg(test)]\nmod more {{\nfn in_tests() {{\n{}}}\n}}\n",
+        "    step();\n".repeat(MAX_FN_LINES),
+        "    step();\n".repeat(MAX_FN_LINES),
+    );
+    let tree = [file("src/dispatch/mod.rs", &after)];
+    let lengths = check_function_lengths(&tree);
+    assert_eq!(lengths.len(), 1, "{lengths:?}");
+    assert!(
+        lengths[0].starts_with("src/dispatch/mod.rs:6: fn long is 102 lines"),
+        "{lengths:?}"
+    );
+    let names = check_type_names(&[tree[0].clone_as("src/a.rs"), tree[0].clone_as("src/b.rs")]);
+    assert!(names[0].starts_with("After names 2 types"), "{names:?}");
 }

@@ -126,7 +126,43 @@ pub(super) struct Book<T> {
     next_id: u64,
 }
 
+/// What one task's steps leave in each lane they touched: whether a message still
+/// occupies it, and what goes back to its front, in order.
+#[derive(Debug, Default)]
+pub(super) struct LaneReturns(Vec<(LaneKey, bool, Vec<u64>)>);
+
+impl LaneReturns {
+    /// A step of a message of `lane`: it still occupies it, or sends `requeue` back.
+    pub(super) fn note(&mut self, lane: LaneKey, occupies: bool, requeue: Option<u64>) {
+        match self.0.iter_mut().find(|(key, _, _)| *key == lane) {
+            Some((_, occupied, back)) => {
+                *occupied |= occupies;
+                back.extend(requeue);
+            }
+            None => self.0.push((lane, occupies, requeue.into_iter().collect())),
+        }
+    }
+}
+
 impl<T> Book<T> {
+    /// The lane of a held message.
+    pub(super) fn lane_of(&self, id: u64) -> Option<LaneKey> {
+        self.held.get(&id).map(|e| e.lane.clone())
+    }
+
+    /// A task's lanes after its steps: what it sends back goes to the front of its
+    /// lane in its order, and a lane nothing occupies any more is free.
+    pub(super) fn return_lanes(&mut self, returns: LaneReturns) {
+        for (lane, occupied, back) in returns.0 {
+            for id in back.into_iter().rev() {
+                self.lanes.push_front(lane.clone(), id);
+            }
+            if !occupied {
+                self.lanes.done(&lane);
+            }
+        }
+    }
+
     /// Messages kept only for their dead letter (the DLQ did not store it yet).
     pub(super) fn letters_waiting(&self) -> usize {
         self.letters

@@ -10,6 +10,7 @@
 //! - `fates`: what a batch answer means for each message, and the held-back rule (pure).
 //! - `outputs`: an answer's outputs published before the input's ack.
 //! - `lanes`, `timers`: the ordered-lane scheduler and the one timer set (pure).
+//! - `watched`: a `watch` the loop follows until its sender is gone.
 //! - this file: the loop, which routes what happens to the part it concerns.
 //!
 //! Bounds: at most `max_in_flight` requests run, in one `JoinSet`; at most
@@ -29,22 +30,24 @@ mod pacing;
 #[cfg(test)]
 mod tests;
 pub mod timers;
+mod watched;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::sync::watch;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::attempt::BatchItem;
-use self::book::{Book, Done, Fill, HeldMessage, Settlement, Step, Verdict};
+use self::book::{Book, Done, Fill, HeldMessage, LaneReturns, Settlement, Step, Verdict};
 use self::gate::Gate;
 use self::lanes::LaneKey;
 pub use self::outputs::OutputRules;
 use self::pacing::Pacing;
 use self::timers::Due;
+use self::watched::Watched;
 use crate::capacity::Limits;
 use crate::message::Delivery;
 use crate::ops::metrics::{AgeStage, Metrics, SettleLabel};
@@ -164,25 +167,25 @@ pub enum DispatchError {
 }
 
 /// The loop's state besides the book and the gate.
-struct Run<S: Source> {
+struct Run<S: Source, F> {
     source: S,
     book: Book<S::Settler>,
     gate: Gate,
-    app_healthy: watch::Receiver<Health>,
-    /// Without a health URL nobody ever sends: stop watching once the sender is gone.
-    health_watched: bool,
-    server_pause: watch::Receiver<ServerPause>,
-    pause_watched: bool,
+    /// The app's health (without a health URL nobody ever sends).
+    app_healthy: Watched<Health>,
+    /// The consumer's pause on the server.
+    server_pause: Watched<ServerPause>,
+    /// What a reload changes.
+    live: Watched<Arc<Live<F>>>,
     /// Shutting down (or the group ended): nothing new starts; what is held settles.
     draining: bool,
     /// A group's assignment is changing: nothing new starts until all is settled.
     quiescing: bool,
     end_reason: Option<String>,
-    /// The end of the drain's grace.
-    grace: std::pin::Pin<Box<Sleep>>,
-    /// Armed while the app cannot take work and this instance is pinned.
-    handover: std::pin::Pin<Box<Sleep>>,
-    handover_armed: bool,
+    /// The end of the drain's grace (set when the drain begins).
+    grace: Alarm,
+    /// Set while the app cannot take work and this instance is pinned.
+    handover: Alarm,
     /// The next timer, batch hold-back or pacing wait.
     alarm: Alarm,
     /// Batch delivery: since when a partial batch waits for more.
@@ -215,33 +218,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         source: S,
         shutdown: CancellationToken,
     ) -> Result<Ended, DispatchError> {
-        let mut live = self.live.clone();
-        let mut live_watched = true;
-        let mut app_healthy = live.borrow_and_update().app_healthy.clone();
-        let mut gate = Gate::new(*app_healthy.borrow_and_update());
-        let mut server_pause = self.server_pause.clone();
-        gate.paused = paused_reason(*server_pause.borrow_and_update());
-        let mut run = Run {
-            source,
-            book: Book::new(),
-            gate,
-            app_healthy,
-            health_watched: true,
-            server_pause,
-            pause_watched: true,
-            draining: false,
-            quiescing: false,
-            end_reason: None,
-            grace: Box::pin(tokio::time::sleep(Duration::MAX / 4)),
-            handover: Box::pin(tokio::time::sleep(Duration::MAX / 4)),
-            handover_armed: false,
-            alarm: Alarm::default(),
-            batch_since: None,
-            pacing: Pacing::new(self.live().pace),
-        };
-        run.source.set_paused(!run.gate.serviceable());
-        self.metrics.paused(run.gate.paused.is_some());
-        self.show(&run.gate);
+        let mut run = self.start(source);
         let ended = loop {
             if let Some(ended) = self.turn(&mut run).await {
                 break ended;
@@ -263,68 +240,22 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     self.begin_drain(&mut run, self.deadline.start(), "shutting down", None).await;
                     Flow::Go
                 }
-                () = &mut run.grace, if run.draining => {
+                () = run.grace.ring(), if run.draining => {
                     self.grace_over(&mut run).await;
                     Flow::Stop(run.end_reason.take().map_or(Ended::Shutdown, Ended::GroupEnded))
                 }
-                Some(done) = run.book.tasks.join_next_with_id() => match done {
-                    Ok((task, done)) => {
-                        run.book.running.remove(&task);
-                        run.pacing.finished(task, done.sample);
-                        self.done(&mut run, done).await
-                    }
-                    Err(e) => {
-                        // Only a panic gets here (tasks are aborted only at the
-                        // deadline, after which the loop ends): the message is left to
-                        // JetStream's redelivery and must not block its lane.
-                        tracing::error!(error = %e, "a message task failed; its message is redelivered after ack_wait");
-                        run.pacing.finished(e.id(), None);
-                        if let Some(ids) = run.book.running.remove(&e.id()) {
-                            let steps = ids
-                                .into_iter()
-                                .map(|id| (id, Step::Settled(Settlement::RELEASED)))
-                                .collect();
-                            let done = Done { steps, reach: gate::Reach::NotAsked, sample: None };
-                            self.done(&mut run, done).await;
-                        }
-                        Flow::Go
-                    }
-                },
+                Some(joined) = run.book.tasks.join_next_with_id() => self.joined(&mut run, joined).await,
                 () = run.alarm.ring() => {
                     self.timers_due(&mut run.book, run.draining).await;
                     Flow::Go
                 }
-                changed = run.app_healthy.changed(), if !run.draining && run.health_watched => {
-                    if changed.is_ok() {
-                        run.gate.health = *run.app_healthy.borrow_and_update();
-                        Flow::Refresh
-                    } else {
-                        run.health_watched = false;
-                        Flow::Go
-                    }
+                health = run.app_healthy.next(), if !run.draining => {
+                    run.gate.health = health;
+                    Flow::Refresh
                 }
-                changed = run.server_pause.changed(), if !run.draining && run.pause_watched => {
-                    if changed.is_ok() {
-                        let pause = *run.server_pause.borrow_and_update();
-                        self.paused(&mut run, pause)
-                    } else {
-                        run.pause_watched = false;
-                        Flow::Go
-                    }
-                }
-                changed = live.changed(), if !run.draining && live_watched => {
-                    if changed.is_ok() {
-                        let now = Arc::clone(&live.borrow_and_update());
-                        self.reloaded(&mut run, &now)
-                    } else {
-                        // The sender is gone: nothing changes any more.
-                        live_watched = false;
-                        Flow::Go
-                    }
-                }
-                () = &mut run.handover, if run.handover_armed && !run.draining => {
-                    self.step_down(&mut run).await
-                }
+                pause = run.server_pause.next(), if !run.draining => self.paused(&mut run, pause),
+                now = run.live.next(), if !run.draining => self.reloaded(&mut run, &now),
+                () = run.handover.ring(), if !run.draining => self.step_down(&mut run).await,
                 ev = run.source.next(held) => {
                     let flow = self.event(&mut run, ev).await;
                     self.take_ready(&mut run, flow).await
@@ -341,9 +272,75 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         Ok(ended)
     }
 
+    /// The loop's state at its start: the gate from the app's health and the
+    /// server's pause as they are now, pulling paused while work cannot start.
+    fn start<S: Source>(&self, source: S) -> Run<S, F> {
+        let (live, now) = Watched::new(self.live.clone());
+        let (app_healthy, health) = Watched::new(now.app_healthy.clone());
+        let (server_pause, pause) = Watched::new(self.server_pause.clone());
+        let mut gate = Gate::new(health);
+        gate.paused = paused_reason(pause);
+        let mut run = Run {
+            source,
+            book: Book::new(),
+            gate,
+            app_healthy,
+            server_pause,
+            live,
+            draining: false,
+            quiescing: false,
+            end_reason: None,
+            grace: Alarm::default(),
+            handover: Alarm::default(),
+            alarm: Alarm::default(),
+            batch_since: None,
+            pacing: Pacing::new(now.pace),
+        };
+        run.source.set_paused(!run.gate.serviceable());
+        self.metrics.paused(run.gate.paused.is_some());
+        self.show(&run.gate);
+        run
+    }
+
+    /// A message task ended: its steps are applied; a task that panicked leaves its
+    /// messages to JetStream's redelivery.
+    async fn joined<S: Source>(
+        self: &Arc<Self>,
+        run: &mut Run<S, F>,
+        joined: Result<(tokio::task::Id, Done), tokio::task::JoinError>,
+    ) -> Flow {
+        match joined {
+            Ok((task, done)) => {
+                run.book.running.remove(&task);
+                run.pacing.finished(task, done.sample);
+                self.done(run, done).await
+            }
+            Err(e) => {
+                // Only a panic gets here (tasks are aborted only at the deadline,
+                // after which the loop ends): the message is left to JetStream's
+                // redelivery and must not block its lane.
+                tracing::error!(error = %e, "a message task failed; its message is redelivered after ack_wait");
+                run.pacing.finished(e.id(), None);
+                if let Some(ids) = run.book.running.remove(&e.id()) {
+                    let steps = ids
+                        .into_iter()
+                        .map(|id| (id, Step::Settled(Settlement::RELEASED)))
+                        .collect();
+                    let done = Done {
+                        steps,
+                        reach: gate::Reach::NotAsked,
+                        sample: None,
+                    };
+                    self.done(run, done).await;
+                }
+                Flow::Go
+            }
+        }
+    }
+
     /// Between two events: a quiesce completes, work starts, the gauges follow, and
     /// a drain that has nothing left ends the loop.
-    async fn turn<S: Source>(self: &Arc<Self>, run: &mut Run<S>) -> Option<Ended> {
+    async fn turn<S: Source>(self: &Arc<Self>, run: &mut Run<S, F>) -> Option<Ended> {
         if run.quiescing && run.book.tasks.is_empty() && !run.draining {
             run.source.quiesced().await;
             run.quiescing = false;
@@ -380,31 +377,28 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     }
 
     /// Pulling, readiness and the handover follow whether the app can take work.
-    fn refresh<S: Source>(&self, run: &mut Run<S>, was_serviceable: bool) {
+    fn refresh<S: Source>(&self, run: &mut Run<S, F>, was_serviceable: bool) {
         if run.draining {
             return;
         }
         let serviceable = run.gate.serviceable();
         if serviceable != was_serviceable {
             run.source.set_paused(!serviceable);
-            run.handover_armed = !serviceable && self.pinned_mode;
-            if run.handover_armed {
-                run.handover
-                    .as_mut()
-                    .reset(Instant::now() + self.live().unhealthy_handover);
-            }
+            let handover = !serviceable && self.pinned_mode;
+            run.handover
+                .set(handover.then(|| Instant::now() + self.live().unhealthy_handover));
         }
         self.show(&run.gate);
     }
 
     /// A reload: the limits in force change now (a lower one lets what runs finish),
     /// the source pulls by the new sizes, and the gate follows the new health probe.
-    fn reloaded<S: Source>(&self, run: &mut Run<S>, live: &Live<F>) -> Flow {
+    fn reloaded<S: Source>(&self, run: &mut Run<S, F>, live: &Live<F>) -> Flow {
         run.pacing.reconfigure(live.pace);
         run.source.reconfigure(live.limits, live.confirmed_acks);
-        run.app_healthy = live.app_healthy.clone();
-        run.health_watched = true;
-        run.gate.health = *run.app_healthy.borrow_and_update();
+        let (app_healthy, health) = Watched::new(live.app_healthy.clone());
+        run.app_healthy = app_healthy;
+        run.gate.health = health;
         Flow::Refresh
     }
 
@@ -413,7 +407,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// starts; what is held is kept alive by its progress timer. On the resume the
     /// source is woken: the server does not serve the pulls that waited through the
     /// pause until a new one comes.
-    fn paused<S: Source>(&self, run: &mut Run<S>, pause: ServerPause) -> Flow {
+    fn paused<S: Source>(&self, run: &mut Run<S, F>, pause: ServerPause) -> Flow {
         let reason = paused_reason(pause);
         if reason == run.gate.paused {
             return Flow::Go;
@@ -451,7 +445,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// and in-flight work gets until `deadline`.
     async fn begin_drain<S: Source>(
         &self,
-        run: &mut Run<S>,
+        run: &mut Run<S, F>,
         deadline: Instant,
         why: &'static str,
         end_reason: Option<String>,
@@ -467,11 +461,11 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         )
         .await;
         tracing::info!(in_flight = run.book.tasks.len(), released, "draining");
-        run.grace.as_mut().reset(deadline);
+        run.grace.set(Some(deadline));
     }
 
     /// The grace is over: what still runs is abandoned (JetStream redelivers it).
-    async fn grace_over<S: Source>(&self, run: &mut Run<S>) {
+    async fn grace_over<S: Source>(&self, run: &mut Run<S, F>) {
         let book = &mut run.book;
         tracing::warn!(
             unfinished = book.tasks.len(),
@@ -490,8 +484,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
 
     /// The app stayed unhealthy or unreachable: this instance steps down so that
     /// another instance of the member is served.
-    async fn step_down<S: Source>(&self, run: &mut Run<S>) -> Flow {
-        run.handover_armed = false;
+    async fn step_down<S: Source>(&self, run: &mut Run<S, F>) -> Flow {
         if !run.source.step_down().await {
             return Flow::Go;
         }
@@ -509,7 +502,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// pull's worth of messages), so that a batch is filled with it rather than sent
     /// with the first message alone. The source's `next` is cancel-safe, so a poll that
     /// finds nothing ready loses nothing.
-    async fn take_ready<S: Source>(&self, run: &mut Run<S>, mut flow: Flow) -> Flow {
+    async fn take_ready<S: Source>(&self, run: &mut Run<S, F>, mut flow: Flow) -> Flow {
         let Some(b) = self.live().batch else {
             return flow;
         };
@@ -530,7 +523,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     }
 
     /// A source event.
-    async fn event<S: Source>(&self, run: &mut Run<S>, ev: Event<S::Settler>) -> Flow {
+    async fn event<S: Source>(&self, run: &mut Run<S, F>, ev: Event<S::Settler>) -> Flow {
         let standing = &mut run.gate.standing;
         match ev {
             Event::Message(delivery, settler) => {
@@ -658,7 +651,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
 
     /// When a partial batch that waits for more goes anyway; `None` when nothing waits
     /// (or batches do not wait).
-    fn batch_due<S: Source>(&self, run: &Run<S>) -> Option<Instant> {
+    fn batch_due<S: Source>(&self, run: &Run<S, F>) -> Option<Instant> {
         let b = self.live().batch?;
         if b.wait.is_zero() {
             return None;
@@ -778,15 +771,13 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
 
     /// A task reported back: each message's step, then each lane it ran: a lane none
     /// of its messages still occupies is done, after what goes back to its front.
-    async fn done<S: Source>(&self, run: &mut Run<S>, done: Done) -> Flow {
+    async fn done<S: Source>(&self, run: &mut Run<S, F>, done: Done) -> Flow {
         let refresh = run.gate.reached(done.reach);
         let now = Instant::now();
-        // Per lane of this task: whether a message still occupies it, and what goes
-        // back to its front (in order).
-        let mut lanes: Vec<(LaneKey, bool, Vec<u64>)> = Vec::new();
+        let mut lanes = LaneReturns::default();
         for (id, step) in done.steps {
             let book = &mut run.book;
-            let Some(lane) = book.held.get(&id).map(|e| e.lane.clone()) else {
+            let Some(lane) = book.lane_of(id) else {
                 continue;
             };
             let mut occupies = step.occupies_lane();
@@ -842,22 +833,9 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     }
                 }
             }
-            match lanes.iter_mut().find(|(key, _, _)| *key == lane) {
-                Some((_, occupied, back)) => {
-                    *occupied |= occupies;
-                    back.extend(requeue);
-                }
-                None => lanes.push((lane, occupies, requeue.into_iter().collect())),
-            }
+            lanes.note(lane, occupies, requeue);
         }
-        for (lane, occupied, back) in lanes {
-            for id in back.into_iter().rev() {
-                run.book.lanes.push_front(lane.clone(), id);
-            }
-            if !occupied {
-                run.book.lanes.done(&lane);
-            }
-        }
+        run.book.return_lanes(lanes);
         let waiting = run.book.letters_waiting();
         let letters_changed = run.gate.letters_waiting != waiting;
         if letters_changed {
