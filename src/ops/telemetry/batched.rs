@@ -17,12 +17,16 @@
 //! probes and the signals go on. Once stderr takes what the writer holds, one line
 //! says how many were dropped. A flush waits for the writer only until its
 //! deadline: the shutdown's final flush ends with the grace, and a panic's within a
-//! second. Lost to a stuck pipe: everything logged after the buffer filled (the
-//! count says how much), and at exit what was still buffered.
+//! second. Lost to a stuck pipe: every line logged after the buffer filled (the
+//! count and the line say how many), and at exit what was still waiting: up to
+//! [`CAP`] and the writer's own buffer, ~4,300 `INFO` lines of ~260 bytes.
 //!
-//! **SIGKILL** loses what is buffered and not yet written: the lines of the last
-//! [`LINGER`] (20 ms), at most [`HIGH`] (64 KiB) of them while stderr keeps up: at
-//! full load (one `INFO` line of ~300 bytes per settled message) //! the lines of 20 ms; the audit's `kill -9` under load lost 40–58 `INFO` lines.
+//! **SIGKILL** loses what is buffered and not yet written while stderr keeps up:
+//! the lines of the last [`LINGER`] (20 ms), never more than [`HIGH`] (64 KiB, ~250
+//! `INFO` lines). Measured with `kill -9` while delivering (one `INFO` line per
+//! settled message, stderr a file): the audit's release build lost 40–58 lines; a
+//! debug build, 3 runs, lost 0–3 lines of the messages the server had acked (at
+//! most 23–32 of those the app had answered, requests in flight included).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
