@@ -111,6 +111,13 @@ const EX_USAGE: u8 = 64;
 /// A second SIGTERM or SIGINT ended the process without the drain.
 const EXIT_FORCED: u8 = 1;
 
+/// How long the exit waits for stderr to take the daemon's last lines (after the
+/// shutdown's own flush, bounded by its grace), and the second signal's line.
+const AT_EXIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How long a failed daemon waits for stderr to take why it failed.
+const AT_FAILURE: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[allow(clippy::print_stderr)] // The process edge talks to the terminal.
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -217,8 +224,9 @@ where
     // Tasks still waiting on the network (a reconnecting NATS client) must not hold
     // the exit: they are dropped, not awaited.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    // The daemon's last lines before anything of the process edge's own.
-    jetrelay::ops::telemetry::flush();
+    // The daemon's last lines before anything of the process edge's own; a stderr
+    // that does not take them does not hold the exit.
+    let mut drained = jetrelay::ops::telemetry::flush_within(AT_EXIT);
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -226,8 +234,12 @@ where
             let chain = jetrelay::ops::telemetry::chain(e.as_ref());
             if logs == Logs::Daemon {
                 tracing::error!(error = %chain, "jetrelay stopped");
+                drained = jetrelay::ops::telemetry::flush_within(AT_FAILURE);
             }
-            eprintln!("jetrelay: {chain}");
+            // Written by this thread, so only where stderr takes what it is given.
+            if drained {
+                eprintln!("jetrelay: {chain}");
+            }
             let config_error = e
                 .downcast_ref::<DaemonError>()
                 .is_some_and(DaemonError::is_config)
@@ -257,6 +269,7 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
     let mut signals = Signals::install().map_err(DaemonError::Signals)?;
     let mut hangup = Hangup::install().map_err(DaemonError::Signals)?;
     let daemon = Daemon::build(config).await?;
+    let deadline = daemon.deadline();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         admin = %daemon.admin_addr().map_or_else(|| "off".to_string(), |a| a.to_string()),
@@ -265,6 +278,7 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     let reloader = daemon.reloader();
+    let grace = deadline.clone();
     tokio::spawn(async move {
         let mut asked = 0;
         loop {
@@ -272,6 +286,8 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
                 signal = signals.next() => {
                     asked += 1;
                     if asked == 1 {
+                        // The grace runs from the signal, the last log flush included.
+                        grace.start();
                         tracing::info!(signal, "shutdown requested");
                         trigger.cancel();
                     } else {
@@ -279,7 +295,7 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
                             signal,
                             "second signal: stopping at once; what was not settled is redelivered by JetStream after ack_wait"
                         );
-                        jetrelay::ops::telemetry::flush();
+                        jetrelay::ops::telemetry::flush_within(AT_EXIT);
                         std::process::exit(EXIT_FORCED.into());
                     }
                 }
@@ -295,6 +311,10 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
     });
     daemon.run(shutdown).await?;
     tracing::info!("jetrelay stopped cleanly");
+    // The last lines, while the grace lasts: a stderr nobody reads does not hold
+    // the exit past it.
+    let until = deadline.or_from_now().into_std();
+    tokio::task::block_in_place(|| jetrelay::ops::telemetry::flush_until(until));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -200,10 +200,12 @@ pub(super) fn check_static_headers(
 }
 
 pub(super) fn check_http_url(url: &str) -> Result<(), String> {
-    let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    // A user:password in the URL is never echoed.
+    let shown = super::redact(url);
+    let parsed = url::Url::parse(url).map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
         return Err(format!(
-            "{url:?} must be an http:// or https:// URL with a host"
+            "{shown:?} must be an http:// or https:// URL with a host"
         ));
     }
     Ok(())

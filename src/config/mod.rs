@@ -194,6 +194,27 @@ mod tests {
     }
 
     #[test]
+    fn a_broken_url_is_named_without_its_password() {
+        for (key, value) in [
+            ("url", "http://alice:hunter2@127.0.0.1:99999/m"),
+            ("health_url", "http://alice:hunter2@127.0.0.1:99999/h"),
+            ("health_url", "ftp://alice:hunter2@127.0.0.1/h"),
+        ] {
+            let text = format!("{MINIMAL}{key} = \"{value}\"\n")
+                .replace("url = \"http://127.0.0.1:8080/messages\"\n", "");
+            let text = if key == "url" {
+                text
+            } else {
+                format!("{text}url = \"http://127.0.0.1:8080/m\"\n")
+            };
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(&format!("http.{key}")), "{err}");
+            assert!(err.contains("***@127.0.0.1"), "{err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
     fn minimal_config_gets_the_documented_defaults() {
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.delivery.max_in_flight, 32);

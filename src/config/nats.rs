@@ -80,7 +80,7 @@ pub(super) fn has_userinfo(url: &str) -> bool {
 
 /// Where a URL's userinfo is (between `://`, or the start, and the last `@` before
 /// the path).
-fn userinfo_span(url: &str) -> Option<(usize, usize)> {
+pub(super) fn userinfo_span(url: &str) -> Option<(usize, usize)> {
     let start = url.find("://").map_or(0, |i| i + 3);
     let rest = &url[start..];
     let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);

@@ -2,7 +2,8 @@
 //! key either live (applied to the running daemon) or not (the whole reload is
 //! refused). Also the running config as the admin port shows it (`/config`), with
 //! what could be a secret replaced by a fingerprint, so that `jetrelay check
-//! --diff-running` can compare a file with what runs without seeing credentials.
+//! --diff-running` can compare a file with what runs, and the reload log name what
+//! changed, without seeing credentials.
 
 use std::collections::BTreeMap;
 
@@ -56,23 +57,62 @@ pub fn is_live(key: &str) -> bool {
     }
 }
 
-/// The config as dotted keys and JSON values, what could be a secret fingerprinted:
-/// the values of `http.headers` (static headers may carry a token; credentials are
-/// refused in server URLs, and every other secret is a file's path). Lists are one
-/// key (`http.retry_statuses`).
+/// The config as dotted keys and JSON values, what could be a secret fingerprinted
+/// ([`fingerprint`]): every header value from the config (`http.headers`,
+/// `otel.headers`: static headers may carry a token) and the userinfo of every URL
+/// (`http.url` and `http.health_url` may carry a `user:password`; the other URLs
+/// refuse one, and every other secret is a file's path). Lists are one key
+/// (`http.retry_statuses`).
 pub fn flatten(c: &Config) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     // Serialising a tree of plain values cannot fail; an empty map is then shown.
     let tree = serde_json::to_value(c).unwrap_or(Value::Null);
     walk("", &tree, &mut out);
     for (k, v) in &mut out {
-        if k.starts_with("http.headers.")
-            && let Value::String(text) = v
-        {
-            *text = fingerprint(text);
-        }
+        hide(k, v);
     }
     out
+}
+
+/// The config's maps of header values: each value is fingerprinted whole.
+const HEADER_MAPS: [&str; 2] = ["http.headers.", "otel.headers."];
+
+/// Fingerprints what could be a secret in the value of `key`: a header value whole,
+/// a URL's userinfo (in a list too: `nats.servers`).
+fn hide(key: &str, v: &mut Value) {
+    match v {
+        Value::String(text) if HEADER_MAPS.iter().any(|m| key.starts_with(m)) => {
+            *text = fingerprint(text);
+        }
+        Value::String(text) => *text = shown_url(text),
+        Value::Array(items) => {
+            for item in items {
+                if let Value::String(text) = item {
+                    *text = shown_url(text);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A URL (any text with `://`) with its userinfo's password fingerprinted, the user
+/// kept (`http://alice:<redacted …>@host/`); a userinfo without a password is the
+/// credential itself (`https://token@host`) and is fingerprinted whole. Other text
+/// is returned as it is.
+pub fn shown_url(text: &str) -> String {
+    if !text.contains("://") {
+        return text.to_string();
+    }
+    let Some((start, end)) = super::nats::userinfo_span(text) else {
+        return text.to_string();
+    };
+    let userinfo = &text[start..end];
+    let hidden = match userinfo.split_once(':') {
+        Some((user, password)) => format!("{user}:{}", fingerprint(password)),
+        None => fingerprint(userinfo),
+    };
+    format!("{}{hidden}{}", &text[..start], &text[end..])
 }
 
 fn walk(prefix: &str, v: &Value, out: &mut BTreeMap<String, Value>) {
@@ -100,8 +140,10 @@ fn walk(prefix: &str, v: &Value, out: &mut BTreeMap<String, Value>) {
 }
 
 /// A stable fingerprint of a value that must not be shown (FNV-1a, 64 bits): two
-/// configs with the same secret show the same text.
-fn fingerprint(text: &str) -> String {
+/// configs with the same secret show the same text, a changed secret another one.
+/// The one way a secret from the config is shown (`/config`, `check
+/// --diff-running`, the reload log).
+pub fn fingerprint(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= u64::from(b);
@@ -230,5 +272,66 @@ mod tests {
             a.get("http.headers.X-Token"),
             other.get("http.headers.X-Token")
         );
+    }
+
+    #[test]
+    fn a_urls_password_is_fingerprinted_its_user_and_place_kept() {
+        let fp = fingerprint("hunter2");
+        for (url, shown) in [
+            (
+                "http://alice:hunter2@app:8080/m?x=1",
+                format!("http://alice:{fp}@app:8080/m?x=1"),
+            ),
+            (
+                "https://hunter2@app/m",
+                format!("https://{}@app/m", fingerprint("hunter2")),
+            ),
+            ("http://app:8080/m@x", "http://app:8080/m@x".to_string()),
+            ("http://app:8080/m", "http://app:8080/m".to_string()),
+            ("ops@example.com", "ops@example.com".to_string()),
+            ("", String::new()),
+        ] {
+            assert_eq!(shown_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn every_header_value_and_url_password_is_fingerprinted_and_a_change_still_shows() {
+        let secret = "S3CR3T-MARKER";
+        let with = |marker: &str| {
+            Config::from_toml(&[
+                BASE,
+                &format!(
+                    "[http]\nurl = \"http://alice:{marker}@127.0.0.1:8080/m\"\n\
+                     health_url = \"http://bob:{marker}@127.0.0.1:8080/h\"\n\
+                     headers = {{ X-Token = \"{marker}\" }}\n\
+                     [otel]\nendpoint = \"http://127.0.0.1:4318\"\n\
+                     headers = {{ Authorization = \"Bearer {marker}\" }}\n"
+                ),
+            ])
+            .unwrap()
+        };
+        let shown = flatten(&with(secret));
+        let text = serde_json::to_string(&shown).unwrap();
+        assert!(!text.contains(secret), "{text}");
+        assert!(text.contains("http://alice:<redacted "), "{text}");
+        assert!(text.contains("http://bob:<redacted "), "{text}");
+        let changes = diff(&shown, &flatten(&with("other")));
+        let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "http.headers.X-Token",
+                "http.health_url",
+                "http.url",
+                "otel.headers.Authorization"
+            ]
+        );
+        for c in &changes {
+            assert!(
+                !c.running.contains(secret) && !c.new.contains("other"),
+                "{c:?}"
+            );
+        }
     }
 }

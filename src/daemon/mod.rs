@@ -125,6 +125,9 @@ pub struct Daemon {
     config: Config,
     reloader: Reloader,
     reloads: mpsc::Receiver<Result<Config, ConfigError>>,
+    /// The shutdown's deadline, started by the first signal or the first component
+    /// that sees the shutdown begin.
+    deadline: Deadline,
 }
 
 /// The publish endpoint's token file (`publish.token_file`), read now: a missing or
@@ -187,6 +190,7 @@ impl Daemon {
         };
         let (reloader, reloads) = reload::channel();
         Ok(Daemon {
+            deadline: Deadline::new(settings.shutdown_grace),
             settings,
             metrics,
             readiness,
@@ -199,6 +203,12 @@ impl Daemon {
             reloader,
             reloads,
         })
+    }
+
+    /// The shutdown's deadline: the process edge starts it at the first signal and
+    /// bounds its last log flush by it.
+    pub fn deadline(&self) -> Deadline {
+        self.deadline.clone()
     }
 
     /// The bound admin address (useful with port 0).
@@ -256,7 +266,7 @@ impl Daemon {
             admin_cap,
             admin_stop.clone(),
         ));
-        let deadline = Deadline::new(self.settings.shutdown_grace);
+        let deadline = self.deadline;
         let reloads = Reloads::start(
             &self.settings,
             &self.forwarder,

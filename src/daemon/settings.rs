@@ -271,7 +271,9 @@ fn url(p: &mut Vec<Problem>, key: &str, value: &str) -> Option<Url> {
     match Url::parse(value) {
         Ok(u) => Some(u),
         Err(e) => {
-            p.push(Problem::new(key, format!("{value:?} is not a URL: {e}")));
+            // A user:password in the URL is never echoed.
+            let shown = crate::config::redact(value);
+            p.push(Problem::new(key, format!("{shown:?} is not a URL: {e}")));
             None
         }
     }

@@ -239,6 +239,7 @@ struct MessageCollectors {
     invalid: [IntCounter; 3],
     age: [Histogram; 2],
     spans_dropped: IntCounter,
+    log_lines_dropped: IntCounter,
 }
 
 impl MessageCollectors {
@@ -311,6 +312,10 @@ impl MessageCollectors {
             spans_dropped: r.counter(
                 "jetrelay_otel_spans_dropped_total",
                 "Spans not exported: the export queue was full, or the collector did not take them",
+            )?,
+            log_lines_dropped: r.counter(
+                "jetrelay_log_lines_dropped_total",
+                "Log lines dropped because stderr did not take them (a pipe nobody reads): logging never holds up delivery",
             )?,
         })
     }
@@ -570,6 +575,13 @@ impl Metrics {
         self.flow.spans_dropped.inc_by(n);
     }
 
+    /// `total` log lines were dropped since the start (the logger's own count, read
+    /// when the metrics are rendered).
+    pub fn log_lines_dropped(&self, total: u64) {
+        let counter = &self.flow.log_lines_dropped;
+        counter.inc_by(total.saturating_sub(counter.get()));
+    }
+
     /// A message could not be offered to the app.
     pub fn invalid(&self, why: &Invalid) {
         let at = Invalid::NAMES
@@ -716,6 +728,7 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        self.log_lines_dropped(super::telemetry::lines_dropped());
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for well-formed collectors.
         if TextEncoder::new()
@@ -772,6 +785,15 @@ mod tests {
     }
 
     #[test]
+    fn the_dropped_log_lines_follow_the_loggers_count_and_never_fall() {
+        let m = Metrics::new().unwrap();
+        for (total, shown) in [(0, 0), (7, 7), (7, 7), (3, 7), (12, 12)] {
+            m.log_lines_dropped(total);
+            assert_eq!(m.flow.log_lines_dropped.get(), shown, "{total}");
+        }
+    }
+
+    #[test]
     fn every_documented_name_is_exposed() {
         let m = Metrics::new().unwrap();
         m.settled(SettleLabel::Term, Duration::ZERO);
@@ -815,6 +837,7 @@ mod tests {
             "jetrelay_published_total{via=\"answer\"} 0",
             "jetrelay_published_total{via=\"endpoint\"} 0",
             "jetrelay_publish_failures_total{reason=\"not_allowed\"} 0",
+            "jetrelay_log_lines_dropped_total 0",
             "jetrelay_publish_failures_total{reason=\"too_many_batches\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");

@@ -3,6 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::app::free_port;
 use crate::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jetrelay");
@@ -742,4 +743,176 @@ async fn the_quick_starts_log_lines_are_short_and_never_a_debug_dump() {
             assert!(!line.contains("Some("), "{format}: a Debug dump: {line}");
         }
     }
+}
+
+/// Reads a child's stderr only while told to, keeping what it read.
+struct Pipe {
+    reading: tokio::sync::watch::Sender<bool>,
+    got: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Pipe {
+    /// Holds `pipe` unread until [`Pipe::read`].
+    fn unread(mut pipe: tokio::process::ChildStderr) -> Pipe {
+        use tokio::io::AsyncReadExt;
+        let (reading, mut told) = tokio::sync::watch::channel(false);
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = got.clone();
+        let task = tokio::spawn(async move {
+            let mut buf = vec![0; 64 * 1024];
+            loop {
+                if !*told.borrow_and_update() {
+                    if told.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    n = pipe.read(&mut buf) => match n {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => sink.lock().unwrap().extend_from_slice(&buf[..n]),
+                    },
+                    _ = told.changed() => {}
+                }
+            }
+        });
+        Pipe { reading, got, task }
+    }
+
+    fn read(&self, on: bool) {
+        self.reading.send_replace(on);
+    }
+
+    fn lines(&self) -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&self.got.lock().unwrap())
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+async fn admin_get(admin: &str, path: &str) -> (u16, String) {
+    let response = tokio::time::timeout(
+        Duration::from_secs(2),
+        http().get(format!("http://{admin}{path}")).send(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{path} did not answer within 2 s"))
+    .unwrap();
+    let code = response.status().as_u16();
+    (code, response.text().await.unwrap())
+}
+
+fn dropped_lines(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("jetrelay_log_lines_dropped_total "))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_stderr_nobody_reads_holds_up_neither_delivery_nor_probes_nor_sigterm() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let app = MockApp::ok().await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    let admin = format!("127.0.0.1:{}", free_port());
+    let grace = Duration::from_secs(3);
+    let text = config_text(&nats, &app, &stream, &durable).replace("127.0.0.1:0", &admin)
+        + &format!(
+            "[delivery]\nshutdown_grace_ms = {}\n[log]\nlevel = \"info\"\n",
+            grace.as_millis()
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, &text);
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .env_remove("JETRELAY_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pipe = Pipe::unread(child.stderr.take().unwrap());
+    eventually("the consumer exists", Duration::from_secs(20), || async {
+        consumer_info(&js, &stream, &durable).await.is_some()
+    })
+    .await;
+    // One INFO line (~250 bytes) per message: the pipe (64 KiB) and the buffer
+    // (1 MiB) fill after ~4,500 of them; before the fix everything stopped there.
+    let n = 6_000;
+    publish(&js, "bin.x", n).await;
+    eventually(
+        "every message delivered",
+        Duration::from_secs(120),
+        || async { app.arrivals() >= n },
+    )
+    .await;
+    assert_eq!(admin_get(&admin, "/healthz").await.0, 200);
+    assert_eq!(admin_get(&admin, "/ready").await.0, 200);
+    let dropped = dropped_lines(&admin_get(&admin, "/metrics").await.1);
+    assert!(dropped > 0.0, "nothing dropped: the pipe never filled?");
+    // Once stderr drains, one line says how many were dropped.
+    pipe.read(true);
+    eventually(
+        "the dropped lines said",
+        Duration::from_secs(20),
+        || async {
+            pipe.lines().iter().any(|l| {
+                l["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("log lines were dropped")
+            })
+        },
+    )
+    .await;
+    let said: f64 = pipe
+        .lines()
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("log lines were dropped")
+        })
+        .map(|l| l["dropped"].as_f64().unwrap())
+        .sum();
+    assert_eq!(said, dropped, "the line counts what the metric counts");
+    // Stuck again (more than the pipe holds), then SIGTERM: the last flush gives up
+    // at the end of the grace.
+    pipe.read(false);
+    publish(&js, "bin.x", 1_000).await;
+    eventually("the rest delivered", Duration::from_secs(60), || async {
+        app.arrivals() >= n + 1_000
+    })
+    .await;
+    assert_eq!(admin_get(&admin, "/ready").await.0, 200);
+    let pid = child.id().unwrap();
+    let asked = std::time::Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(grace + Duration::from_secs(10), child.wait())
+        .await
+        .expect("SIGTERM did not end the process")
+        .unwrap();
+    let took = asked.elapsed();
+    assert_eq!(status.code(), Some(0));
+    assert!(took < grace + Duration::from_secs(2), "{took:?}");
+    pipe.read(true);
+    let Pipe { task, got, .. } = pipe;
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the pipe ends with the process")
+        .unwrap();
+    let rest = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+    assert!(
+        !rest.contains("jetrelay stopped cleanly"),
+        "stderr was not stuck at the end: the exit did not have to give up on it"
+    );
 }

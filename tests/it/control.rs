@@ -522,3 +522,113 @@ async fn sighup_refuses_keys_that_cannot_change_live_and_configs_that_do_not_val
     d.signal("TERM");
     assert_eq!(d.wait_exit(Duration::from_secs(20)).await.0, Some(0));
 }
+
+// === secrets ===
+
+#[tokio::test]
+async fn no_secret_of_the_config_shows_on_the_admin_port_in_check_or_in_the_log() {
+    const MARK: &str = "S3CR3T-MARKER";
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    app.set_healthy(true);
+    let collector = crate::support::collector::FakeCollector::start(
+        crate::support::collector::Wire::HttpProtobuf,
+    )
+    .await;
+    let with_user =
+        |url: &str, user: &str| url.replacen("://", &format!("://{user}:{MARK}-{user}@"), 1);
+    let text = |authorization: &str| {
+        let http = format!(
+            "health_url = \"{}\"\nheaders = {{ X-Token = \"{MARK}-header\" }}",
+            with_user(&app.health_url(), "probe")
+        );
+        reload_text(&env, &app, "max_in_flight = 8", &http).replace(
+            &format!("url = \"{}\"", app.url()),
+            &format!("url = \"{}\"", with_user(&app.url(), "alice")),
+        ) + &collector.otel(&format!(
+            "headers = {{ Authorization = \"{authorization}\" }}"
+        ))
+    };
+    let first = text(&format!("Bearer {MARK}-otel"));
+    let mut d = Daemon::start(&first).await;
+    d.wait_ready_body("ready", Duration::from_secs(20), |c, _| c == 200)
+        .await;
+    publish(&env.js, "p.a", 3).await;
+    app.wait_for("three", Duration::from_secs(10), |r| r.len() >= 3)
+        .await;
+    // The admin port.
+    let get = |path: &str| {
+        let url = format!("http://{}{path}", d.admin);
+        async move {
+            crate::support::http()
+                .get(url)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let shown = get("/config").await;
+    for key in [
+        "\"http.headers.X-Token\":\"<redacted ",
+        "\"otel.headers.Authorization\":\"<redacted ",
+        "\"http.url\":\"http://alice:<redacted ",
+        "\"http.health_url\":\"http://probe:<redacted ",
+    ] {
+        assert!(shown.contains(key), "{key} not in {shown}");
+    }
+    for path in ["/config", "/ready", "/metrics"] {
+        let body = get(path).await;
+        assert!(!body.contains(MARK), "{path}: {body}");
+    }
+    // `check`, of the config, of a broken one, and against the running one.
+    let file = ConfigFile::new(first.clone());
+    let (code, out, err) = jetrelay(&file.path(), &["check"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!out.contains(MARK) && !err.contains(MARK), "{out}{err}");
+    let broken = first.replace(&app.url()[7..], "127.0.0.1:99999/x");
+    assert!(
+        broken.contains(&format!("{MARK}-alice@127.0.0.1:99999")),
+        "{broken}"
+    );
+    let broken_file = ConfigFile::new(broken.clone());
+    let (code, out, err) = jetrelay(&broken_file.path(), &["check"]).await;
+    assert_eq!(code, Some(64), "{out}{err}");
+    assert!(err.contains("http.url"), "{err}");
+    assert!(!out.contains(MARK) && !err.contains(MARK), "{out}{err}");
+    let changed = text(&format!("Bearer {MARK}-new"));
+    let changed_file = ConfigFile::new(changed.clone());
+    let url = format!("http://{}/config", d.admin);
+    let (code, out, err) = jetrelay(&changed_file.path(), &["check", "--diff-running", &url]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("otel.headers.Authorization: \"<redacted "),
+        "a change still shows: {out}"
+    );
+    assert!(!out.contains(MARK) && !err.contains(MARK), "{out}{err}");
+    // The reload log: a refused change of the collector's token, a broken URL.
+    let lines = reload(
+        &d,
+        &changed,
+        "config reload refused: the running config stays",
+    )
+    .await;
+    let key = line(&lines, "config reload refused: this key");
+    assert_eq!(key["key"], "otel.headers.Authorization", "{key}");
+    assert_ne!(key["running"], key["new"], "a change still shows: {key}");
+    let verdict = "config reload refused: the new config does not validate";
+    let lines = reload(&d, &broken, verdict).await;
+    assert!(
+        line(&lines, verdict)["error"]
+            .as_str()
+            .unwrap()
+            .contains("http.url"),
+        "{lines:#?}"
+    );
+    d.signal("TERM");
+    assert_eq!(d.wait_exit(Duration::from_secs(20)).await.0, Some(0));
+    let log = serde_json::to_string(&d.lines()).unwrap();
+    assert!(!log.contains(MARK), "{log}");
+}

@@ -6,6 +6,7 @@ pub mod batched;
 pub mod json_lines;
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
@@ -112,30 +113,64 @@ pub fn init(format: LogFormat, level: &str) {
 
 /// Installs the daemon's subscriber: its lines (one per settled message) are
 /// gathered and written a few times a second by a thread of their own
-/// ([`batched`]); a `WARN` or `ERROR` line, [`flush`] and a panic write them out at
-/// once. Falls back to [`init`]'s direct writes when the thread cannot start.
+/// ([`batched`]), the only thread that waits on stderr: a `WARN` or `ERROR` line,
+/// [`flush_until`] and a panic hand theirs over at once, and when stderr does not
+/// take them lines are dropped and counted ([`lines_dropped`]), never waited for.
+/// Falls back to [`init`]'s direct writes when the thread cannot start.
 pub fn init_daemon(format: LogFormat, level: &str) {
-    let Ok(sink) = batched::Batched::start(Box::new(std::io::stderr())) else {
+    let notice: batched::Notice = Box::new(|dropped| {
+        tracing::warn!(
+            dropped,
+            "{dropped} log lines were dropped: stderr did not take them (jetrelay_log_lines_dropped_total)"
+        );
+    });
+    let Ok(sink) = batched::Batched::start(Box::new(std::io::stderr()), notice) else {
         return init(format, level);
     };
     if BATCHED.set(sink.clone()).is_err() {
         // Installed already (tests): the first sink stays.
         return;
     }
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        flush();
-        previous(info);
-    }));
+    std::panic::set_hook(Box::new(|info| panicked(&info.to_string())));
     install(format, level, Sink::Batched(sink));
 }
 
-/// Writes out the daemon's gathered lines (before the process ends); nothing to do
-/// for direct writes.
-pub fn flush() {
-    if let Some(sink) = BATCHED.get() {
-        sink.flush();
+/// How long a panic waits for stderr to take its message.
+const PANIC_FLUSH: Duration = Duration::from_secs(1);
+
+/// The panic hook of the daemon: the message the default hook prints (with the
+/// backtrace `RUST_BACKTRACE` asks for), handed to the writer thread after the
+/// lines before it and waited for [`PANIC_FLUSH`] at most; the default hook would
+/// write to stderr itself, and wait as long as stderr does.
+fn panicked(info: &str) {
+    let Some(sink) = BATCHED.get() else {
+        return;
+    };
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("<unnamed>");
+    let mut text = format!("thread '{name}' {info}\n");
+    let trace = std::backtrace::Backtrace::capture();
+    if trace.status() == std::backtrace::BacktraceStatus::Captured {
+        text.push_str(&format!("stack backtrace:\n{trace}\n"));
     }
+    sink.urgent(text.as_bytes());
+    sink.flush_until(Instant::now() + PANIC_FLUSH);
+}
+
+/// Has the daemon's writer write out the lines gathered so far and waits until it
+/// has or until `deadline`; whether it has (always for direct writes).
+pub fn flush_until(deadline: Instant) -> bool {
+    BATCHED.get().is_none_or(|sink| sink.flush_until(deadline))
+}
+
+/// [`flush_until`] `wait` from now.
+pub fn flush_within(wait: Duration) -> bool {
+    flush_until(Instant::now() + wait)
+}
+
+/// The daemon's log lines dropped so far because stderr did not take them.
+pub fn lines_dropped() -> u64 {
+    BATCHED.get().map_or(0, batched::Batched::dropped)
 }
 
 /// Installs the global subscriber writing to `sink`.
