@@ -160,7 +160,7 @@ fn the_reference_shows_each_keys_default() {
                 let doc: serde_json::Value = Figment::from(Toml::string(&format!("v = {literal}")))
                     .extract_inner("v")
                     .unwrap_or_else(|e| panic!("{key}: the default {cell} is no TOML value: {e}"));
-                doc.to_string() == actual.to_string()
+                doc == *actual
             }
         };
         compared += 1;
