@@ -476,7 +476,7 @@ async fn the_drain_leaves_an_unanswered_batch_unacked() {
 
 #[tokio::test]
 async fn the_readme_batch_handler_works_as_documented() {
-    let handler = ReadmeApp::start("## Batch delivery").await;
+    let handler = ReadmeApp::start("docs/batch.md", "# Batch delivery").await;
     let port = handler.port;
 
     let env = Env::start(&["o.>"]).await;

@@ -12,6 +12,7 @@ mod control;
 mod deploy;
 mod direct;
 mod dlq;
+mod docs;
 mod endpoint;
 mod fast;
 mod faults;

@@ -517,7 +517,7 @@ async fn each_batch_result_publishes_for_its_own_input() {
 
 #[tokio::test]
 async fn the_readme_publishing_handler_survives_a_crash_with_each_output_stored_once() {
-    let handler = ReadmeApp::start("## Publishing through jetrelay").await;
+    let handler = ReadmeApp::start("docs/publishing.md", "# Publishing through jetrelay").await;
     let env = Env::start(&["orders.>"]).await;
     let out = unique("OUT");
     atomic_stream(&env.js, &out, &["invoices.>", "audit.>"], true).await;

@@ -99,7 +99,8 @@ impl PeerMember {
     }
 }
 
-/// A Python handler from the README, run as written there, on a free loopback port.
+/// A Python handler from the docs (a page of `docs/`), run as written there, on a free
+/// loopback port.
 pub struct ReadmeApp {
     _child: Child,
     _dir: tempfile::TempDir,
@@ -107,14 +108,15 @@ pub struct ReadmeApp {
 }
 
 impl ReadmeApp {
-    /// Runs the first Python block after the heading `section` and waits until it
-    /// listens.
-    pub async fn start(section: &str) -> ReadmeApp {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-        let after = readme
+    /// Runs the first Python block after the heading `section` of `page` (a path from
+    /// the repository's root) and waits until it listens.
+    pub async fn start(page: &str, section: &str) -> ReadmeApp {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let after = text
             .split_once(section)
-            .unwrap_or_else(|| panic!("the README has no {section:?}"))
+            .unwrap_or_else(|| panic!("{page} has no {section:?}"))
             .1;
         let code = after
             .split_once("```python\n")
