@@ -13,6 +13,7 @@ mod deploy;
 mod direct;
 mod dlq;
 mod endpoint;
+mod examples;
 mod fast;
 mod faults;
 mod forwarding;
