@@ -2,8 +2,10 @@
 //! every file opens with its `//!` purpose line; a room of `src/` imports only rooms
 //! of the rows below its own in `ARCHITECTURE.md`'s layer table, and every room is
 //! in it; an outside crate is named only in the rooms its table gives it; no function
-//! outside tests is over 100 lines; no two types share a name. Each rule is also run on a small tree that breaks
-//! it, so that a rule that can no longer fail is noticed.
+//! outside tests is over 100 lines; no two types share a name; the dev-dependencies add
+//! no feature to a dependency (so `cargo build` and `cargo test` share one build). Each
+//! rule is also run on a small tree that breaks it, so that a rule that can no longer
+//! fail is noticed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A test: a panic is the failure report.
 
@@ -406,6 +408,64 @@ fn fn_name(line: &str) -> Option<&str> {
     Some(name.split(['(', '<']).next().unwrap_or(name))
 }
 
+/// `cargo tree`'s packages and their features, one `name vX.Y.Z [f,g]` a line, as
+/// `cargo build` resolves them (`edges` "normal,build") or `cargo test` does (with "dev").
+fn resolved(edges: &str) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "--frozen",
+            "--prefix",
+            "none",
+            "-f",
+            "{p} [{f}]",
+            "-e",
+            edges,
+        ])
+        .arg("--manifest-path")
+        .arg(root().join("Cargo.toml"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree -e {edges}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("cargo tree prints UTF-8")
+}
+
+/// Each package `cargo build` builds (`build`: `resolved("normal,build")`) that
+/// `cargo test` (`test`) builds with other features: it, and every crate above it
+/// (jetrelay too), would be compiled twice, once for `scripts/demo` and once for
+/// `scripts/test`.
+fn check_one_build(build: &str, test: &str) -> Vec<String> {
+    fn packages(tree: &str) -> BTreeMap<String, String> {
+        tree.lines()
+            .filter_map(|l| {
+                let l = l.trim_end().trim_end_matches(" (*)");
+                let (package, features) = l.rsplit_once(" [")?;
+                let package = package.trim_end_matches(" (proc-macro)");
+                Some((
+                    package.to_string(),
+                    features.trim_end_matches(']').to_string(),
+                ))
+            })
+            .collect()
+    }
+    let test = packages(test);
+    packages(build)
+        .into_iter()
+        .filter_map(|(package, features)| match test.get(&package) {
+            Some(t) if *t == features => None,
+            t => Some(format!(
+                "{package}: [{features}] in `cargo build`, [{}] in `cargo test`: ask for the tests' features in [dependencies]",
+                t.map_or("not built", String::as_str)
+            )),
+        })
+        .collect()
+}
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -473,6 +533,19 @@ fn no_two_types_share_a_name() {
 }
 
 // === the rules on trees that break them ===
+
+#[test]
+fn dev_dependencies_add_no_feature_to_a_dependency() {
+    let build = resolved("normal,build");
+    assert!(
+        build.lines().count() > 100,
+        "the tree was not read: {build}"
+    );
+    assert_none(
+        "one build for scripts/demo and scripts/test",
+        check_one_build(&build, &resolved("normal,build,dev")),
+    );
+}
 
 impl File {
     fn clone_as(&self, path: &str) -> File {
@@ -603,4 +676,12 @@ fn each_rule_fails_on_a_tree_that_breaks_it() {
     );
     let names = check_type_names(&[tree[0].clone_as("src/a.rs"), tree[0].clone_as("src/b.rs")]);
     assert!(names[0].starts_with("After names 2 types"), "{names:?}");
+    let build = "jetrelay v0.1.0 (/src) []\ntokio v1.54.1 [net,rt]\nbytes v1.12.2 [std]\nbytes v1.12.2 [std] (*)\nserde_derive v1.0.229 (proc-macro) [default]\n";
+    let test = "jetrelay v0.1.0 (/src) []\ntokio v1.54.1 [net,process,rt]\nbytes v1.12.2 [std]\nproptest v1.12.0 [std]\nserde_derive v1.0.229 (proc-macro) [default]\n";
+    let twice = check_one_build(build, test);
+    assert_eq!(twice.len(), 1, "{twice:?}");
+    assert!(
+        twice[0].starts_with("tokio v1.54.1: [net,rt] in `cargo build`, [net,process,rt]"),
+        "{twice:?}"
+    );
 }

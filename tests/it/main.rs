@@ -14,6 +14,7 @@ mod direct;
 mod dlq;
 mod docs;
 mod endpoint;
+mod examples;
 mod fast;
 mod faults;
 mod forwarding;
