@@ -539,20 +539,20 @@ impl GroupAdmin {
         names.extend(c.member_mappings.iter().map(|m| m.member.clone()));
         names.sort();
         names.dedup();
+        // Once for all members, and the consumers by name: a membership of tens of
+        // thousands is reported in one pass, not one pass over it per member.
+        let mut partitions = assign::every_partition(c.max_members, &c.members, &c.member_mappings);
+        let states: std::collections::HashMap<&str, &crate::nats::ConsumerState> =
+            states.iter().map(|s| (s.name.as_str(), s)).collect();
         let member_reports = names
             .iter()
             .map(|m| {
                 let (_, consumer) = Self::consumer_of(f, stream, group, m);
-                let state = states.iter().find(|s| s.name == consumer);
+                let state = states.get(consumer.as_str());
                 MemberReport {
                     member: m.clone(),
                     in_membership: true,
-                    partitions: assign::partitions(
-                        c.max_members,
-                        &c.members,
-                        &c.member_mappings,
-                        m,
-                    ),
+                    partitions: partitions.remove(m).unwrap_or_default(),
                     consumer: state.is_some(),
                     active: state.is_some_and(|s| f == Flavour::Elastic || s.num_waiting > 0),
                     pinned: state.is_some_and(|s| s.pinned.is_some()),
