@@ -457,7 +457,8 @@ impl GroupSource {
                     }
                     self.quiescing = true;
                     self.pending.push_back(PullEvent::Quiesce);
-                } else {
+                } else if !self.quiescing {
+                    // (While quiescing, the join comes after `quiesced`.)
                     self.join_or_log().await;
                 }
             }
@@ -614,6 +615,14 @@ impl Source for GroupSource {
                         }
                         if self.s.flavour == Flavour::Static && !self.ended {
                             self.join_or_log().await;
+                        } else if !self.ended && !self.stopped && !self.quiescing {
+                            // What the dispatcher holds came from the consumer that is
+                            // gone (pruned, or deleted by hand): its acks go nowhere and
+                            // the partitions' next owner receives it again. Nothing more
+                            // of it starts; what is queued is released; the member joins
+                            // again after the back-off if it still has partitions.
+                            self.quiescing = true;
+                            self.pending.push_back(PullEvent::Quiesce);
                         }
                     }
                     PullEvent::Pinned(false) if self.stopped => {}
