@@ -162,12 +162,12 @@ fn main() -> ExitCode {
             duration,
             until,
         } => {
-            match jetrelay::cli::pause::until(
+            match jetrelay::cli::pause::request(
                 duration.as_deref(),
                 until.as_deref(),
                 time::OffsetDateTime::now_utc(),
             ) {
-                Ok(t) => pause(target, Request::Pause(t)),
+                Ok(r) => pause(target, r),
                 Err(e) => {
                     eprintln!("jetrelay: {e}");
                     ExitCode::from(EX_USAGE)

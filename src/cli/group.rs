@@ -5,6 +5,8 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 
+use crate::printable::printable;
+
 use crate::group::manage::{AdminError, GroupAdmin, GroupReport, MemberReport};
 use crate::group::model::{Flavour, GroupConfig, MemberMapping, PartitioningFilter};
 
@@ -264,7 +266,13 @@ impl Out {
         if self.json {
             json!({"members": c.members}).to_string()
         } else {
-            format!("members: {}", c.members.join(" "))
+            let shown: Vec<String> = c
+                .members
+                .iter()
+                .take(SHOWN)
+                .map(|m| printable(m).into_owned())
+                .collect();
+            format!("members: {}{}", shown.join(" "), more(c.members.len()))
         }
     }
 }
@@ -431,16 +439,35 @@ fn list(groups: Vec<String>, json: bool) -> String {
     }
 }
 
+/// At most this many members are printed as text (`--json` gives every one).
+const SHOWN: usize = 100;
+
+/// What follows the first [`SHOWN`] of `total` members.
+fn more(total: usize) -> String {
+    match total.saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" … and {n} more (--json lists every one)"),
+    }
+}
+
 fn member(r: MemberReport, json: bool) -> String {
     if json {
         return serde_json::to_string(&r).unwrap_or_default();
     }
     format!(
         "member {}: in membership {}, partitions {:?}, consumer {}, active {}, pinned {}",
-        r.member, r.in_membership, r.partitions, r.consumer, r.active, r.pinned
+        printable(&r.member),
+        r.in_membership,
+        r.partitions,
+        r.consumer,
+        r.active,
+        r.pinned
     )
 }
 
+/// The report as text: what the stored config says (member names and filters, which
+/// anyone who may write the bucket wrote) escaped for a terminal as `jetrelay dlq`
+/// does, and at most [`SHOWN`] members.
 fn info(r: GroupReport, json: bool) -> String {
     if json {
         return serde_json::to_string(&r).unwrap_or_default();
@@ -453,6 +480,7 @@ fn info(r: GroupReport, json: bool) -> String {
         lines.push("filters: none (whole stream, whole subject)".into());
     }
     for (i, f) in r.filters.iter().enumerate() {
+        let f = printable(f);
         lines.push(match r.wildcards.get(i) {
             Some(w) if w.is_empty() => format!("filter: {f} (whole subject)"),
             Some(w) => format!("filter: {f} (wildcards {w:?})"),
@@ -463,7 +491,7 @@ fn info(r: GroupReport, json: bool) -> String {
         "{:<20} {:<20} {:<9} {:<7} pinned",
         "member", "partitions", "consumer", "active"
     ));
-    for m in &r.member_reports {
+    for m in r.member_reports.iter().take(SHOWN) {
         let parts = m
             .partitions
             .iter()
@@ -472,8 +500,16 @@ fn info(r: GroupReport, json: bool) -> String {
             .join(",");
         lines.push(format!(
             "{:<20} {:<20} {:<9} {:<7} {}",
-            m.member, parts, m.consumer, m.active, m.pinned
+            printable(&m.member),
+            parts,
+            m.consumer,
+            m.active,
+            m.pinned
         ));
+    }
+    let more = more(r.member_reports.len());
+    if !more.is_empty() {
+        lines.push(more.trim_start().to_string());
     }
     lines.join("\n")
 }
@@ -543,5 +579,61 @@ mod tests {
         let err = parse_mappings(&a(&["m1:0,x"])).unwrap_err();
         assert!(err.to_string().contains("m1:0,x"));
         assert!(parse_mappings(&a(&["m1"])).is_err());
+    }
+
+    fn report(members: Vec<String>) -> GroupReport {
+        let member_reports = members
+            .iter()
+            .map(|m| MemberReport {
+                member: m.clone(),
+                in_membership: true,
+                partitions: vec![1],
+                consumer: false,
+                active: false,
+                pinned: false,
+            })
+            .collect();
+        GroupReport {
+            stream: "S".into(),
+            group: "g".into(),
+            flavour: "elastic",
+            max_members: 4,
+            filters: vec!["a.\u{1b}[2J.>".into()],
+            wildcards: vec![vec![]],
+            members,
+            mappings: Vec::new(),
+            member_reports,
+        }
+    }
+
+    #[test]
+    fn info_escapes_what_the_stored_config_says_and_shows_at_most_a_page_of_members() {
+        let hostile = vec![
+            "\u{1b}]0;owned\u{7}".to_string(),
+            "abc\u{202E}fed".to_string(),
+        ];
+        let text = info(report(hostile), false);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(!text.contains('\u{202E}'), "{text:?}");
+        assert!(
+            text.contains("\\u{1b}]0;owned\\u{7}") && text.contains("abc\\u{202e}fed"),
+            "{text}"
+        );
+        let many: Vec<String> = (0..60_000).map(|i| format!("m{i:05}")).collect();
+        let text = info(report(many), false);
+        assert_eq!(text.lines().count(), 3 + SHOWN + 1, "{}", &text[..200]);
+        assert!(
+            text.ends_with("… and 59900 more (--json lists every one)"),
+            "{}",
+            &text[text.len() - 100..]
+        );
+        let m = member(
+            report(vec!["x\u{1b}[31m".into()]).member_reports.remove(0),
+            false,
+        );
+        assert!(m.contains("x\\u{1b}[31m"), "{m}");
     }
 }

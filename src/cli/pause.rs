@@ -14,12 +14,19 @@ use crate::group::manage::{AdminError, GroupAdmin};
 use crate::nats::{Nats, NatsError, TopologyError};
 use crate::ops::telemetry::chain;
 use crate::seam::ServerPause;
+use crate::topology::ConsumerMode;
 
 /// What the command was asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// Pause until this time.
-    Pause(OffsetDateTime),
+    /// Pause until this time; `open_ended` when neither `--for` nor `--until` was
+    /// given (until resumed).
+    Pause {
+        /// When the server resumes it.
+        until: OffsetDateTime,
+        /// Until resumed.
+        open_ended: bool,
+    },
     /// Resume.
     Resume,
 }
@@ -65,6 +72,8 @@ pub struct ConsumerResult {
     pub paused: bool,
     /// Until when, RFC 3339 (paused ones).
     pub until: Option<String>,
+    /// What to know about it that is no failure (a member that has not run yet).
+    pub note: Option<String>,
     /// Why the command failed for it.
     pub error: Option<String>,
 }
@@ -78,27 +87,46 @@ pub struct PauseReport {
     pub failed: bool,
 }
 
-/// `--for` or `--until` (neither: until resumed) as the time the pause ends.
+/// The furthest a pause can end: the last instant of year 9999 (nats-server keeps
+/// `pause_until` as an RFC 3339 time, whose years have four digits).
+pub fn furthest() -> OffsetDateTime {
+    time::PrimitiveDateTime::MAX.assume_utc()
+}
+
+/// `--for` or `--until` (neither: until resumed) as the pause asked for.
 ///
 /// # Errors
-/// [`PauseError::Usage`] for a duration or time that does not parse, or is not in the
-/// future.
-pub fn until(
+/// [`PauseError::Usage`] for a duration or time that does not parse, is not in the
+/// future, or ends past [`furthest`].
+pub fn request(
     duration: Option<&str>,
     at: Option<&str>,
     now: OffsetDateTime,
-) -> Result<OffsetDateTime, PauseError> {
+) -> Result<Request, PauseError> {
+    let too_far = |flag: String| {
+        PauseError::Usage(format!(
+            "{flag}: the pause would end after {}, the furthest a pause can end",
+            rfc3339(furthest())
+        ))
+    };
     let t = match (duration, at) {
         (Some(_), Some(_)) => {
             return Err(PauseError::Usage("give --for or --until, not both".into()));
         }
-        (Some(d), None) => now + parse_duration(d)?,
-        (None, Some(t)) => OffsetDateTime::parse(t, &Rfc3339).map_err(|e| {
-            PauseError::Usage(format!(
-                "--until {t:?}: not an RFC 3339 time (2026-12-01T18:30:00Z): {e}"
-            ))
-        })?,
-        (None, None) => now + ServerPause::INDEFINITE,
+        (Some(d), None) => now
+            .checked_add(parse_duration(d)?)
+            .ok_or_else(|| too_far(format!("--for {d:?}")))?,
+        (None, Some(t)) => OffsetDateTime::parse(t, &Rfc3339)
+            .map_err(|e| {
+                PauseError::Usage(format!(
+                    "--until {t:?}: not an RFC 3339 time (2026-12-01T18:30:00Z): {e}"
+                ))
+            })?
+            .checked_to_offset(time::UtcOffset::UTC)
+            .ok_or_else(|| too_far(format!("--until {t:?}")))?,
+        (None, None) => now
+            .checked_add(ServerPause::INDEFINITE)
+            .unwrap_or_else(furthest),
     };
     if t <= now {
         return Err(PauseError::Usage(format!(
@@ -106,7 +134,10 @@ pub fn until(
             rfc3339(t)
         )));
     }
-    Ok(t)
+    Ok(Request::Pause {
+        until: t,
+        open_ended: duration.is_none() && at.is_none(),
+    })
 }
 
 /// A duration such as `30m`, `90s`, `1h30m`, `2d` or `500ms`.
@@ -187,6 +218,57 @@ async fn targets(
     }
 }
 
+/// With `--all-members`: the group-wide pause recorded (before the members' consumers
+/// are paused, so that a member joining meanwhile finds it) or removed (before they
+/// are resumed).
+async fn group_wide(
+    nats: &Nats,
+    source: &SourceSettings,
+    request: &Request,
+) -> Result<(), PauseError> {
+    let SourceSettings::Group(m) = source else {
+        return Ok(());
+    };
+    let admin = GroupAdmin::new(nats.clone());
+    match request {
+        Request::Pause { until, .. } => {
+            admin
+                .set_group_pause(m.flavour, &m.stream, &m.group, *until)
+                .await
+        }
+        Request::Resume => {
+            admin
+                .clear_group_pause(m.flavour, &m.stream, &m.group)
+                .await
+        }
+    }
+    .map_err(PauseError::Group)
+}
+
+/// Why consumer `name` cannot be paused or resumed: it does not exist, said with the
+/// config's `topology.consumer`. A member consumer that does not exist yet is no
+/// failure under a group-wide pause: the member pauses it before its first pull.
+fn missing(name: &str, mode: ConsumerMode, member: bool, group_wide: bool) -> String {
+    let mode = match mode {
+        ConsumerMode::Ensure => "ensure",
+        ConsumerMode::Bind => "bind",
+    };
+    match (member, group_wide, mode) {
+        (true, true, _) => format!(
+            "member consumer {name} does not exist yet (topology.consumer = \"{mode}\"; the member creates it when it has partitions and runs): the group-wide pause holds it from its first pull"
+        ),
+        (true, false, _) => format!(
+            "member consumer {name} does not exist (topology.consumer = \"{mode}\"; a member consumer exists once the member has partitions and runs)"
+        ),
+        (false, _, "bind") => format!(
+            "consumer {name} does not exist (topology.consumer = \"bind\": someone else creates it)"
+        ),
+        (false, _, _) => format!(
+            "consumer {name} does not exist (topology.consumer = \"{mode}\": jetrelay run creates it when it starts)"
+        ),
+    }
+}
+
 /// Pauses or resumes what `config`'s source consumes.
 ///
 /// # Errors
@@ -210,23 +292,28 @@ pub async fn run(
     let nats = Nats::connect(&connection, false).await?;
     // Consumer pause came with 2.11; older servers time out on it.
     nats.check_server_version()?;
+    if all_members {
+        group_wide(&nats, &settings.source, &request).await?;
+    }
+    let targets = targets(&nats, &settings.source, all_members).await?;
+    let mode = config.topology.consumer;
     let mut outcomes = Vec::new();
-    for (member, stream, consumer) in targets(&nats, &settings.source, all_members).await? {
+    for (member, stream, consumer) in targets {
         let answer = match &request {
-            Request::Pause(t) => nats.pause_consumer(&stream, &consumer, *t).await,
+            Request::Pause { until, .. } => nats.pause_consumer(&stream, &consumer, *until).await,
             Request::Resume => nats.resume_consumer(&stream, &consumer).await,
         };
-        let (paused, until, error) = match answer {
-            Ok(a) => (a.paused, a.until.map(rfc3339), None),
-            Err(e @ TopologyError::ConsumerMissing(_)) => (
-                false,
-                None,
-                Some(format!(
-                    "{} (a member consumer exists once the member has partitions and runs)",
-                    chain(&e)
-                )),
-            ),
-            Err(e) => (false, None, Some(chain(&e))),
+        let (paused, until, note, error) = match answer {
+            Ok(a) => (a.paused, a.until.map(rfc3339), None, None),
+            Err(TopologyError::ConsumerMissing(_)) if all_members => {
+                let why = missing(&consumer, mode, true, true);
+                (false, None, Some(why), None)
+            }
+            Err(TopologyError::ConsumerMissing(_)) => {
+                let why = missing(&consumer, mode, member.is_some(), false);
+                (false, None, None, Some(why))
+            }
+            Err(e) => (false, None, None, Some(chain(&e))),
         };
         outcomes.push(ConsumerResult {
             member,
@@ -234,22 +321,27 @@ pub async fn run(
             consumer,
             paused,
             until,
+            note,
             error,
         });
     }
     let failed = outcomes.iter().any(|o| o.error.is_some());
     let text = if json {
         serde_json::json!({
-            "action": match request { Request::Pause(_) => "pause", Request::Resume => "resume" },
+            "action": match request { Request::Pause { .. } => "pause", Request::Resume => "resume" },
+            "group_wide": all_members,
             "consumers": outcomes,
         })
         .to_string()
     } else {
-        outcomes
-            .iter()
-            .map(|o| human(o, &request))
-            .collect::<Vec<_>>()
-            .join("\n")
+        let mut lines: Vec<String> = outcomes.iter().map(|o| human(o, &request)).collect();
+        if all_members {
+            lines.push(match request {
+                Request::Pause { .. } => "the group is paused: members that join or restart are paused before their first pull, until jetrelay resume --all-members".into(),
+                Request::Resume => "the group-wide pause is lifted".into(),
+            });
+        }
+        lines.join("\n")
     };
     Ok(PauseReport { text, failed })
 }
@@ -262,12 +354,20 @@ fn human(o: &ConsumerResult, request: &Request) -> String {
     if let Some(e) = &o.error {
         return format!("FAILED {who}: {e}");
     }
+    if let Some(n) = &o.note {
+        return format!("not running {who}: {n}");
+    }
     match (request, &o.until) {
-        (Request::Pause(t), Some(_)) => format!(
-            "paused {who} {}",
-            ServerPause::Until(*t).until_text(OffsetDateTime::now_utc())
-        ),
-        (Request::Pause(_), None) => format!("FAILED {who}: the server did not pause it"),
+        (
+            Request::Pause {
+                open_ended: true, ..
+            },
+            Some(_),
+        ) => {
+            format!("paused {who} until resumed (jetrelay resume)")
+        }
+        (Request::Pause { .. }, Some(at)) => format!("paused {who} until {at}"),
+        (Request::Pause { .. }, None) => format!("FAILED {who}: the server did not pause it"),
         (Request::Resume, _) if o.paused => format!("FAILED {who}: still paused"),
         (Request::Resume, _) => format!("resumed {who}"),
     }
@@ -306,6 +406,17 @@ mod tests {
         }
     }
 
+    fn until(
+        d: Option<&str>,
+        t: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<OffsetDateTime, PauseError> {
+        match request(d, t, now)? {
+            Request::Pause { until, .. } => Ok(until),
+            Request::Resume => unreachable!(),
+        }
+    }
+
     #[test]
     fn until_table() {
         let now = OffsetDateTime::parse("2026-12-01T12:00:00Z", &Rfc3339).unwrap();
@@ -321,17 +432,100 @@ mod tests {
             until(None, Some("2026-12-01T18:30:00Z"), now).unwrap(),
             now + time::Duration::minutes(390)
         );
-        let forever = until(None, None, now).unwrap();
         assert_eq!(
-            ServerPause::Until(forever).until_text(now),
-            "until resumed (jetrelay resume)"
+            request(None, None, now).unwrap(),
+            Request::Pause {
+                until: now + ServerPause::INDEFINITE,
+                open_ended: true
+            }
+        );
+        assert_eq!(
+            until(None, Some("9999-12-31T23:59:59Z"), now).unwrap(),
+            OffsetDateTime::parse("9999-12-31T23:59:59Z", &Rfc3339).unwrap()
         );
         for (d, t) in [
             (Some("1m"), Some("2026-12-01T18:30:00Z")),
             (None, Some("tomorrow")),
             (None, Some("2026-12-01T11:00:00Z")),
+            (None, Some("10000-01-01T00:00:00Z")),
+            (None, Some("9999-12-31T23:00:00-05:00")),
         ] {
             assert!(until(d, t, now).unwrap_err().is_usage(), "{d:?} {t:?}");
+        }
+    }
+
+    #[test]
+    fn a_pause_past_year_9999_is_a_usage_error_naming_the_flag_never_a_panic() {
+        let now = OffsetDateTime::parse("2026-12-01T12:00:00Z", &Rfc3339).unwrap();
+        for d in ["2147483647d", "2147483647h", "2920000d", "1d2147483647d"] {
+            let e = request(Some(d), None, now).unwrap_err();
+            assert!(e.is_usage(), "{d}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains("--for") && text.contains("9999-12-31T23:59:59"),
+                "{d}: {text}"
+            );
+        }
+        let e = request(None, Some("9999-12-31T23:00:00-05:00"), now).unwrap_err();
+        assert!(e.to_string().contains("--until"), "{e}");
+        // The furthest is allowed; so is the default from any time before 9899.
+        assert!(request(Some("2700000d"), None, now).is_ok());
+        let late = OffsetDateTime::parse("9990-01-01T00:00:00Z", &Rfc3339).unwrap();
+        assert_eq!(
+            request(None, None, late).unwrap(),
+            Request::Pause {
+                until: furthest(),
+                open_ended: true
+            }
+        );
+    }
+
+    fn result(until: Option<&str>) -> ConsumerResult {
+        ConsumerResult {
+            member: None,
+            stream: "S".into(),
+            consumer: "C".into(),
+            paused: until.is_some(),
+            until: until.map(str::to_string),
+            note: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_pause_to_a_stated_time_is_reported_as_that_time_however_far() {
+        let far = OffsetDateTime::parse("9999-12-31T23:59:59Z", &Rfc3339).unwrap();
+        let stated = Request::Pause {
+            until: far,
+            open_ended: false,
+        };
+        assert_eq!(
+            human(&result(Some("9999-12-31T23:59:59Z")), &stated),
+            "paused S > C until 9999-12-31T23:59:59Z"
+        );
+        let open = Request::Pause {
+            until: far,
+            open_ended: true,
+        };
+        assert_eq!(
+            human(&result(Some("9999-12-31T23:59:59Z")), &open),
+            "paused S > C until resumed (jetrelay resume)"
+        );
+    }
+
+    #[test]
+    fn a_missing_consumer_is_explained_with_the_configs_topology_consumer() {
+        for (mode, says) in [
+            (ConsumerMode::Ensure, "topology.consumer = \"ensure\""),
+            (ConsumerMode::Bind, "topology.consumer = \"bind\""),
+        ] {
+            for member in [false, true] {
+                for group_wide in [false, true] {
+                    let text = missing("C", mode, member, group_wide);
+                    assert!(text.contains(says), "{text}");
+                    assert!(text.contains("C does not exist"), "{text}");
+                }
+            }
         }
     }
 }

@@ -518,18 +518,25 @@ impl Supervisor {
             letters_waiting_max: set.letters_waiting_max(),
             tracer: self.tracer.clone(),
         });
+        // Kept across rejoins: it knows whether this process added the member.
+        let mut joined: Option<AutoJoin> = None;
         loop {
             let ended = match &set.source {
                 SourceSettings::Group(member) => {
                     let auto = match member.auto_join {
                         Some(timeout) => {
-                            match self.auto_join(nats, member, timeout, shutdown).await? {
+                            let kept = joined.take();
+                            match self
+                                .auto_join(nats, member, timeout, kept, shutdown)
+                                .await?
+                            {
                                 Some(a) => Some(a),
                                 None => return Ok(()),
                             }
                         }
                         None => None,
                     };
+                    joined.clone_from(&auto);
                     let beats = auto.as_ref().map(heartbeats);
                     let Some(source) = self.join_group(nats, member, shutdown).await? else {
                         drop(beats);
@@ -616,19 +623,24 @@ impl Supervisor {
     }
 
     /// An auto-joining member (`source.auto_join`) adds itself to the membership,
-    /// retrying while NATS or the group is not there (not ready meanwhile).
+    /// retrying while NATS or the group is not there (not ready meanwhile); `kept`:
+    /// the one of a previous join, which knows whether this process added it.
     /// `Ok(None)` when shutdown came first.
     async fn auto_join(
         &self,
         nats: &Nats,
         member: &Member,
         timeout: Duration,
+        kept: Option<AutoJoin>,
         shutdown: &CancellationToken,
     ) -> Result<Option<AutoJoin>, DaemonError> {
         self.until_ready(shutdown, "joining the membership", || async {
-            let a = AutoJoin::open(nats, member, timeout)
-                .await
-                .map_err(|e| Try::Again(chain(&e)))?;
+            let a = match &kept {
+                Some(a) => a.clone(),
+                None => AutoJoin::open(nats, member, timeout)
+                    .await
+                    .map_err(|e| Try::Again(chain(&e)))?,
+            };
             a.join().await.map_err(|e| Try::Again(chain(&e)))?;
             Ok(a)
         })

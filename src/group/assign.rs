@@ -36,6 +36,40 @@ pub fn partitions(
         .unwrap_or_default()
 }
 
+/// Every member's partitions at once (`jetrelay group … info`), each as
+/// [`partitions`] gives it: the member list is sorted once, not once per member, so
+/// that a membership of tens of thousands costs a sort, not a sort per member.
+pub fn every_partition(
+    max_members: u32,
+    members: &[String],
+    mappings: &[MemberMapping],
+) -> std::collections::HashMap<String, Vec<u32>> {
+    let mut out = std::collections::HashMap::new();
+    if members.is_empty() {
+        for mm in mappings {
+            out.entry(mm.member.clone())
+                .or_insert_with(|| mm.partitions.clone());
+        }
+        return out;
+    }
+    let sorted = balanced_members(members, max_members);
+    // `sorted` is capped at N: m <= N, per >= 1 (as in `partitions`).
+    let m = sorted.len() as u32;
+    if m == 0 {
+        return out;
+    }
+    let per = max_members / m;
+    let full = m * per;
+    for (index, member) in (0u32..).zip(sorted) {
+        let mut own: Vec<u32> = (index * per..(index + 1) * per).collect();
+        if full + index < max_members {
+            own.push(full + index);
+        }
+        out.insert(member, own);
+    }
+    out
+}
+
 /// The member list after deduplication, byte-wise sorting and capping at N.
 pub fn balanced_members(members: &[String], max_members: u32) -> Vec<String> {
     let mut sorted: Vec<String> = members.to_vec();
@@ -218,6 +252,25 @@ mod tests {
             shuffled.reverse();
             for m in &sorted {
                 prop_assert_eq!(partitions(n, &names, &[], m), partitions(n, &shuffled, &[], m));
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_partition_agrees_with_partitions_member_by_member(
+            n in 1u32..40,
+            members in proptest::collection::vec("[a-e]{1,2}", 0..30),
+            extra in "[a-e]{1,2}",
+        ) {
+            let mappings = vec![MemberMapping { member: "x".into(), partitions: vec![0] }];
+            let all = every_partition(n, &members, &mappings);
+            let mut names = members.clone();
+            names.push(extra);
+            names.push("x".into());
+            for m in &names {
+                let want = partitions(n, &members, &mappings, m);
+                prop_assert_eq!(all.get(m).cloned().unwrap_or_default(), want, "{}", m);
             }
         }
     }

@@ -4,9 +4,18 @@
 //! record expired, joins again when it finds itself pruned, and leaves on a clean
 //! stop. Every membership change is a compare-and-set of the stored config
 //! (`GroupAdmin`), retried on a concurrent write, in orbit.go's format: its members
-//! and tools see ordinary membership changes. Members added by hand have no marker
-//! and are never pruned.
+//! and tools see ordinary membership changes.
+//!
+//! Who may be pruned: a member that jetrelay's auto-join added, as recorded beside the
+//! group's config when it added it ([`crate::group::records::auto_key`]); the
+//! `auto.<member>` keys of the liveness bucket only say whom to look at, so a forged
+//! one prunes nobody, and members added by hand are never pruned. What a clean stop
+//! removes: only what this process added (a name that was in the membership when it
+//! joined stays), and nothing while another instance of the member still pulls from
+//! its consumer.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::group::manage::{AdminError, GroupAdmin};
@@ -35,6 +44,9 @@ pub struct AutoJoin {
     group: String,
     member: String,
     timeout: Duration,
+    /// This process added the member to the membership (at its start, or again after
+    /// it was pruned): only then may its clean stop take it out.
+    added: Arc<AtomicBool>,
 }
 
 /// The liveness bucket's replicas: the origin stream's, at most three.
@@ -61,6 +73,7 @@ impl AutoJoin {
             group: m.group.clone(),
             member: m.member.clone(),
             timeout,
+            added: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -75,7 +88,9 @@ impl AutoJoin {
     }
 
     /// Beats, marks this member as auto-joined, and adds it to the membership unless
-    /// it is there. Returns whether the membership was written.
+    /// it is there. Returns whether the membership was written. When this process adds
+    /// it, it records so beside the group's config (what makes the member prunable);
+    /// a name found in the membership is not this process's to remove.
     ///
     /// # Errors
     /// [`MembershipError`] (retried by the caller).
@@ -89,7 +104,14 @@ impl AutoJoin {
             .add_member_if_absent(&self.stream, &self.group, &self.member)
             .await?;
         if added {
+            self.added.store(true, Ordering::Relaxed);
             tracing::info!(member = %self.member, group = %self.group, "joined the group's membership (source.auto_join)");
+        }
+        if self.added.load(Ordering::Relaxed) {
+            // Again on every beat: a write that failed once is made up for.
+            self.admin
+                .mark_auto_joined(&self.stream, &self.group, &self.member)
+                .await?;
         }
         Ok(added)
     }
@@ -122,7 +144,14 @@ impl AutoJoin {
             if member == self.member || self.live.exists(&self.key("live", member)).await? {
                 continue;
             }
-            if members.iter().any(|m| m == member) {
+            // Only a member jetrelay's auto-join added (recorded beside the group's
+            // config); a marker in this bucket alone proves nothing.
+            let proven = members.iter().any(|m| m == member)
+                && self
+                    .admin
+                    .is_auto_joined(&self.stream, &self.group, member)
+                    .await?;
+            if proven {
                 let removed = self
                     .admin
                     .drop_member_if_present(&self.stream, &self.group, member)
@@ -139,16 +168,43 @@ impl AutoJoin {
                     // What it held unacknowledged is redelivered to the new owners.
                     self.delete_consumer(member).await;
                 }
+                self.admin
+                    .unmark_auto_joined(&self.stream, &self.group, member)
+                    .await?;
             }
             self.live.delete(&key).await?;
         }
         Ok(())
     }
 
-    /// A clean stop, after the drain: out of the membership (its partitions move to
-    /// the others), its consumer deleted (so that the new owners' consumers do not
-    /// overlap it), its records gone.
+    /// A clean stop, after the drain (this instance's pulls are gone): out of the
+    /// membership (its partitions move to the others), its consumer deleted (so that
+    /// the new owners' consumers do not overlap it), its records gone. Only when this
+    /// process added the member, and no other instance of it still pulls from its
+    /// consumer (the server counts the waiting pulls that still have a listener, as
+    /// the reference's "active member" does): otherwise all of it is left to the
+    /// instance that goes on, or to the others' pruning.
     pub async fn leave(&self) {
+        if !self.added.load(Ordering::Relaxed) {
+            tracing::info!(member = %self.member, "this process did not add the member to the membership (it was there when it joined): it stays, with its consumer");
+            return;
+        }
+        let stream = crate::group::elastic_stream(&self.stream, &self.group);
+        match self
+            .nats
+            .consumer_state(&stream, &self.member, crate::group::PRIORITY_GROUP)
+            .await
+        {
+            Ok(Some(s)) if s.num_waiting > 0 => {
+                tracing::info!(member = %self.member, waiting_pulls = s.num_waiting, "another instance of this member is pulling: the member stays in the membership, with its consumer");
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "cannot tell whether another instance of this member is pulling: the member stays (the others prune it after source.member_timeout_ms)");
+                return;
+            }
+        }
         match self
             .admin
             .drop_member_if_present(&self.stream, &self.group, &self.member)
@@ -162,6 +218,13 @@ impl AutoJoin {
             }
         }
         self.delete_consumer(&self.member).await;
+        if let Err(e) = self
+            .admin
+            .unmark_auto_joined(&self.stream, &self.group, &self.member)
+            .await
+        {
+            tracing::warn!(error = %chain(&e), "cannot delete the auto-join record");
+        }
         for kind in ["auto", "live"] {
             if let Err(e) = self.live.delete(&self.key(kind, &self.member)).await {
                 tracing::warn!(error = %chain(&e), "cannot delete a liveness record; it expires");

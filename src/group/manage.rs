@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use crate::group::model::{Flavour, GroupConfig, MemberMapping, member_name};
-use crate::group::{self as pcgc, assign, spec};
+use crate::group::{self as pcgc, assign, records, spec};
 use crate::nats::{GroupStore, GroupStreamSpec, KvWriteError, Nats, NatsError};
 
 /// Why an admin command failed.
@@ -539,20 +539,20 @@ impl GroupAdmin {
         names.extend(c.member_mappings.iter().map(|m| m.member.clone()));
         names.sort();
         names.dedup();
+        // Once for all members, and the consumers by name: a membership of tens of
+        // thousands is reported in one pass, not one pass over it per member.
+        let mut partitions = assign::every_partition(c.max_members, &c.members, &c.member_mappings);
+        let states: std::collections::HashMap<&str, &crate::nats::ConsumerState> =
+            states.iter().map(|s| (s.name.as_str(), s)).collect();
         let member_reports = names
             .iter()
             .map(|m| {
                 let (_, consumer) = Self::consumer_of(f, stream, group, m);
-                let state = states.iter().find(|s| s.name == consumer);
+                let state = states.get(consumer.as_str());
                 MemberReport {
                     member: m.clone(),
                     in_membership: true,
-                    partitions: assign::partitions(
-                        c.max_members,
-                        &c.members,
-                        &c.member_mappings,
-                        m,
-                    ),
+                    partitions: partitions.remove(m).unwrap_or_default(),
                     consumer: state.is_some(),
                     active: state.is_some_and(|s| f == Flavour::Elastic || s.num_waiting > 0),
                     pinned: state.is_some_and(|s| s.pinned.is_some()),
@@ -632,6 +632,102 @@ impl GroupAdmin {
             .await?)
     }
 
+    /// Records a group-wide pause until `until` beside the group's config: members
+    /// that create their consumer while it holds pause it first
+    /// ([`crate::group::records`]).
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`] without the group's bucket; [`AdminError::Nats`].
+    pub async fn set_group_pause(
+        &self,
+        f: Flavour,
+        stream: &str,
+        group: &str,
+        until: time::OffsetDateTime,
+    ) -> Result<(), AdminError> {
+        let (store, _, _) = self.read(f, stream, group).await?;
+        store
+            .put(
+                &records::pause_key(stream, group),
+                records::pause_value(until),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removes the group-wide pause record (none is fine).
+    ///
+    /// # Errors
+    /// [`AdminError::Nats`].
+    pub async fn clear_group_pause(
+        &self,
+        f: Flavour,
+        stream: &str,
+        group: &str,
+    ) -> Result<(), AdminError> {
+        if let Some(store) = self.store(f).await? {
+            store.delete(&records::pause_key(stream, group)).await?;
+        }
+        Ok(())
+    }
+
+    /// Records that jetrelay's auto-join added `member` to an elastic group (what
+    /// makes it prunable).
+    ///
+    /// # Errors
+    /// [`AdminError::Nats`]; [`AdminError::NotFound`] without the bucket.
+    pub async fn mark_auto_joined(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<(), AdminError> {
+        let store = self.store(Flavour::Elastic).await?.ok_or_else(|| {
+            AdminError::NotFound(format!("group {group} does not exist on stream {stream}"))
+        })?;
+        store
+            .put(&records::auto_key(stream, group, member), Vec::new())
+            .await?;
+        Ok(())
+    }
+
+    /// Whether jetrelay's auto-join added `member` (and it has not left since).
+    ///
+    /// # Errors
+    /// [`AdminError::Nats`].
+    pub async fn is_auto_joined(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<bool, AdminError> {
+        let Some(store) = self.store(Flavour::Elastic).await? else {
+            return Ok(false);
+        };
+        Ok(store
+            .get(&records::auto_key(stream, group, member))
+            .await?
+            .is_some())
+    }
+
+    /// Forgets that `member` was auto-joined (it left, or was pruned).
+    ///
+    /// # Errors
+    /// [`AdminError::Nats`].
+    pub async fn unmark_auto_joined(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<(), AdminError> {
+        if let Some(store) = self.store(Flavour::Elastic).await? {
+            store
+                .delete(&records::auto_key(stream, group, member))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Deletes a group: its config entry, then exactly its consumers (static) or its
     /// stream (elastic); what is already gone is fine.
     ///
@@ -641,6 +737,16 @@ impl GroupAdmin {
         let config = self.read(f, stream, group).await.ok().map(|(_, c, _)| c);
         if let Some(store) = self.store(f).await? {
             store.delete(&pcgc::key(stream, group)).await?;
+            // jetrelay's records of the group go with it: a group created again under
+            // the name starts unpaused, with nobody marked as auto-joined.
+            store.delete(&records::pause_key(stream, group)).await?;
+            let auto = records::auto_key(stream, group, "");
+            // Listing an emptied bucket may fail: nothing is left to delete then.
+            for key in store.keys().await.unwrap_or_default() {
+                if key.starts_with(&auto) {
+                    store.delete(&key).await?;
+                }
+            }
         }
         match f {
             Flavour::Elastic => {

@@ -21,7 +21,7 @@ use crate::capacity::Held;
 use crate::capacity::PullTiming;
 use crate::group::model::{Flavour, GroupConfig};
 use crate::group::spec::{self, Member};
-use crate::group::{self as pcgc, assign};
+use crate::group::{self as pcgc, assign, records};
 use crate::nats::{
     GroupConsumer, GroupStore, KvEvent, KvWatch, Nats, NatsError, PullEvent, Puller, PullerConfig,
     Settler, TopologyError,
@@ -271,7 +271,7 @@ impl GroupSource {
                 )));
             }
         }
-        self.restore_pause(&spec.name).await;
+        self.restore_pause(&spec.name).await?;
         let wait = spec::ack_wait(self.s.template.ack_wait_ms);
         let mut puller = self
             .nats
@@ -314,26 +314,57 @@ impl GroupSource {
         }
     }
 
-    /// The replacement of a paused member consumer is paused until the same time.
-    async fn restore_pause(&mut self, name: &str) {
-        let Some(until) = self.carried_pause.take() else {
-            return;
+    /// Before the first pull from member consumer `name`: the pause its predecessor
+    /// had (a replacement, [`GroupSource::carry_pause`]) and the group-wide pause
+    /// (`jetrelay pause --all-members`, recorded beside the group's config), whichever
+    /// ends later, so that a member that joins or restarts while its group is paused
+    /// receives nothing. Fails the join (retried) when the group-wide pause cannot be
+    /// read or put on the consumer.
+    async fn restore_pause(&mut self, name: &str) -> Result<(), JoinError> {
+        let group = group_pause(&self.store, &self.s.stream, &self.s.group).await?;
+        let carried = self.carried_pause;
+        let Some(until) = carried.max(group) else {
+            return Ok(());
         };
         match self
             .nats
             .pause_consumer(&self.consumer_stream, name, until)
             .await
         {
+            Ok(_) if group >= carried => tracing::info!(
+                consumer = name,
+                "the group is paused (jetrelay pause --all-members): the member consumer is paused before its first pull"
+            ),
             Ok(_) => tracing::info!(
                 consumer = name,
                 "the member consumer's pause carried over to its replacement"
             ),
+            Err(e) if group.is_some() => return Err(e.into()),
             Err(e) => tracing::error!(
                 error = %chain(&e),
                 consumer = name,
                 "cannot pause the member consumer's replacement as its predecessor was: it is not paused"
             ),
         }
+        self.carried_pause = None;
+        // `jetrelay resume --all-members` removes the record, then resumes the members
+        // it lists: one that read the record before and paused after would stay paused.
+        if group.is_some()
+            && group_pause(&self.store, &self.s.stream, &self.s.group)
+                .await?
+                .is_none()
+        {
+            let again = match carried {
+                Some(t) => {
+                    self.nats
+                        .pause_consumer(&self.consumer_stream, name, t)
+                        .await
+                }
+                None => self.nats.resume_consumer(&self.consumer_stream, name).await,
+            };
+            again?;
+        }
+        Ok(())
     }
 
     /// A join that failed for a reason retrying may fix waits for the next tick; the
@@ -426,7 +457,8 @@ impl GroupSource {
                     }
                     self.quiescing = true;
                     self.pending.push_back(PullEvent::Quiesce);
-                } else {
+                } else if !self.quiescing {
+                    // (While quiescing, the join comes after `quiesced`.)
                     self.join_or_log().await;
                 }
             }
@@ -526,6 +558,26 @@ impl GroupSource {
     }
 }
 
+/// The group-wide pause of `stream`'s `group`, while it holds.
+async fn group_pause(
+    store: &GroupStore,
+    stream: &str,
+    group: &str,
+) -> Result<Option<time::OffsetDateTime>, JoinError> {
+    let key = records::pause_key(stream, group);
+    let Some((value, _)) = store.get(&key).await.map_err(JoinError::Unavailable)? else {
+        return Ok(None);
+    };
+    match records::read_pause(&value) {
+        Ok(until) if until > time::OffsetDateTime::now_utc() => Ok(Some(until)),
+        Ok(_) => Ok(None),
+        Err(why) => {
+            tracing::warn!(key, reason = %why, "ignoring an unreadable group-wide pause record");
+            Ok(None)
+        }
+    }
+}
+
 /// Reads and checks a stored config off the runtime's threads: it is input anyone
 /// with access to the bucket may write, and can be large.
 async fn read_config(flavour: Flavour, value: bytes::Bytes) -> Result<GroupConfig, String> {
@@ -563,6 +615,14 @@ impl Source for GroupSource {
                         }
                         if self.s.flavour == Flavour::Static && !self.ended {
                             self.join_or_log().await;
+                        } else if !self.ended && !self.stopped && !self.quiescing {
+                            // What the dispatcher holds came from the consumer that is
+                            // gone (pruned, or deleted by hand): its acks go nowhere and
+                            // the partitions' next owner receives it again. Nothing more
+                            // of it starts; what is queued is released; the member joins
+                            // again after the back-off if it still has partitions.
+                            self.quiescing = true;
+                            self.pending.push_back(PullEvent::Quiesce);
                         }
                     }
                     PullEvent::Pinned(false) if self.stopped => {}

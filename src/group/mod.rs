@@ -4,14 +4,16 @@
 //! the elastic stream's transforms and the member consumer configs (`spec`). The
 //! running half: one member's protocol behind the dispatcher's source seam (`member`)
 //! and the administration behind `jetrelay group` (`manage`), and an elastic member
-//! that joins, leaves and prunes the membership itself (`autojoin`); `nats/` carries
-//! them to the server.
+//! that joins, leaves and prunes the membership itself (`autojoin`); jetrelay's own
+//! records beside a group's config (`records`: the group-wide pause, who auto-joined);
+//! `nats/` carries them to the server.
 
 pub mod assign;
 pub mod autojoin;
 pub mod manage;
 pub mod member;
 pub mod model;
+pub mod records;
 pub mod spec;
 
 /// The static groups' config bucket.

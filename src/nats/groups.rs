@@ -167,6 +167,39 @@ impl Nats {
         Ok(out)
     }
 
+    /// One consumer's waiting pulls and pin (as [`Nats::consumer_states`]); `None`
+    /// when it does not exist. The server counts only pulls whose reply subject
+    /// still has a listener: the pulls of an inbox that was closed are not counted.
+    ///
+    /// # Errors
+    /// [`NatsError::Group`].
+    pub async fn consumer_state(
+        &self,
+        stream: &str,
+        consumer: &str,
+        group: &str,
+    ) -> Result<Option<ConsumerState>, NatsError> {
+        use async_nats::jetstream::context::ConsumerInfoErrorKind;
+        let s = self
+            .js
+            .get_stream_no_info(stream)
+            .await
+            .map_err(|e| group_err("read the stream", e))?;
+        match s.consumer_info(consumer).await {
+            Ok(info) => Ok(Some(ConsumerState {
+                name: info.name.clone(),
+                num_waiting: info.num_waiting,
+                pinned: info
+                    .priority_groups
+                    .iter()
+                    .find(|g| g.group == group)
+                    .and_then(|g| g.pinned_client_id.clone()),
+            })),
+            Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
+            Err(e) => Err(group_err("read the consumer", e)),
+        }
+    }
+
     /// Unpins a member consumer so that another instance is served.
     ///
     /// # Errors

@@ -182,6 +182,18 @@ impl GroupStore {
             })
     }
 
+    /// Writes the key whatever is there (for jetrelay's own records; the group
+    /// configs are only ever written with compare-and-set).
+    ///
+    /// # Errors
+    /// [`NatsError::Kv`].
+    pub async fn put(&self, key: &str, value: Vec<u8>) -> Result<u64, NatsError> {
+        self.kv
+            .put(key, value.into())
+            .await
+            .map_err(|e| kv_err("write the key", e))
+    }
+
     /// Deletes the key (a no-op when missing).
     ///
     /// # Errors

@@ -1,7 +1,9 @@
 //! Elastic groups that scale themselves (`source.auto_join`): members that join and
 //! leave the membership themselves with a publisher running, two joining at the same
 //! instant, a killed member pruned after its timeout, a hand-added member never
-//! pruned, a member cut off past its timeout pruned on a cluster and back again.
+//! pruned (a forged liveness marker included), a member cut off past its timeout
+//! pruned on a cluster and back again, one that cannot write its liveness record
+//! pruned and silent until it can, two instances of one member stopping cleanly.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -485,6 +487,264 @@ async fn a_member_cut_off_past_its_timeout_is_pruned_on_a_cluster_and_joins_agai
     .await;
     assert_key_order(&app_a);
     assert_key_order(&app_b);
+    ra.stop().await.unwrap();
+    rb.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_forged_auto_join_marker_never_gets_a_hand_added_member_pruned() {
+    let (nats, js, stream, admin) = elastic_group(4, &["hand"]).await;
+    let app = MockApp::ok().await;
+    let ra = Relay::ready(member_config(
+        &nats, &app, "elastic", &stream, "eg", "a", AUTO,
+    ))
+    .await;
+    assert_eq!(members(&admin, &stream).await, set(&["a", "hand"]));
+    // One forged marker: "hand" looks auto-joined and silent to the liveness bucket.
+    let live = js.get_key_value("jetrelay-members").await.unwrap();
+    let forged = format!("{stream}.eg.auto.hand");
+    live.put(&forged, "".into()).await.unwrap();
+    eventually("a's beats looked at the forged marker", T, || async {
+        live.get(&forged).await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(
+        members(&admin, &stream).await,
+        set(&["a", "hand"]),
+        "a member added by hand stays, whatever the liveness bucket says"
+    );
+    // a itself was added by its auto-join: its record beside the config says so.
+    let configs = js.get_key_value("elastic-consumer-groups").await.unwrap();
+    assert!(
+        configs
+            .get(&format!("jetrelay/auto.{stream}.eg.a"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        configs
+            .get(&format!("jetrelay/auto.{stream}.eg.hand"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    ra.stop().await.unwrap();
+    assert_eq!(members(&admin, &stream).await, set(&["hand"]));
+}
+
+#[tokio::test]
+async fn two_instances_of_one_member_a_clean_stop_leaves_the_name_and_the_consumer_to_the_other() {
+    let (nats, js, stream, admin) = elastic_group(4, &[]).await;
+    let (app1, app2) = (MockApp::ok().await, MockApp::ok().await);
+    let configs = js.get_key_value("elastic-consumer-groups").await.unwrap();
+    let key = format!("{stream}.eg");
+    let r1 = Relay::ready(member_config(
+        &nats, &app1, "elastic", &stream, "eg", "a", AUTO,
+    ))
+    .await;
+    let r2 = Relay::ready(member_config(
+        &nats, &app2, "elastic", &stream, "eg", "a", AUTO,
+    ))
+    .await;
+    eventually("both instances run member a", T, || async {
+        r1.health.status().partitions.len() == 4 && r2.health.status().partitions.len() == 4
+    })
+    .await;
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("16 delivered", T, || async {
+        bodies(&[&app1, &app2]).len() == 16
+    })
+    .await;
+    let revision = configs.entry(&key).await.unwrap().unwrap().revision;
+    let consumer_stream = jetrelay::group::elastic_stream(&stream, "eg");
+    let created = consumer_info(&js, &consumer_stream, "a")
+        .await
+        .unwrap()
+        .created;
+    // The instance that added the name stops cleanly while the other pulls.
+    r1.stop().await.unwrap();
+    assert_eq!(
+        configs.entry(&key).await.unwrap().unwrap().revision,
+        revision,
+        "the membership was not written: the name never left"
+    );
+    let after = consumer_info(&js, &consumer_stream, "a").await;
+    assert_eq!(
+        after.map(|i| i.created),
+        Some(created),
+        "the consumer under the other instance stays"
+    );
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("the other instance delivers the rest", T, || async {
+        bodies(&[&app1, &app2]).len() == 32
+    })
+    .await;
+    // The other instance did not add the name: its clean stop leaves it too.
+    r2.stop().await.unwrap();
+    assert_eq!(
+        configs.entry(&key).await.unwrap().unwrap().revision,
+        revision
+    );
+    assert_eq!(members(&admin, &stream).await, set(&["a"]));
+}
+
+/// The server's config: every connection without credentials is `admin` (allowed
+/// everything); `b` may not write its liveness record when `deny_b`.
+fn auth_conf(deny_b: bool) -> String {
+    let deny = if deny_b {
+        r#", permissions: { publish: { deny: ["$KV.jetrelay-members.*.eg.live.b"] } }"#
+    } else {
+        ""
+    };
+    format!(
+        "no_auth_user: admin\nauthorization {{ users: [\n  {{user: admin, password: admin}}\n  {{user: b, password: bpass{deny}}}\n] }}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_member_that_cannot_write_its_liveness_record_stops_pulling_once_pruned_and_joins_again_when_it_can()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats.conf");
+    std::fs::write(&conf, auth_conf(false)).unwrap();
+    std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
+    let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
+    let (_, js) = client(&nats).await;
+    let stream = unique("E");
+    create_stream(&js, &stream, &["e.*"]).await;
+    let admin = admin(&nats).await;
+    create_elastic_eg(&admin, &stream, 4).await;
+    let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
+    let ra = Relay::ready(member_config(
+        &nats, &app_a, "elastic", &stream, "eg", "a", AUTO,
+    ))
+    .await;
+    let as_b = format!(
+        "{AUTO}[nats]\nuser = \"b\"\npassword_file = \"{}\"\n",
+        dir.path().join("b.pass").display()
+    );
+    let rb = Relay::ready(member_config(
+        &nats, &app_b, "elastic", &stream, "eg", "b", &as_b,
+    ))
+    .await;
+    eventually("two members, two partitions each", T, || async {
+        ra.health.status().partitions.len() == 2 && rb.health.status().partitions.len() == 2
+    })
+    .await;
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("both served, 16 delivered", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 16
+    })
+    .await;
+    assert!(!app_b.requests().is_empty(), "b had its share");
+
+    // b may no longer write its liveness record: a prunes it once the record expires.
+    std::fs::write(&conf, auth_conf(true)).unwrap();
+    nats.reload();
+    eventually("b is pruned", T, || async {
+        members(&admin, &stream).await == set(&["a"])
+    })
+    .await;
+    eventually("a owns every partition", T, || async {
+        ra.health.status().partitions == [0, 1, 2, 3]
+    })
+    .await;
+    eventually("b knows it is out", T, || async {
+        rb.health.status().partitions.is_empty()
+    })
+    .await;
+    let served_b = app_b.requests().len();
+    for _ in 0..5 {
+        publish_keys(&js, "e", 8, 2).await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    eventually(
+        "a delivers what was published after b was pruned",
+        T,
+        || async { bodies(&[&app_a, &app_b]).len() == 96 },
+    )
+    .await;
+    assert_eq!(
+        app_b.requests().len(),
+        served_b,
+        "b pulls nothing once pruned"
+    );
+    assert_eq!(
+        app_a.requests().len() + app_b.requests().len(),
+        96,
+        "nothing delivered twice"
+    );
+
+    // b may write again: it joins again and is served.
+    std::fs::write(&conf, auth_conf(false)).unwrap();
+    nats.reload();
+    eventually("b joined again", T, || async {
+        members(&admin, &stream).await == set(&["a", "b"])
+    })
+    .await;
+    eventually("b owns two partitions again", T, || async {
+        rb.health.status().partitions.len() == 2 && ra.health.status().partitions.len() == 2
+    })
+    .await;
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("b is served again", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 112 && app_b.requests().len() > served_b
+    })
+    .await;
+    assert_key_order(&app_a);
+    assert_key_order(&app_b);
+    ra.stop().await.unwrap();
+    rb.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_member_whose_consumer_is_deleted_as_it_is_pruned_starts_nothing_more_of_what_it_holds() {
+    let (nats, js, stream, admin) = elastic_group(2, &["a", "b"]).await;
+    let app_a = MockApp::ok().await;
+    let app_b = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(400))).await;
+    let one = "[delivery]\nmax_in_flight = 1\n";
+    let ra = Relay::ready(member_config(
+        &nats, &app_a, "elastic", &stream, "eg", "a", one,
+    ))
+    .await;
+    let rb = Relay::ready(member_config(
+        &nats, &app_b, "elastic", &stream, "eg", "b", one,
+    ))
+    .await;
+    eventually("one partition each", T, || async {
+        ra.health.status().partitions.len() == 1 && rb.health.status().partitions.len() == 1
+    })
+    .await;
+    publish_keys(&js, "e", 8, 5).await;
+    eventually("b is working through what it holds", T, || async {
+        app_b.requests().len() >= 2
+    })
+    .await;
+    // As a pruner does, its consumer first: b holds messages of a consumer that is gone.
+    let consumer_stream = jetrelay::group::elastic_stream(&stream, "eg");
+    js.get_stream(&consumer_stream)
+        .await
+        .unwrap()
+        .delete_consumer("b")
+        .await
+        .unwrap();
+    let at_delete = app_b.requests().len();
+    admin
+        .drop_members(&stream, "eg", &["b".to_string()])
+        .await
+        .unwrap();
+    eventually("a delivers everything", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 40
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        app_b.requests().len() <= at_delete + 1,
+        "b started what it held after its consumer was gone: {} then {}",
+        at_delete,
+        app_b.requests().len()
+    );
     ra.stop().await.unwrap();
     rb.stop().await.unwrap();
 }

@@ -312,6 +312,15 @@ async fn pause_refuses_bad_usage_and_names_what_is_wrong() {
             vec!["pause", "--all-members"],
             "--all-members is for a group source",
         ),
+        // Past year 9999: refused, never a panic (exit 101).
+        (
+            vec!["pause", "--for", "2147483647d"],
+            "--for \"2147483647d\"",
+        ),
+        (
+            vec!["pause", "--until", "9999-12-31T23:00:00-05:00"],
+            "9999-12-31T23:59:59",
+        ),
     ] {
         let (code, out, err) = jetrelay(&file.path(), &args).await;
         assert_eq!(code, Some(64), "{args:?}: {out}{err}");
@@ -324,6 +333,117 @@ async fn pause_refuses_bad_usage_and_names_what_is_wrong() {
         out.contains("FAILED") && out.contains(&env.durable),
         "{out}"
     );
+    // Said with the config's topology.consumer (the default, ensure), not bind.
+    assert!(
+        out.contains("topology.consumer = \"ensure\"") && !out.contains("bind"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_pause_until_the_last_second_of_year_9999_is_held_and_reported_as_that_time() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let file = ConfigFile::new(durable_text(&env.nats, &app, &env.stream, &env.durable));
+    let relay = Relay::ready(file.config()).await;
+    let out = ok(&file.path(), &["pause", "--until", "9999-12-31T23:59:59Z"]).await;
+    assert!(out.contains("until 9999-12-31T23:59:59Z"), "{out}");
+    assert!(!out.contains("until resumed"), "{out}");
+    let info = consumer_info(&env.js, &env.stream, &env.durable)
+        .await
+        .unwrap();
+    assert!(info.paused, "the server holds it");
+    assert_eq!(
+        info.config.pause_until.map(|t| t.year()),
+        Some(9999),
+        "{:?}",
+        info.config.pause_until
+    );
+    wait_state(&relay, "paused").await;
+    ok(&file.path(), &["resume"]).await;
+    publish(&env.js, "p.one", 3).await;
+    app.wait_for("three", Duration::from_secs(10), |r| r.len() >= 3)
+        .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_group_pause_holds_for_a_member_that_auto_joins_while_it_holds() {
+    let (nats, js, stream, admin) = elastic_group(4, &[]).await;
+    let app = MockApp::ok().await;
+    let auto = |m: &str| {
+        member_text(&nats, &app, "elastic", &stream, "eg", m).replace(
+            &format!("member = \"{m}\"\n"),
+            &format!("member = \"{m}\"\nauto_join = true\nmember_timeout_ms = 3000\n"),
+        )
+    };
+    let fa = ConfigFile::new(auto("a"));
+    let ra = Relay::ready(fa.config()).await;
+    let out = ok(&fa.path(), &["pause", "--all-members"]).await;
+    wait_state(&ra, "paused").await;
+    // Published during the pause: 40 messages over every partition.
+    crate::support::groups::publish_keys(&js, "e", 8, 5).await;
+    // A scale-up: b joins by itself while the group is paused.
+    let fb = ConfigFile::new(auto("b"));
+    let rb = Relay::ready(fb.config()).await;
+    eventually(
+        "b joined and took half",
+        Duration::from_secs(20),
+        || async {
+            rb.health.status().partitions.len() == 2 && ra.health.status().partitions.len() == 2
+        },
+    )
+    .await;
+    let consumer_stream = jetrelay::group::elastic_stream(&stream, "eg");
+    // b's consumer comes once a has given its two partitions away.
+    eventually("b's consumer exists", Duration::from_secs(20), || async {
+        consumer_info(&js, &consumer_stream, "b").await.is_some()
+    })
+    .await;
+    let b_paused = consumer_info(&js, &consumer_stream, "b").await.unwrap();
+    assert!(b_paused.paused, "b's consumer is paused from its start");
+    wait_state(&rb, "paused").await;
+    nothing_more(&app, Duration::from_secs(3)).await;
+    assert!(app.requests().is_empty(), "nothing while paused");
+    let members = admin.elastic_members(&stream, "eg").await.unwrap();
+    assert_eq!(members, ["a", "b"]);
+    assert!(out.contains("the group is paused"), "{out}");
+    // The resume lists b too, and lifts the record.
+    let out = ok(&fb.path(), &["resume", "--all-members", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let resumed: BTreeSet<&str> = v["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["paused"] == false && c["error"].is_null())
+        .map(|c| c["member"].as_str().unwrap())
+        .collect();
+    assert_eq!(resumed, BTreeSet::from(["a", "b"]), "{v}");
+    app.wait_for("all 40", Duration::from_secs(20), |r| r.len() >= 40)
+        .await;
+    wait_state(&ra, "consuming").await;
+    wait_state(&rb, "consuming").await;
+    // A member that joins after the resume is not paused.
+    let fc = ConfigFile::new(auto("c"));
+    let rc = Relay::ready(fc.config()).await;
+    eventually("c has its consumer", Duration::from_secs(20), || async {
+        consumer_info(&js, &consumer_stream, "c").await.is_some()
+    })
+    .await;
+    let c = consumer_info(&js, &consumer_stream, "c").await.unwrap();
+    assert!(!c.paused, "c joined after the resume");
+    eventually(
+        "c pulls (idle: nothing for it yet)",
+        Duration::from_secs(20),
+        || async { state(&rc).await.1["state"] == "idle" },
+    )
+    .await;
+    let seqs: BTreeSet<u64> = app.requests().iter().map(|r| r.seq()).collect();
+    assert_eq!(seqs.len(), 40, "each message once");
+    assert_eq!(app.requests().len(), 40, "each message once");
+    for r in [ra, rb, rc] {
+        r.stop().await.unwrap();
+    }
 }
 
 // === SIGHUP: reload ===

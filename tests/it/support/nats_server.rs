@@ -51,6 +51,16 @@ impl NatsServer {
         }
     }
 
+    /// Makes the server read its config file again (SIGHUP): `-c <file>` servers.
+    pub fn reload(&self) {
+        let ok = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -HUP nats-server");
+    }
+
     pub fn url(&self) -> &str {
         &self.url
     }
