@@ -364,20 +364,21 @@ impl<P: Publish> Shared<P> {
         headers: &HeaderMap,
     ) -> Result<Committed, Failure<P::OutputError>> {
         let e = &self.endpoint;
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        // The request's trace headers, bounded as a message's are for the app: an
+        // oversized or malformed one is not carried (and counted).
+        let trace_headers: Vec<(&str, &str)> = headers
+            .iter()
+            .filter(|(n, _)| matches!(n.as_str(), "traceparent" | "tracestate" | "baggage"))
+            .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+            .collect();
+        let own = context::inbound(trace_headers.iter().copied());
+        e.metrics.trace_headers_dropped(&own.dropped);
         let mut span = None;
         let result = async {
             let mut outputs = outputs?;
             self.rules().check(&outputs).map_err(Failure::Refused)?;
-            if let Some(tp) = header("traceparent") {
-                let parent = context::from_headers(&[
-                    ("traceparent".to_string(), tp.to_string()),
-                    (
-                        "tracestate".to_string(),
-                        header("tracestate").unwrap_or("").to_string(),
-                    ),
-                ]);
-                match parent.filter(|_| e.tracer.is_on()) {
+            if let Some(tp) = own.traceparent {
+                match own.context().filter(|_| e.tracer.is_on()) {
                     Some(parent) => {
                         let subjects: Vec<&str> =
                             outputs.iter().map(|o| o.subject.as_str()).collect();
@@ -386,15 +387,15 @@ impl<P: Publish> Shared<P> {
                             &mut outputs,
                             &s.traceparent(),
                             s.context().tracestate.as_deref(),
-                            header("baggage"),
+                            own.baggage.as_deref(),
                         );
                         span = Some(s);
                     }
                     None => outputs::carry_trace(
                         &mut outputs,
                         tp,
-                        header("tracestate"),
-                        header("baggage"),
+                        own.tracestate.as_deref(),
+                        own.baggage.as_deref(),
                     ),
                 }
             }
