@@ -790,6 +790,7 @@ mod tests {
             Refusal::Malformed(String::new()),
             Refusal::NotAllowed(String::new()),
             Refusal::TooMany { max: 1 },
+            Refusal::TooManyHeaders { max: 1 },
         ];
         for r in refusals {
             assert!(PUBLISH_FAILURES.contains(&r.label()), "{}", r.label());
