@@ -13,6 +13,7 @@
 //! listed messages get their action, the others are acked. Anything else does not
 //! parse, and the whole batch is retried.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use base64::Engine;
@@ -23,7 +24,7 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 
-use crate::app::headers::{Pass, TraceHeaders};
+use crate::app::headers::{Pass, Passed, TraceHeaders};
 use crate::message::Delivery;
 use crate::outputs::{self, Author, Output, Refusal};
 use crate::policy::AppAction;
@@ -61,27 +62,32 @@ struct BatchMessage<'a> {
     data_base64: Option<String>,
 }
 
-/// The request body for `items` (each delivery with the attempt it is on), and how
-/// many message headers were left out as invalid HTTP.
-pub fn body(items: &[(&Delivery, u32, Option<TraceHeaders<'_>>)], pass: &Pass) -> (Vec<u8>, usize) {
-    let mut skipped = 0;
+/// The request body for `items` (each delivery with the attempt it is on), and what
+/// of their headers was left out (invalid HTTP; trace headers over their limits).
+pub fn body(
+    items: &[(&Delivery, u32, Option<TraceHeaders<'_>>)],
+    pass: &Pass,
+) -> (Vec<u8>, Passed) {
+    let mut skipped = Passed::default();
     let messages: Vec<BatchMessage<'_>> = items
         .iter()
         .map(|(d, attempt, trace)| {
             let mut headers = Map::new();
-            let mut add = |name: &str, value: &str| {
+            let mut add = |name: &str, value: Cow<'_, str>| {
                 // Only arrays are inserted.
                 if let Value::Array(values) = headers
                     .entry(name.to_string())
                     .or_insert_with(|| Value::Array(Vec::new()))
                 {
-                    values.push(Value::from(value));
+                    values.push(Value::String(value.into_owned()));
                 }
             };
             if let Some(ct) = d.header("Content-Type") {
-                add("Content-Type", ct);
+                add("Content-Type", Cow::Borrowed(ct));
             }
-            skipped += crate::app::headers::passed(d, pass, *trace, &mut add);
+            let p = crate::app::headers::passed(d, pass, *trace, &mut add);
+            skipped.skipped_invalid += p.skipped_invalid;
+            skipped.trace_dropped.merge(p.trace_dropped);
             let meta = d.meta.as_ref().ok();
             let (data, data_base64) = match std::str::from_utf8(&d.payload) {
                 Ok(text) => (Some(text), None),
@@ -348,7 +354,7 @@ mod tests {
         );
         let b = delivery(43, &[0xff, 0x00], &[]);
         let (bytes, skipped) = body(&[(&a, 1, None), (&b, 3, None)], &Pass::default());
-        assert_eq!(skipped, 1, "the invalid header name");
+        assert_eq!(skipped.skipped_invalid, 1, "the invalid header name");
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         let first = &v["messages"][0];
         assert_eq!(first["id"], "ORDERS:42");

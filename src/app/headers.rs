@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use time::format_description::well_known::Rfc3339;
 
 use crate::message::Delivery;
+use crate::trace::context::{self, Dropped};
 use serde::{Deserialize, Serialize};
 
 /// `http.format`: how a message is laid out in its request.
@@ -60,10 +61,14 @@ pub fn never_passed(lower: &str) -> bool {
         || NEVER_PREFIXES.iter().any(|p| lower.starts_with(p))
 }
 
-/// The W3C trace context headers: they always pass (`http.pass_headers` does not
-/// narrow them), the `traceparent` and `tracestate` replaced by jetrelay's when it
-/// exports spans ([`TraceHeaders`]), `baggage` unchanged.
-const TRACE_CONTEXT: &[&str] = &["traceparent", "tracestate", "baggage"];
+/// The W3C trace context: it passes whatever `http.pass_headers` says (bounded, see
+/// [`passed`]), replaced by jetrelay's when it exports spans ([`TraceHeaders`]).
+/// `baggage` is not trace context but the publisher's application data: it passes
+/// only as any other header does.
+const TRACE_CONTEXT: &[&str] = &["traceparent", "tracestate"];
+
+/// The trace headers [`passed`] hands on itself, bounded, never as they came.
+const TRACE_HEADERS: &[&str] = &["traceparent", "tracestate", "baggage"];
 
 /// The trace context a request carries in place of the message's own, with export
 /// on: the `traceparent` of jetrelay's span, and the `tracestate` it continues.
@@ -76,7 +81,8 @@ pub struct TraceHeaders<'a> {
 }
 
 /// Which message headers pass through: every one that is not never passed, or with
-/// `http.pass_headers` only those it lists (`X-*`: a prefix); the trace context always.
+/// `http.pass_headers` only those it lists (`X-*`: a prefix); the trace context
+/// (`traceparent`, `tracestate`) always, `baggage` like any other header.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pass {
     /// Lowercase names, or prefixes (ending in `*`); `None`: all.
@@ -118,6 +124,8 @@ pub struct Mapped<'a> {
     pub headers: Vec<(Cow<'static, str>, Cow<'a, str>)>,
     /// Message headers that could not be sent because they are not valid HTTP.
     pub skipped_invalid: usize,
+    /// The message's trace headers dropped as oversized or malformed.
+    pub trace_dropped: Dropped,
 }
 
 /// Maps one delivery's message headers and metadata to request headers; `attempt`
@@ -146,12 +154,13 @@ pub fn map<'a>(
     // outside CloudEvents): the list is not regrown per request.
     let mut out = Mapped {
         headers: Vec::with_capacity(d.headers.len() + 14),
-        skipped_invalid: 0,
+        ..Mapped::default()
     };
-    out.skipped_invalid = passed(d, pass, trace, |name, value| {
-        out.headers
-            .push((Cow::Owned(name.to_string()), Cow::Borrowed(value)));
+    let p = passed(d, pass, trace, |name, value| {
+        out.headers.push((Cow::Owned(name.to_string()), value));
     });
+    out.skipped_invalid = p.skipped_invalid;
+    out.trace_dropped = p.trace_dropped;
     let content_type = d
         .header("Content-Type")
         .filter(|v| is_valid_value(v) && !v.is_empty())
@@ -251,37 +260,64 @@ fn cloudevent<'a>(d: &'a Delivery, pass: &Pass, out: &mut Mapped<'a>) {
     }
 }
 
+/// What [`passed`] left out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Passed {
+    /// Message headers that are not valid HTTP.
+    pub skipped_invalid: usize,
+    /// Trace headers over the W3C limits or out of their syntax.
+    pub trace_dropped: Dropped,
+}
+
 /// Hands every message header that passes through to the app to `each`, in order
-/// (`Content-Type` aside: it is the request's own), with `trace` in place of the
-/// message's `traceparent` and `tracestate` when given; returns how many were skipped
-/// as invalid HTTP. A batch request carries the same headers per message.
+/// (`Content-Type` aside: it is the request's own), then the trace headers: `trace`
+/// in place of the message's `traceparent` and `tracestate` when given, else the
+/// message's own as [`context::inbound`] bounds them (a `tracestate` only with a
+/// valid `traceparent`), and its `baggage`, bounded, where `pass` admits it. A
+/// trace header dropped as oversized or malformed is counted, whether or not it
+/// would have passed; it is never sent, so that an app that refuses it never turns
+/// it into a message's failure. A batch request carries the same headers per message.
 pub fn passed<'a>(
     d: &'a Delivery,
     pass: &Pass,
     trace: Option<TraceHeaders<'a>>,
-    mut each: impl FnMut(&'a str, &'a str),
-) -> usize {
-    let mut skipped = 0;
+    mut each: impl FnMut(&'a str, Cow<'a, str>),
+) -> Passed {
+    let mut out = Passed::default();
     for (name, value) in &d.headers {
         let lower = name.to_ascii_lowercase();
-        if !pass.admits(&lower)
-            || (trace.is_some() && (lower == "traceparent" || lower == "tracestate"))
-        {
+        if !pass.admits(&lower) || TRACE_HEADERS.contains(&lower.as_str()) {
             continue;
         }
         if is_valid_name(name) && is_valid_value(value) {
-            each(name, value);
+            each(name, Cow::Borrowed(value));
         } else {
-            skipped += 1;
+            out.skipped_invalid += 1;
         }
     }
-    if let Some(t) = trace {
-        each("traceparent", t.traceparent);
-        if let Some(state) = t.tracestate {
-            each("tracestate", state);
+    let own = context::inbound(d.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    out.trace_dropped = own.dropped;
+    // Each value checked against its syntax (visible ASCII only), so valid HTTP.
+    match trace {
+        Some(t) => {
+            each("traceparent", Cow::Borrowed(t.traceparent));
+            if let Some(state) = t.tracestate {
+                each("tracestate", Cow::Borrowed(state));
+            }
+        }
+        None => {
+            if let Some(parent) = own.traceparent.filter(|v| is_valid_value(v)) {
+                each("traceparent", Cow::Borrowed(parent));
+                if let Some(state) = own.tracestate {
+                    each("tracestate", Cow::Owned(state));
+                }
+            }
         }
     }
-    skipped
+    if let Some(baggage) = own.baggage.filter(|_| pass.admits("baggage")) {
+        each("baggage", baggage);
+    }
+    out
 }
 
 /// An HTTP field name: a non-empty RFC 9110 token.
@@ -487,6 +523,187 @@ mod tests {
             !get(&m, "Nats-Sequence").is_empty(),
             "metadata is always sent"
         );
+    }
+
+    #[test]
+    fn trace_headers_are_bounded_and_baggage_passes_only_where_pass_headers_lets_it() {
+        const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let big_state = vec!["k=v"; 15_397].join(",");
+        let big_baggage = format!("k={}", "v".repeat(61_587));
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        let (big_state, big_baggage) = (leak(big_state), leak(big_baggage));
+        let only_x = Pass::new(&["X-Trace".into()]);
+        let with_baggage = Pass::new(&["X-Trace".into(), "Baggage".into()]);
+        let prefixed = Pass::new(&["bag*".into()]);
+        let all = Pass::default();
+        let export = TraceHeaders {
+            traceparent: "00-0af7651916cd43dd8448eb211c80319c-0102030405060708-01",
+            tracestate: Some("jr=1"),
+        };
+        // (headers, pass, export on, traceparent, tracestate, baggage, dropped)
+        type Row<'a> = (
+            Vec<(&'a str, &'a str)>,
+            &'a Pass,
+            bool,
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
+            Vec<(&'static str, &'static str)>,
+        );
+        let forged = vec![("traceparent", TP), ("baggage", "tenant=admin,role=root")];
+        let huge = vec![
+            ("traceparent", TP),
+            ("tracestate", big_state),
+            ("baggage", big_baggage),
+            ("X-Trace", "t"),
+        ];
+        let table: Vec<Row> = vec![
+            // pass_headers empty: baggage passes as it came.
+            (
+                forged.clone(),
+                &all,
+                false,
+                Some(TP),
+                None,
+                Some("tenant=admin,role=root"),
+                vec![],
+            ),
+            // pass_headers without baggage: the trace context passes, baggage not.
+            (forged.clone(), &only_x, false, Some(TP), None, None, vec![]),
+            (
+                forged.clone(),
+                &only_x,
+                true,
+                Some(export.traceparent),
+                Some("jr=1"),
+                None,
+                vec![],
+            ),
+            (
+                forged.clone(),
+                &with_baggage,
+                false,
+                Some(TP),
+                None,
+                Some("tenant=admin,role=root"),
+                vec![],
+            ),
+            (
+                forged.clone(),
+                &prefixed,
+                true,
+                Some(export.traceparent),
+                Some("jr=1"),
+                Some("tenant=admin,role=root"),
+                vec![],
+            ),
+            // 61 KB of each: dropped and counted, whatever pass_headers and export say.
+            (
+                huge.clone(),
+                &only_x,
+                false,
+                Some(TP),
+                None,
+                None,
+                vec![("tracestate", "oversized"), ("baggage", "oversized")],
+            ),
+            (
+                huge.clone(),
+                &only_x,
+                true,
+                Some(export.traceparent),
+                Some("jr=1"),
+                None,
+                vec![("tracestate", "oversized"), ("baggage", "oversized")],
+            ),
+            (
+                huge.clone(),
+                &all,
+                false,
+                Some(TP),
+                None,
+                None,
+                vec![("tracestate", "oversized"), ("baggage", "oversized")],
+            ),
+            // Valid and small: unchanged; malformed: dropped, counted.
+            (
+                vec![
+                    ("traceparent", TP),
+                    ("tracestate", "a=1"),
+                    ("baggage", "u=1"),
+                ],
+                &all,
+                false,
+                Some(TP),
+                Some("a=1"),
+                Some("u=1"),
+                vec![],
+            ),
+            (
+                vec![
+                    ("traceparent", "junk"),
+                    ("tracestate", "a=1"),
+                    ("baggage", "u=1,,"),
+                ],
+                &all,
+                false,
+                None,
+                None,
+                None,
+                vec![("traceparent", "malformed"), ("baggage", "malformed")],
+            ),
+            (
+                vec![("tracestate", "A=1")],
+                &all,
+                false,
+                None,
+                None,
+                None,
+                vec![("tracestate", "malformed")],
+            ),
+        ];
+        for (i, (headers, pass, on, parent, state, baggage, dropped)) in
+            table.into_iter().enumerate()
+        {
+            let m = map(
+                delivery(&headers, None),
+                1,
+                pass,
+                RequestFormat::Raw,
+                on.then_some(export),
+            );
+            assert_eq!(
+                get(&m, "traceparent"),
+                parent.into_iter().collect::<Vec<_>>(),
+                "row {i}"
+            );
+            assert_eq!(
+                get(&m, "tracestate"),
+                state.into_iter().collect::<Vec<_>>(),
+                "row {i}"
+            );
+            assert_eq!(
+                get(&m, "baggage"),
+                baggage.into_iter().collect::<Vec<_>>(),
+                "row {i}"
+            );
+            let counted: Vec<_> = m
+                .trace_dropped
+                .counts()
+                .map(|(h, r, n)| {
+                    assert_eq!(n, 1);
+                    (h.name(), r.name())
+                })
+                .collect();
+            assert_eq!(counted, dropped, "row {i}");
+            if pass == &only_x {
+                assert_eq!(
+                    get(&m, "X-Trace").len(),
+                    usize::from(headers.iter().any(|(n, _)| *n == "X-Trace")),
+                    "row {i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -75,6 +75,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     self.tracer.end_request(span, &f);
                 }
                 self.metrics.request(f.class, f.elapsed, f.skipped_headers);
+                self.metrics.trace_headers_dropped(&f.trace_dropped);
                 sample = Some(Sample::of(&f, &live.policy.retry));
                 if f.bad_action {
                     self.metrics.action_override("invalid");
@@ -552,6 +553,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         }
         let f = &bf.forwarded;
         self.metrics.request(f.class, f.elapsed, f.skipped_headers);
+        self.metrics.trace_headers_dropped(&f.trace_dropped);
         self.metrics.batch_sent(send.len());
         let reach = match (&f.outcome, &f.failure) {
             (Outcome::Unreachable, failure) => {

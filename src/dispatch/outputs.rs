@@ -13,7 +13,7 @@ use crate::outputs::{self, Output, Refusal, Rules};
 use crate::policy::{Disposition, TermReason};
 use crate::seam::Forward;
 use crate::seam::publish::{OutputFailure, Publish};
-use crate::trace::context::SpanContext;
+use crate::trace::context::{self, SpanContext};
 
 /// What an answer's outputs must meet, and how they are published.
 #[derive(Debug, Clone)]
@@ -72,19 +72,22 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             let subjects: Vec<&str> = outputs.iter().map(|o| o.subject.as_str()).collect();
             self.tracer.publish(t, &subjects)
         });
+        // The input's trace headers as bounded for the app: an oversized or
+        // malformed one is not carried either (counted with the request).
+        let own = context::inbound(d.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
         match &span {
             Some(s) => {
                 let tp = s.traceparent();
                 let state = s.context().tracestate.as_deref();
-                outputs::carry_trace(&mut outputs, &tp, state, d.header("baggage"));
+                outputs::carry_trace(&mut outputs, &tp, state, own.baggage.as_deref());
             }
             None => {
-                if let Some(tp) = d.header("traceparent") {
+                if let Some(tp) = own.traceparent {
                     outputs::carry_trace(
                         &mut outputs,
                         tp,
-                        d.header("tracestate"),
-                        d.header("baggage"),
+                        own.tracestate.as_deref(),
+                        own.baggage.as_deref(),
                     );
                 }
             }

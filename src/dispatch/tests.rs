@@ -404,6 +404,7 @@ fn forwarded(outcome: Outcome, delay: Duration) -> Forwarded {
         outcome,
         class,
         skipped_headers: 0,
+        trace_dropped: Default::default(),
         elapsed: delay,
         bad_action: false,
         failure,

@@ -25,6 +25,7 @@ use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
 use crate::seam::HttpClass;
 use crate::seam::{BatchForwarded, Forward, Forwarded, NoAnswer, Offer};
+use crate::trace::context::Dropped;
 
 /// The response header by which the app overrides the status mapping.
 pub const ACTION_HEADER: &str = "jetrelay-action";
@@ -205,6 +206,7 @@ impl Forwarder {
             .post(headers, d.payload.clone(), MAX_BODY_DRAIN, publish)
             .await;
         f.skipped_headers = skipped;
+        f.trace_dropped = mapped.trace_dropped;
         f.outputs = match body {
             Kept::Publish(body) => Some(outputs::parse(
                 &body,
@@ -249,7 +251,8 @@ impl Forwarder {
         }
         let keep = self.limits.batch_answer(items.len());
         let (mut forwarded, body) = self.post(headers, body.into(), keep, keep).await;
-        forwarded.skipped_headers = skipped;
+        forwarded.skipped_headers = skipped.skipped_invalid;
+        forwarded.trace_dropped = skipped.trace_dropped;
         let bounds = crate::app::batch::AnswerBounds {
             results: items.len(),
             outputs: self.limits.publish_messages,
@@ -334,6 +337,7 @@ impl Forwarder {
             outcome,
             class,
             skipped_headers: 0,
+            trace_dropped: Dropped::default(),
             elapsed: start.elapsed(),
             bad_action,
             failure,

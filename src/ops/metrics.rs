@@ -17,6 +17,7 @@ use prometheus::{
 
 use crate::message::Invalid;
 use crate::seam::HttpClass;
+use crate::trace::context::{Dropped, Reason, TraceHeader};
 
 /// The collectors could not be registered (only possible with duplicate names, a
 /// programming error).
@@ -332,6 +333,8 @@ struct AppCollectors {
     batch_messages: Histogram,
     batch_bad_answers: IntCounter,
     batch_unknown_ids: IntCounter,
+    /// By `TraceHeader` then `Reason`, in `Dropped`'s order.
+    trace_dropped: [[IntCounter; 2]; 3],
 }
 
 impl AppCollectors {
@@ -375,6 +378,16 @@ impl AppCollectors {
                 "jetrelay_batch_unknown_ids_total",
                 "Result ids in answers to a batch that named no message of the batch (ignored)",
             )?,
+            trace_dropped: {
+                let vec = r.register(IntCounterVec::new(
+                    Opts::new(
+                        "jetrelay_trace_headers_dropped_total",
+                        "Message trace headers not sent to the app (nor carried to its outputs): over the W3C limits, or malformed; per request",
+                    ),
+                    &["header", "reason"],
+                )?)?;
+                TraceHeader::ALL.map(|h| Reason::ALL.map(|w| vec.with_label_values(&[h.name(), w.name()])))
+            },
         })
     }
 }
@@ -603,6 +616,18 @@ impl Metrics {
         }
     }
 
+    /// A request to the app left out a message's trace headers: over the W3C
+    /// limits, or malformed.
+    pub fn trace_headers_dropped(&self, dropped: &Dropped) {
+        for (h, r, n) in dropped.counts() {
+            let (hi, ri) = (
+                TraceHeader::ALL.iter().position(|x| *x == h).unwrap_or(0),
+                Reason::ALL.iter().position(|x| *x == r).unwrap_or(0),
+            );
+            self.app.trace_dropped[hi][ri].inc_by(u64::from(n));
+        }
+    }
+
     /// A batch of `messages` was sent in one request.
     pub fn batch_sent(&self, messages: usize) {
         self.app.batch_messages.observe(messages as f64);
@@ -778,6 +803,7 @@ mod tests {
             Refusal::Malformed(String::new()),
             Refusal::NotAllowed(String::new()),
             Refusal::TooMany { max: 1 },
+            Refusal::TooManyHeaders { max: 1 },
         ];
         for r in refusals {
             assert!(PUBLISH_FAILURES.contains(&r.label()), "{}", r.label());
@@ -801,6 +827,10 @@ mod tests {
         m.group_backlog(Some(9));
         m.request(HttpClass::Status(503), Duration::ZERO, 0);
         m.request(HttpClass::Status(101), Duration::ZERO, 0);
+        let mut dropped = Dropped::default();
+        dropped.add(TraceHeader::Baggage, Reason::Oversized);
+        dropped.add(TraceHeader::Baggage, Reason::Oversized);
+        m.trace_headers_dropped(&dropped);
         let text = m.render();
         for name in [
             "jetrelay_messages_received_total",
@@ -839,6 +869,9 @@ mod tests {
             "jetrelay_publish_failures_total{reason=\"not_allowed\"} 0",
             "jetrelay_log_lines_dropped_total 0",
             "jetrelay_publish_failures_total{reason=\"too_many_batches\"} 0",
+            "jetrelay_trace_headers_dropped_total{header=\"baggage\",reason=\"oversized\"} 2",
+            "jetrelay_trace_headers_dropped_total{header=\"tracestate\",reason=\"malformed\"} 0",
+            "jetrelay_trace_headers_dropped_total{header=\"traceparent\",reason=\"oversized\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

@@ -120,7 +120,7 @@ impl Active {
 }
 
 impl Tracer {
-    /// No export: nothing is recorded, trace headers pass unchanged.
+    /// No export: nothing is recorded, trace headers pass as they came (bounded).
     pub fn off() -> Tracer {
         Tracer(None)
     }
@@ -144,7 +144,9 @@ impl Tracer {
     /// context, or a root (sampled by ratio) when it has none. `None` with export off.
     pub fn delivery(&self, d: &Delivery) -> Option<Active> {
         let inner = self.0.as_ref()?;
-        let parent = context::from_headers(&d.headers);
+        // Bounded as for the app: an oversized or malformed tracestate is not continued.
+        let parent =
+            context::inbound(d.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))).context();
         let mut ctx =
             context::continue_or_root(parent.as_ref(), inner.settings.sample_ratio, &mut draw);
         if parent.is_none() {

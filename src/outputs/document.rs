@@ -15,7 +15,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::{Author, Output, Refusal, check_header};
+use super::{Author, MAX_HEADERS, Output, Refusal, check_header};
 use crate::subject;
 
 /// A list's outputs, or why they cannot be published.
@@ -68,8 +68,11 @@ impl<'de> Visitor<'de> for List {
             })? {
                 None => break,
                 Some(Ok(o)) => out.push(o),
-                Some(Err(why)) => {
+                Some(Err(Wrong::Malformed(why))) => {
                     refusal = Some(Refusal::Malformed(format!("item {i}: {why}")));
+                }
+                Some(Err(Wrong::TooManyHeaders)) => {
+                    refusal = Some(Refusal::TooManyHeaders { max: MAX_HEADERS });
                 }
             }
             i += 1;
@@ -110,13 +113,34 @@ impl<'de> Visitor<'de> for List {
     }
 }
 
+/// What is wrong with one message of a list.
+#[derive(Debug)]
+enum Wrong {
+    /// Not of the documented shape, or a header it may not carry.
+    Malformed(String),
+    /// More than [`MAX_HEADERS`] header values.
+    TooManyHeaders,
+}
+
+impl From<String> for Wrong {
+    fn from(why: String) -> Wrong {
+        Wrong::Malformed(why)
+    }
+}
+
+impl From<&str> for Wrong {
+    fn from(why: &str) -> Wrong {
+        Wrong::Malformed(why.to_string())
+    }
+}
+
 /// One message of a list: `subject`, `headers`, `data` or `data_base64`.
 struct OutputSeed {
     author: Author,
 }
 
 impl<'de> DeserializeSeed<'de> for OutputSeed {
-    type Value = Result<Output, String>;
+    type Value = Result<Output, Wrong>;
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
@@ -124,7 +148,7 @@ impl<'de> DeserializeSeed<'de> for OutputSeed {
 }
 
 impl<'de> Visitor<'de> for OutputSeed {
-    type Value = Result<Output, String>;
+    type Value = Result<Output, Wrong>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a message")
@@ -132,7 +156,7 @@ impl<'de> Visitor<'de> for OutputSeed {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut subject, mut headers, mut payload) = (None, Vec::new(), None);
-        let mut wrong: Option<String> = None;
+        let mut wrong: Option<Wrong> = None;
         while let Some(key) = map.next_key::<String>()? {
             if wrong.is_some() {
                 map.next_value::<IgnoredAny>()?;
@@ -145,27 +169,21 @@ impl<'de> Visitor<'de> for OutputSeed {
                             subject = Some(s);
                             None
                         }
-                        Err(e) => Some(format!("subject {s:?} {e}")),
+                        Err(e) => Some(format!("subject {s:?} {e}").into()),
                     },
                     None => Some("subject has the wrong type".into()),
                 },
-                "headers" => match map.next_value_seed(Headers)? {
-                    Ok(list) => list.into_iter().find_map(|(name, values)| {
-                        match check_header(&name, &values, self.author) {
-                            Ok(()) => {
-                                headers.extend(values.into_iter().map(|v| (name.clone(), v)));
-                                None
-                            }
-                            Err(why) => Some(why),
-                        }
-                    }),
-                    Err(why) => Some(why),
-                },
+                "headers" => map
+                    .next_value_seed(Headers {
+                        out: &mut headers,
+                        author: self.author,
+                    })?
+                    .err(),
                 k @ ("data" | "data_base64") => {
                     let text = map.next_value_seed(Text)?;
                     match (text, payload.is_some()) {
                         (_, true) => Some("has both data and data_base64".into()),
-                        (None, _) => Some(format!("{k} has the wrong type")),
+                        (None, _) => Some(format!("{k} has the wrong type").into()),
                         (Some(s), false) if k == "data" => {
                             payload = Some(Bytes::from(s));
                             None
@@ -176,14 +194,14 @@ impl<'de> Visitor<'de> for OutputSeed {
                                     payload = Some(Bytes::from(bytes));
                                     None
                                 }
-                                Err(e) => Some(format!("data_base64 is not base64: {e}")),
+                                Err(e) => Some(format!("data_base64 is not base64: {e}").into()),
                             }
                         }
                     }
                 }
                 other => {
                     map.next_value::<IgnoredAny>()?;
-                    Some(format!("unknown field {other:?}"))
+                    Some(format!("unknown field {other:?}").into())
                 }
             };
             wrong = wrong.or(failed);
@@ -288,136 +306,167 @@ impl<'de> Visitor<'de> for Text {
     }
 }
 
-/// `{"Name": "value" | ["values"]}`: each header with its values, in order.
-struct Headers;
-
-type HeaderList = Result<Vec<(String, Vec<String>)>, String>;
-
-impl<'de> DeserializeSeed<'de> for Headers {
-    type Value = HeaderList;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<HeaderList, D::Error> {
-        d.deserialize_any(self)
-    }
+/// `{"Name": "value" | ["values"]}`: each value pushed onto the message's headers
+/// as it is read, checked, and counted: past [`MAX_HEADERS`] values the rest is read
+/// past, never kept (a list of 700,000 empty strings costs nothing more).
+struct Headers<'h> {
+    out: &'h mut Vec<(String, String)>,
+    author: Author,
 }
 
-impl<'de> Visitor<'de> for Headers {
-    type Value = HeaderList;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object of headers")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HeaderList, A::Error> {
-        let mut out = Vec::new();
-        let mut wrong = None;
-        while let Some(name) = map.next_key::<String>()? {
-            if wrong.is_some() {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
-            match map.next_value_seed(Values)? {
-                Some(values) => out.push((name, values)),
-                None => wrong = Some(format!("header {name:?}: values are strings")),
-            }
-        }
-        Ok(match wrong {
-            Some(why) => Err(why),
-            None => Ok(out),
-        })
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HeaderList, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Err("headers has the wrong type".into()))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<HeaderList, E> {
-        Ok(Err("headers has the wrong type".into()))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<HeaderList, E> {
-        self.visit_str("")
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<HeaderList, E> {
-        self.visit_str("")
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<HeaderList, E> {
-        self.visit_str("")
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<HeaderList, E> {
-        self.visit_str("")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<HeaderList, E> {
-        self.visit_str("")
-    }
-}
-
-/// A header's value: a string or a list of strings; `None` for anything else.
-struct Values;
-
-impl<'de> DeserializeSeed<'de> for Values {
-    type Value = Option<Vec<String>>;
+impl<'de> DeserializeSeed<'de> for Headers<'_> {
+    type Value = Result<(), Wrong>;
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for Values {
-    type Value = Option<Vec<String>>;
+impl<'de> Visitor<'de> for Headers<'_> {
+    type Value = Result<(), Wrong>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of headers")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut wrong = None;
+        while let Some(name) = map.next_key::<String>()? {
+            if wrong.is_some() {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            wrong = map
+                .next_value_seed(Values {
+                    name: &name,
+                    out: self.out,
+                    author: self.author,
+                })?
+                .err();
+        }
+        Ok(wrong.map_or(Ok(()), Err))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Err("headers has the wrong type".into()))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Err("headers has the wrong type".into()))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        self.visit_str("")
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        self.visit_str("")
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        self.visit_str("")
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        self.visit_str("")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        self.visit_str("")
+    }
+}
+
+/// A header's value: a string or a list of strings, each pushed as `(name, value)`
+/// once checked; anything else is wrong.
+struct Values<'h> {
+    name: &'h str,
+    out: &'h mut Vec<(String, String)>,
+    author: Author,
+}
+
+impl Values<'_> {
+    /// Checks and keeps one value; wrong past [`MAX_HEADERS`].
+    fn push(&mut self, value: String) -> Result<(), Wrong> {
+        if self.out.len() >= MAX_HEADERS {
+            return Err(Wrong::TooManyHeaders);
+        }
+        check_header(self.name, std::slice::from_ref(&value), self.author)?;
+        self.out.push((self.name.to_string(), value));
+        Ok(())
+    }
+
+    fn not_strings(&self) -> Wrong {
+        Wrong::Malformed(format!("header {:?}: values are strings", self.name))
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Values<'_> {
+    type Value = Result<(), Wrong>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Values<'_> {
+    type Value = Result<(), Wrong>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string or a list of strings")
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Some(vec![v.to_string()]))
+    fn visit_str<E: de::Error>(mut self, v: &str) -> Result<Self::Value, E> {
+        Ok(self.push(v.to_string()))
     }
 
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Some(vec![v]))
+    fn visit_string<E: de::Error>(mut self, v: String) -> Result<Self::Value, E> {
+        Ok(self.push(v))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
-        let mut all_strings = true;
-        while let Some(v) = seq.next_element_seed(Text)? {
-            match v {
-                Some(v) if all_strings => out.push(v),
-                _ => all_strings = false,
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut wrong = None;
+        loop {
+            if wrong.is_some() || self.out.len() >= MAX_HEADERS {
+                // Read past, nothing kept: one more value is one too many.
+                if seq.next_element::<IgnoredAny>()?.is_none() {
+                    break;
+                }
+                wrong = wrong.or(Some(Wrong::TooManyHeaders));
+                continue;
+            }
+            match seq.next_element_seed(Text)? {
+                None => break,
+                Some(Some(v)) => wrong = self.push(v).err(),
+                Some(None) => wrong = Some(self.not_strings()),
             }
         }
-        Ok(all_strings.then_some(out))
+        Ok(wrong.map_or(Ok(()), Err))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(None)
+        Ok(Err(self.not_strings()))
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(Err(self.not_strings()))
     }
 
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(Err(self.not_strings()))
     }
 
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(Err(self.not_strings()))
     }
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(Err(self.not_strings()))
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(Err(self.not_strings()))
     }
 }
 

@@ -54,6 +54,11 @@ impl Output {
     }
 }
 
+/// The most header values one message to publish may carry (each value of a
+/// header counts): a document is read into its messages, each header value its own
+/// allocations, so their number is what its memory follows; counted while it is read.
+pub const MAX_HEADERS: usize = 100;
+
 /// The message id header.
 pub const MSG_ID: &str = "Nats-Msg-Id";
 
@@ -77,6 +82,12 @@ pub enum Refusal {
         /// The limit.
         max: usize,
     },
+    /// A message with more header values than [`MAX_HEADERS`].
+    #[error("a message to publish has more than {max} header values")]
+    TooManyHeaders {
+        /// The limit.
+        max: usize,
+    },
     /// More bytes than `publish.max_bytes`.
     #[error("{bytes} bytes to publish, publish.max_bytes is {max}")]
     TooLarge {
@@ -93,7 +104,9 @@ impl Refusal {
         match self {
             Refusal::Malformed(_) => "malformed",
             Refusal::NotAllowed(_) => "not_allowed",
-            Refusal::TooMany { .. } | Refusal::TooLarge { .. } => "too_large",
+            Refusal::TooMany { .. } | Refusal::TooManyHeaders { .. } | Refusal::TooLarge { .. } => {
+                "too_large"
+            }
         }
     }
 }
@@ -576,6 +589,48 @@ mod tests {
             Author::Endpoint,
         );
         assert!(why.contains("only Nats-Msg-Id"), "{why}");
+    }
+
+    #[test]
+    fn header_values_are_counted_as_they_are_read() {
+        let doc = |headers: String| {
+            format!(r#"{{"publish": [{{"subject": "a", "headers": {headers}}}]}}"#)
+        };
+        let list = |n: usize| format!(r#"{{"X-Name": [{}]}}"#, vec!["\"\""; n].join(","));
+        let names = |n: usize| {
+            let each: Vec<String> = (0..n).map(|i| format!(r#""X-{i}": "v""#)).collect();
+            format!("{{{}}}", each.join(","))
+        };
+        let read = |text: String| parse(text.as_bytes(), Author::Endpoint, 10);
+        let out = read(doc(list(MAX_HEADERS))).unwrap();
+        assert_eq!(out[0].headers.len(), MAX_HEADERS);
+        assert_eq!(
+            read(doc(names(MAX_HEADERS))).unwrap()[0].headers.len(),
+            MAX_HEADERS
+        );
+        let too_many = Err(Refusal::TooManyHeaders { max: MAX_HEADERS });
+        assert_eq!(read(doc(list(MAX_HEADERS + 1))), too_many);
+        assert_eq!(read(doc(names(MAX_HEADERS + 1))), too_many);
+        // The audit's document: 719,030 empty strings in 2.1 MB.
+        let audit = doc(list(719_030));
+        assert!(audit.len() > 2_100_000, "{}", audit.len());
+        assert_eq!(read(audit), too_many);
+        assert_eq!(too_many.clone().unwrap_err().label(), "too_large");
+        // Split over names, and over two "headers" keys: one count per message.
+        let split = format!(
+            r#"{{"publish": [{{"subject": "a", "headers": {}, "headers": {}}}]}}"#,
+            list(60),
+            list(60)
+        );
+        assert_eq!(read(split), too_many);
+        // What is wrong first stays what is said.
+        let bad_then_many = doc(format!(
+            r#"{{"X": [1], "Y": [{}]}}"#,
+            vec!["\"\""; 200].join(",")
+        ));
+        assert!(
+            matches!(read(bad_then_many), Err(Refusal::Malformed(why)) if why.contains("values are strings"))
+        );
     }
 
     fn output(subject: &str, payload: &str) -> Output {

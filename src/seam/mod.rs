@@ -169,6 +169,8 @@ pub struct Forwarded {
     pub class: HttpClass,
     /// Message headers not sent because they are not valid HTTP.
     pub skipped_headers: usize,
+    /// Message trace headers not sent: over the W3C limits, or malformed.
+    pub trace_dropped: crate::trace::context::Dropped,
     /// Time from sending to the answer (or failure).
     pub elapsed: Duration,
     /// A `Jetrelay-Action` value that was not understood (it is ignored).

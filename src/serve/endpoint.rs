@@ -13,7 +13,10 @@
 //! subject, a wrong expected sequence), 503 only when a retry may succeed (NATS
 //! unavailable, a timeout; nothing stored in an atomic batch); every error is
 //! `{"error": "..."}`. Every publish awaits its PubAck; at most [`MAX_CONCURRENT`]
-//! publishes run at once, the others wait.
+//! publishes run at once, the others wait; and the bodies being read and parsed at
+//! once hold at most [`BODY_BUDGET`] bytes between them, so that many large
+//! requests at once cost that much, not their sum (an allocator keeps what a spike
+//! took for a while).
 
 use std::sync::Arc;
 
@@ -25,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::ops::metrics::{Metrics, Via};
@@ -38,6 +41,14 @@ use crate::trace::context;
 
 /// Publishes in progress at once, at most.
 pub const MAX_CONCURRENT: usize = 64;
+
+/// The bytes of request bodies held at once, at most: each request reserves its
+/// `Content-Length` (its bound when it has none; the whole budget when that is more)
+/// before its body is read, and keeps it until its body is let go. Others wait.
+pub const BODY_BUDGET: usize = 8 << 20;
+
+/// The budget is counted in KiB: a semaphore counts in `u32`.
+const BUDGET_UNIT: usize = 1024;
 
 /// What the endpoint publishes with: `P` is the publisher (NATS).
 #[derive(Debug, Clone)]
@@ -160,6 +171,8 @@ fn local_host(host: &str) -> bool {
 struct Shared<P> {
     endpoint: Arc<Endpoint<P>>,
     permits: Arc<Semaphore>,
+    /// [`BODY_BUDGET`], in [`BUDGET_UNIT`]s.
+    bodies: Arc<Semaphore>,
 }
 
 impl<P> Clone for Shared<P> {
@@ -167,6 +180,7 @@ impl<P> Clone for Shared<P> {
         Shared {
             endpoint: Arc::clone(&self.endpoint),
             permits: Arc::clone(&self.permits),
+            bodies: Arc::clone(&self.bodies),
         }
     }
 }
@@ -183,9 +197,9 @@ fn status<E: OutputFailure>(f: &Failure<E>) -> StatusCode {
     match f {
         Failure::Refused(Refusal::Malformed(_)) => StatusCode::BAD_REQUEST,
         Failure::Refused(Refusal::NotAllowed(_)) => StatusCode::FORBIDDEN,
-        Failure::Refused(Refusal::TooMany { .. } | Refusal::TooLarge { .. }) => {
-            StatusCode::PAYLOAD_TOO_LARGE
-        }
+        Failure::Refused(
+            Refusal::TooMany { .. } | Refusal::TooManyHeaders { .. } | Refusal::TooLarge { .. },
+        ) => StatusCode::PAYLOAD_TOO_LARGE,
         Failure::Failed(e) if e.is_too_large() => StatusCode::PAYLOAD_TOO_LARGE,
         // 503 only when the same request may succeed later; a client that retries on
         // 503 must not retry a refusal forever.
@@ -217,6 +231,7 @@ fn router<P: Publish>(endpoint: Endpoint<P>) -> Router {
     let shared = Shared {
         endpoint: Arc::new(endpoint),
         permits: Arc::new(Semaphore::new(MAX_CONCURRENT)),
+        bodies: Arc::new(Semaphore::new(BODY_BUDGET / BUDGET_UNIT)),
     };
     // The bodies are bounded by the rules in force when each is read (a reload may
     // change them), not by the layer's fixed limit.
@@ -238,11 +253,34 @@ fn router<P: Publish>(endpoint: Endpoint<P>) -> Router {
 }
 
 /// Reads a body of at most `max` bytes; a larger one is refused (413) once more than
-/// `max` bytes came, without reading the rest.
-async fn read_body<E>(body: Body, max: usize) -> Result<Bytes, Failure<E>> {
+/// `max` bytes came, without reading the rest. A `Content-Length` within `max`
+/// sizes the buffer once (growing it by doubling would hold up to twice the body,
+/// and a copy of it while it grows).
+async fn read_body<E>(
+    budget: &Arc<Semaphore>,
+    headers: &HeaderMap,
+    body: Body,
+    max: usize,
+) -> Result<(Bytes, OwnedSemaphorePermit), Failure<E>> {
     use futures::StreamExt as _;
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let declared = length.filter(|n| *n <= max).unwrap_or(0);
+    let reserved = length
+        .unwrap_or(max)
+        .min(max)
+        .min(BODY_BUDGET)
+        .div_ceil(BUDGET_UNIT)
+        .max(1);
+    // Never closed, and never asked for more than it holds: acquiring only waits.
+    let permit = Arc::clone(budget)
+        .acquire_many_owned(u32::try_from(reserved).unwrap_or(u32::MAX))
+        .await
+        .map_err(|_| Failure::Refused(Refusal::Malformed("the endpoint is closing".into())))?;
     let mut stream = body.into_data_stream();
-    let mut read = Vec::new();
+    let mut read = Vec::with_capacity(declared);
     while let Some(chunk) = stream.next().await {
         let chunk = chunk
             .map_err(|e| Failure::Refused(Refusal::Malformed(format!("the request body: {e}"))))?;
@@ -254,7 +292,7 @@ async fn read_body<E>(body: Body, max: usize) -> Result<Bytes, Failure<E>> {
         }
         read.extend_from_slice(&chunk);
     }
-    Ok(Bytes::from(read))
+    Ok((Bytes::from(read), permit))
 }
 
 /// Every answer is JSON with an `error`, the routing ones too.
@@ -288,7 +326,7 @@ async fn one<P: Publish>(
     }
     // The raw body is the message: at most max_bytes.
     let max = usize::try_from(s.rules().max_bytes).unwrap_or(usize::MAX);
-    let body = read_body(body, max).await?;
+    let (body, _reserved) = read_body(&s.bodies, &headers, body, max).await?;
     // The message's own headers must be sent as they are: a value that is not
     // visible ASCII is refused, never dropped.
     let mut named: Vec<(&str, &str)> = Vec::with_capacity(headers.len());
@@ -331,9 +369,12 @@ async fn many<P: Publish>(
         .unwrap_or(usize::MAX)
         .saturating_mul(2)
         .saturating_add(64 * 1024);
-    let body = read_body(body, limit).await?;
+    let (body, reserved) = read_body(&s.bodies, &headers, body, limit).await?;
     let max = rules.max_messages;
     let list = outputs::parse(&body, Author::Endpoint, max).map_err(Failure::Refused);
+    // The outputs own their payloads: the text and its reservation go now.
+    drop(body);
+    drop(reserved);
     let c = s.publish(list, &headers).await?;
     let mut answer = json!({ "stream": c.stream, "seq": c.seq, "count": c.count });
     if c.duplicate {
@@ -364,20 +405,21 @@ impl<P: Publish> Shared<P> {
         headers: &HeaderMap,
     ) -> Result<Committed, Failure<P::OutputError>> {
         let e = &self.endpoint;
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        // The request's trace headers, bounded as a message's are for the app: an
+        // oversized or malformed one is not carried (and counted).
+        let trace_headers: Vec<(&str, &str)> = headers
+            .iter()
+            .filter(|(n, _)| matches!(n.as_str(), "traceparent" | "tracestate" | "baggage"))
+            .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+            .collect();
+        let own = context::inbound(trace_headers.iter().copied());
+        e.metrics.trace_headers_dropped(&own.dropped);
         let mut span = None;
         let result = async {
             let mut outputs = outputs?;
             self.rules().check(&outputs).map_err(Failure::Refused)?;
-            if let Some(tp) = header("traceparent") {
-                let parent = context::from_headers(&[
-                    ("traceparent".to_string(), tp.to_string()),
-                    (
-                        "tracestate".to_string(),
-                        header("tracestate").unwrap_or("").to_string(),
-                    ),
-                ]);
-                match parent.filter(|_| e.tracer.is_on()) {
+            if let Some(tp) = own.traceparent {
+                match own.context().filter(|_| e.tracer.is_on()) {
                     Some(parent) => {
                         let subjects: Vec<&str> =
                             outputs.iter().map(|o| o.subject.as_str()).collect();
@@ -386,15 +428,15 @@ impl<P: Publish> Shared<P> {
                             &mut outputs,
                             &s.traceparent(),
                             s.context().tracestate.as_deref(),
-                            header("baggage"),
+                            own.baggage.as_deref(),
                         );
                         span = Some(s);
                     }
                     None => outputs::carry_trace(
                         &mut outputs,
                         tp,
-                        header("tracestate"),
-                        header("baggage"),
+                        own.tracestate.as_deref(),
+                        own.baggage.as_deref(),
                     ),
                 }
             }

@@ -531,3 +531,82 @@ async fn with_a_token_only_requests_that_carry_it_publish() {
     .await;
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_document_of_empty_strings_costs_a_small_multiple_of_its_size_and_memory_comes_back() {
+    // The audit's document: 719,030 empty strings in 2.1 MB (the headers of one
+    // message), within the body bound, past every count. The built binary, so that
+    // its own RSS is measured.
+    const MB: u64 = 1 << 20;
+    let empties = vec!["\"\""; 719_030].join(",");
+    let doc = format!(
+        r#"{{"publish": [{{"subject": "out.a", "headers": {{"X-Padding": [{empties}]}}}}]}}"#
+    );
+    let size = doc.len() as u64;
+    assert!(size > 2_100_000, "{size}");
+    let env = Env::start(&["in.>"]).await;
+    let app = MockApp::ok().await;
+    let port = crate::support::app::free_port();
+    let config = format!(
+        "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{}\"\nkind = \"durable\"\ndurable = \"{}\"\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [publish]\nlisten = \"127.0.0.1:{port}\"\nallowed_subjects = [\"out.>\"]\n",
+        env.nats.url(),
+        env.stream,
+        env.durable,
+        app.url()
+    );
+    let d = crate::support::daemon::Daemon::start(&config).await;
+    d.wait_ready_body("ready", T, |code, _| code == 200).await;
+    let url = format!("http://127.0.0.1:{port}/v1/publish");
+    // A client of its own: its connections (and what the daemon holds for each)
+    // are closed with it.
+    let client = http();
+    let send = |doc: String| {
+        let request = client
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .body(doc);
+        async move {
+            let resp = request.send().await.unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
+        }
+    };
+    // A small request first: what serving any request costs is in the baseline.
+    let (code, _) = send(r#"{"publish": [{"subject": "nowhere.a"}]}"#.into()).await;
+    assert_eq!(code, 403);
+    let (start_rss, start_peak) = (d.rss(), d.peak_rss());
+    let (code, body) = send(doc.clone()).await;
+    assert_eq!(code, 413, "{body}");
+    let one = d.peak_rss().saturating_sub(start_peak);
+    let concurrent = 32;
+    let before = d.peak_rss();
+    let answers = futures::future::join_all((0..concurrent).map(|_| send(doc.clone()))).await;
+    assert!(answers.iter().all(|(code, _)| *code == 413), "{answers:?}");
+    let many = d.peak_rss().saturating_sub(before);
+    // One document: a small multiple of its size. Many at once: what the endpoint
+    // holds of bodies at once (its budget), not their sum.
+    let budget = jetrelay::serve::endpoint::BODY_BUDGET as u64;
+    assert!(
+        one <= 4 * size,
+        "one document of {} MB took {} MB more",
+        size / MB,
+        one / MB
+    );
+    assert!(
+        many <= budget + 4 * size,
+        "{concurrent} documents of {} MB took {} MB more",
+        size / MB,
+        many / MB
+    );
+    // The allocator keeps what a spike took for reuse (it has no safe way to be
+    // told to give it back now): what stays is bounded by that budget, not by how
+    // many came at once.
+    drop(client);
+    let bound = start_rss + budget + 4 * size;
+    eventually("RSS back within the budget of where it started", T, || {
+        let now = d.rss();
+        async move { now <= bound }
+    })
+    .await;
+}

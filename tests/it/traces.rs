@@ -560,3 +560,93 @@ async fn a_dead_letter_carries_the_context_of_the_delivery_that_ended_it() {
     );
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn oversized_and_forged_trace_headers_never_reach_the_app_nor_fail_the_message() {
+    // 61,589 bytes each, as the audit sent them.
+    let big_state = format!("{}k=v", "k=v,".repeat(15_396));
+    let big_baggage = format!("k={}", "v".repeat(61_587));
+    assert_eq!((big_state.len(), big_baggage.len()), (61_587, 61_589));
+    for export in [false, true] {
+        let collector = FakeCollector::start(Wire::HttpProtobuf).await;
+        // An app that refuses what it takes for an attack: any baggage (it trusts
+        // none under pass_headers), or a tracestate over the W3C bound.
+        let app = MockApp::start(|r, _| {
+            let refused = r.header("baggage").is_some()
+                || r.header("tracestate").is_some_and(|s| s.len() > 512);
+            Reply::status(if refused { 400 } else { 200 })
+        })
+        .await;
+        let env = Env::start(&["in.>"]).await;
+        let otel = if export {
+            collector.otel("")
+        } else {
+            String::new()
+        };
+        let extra = format!("[http]\npass_headers = [\"X-Trace\"]\n{otel}");
+        let relay = env.relay(&app, &extra).await;
+        // One each: the server takes at most 64 KiB of headers per message.
+        for (name, value) in [("tracestate", &big_state), ("baggage", &big_baggage)] {
+            publish_traced(
+                &env.js,
+                "in.a",
+                "big",
+                &[("traceparent", PARENT), (name, value), ("X-Trace", "1")],
+            )
+            .await;
+        }
+        publish_traced(
+            &env.js,
+            "in.a",
+            "forged",
+            &[
+                ("traceparent", PARENT),
+                ("baggage", "tenant=admin,role=root"),
+                ("X-Trace", "2"),
+            ],
+        )
+        .await;
+        eventually("all acked", T, || {
+            consumer_drained(&env.js, &env.stream, &env.durable)
+        })
+        .await;
+        let requests = app.requests();
+        assert_eq!(requests.len(), 3, "export {export}: one request each");
+        for r in &requests {
+            assert_eq!(r.status, 200, "export {export}");
+            assert_eq!(r.header("baggage"), None, "export {export}");
+            assert!(r.header("X-Trace").is_some(), "export {export}");
+            assert!(r.header("traceparent").is_some(), "export {export}");
+            if !export {
+                assert_eq!(r.header("traceparent"), Some(PARENT));
+                assert_eq!(r.header("tracestate"), None);
+            }
+        }
+        let relay_ref = &relay;
+        eventually("three acks counted", T, || async move {
+            relay_ref
+                .metric("jetrelay_messages_settled_total{action=\"ack\"}")
+                .await
+                == 3.0
+        })
+        .await;
+        assert_eq!(
+            relay
+                .metric("jetrelay_messages_settled_total{action=\"term\"}")
+                .await,
+            0.0,
+            "export {export}: nothing terminated"
+        );
+        for header in ["tracestate", "baggage"] {
+            let sample = format!(
+                "jetrelay_trace_headers_dropped_total{{header=\"{header}\",reason=\"oversized\"}}"
+            );
+            assert_eq!(
+                relay.metric(&sample).await,
+                1.0,
+                "export {export}: {sample}"
+            );
+        }
+        relay.stop().await.unwrap();
+    }
+}

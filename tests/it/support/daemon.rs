@@ -143,11 +143,20 @@ impl Daemon {
 
     /// The peak resident memory of the process so far (`VmHWM`), in bytes.
     pub fn peak_rss(&self) -> u64 {
+        self.status_bytes("VmHWM:")
+    }
+
+    /// The resident memory of the process now (`VmRSS`), in bytes.
+    pub fn rss(&self) -> u64 {
+        self.status_bytes("VmRSS:")
+    }
+
+    fn status_bytes(&self, field: &str) -> u64 {
         let pid = self.child.id().expect("running");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let kb: u64 = status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap();
         kb * 1024
