@@ -22,6 +22,21 @@ pub struct ConsumerState {
     pub pinned: Option<String>,
 }
 
+impl ConsumerState {
+    /// What a consumer's info says of it, for the priority group `group`.
+    fn of(info: &async_nats::jetstream::consumer::Info, group: &str) -> ConsumerState {
+        ConsumerState {
+            name: info.name.clone(),
+            num_waiting: info.num_waiting,
+            pinned: info
+                .priority_groups
+                .iter()
+                .find(|g| g.group == group)
+                .and_then(|g| g.pinned_client_id.clone()),
+        }
+    }
+}
+
 /// The elastic group's stream.
 #[derive(Debug, Clone)]
 pub struct GroupStreamSpec {
@@ -154,15 +169,7 @@ impl Nats {
         let mut out = Vec::new();
         while let Some(info) = list.next().await {
             let info = info.map_err(|e| group_err("list consumers", e))?;
-            out.push(ConsumerState {
-                name: info.name.clone(),
-                num_waiting: info.num_waiting,
-                pinned: info
-                    .priority_groups
-                    .iter()
-                    .find(|g| g.group == group)
-                    .and_then(|g| g.pinned_client_id.clone()),
-            });
+            out.push(ConsumerState::of(&info, group));
         }
         Ok(out)
     }
@@ -186,15 +193,7 @@ impl Nats {
             .await
             .map_err(|e| group_err("read the stream", e))?;
         match s.consumer_info(consumer).await {
-            Ok(info) => Ok(Some(ConsumerState {
-                name: info.name.clone(),
-                num_waiting: info.num_waiting,
-                pinned: info
-                    .priority_groups
-                    .iter()
-                    .find(|g| g.group == group)
-                    .and_then(|g| g.pinned_client_id.clone()),
-            })),
+            Ok(info) => Ok(Some(ConsumerState::of(&info, group))),
             Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
             Err(e) => Err(group_err("read the consumer", e)),
         }
