@@ -75,7 +75,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     self.tracer.end_request(span, &f);
                 }
                 self.metrics.request(f.class, f.elapsed, f.skipped_headers);
-                sample = Some(Sample::of(&f, &live.policy.retry));
+                sample = Some(Sample::of(&f));
                 if f.bad_action {
                     self.metrics.action_override("invalid");
                     tracing::warn!(
@@ -426,7 +426,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         }
         let mut answer = self.offer_batch(&send).await;
         let live = self.live();
-        let sample = Some(Sample::of(&answer.forwarded, &live.policy.retry));
+        let sample = Some(Sample::of(&answer.forwarded));
         let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
         let ordered = self.ordering != Ordering::None;
         let mut dispositions: Vec<Disposition> = send
