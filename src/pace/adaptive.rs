@@ -27,9 +27,10 @@
 //!   when cuts stop lowering the latency (the app got slower: not our queue);
 //! - no growth unless the limit was used (≥ 80 % of it in flight);
 //! - a latency jump is followed within a round trip: two answers in a row more than
-//!   ten times over the threshold cut like a timeout (halving) without waiting for
-//!   the window to fill, so a 1000× jump halves the limit once per round trip (from 4
-//!   to 1 in two of them). One slow answer among fast ones is a tail, not a jump.
+//!   ten times over the threshold (and over 100 ms) cut like a timeout (halving)
+//!   without waiting for the window to fill, so a 1000× jump halves the limit once
+//!   per round trip (from 4 to 1 in two of them). One slow answer among fast ones is
+//!   a tail, not a jump.
 
 /// What one finished request says about the app's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,11 +109,14 @@ pub struct Tuning {
     timeout_factor: f64,
     /// A latency cut is `clamp(target/mean, this, 1)`.
     deepest_cut: f64,
-    /// A latency jump: an answer above `threshold·spike`; two in a row cut by
-    /// `timeout_factor` at once. Ten times: under the window's cap (twice the
-    /// threshold) a single sample cannot tell a jump from a tail, and an answer an
-    /// order of magnitude over is as good as timed out.
+    /// A latency jump: an answer above `threshold·spike` and `spike_min_ns`; two in
+    /// a row cut by `timeout_factor` at once. Ten times: under the window's cap
+    /// (twice the threshold) a single sample cannot tell a jump from a tail, and an
+    /// answer an order of magnitude over is as good as timed out.
     spike: f64,
+    /// 100 ms: a busy host stalls every request in flight for tens of milliseconds at
+    /// times, ten times a fast app's threshold; that is no jump in the app.
+    spike_min_ns: u64,
     /// Samples per window: `clamp(limit, window_min, window_max)`.
     window_min: u32,
     window_max: u32,
@@ -145,6 +149,7 @@ impl Tuning {
             timeout_factor: 0.5,
             deepest_cut: 0.5,
             spike: 10.0,
+            spike_min_ns: 100 * MS,
             window_min: 16,
             window_max: 64,
             probe_window: 32,
@@ -277,7 +282,9 @@ impl Adaptive {
     /// A latency an order of magnitude over the threshold (never before the floor is
     /// known).
     fn is_spike(&self, t: &Tuning, latency_ns: u64) -> bool {
-        self.floor_ns != NONE && latency_ns as f64 > t.spike * self.threshold(t, t.window_min)
+        self.floor_ns != NONE
+            && latency_ns > t.spike_min_ns
+            && latency_ns as f64 > t.spike * self.threshold(t, t.window_min)
     }
 
     fn reset_window(&mut self, t: &Tuning) {
@@ -768,6 +775,24 @@ mod tests {
         // Slow failures are no jump either.
         let f = at(s, slow, slow, Signal::Failure);
         assert_eq!(at(f, slow + 1, slow, Signal::Failure).limit, 32);
+    }
+
+    #[test]
+    fn a_stalled_host_is_no_latency_jump() {
+        let t = Tuning::new(1, 64);
+        let mut s = Adaptive::starting_at(&t, 32, 0);
+        let mut now = 0;
+        for _ in 0..32 {
+            now += 100 * US;
+            s = step(&t, s, &obs(now, 500 * US, Signal::Ok, 32));
+        }
+        assert_eq!((s.limit, s.floor_ns), (64, 500 * US));
+        // 50 ms is a hundred times the floor and over ten times the threshold (3.5
+        // ms), under 100 ms: every request in flight held up by the host.
+        for i in 0..8 {
+            s = step(&t, s, &obs(now + 50 * MS + i, 50 * MS, Signal::Ok, 64));
+        }
+        assert_eq!(s.limit, 64);
     }
 
     #[test]
