@@ -76,7 +76,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 }
                 self.metrics.request(f.class, f.elapsed, f.skipped_headers);
                 self.metrics.trace_headers_dropped(&f.trace_dropped);
-                sample = Some(Sample::of(&f, &live.policy.retry));
+                sample = Some(Sample::of(&f));
                 if f.bad_action {
                     self.metrics.action_override("invalid");
                     tracing::warn!(
@@ -427,7 +427,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         }
         let mut answer = self.offer_batch(&send).await;
         let live = self.live();
-        let sample = Some(Sample::of(&answer.forwarded, &live.policy.retry));
+        let sample = Some(Sample::of(&answer.forwarded));
         let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
         let ordered = self.ordering != Ordering::None;
         let mut dispositions: Vec<Disposition> = send

@@ -1,8 +1,8 @@
 //! The loop's side of pacing (`crate::pace`): the limit in force for the starts, the
 //! rate limit's next start (a timer the loop sleeps on, one per blocked wake-up, never
 //! one per message), one observation per finished request (in flight at its start,
-//! its latency, what it says of the app's capacity), and the buffer the pull engine
-//! is told it may fill under a lower limit.
+//! its latency, what it says of the app's capacity: overload, or the message's own
+//! failure), and the buffer the pull engine is told it may fill under a lower limit.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::capacity::Held;
 use crate::pace::{self, Observation, PaceSettings, Pacer, Signal};
-use crate::policy::{Outcome, StatusSet};
+use crate::policy::Outcome;
 use crate::seam::{Forwarded, HttpClass};
 
 /// What one request said: how long it took and what it says of the app's capacity.
@@ -23,15 +23,17 @@ pub(super) struct Sample {
 }
 
 impl Sample {
-    /// A request's answer: 429, 503 and the retry statuses are overload; a timeout
-    /// is one; no answer at all is not about capacity.
-    pub(super) fn of(f: &Forwarded, retry: &StatusSet) -> Sample {
+    /// A request's answer: what its status says ([`Signal::of_status`]: 429, 503 and
+    /// 504 are overload, any other failure the message's own, whatever
+    /// `retry_statuses` does with it); a timeout is overload; a connection broken
+    /// after it was made (or a 2xx batch answer that does not parse) is a failure; an
+    /// app that cannot be reached says nothing of capacity.
+    pub(super) fn of(f: &Forwarded) -> Sample {
         let signal = match (&f.outcome, f.class) {
-            (Outcome::Unreachable, _) | (_, HttpClass::Error) => Signal::Error,
+            (Outcome::Unreachable, _) => Signal::Error,
             (_, HttpClass::Timeout) => Signal::Timeout,
-            (_, HttpClass::Status(429 | 503)) => Signal::Overload,
-            (_, HttpClass::Status(s)) if retry.contains(s) => Signal::Overload,
-            (_, HttpClass::Status(_)) => Signal::Ok,
+            (Outcome::BadAnswer, _) | (_, HttpClass::Error) => Signal::Failure,
+            (_, HttpClass::Status(s)) => Signal::of_status(s),
         };
         Sample {
             latency: f.elapsed,

@@ -466,6 +466,8 @@ struct Knobs {
     /// Adaptive concurrency (`min_in_flight` 1) and the rate limit (0: none).
     adaptive: bool,
     rate_per_s: u32,
+    /// `retry_statuses` (`["5xx"]`; every other 4xx terminates).
+    retry: &'static [&'static str],
     ordering: Ordering,
     progress_every: Duration,
     grace: Duration,
@@ -486,6 +488,7 @@ impl Default for Knobs {
             max_in_flight: 4,
             adaptive: false,
             rate_per_s: 0,
+            retry: &["5xx"],
             ordering: Ordering::None,
             progress_every: Duration::from_secs(15),
             grace: Duration::from_secs(20),
@@ -536,7 +539,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             traceparents: Arc::clone(&traceparents),
         },
         policy: Policy {
-            retry: StatusSet::parse(&["5xx"]).unwrap(),
+            retry: StatusSet::parse(knobs.retry).unwrap(),
             term: StatusSet::parse(&["4xx"]).unwrap(),
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(60),
@@ -2010,6 +2013,109 @@ async fn a_fixed_limit_floods_the_same_app_with_503s() {
         "64 in flight against 8 workers and a queue of 24: {refused}"
     );
     r.stop().await;
+}
+
+/// jetrelay's default `retry_statuses`.
+const RETRIED: &[&str] = &["408", "409", "425", "429", "5xx", "404"];
+
+/// 200 messages a second offered for 30 s to an app that takes 40 ms and has room
+/// for all of them, but answers `status` (in 2 ms) to every `every`-th message: the
+/// other messages acked by the end.
+async fn good_delivered(adaptive: bool, code: u16, every: u64) -> usize {
+    let r = rig(
+        Knobs {
+            max_in_flight: 32,
+            adaptive,
+            retry: RETRIED,
+            ..Knobs::default()
+        },
+        Box::new(move |seq, _, _| {
+            if seq % every == 0 {
+                (status(code), 2 * MS)
+            } else {
+                (status(200), 40 * MS)
+            }
+        }),
+    );
+    let sent = 6_000;
+    for seq in 1..=sent {
+        r.send(seq, "a");
+        wait(5 * MS).await;
+    }
+    let good = (1..=sent)
+        .filter(|seq| seq % every != 0 && r.settled(*seq).contains(&Told::Ack))
+        .count();
+    r.stop().await;
+    good
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_few_rejected_messages_do_not_hold_the_adaptive_limit_down() {
+    // 404s and 500s are retry statuses here (as by default): they were taken for
+    // overload, and the limit sat at 1 (25 of the 200 messages a second).
+    for (code, every) in [(404, 100), (404, 33), (500, 100), (500, 33)] {
+        let fixed = good_delivered(false, code, every).await;
+        let adaptive = good_delivered(true, code, every).await;
+        assert!(
+            adaptive * 10 >= fixed * 9,
+            "{code} to 1 in {every}: adaptive delivered {adaptive}, fixed {fixed}"
+        );
+    }
+}
+
+/// 1,000 messages a second for 10 s to an app that takes 5 ms (the limit reaches
+/// `max` while slow start leaves a backlog), then every request takes 5 s: the limit
+/// before the jump, then 0.5 s after each of three round trips.
+async fn limits_after_a_jump(max: usize) -> Vec<usize> {
+    let latency = Arc::new(std::sync::atomic::AtomicU64::new(5));
+    let ms = Arc::clone(&latency);
+    let r = rig(
+        Knobs {
+            max_in_flight: max,
+            adaptive: true,
+            ..Knobs::default()
+        },
+        Box::new(move |_, _, _| {
+            let d = ms.load(std::sync::atomic::Ordering::SeqCst);
+            (status(200), Duration::from_millis(d))
+        }),
+    );
+    let mut seq = 0;
+    for _ in 0..10_000 {
+        seq += 1;
+        r.send(seq, "a");
+        wait(MS).await;
+    }
+    let mut limits = vec![r.readiness.status().concurrency_limit];
+    latency.store(5_000, std::sync::atomic::Ordering::SeqCst);
+    // A backlog keeps the limit used.
+    for _ in 0..500 {
+        seq += 1;
+        r.send(seq, "a");
+    }
+    wait(500 * MS).await;
+    for _ in 1..=3 {
+        wait(5 * S).await;
+        limits.push(r.readiness.status().concurrency_limit);
+    }
+    r.stop().await;
+    limits
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_adaptive_limit_follows_a_thousandfold_latency_jump_within_round_trips() {
+    // Seen before: at 4 for 20 s (a window of 16 answers at 4 in flight), and from
+    // 64 one cut per two round trips (the transition after a cut was ignored).
+    for max in [4, 64] {
+        let limits = limits_after_a_jump(max).await;
+        assert_eq!(limits[0], max, "the limit was used");
+        for k in 1..=3 {
+            assert!(
+                limits[k] <= (max >> k).max(1),
+                "halved each round trip from {max}: {limits:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]

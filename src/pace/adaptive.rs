@@ -3,9 +3,15 @@
 //! caller's monotonic nanoseconds come with each observation).
 //!
 //! The limit grows while the app's latency stays near a floor it keeps measuring, and
-//! falls on latency above that floor, on overload answers (429, 503, the retry
-//! statuses) and on timeouts. What keeps it from oscillating between the floor and
-//! twice the optimum, as plain AIMD does:
+//! falls only on what says "too much": latency above that floor, overload answers
+//! (429, 503, 504) and timeouts. A message's own failure (404, 409, 500, 502, any
+//! other answer outside 2xx, a broken connection) is neither a latency sample nor a
+//! cut: it lowers the limit only when such failures are more than half of a window's
+//! answers (an app that fails most of what it gets is overloaded, whatever each
+//! answer says). Retrying a status is the policy's business (`retry_statuses`), not
+//! this one's: a steady few per cent of rejected messages keep the limit where it
+//! is. What keeps it from oscillating between the floor and twice the optimum, as
+//! plain AIMD does:
 //!
 //! - evidence counts only when it was gathered under the limit in force: an overload
 //!   answer to a request started before the last change, or a latency sample from the
@@ -19,21 +25,45 @@
 //!   only after a hold that doubles with each failed re-try (8 → 64 windows);
 //! - the floor is re-measured every 5 s with one window at half the limit, and re-based
 //!   when cuts stop lowering the latency (the app got slower: not our queue);
-//! - no growth unless the limit was used (≥ 80 % of it in flight).
+//! - no growth unless the limit was used (≥ 80 % of it in flight);
+//! - a latency jump is followed within a round trip: two answers in a row more than
+//!   ten times over the threshold (and over 100 ms) cut like a timeout (halving)
+//!   without waiting for the window to fill, so a 1000× jump halves the limit once
+//!   per round trip (from 4 to 1 in two of them). One slow answer among fast ones is
+//!   a tail, not a jump.
 
 /// What one finished request says about the app's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
-    /// An answer the app processed (2xx, and any answer that is not a retry status):
-    /// a latency sample.
+    /// A 2xx: a latency sample.
     Ok,
-    /// 429, 503 and the other configured retry statuses.
+    /// The app (or a proxy in front of it) says it has too much: 429, 503, 504.
     Overload,
     /// The request timed out.
     Timeout,
-    /// The app could not be reached, or the connection broke: a health matter, not
-    /// a capacity signal.
+    /// The message's own failure: any other answer (404, 409, 500, 502, 3xx, ...) or
+    /// a connection that broke after it was made. Not a latency sample (a fast 404
+    /// says nothing of the time the work takes) and no cut on its own; more than half
+    /// of a window's answers failing is a cut.
+    Failure,
+    /// The app could not be reached: a health matter, not a capacity signal.
     Error,
+}
+
+impl Signal {
+    /// What an HTTP status says. Overload is what says "too much" whoever sends it:
+    /// 429 (too many requests), 503 (unavailable: a full queue, a load shedder) and
+    /// 504 (a proxy in front of the app gave up waiting for it: a timeout). A 502 is
+    /// the message's own: a proxy's "the app broke the connection or answered
+    /// garbage" follows a crash on one message as often as load, and a window of
+    /// them still cuts. Whether a status is retried does not enter into it.
+    pub fn of_status(status: u16) -> Signal {
+        match status {
+            200..=299 => Signal::Ok,
+            429 | 503 | 504 => Signal::Overload,
+            _ => Signal::Failure,
+        }
+    }
 }
 
 /// One finished request.
@@ -79,6 +109,14 @@ pub struct Tuning {
     timeout_factor: f64,
     /// A latency cut is `clamp(target/mean, this, 1)`.
     deepest_cut: f64,
+    /// A latency jump: an answer above `threshold·spike` and `spike_min_ns`; two in
+    /// a row cut by `timeout_factor` at once. Ten times: under the window's cap
+    /// (twice the threshold) a single sample cannot tell a jump from a tail, and an
+    /// answer an order of magnitude over is as good as timed out.
+    spike: f64,
+    /// 100 ms: a busy host stalls every request in flight for tens of milliseconds at
+    /// times, ten times a fast app's threshold; that is no jump in the app.
+    spike_min_ns: u64,
     /// Samples per window: `clamp(limit, window_min, window_max)`.
     window_min: u32,
     window_max: u32,
@@ -110,6 +148,8 @@ impl Tuning {
             overload_factor: 0.75,
             timeout_factor: 0.5,
             deepest_cut: 0.5,
+            spike: 10.0,
+            spike_min_ns: 100 * MS,
             window_min: 16,
             window_max: 64,
             probe_window: 32,
@@ -153,13 +193,16 @@ pub struct Adaptive {
     raised: bool,
     /// The previous window was congested at a level that had been fine.
     pending: bool,
-    /// The window: samples, their sum and sum of squares (clamped at `cap_ns`), and
-    /// the most in flight at any of their starts.
+    /// The window: samples, their sum and sum of squares (clamped at `cap_ns`), the
+    /// failures beside them, and the most in flight at any of their starts.
     n: u32,
+    failures: u32,
     sum: f64,
     squares: f64,
     most_in_flight: u32,
     cap_ns: u64,
+    /// Latency spikes in a row, under the limit in force.
+    spikes: u32,
     /// The no-queue latency and its spread (`NONE` until measured).
     pub floor_ns: u64,
     floor_sd_ns: f64,
@@ -194,10 +237,12 @@ impl Adaptive {
             raised: false,
             pending: false,
             n: 0,
+            failures: 0,
             sum: 0.0,
             squares: 0.0,
             most_in_flight: 0,
             cap_ns: NONE,
+            spikes: 0,
             floor_ns: NONE,
             floor_sd_ns: 0.0,
             next_probe_ns: NONE,
@@ -234,8 +279,17 @@ impl Adaptive {
         self.unqueued(t, n) + t.slack_ns as f64
     }
 
+    /// A latency an order of magnitude over the threshold (never before the floor is
+    /// known).
+    fn is_spike(&self, t: &Tuning, latency_ns: u64) -> bool {
+        self.floor_ns != NONE
+            && latency_ns > t.spike_min_ns
+            && latency_ns as f64 > t.spike * self.threshold(t, t.window_min)
+    }
+
     fn reset_window(&mut self, t: &Tuning) {
         self.n = 0;
+        self.failures = 0;
         self.sum = 0.0;
         self.squares = 0.0;
         self.most_in_flight = 0;
@@ -249,6 +303,7 @@ impl Adaptive {
     fn set_limit(&mut self, t: &Tuning, new: u32, now_ns: u64) {
         let new = new.clamp(t.min, t.max);
         self.raised = new > self.limit;
+        self.spikes = 0;
         if new != self.limit {
             self.limit = new;
             self.changed_ns = now_ns;
@@ -299,37 +354,50 @@ pub fn step(t: &Tuning, mut s: Adaptive, o: &Observation) -> Adaptive {
     let start = o.finished_ns.saturating_sub(o.latency_ns);
     match o.signal {
         Signal::Error => return s,
-        // Sent under an older limit (or in the transition): says nothing of this one.
-        Signal::Overload | Signal::Timeout if start < s.changed_ns => return s,
-        Signal::Ok if start < s.epoch_ns => return s,
-        Signal::Overload | Signal::Timeout => return overloaded(t, s, o),
-        Signal::Ok => {}
+        // Sent under an older limit: says nothing of this one.
+        _ if start < s.changed_ns => return s,
+        Signal::Overload => return overloaded(t, s, now, t.overload_factor),
+        Signal::Timeout => return overloaded(t, s, now, t.timeout_factor),
+        // A jump shows in the round trip right after a change already: no mix of the
+        // old limit and the new makes an answer ten times over the threshold.
+        Signal::Ok if s.is_spike(t, o.latency_ns) => {
+            s.spikes += 1;
+            if s.spikes >= 2 && s.limit > t.min {
+                return overloaded(t, s, now, t.timeout_factor);
+            }
+        }
+        Signal::Ok => s.spikes = 0,
+        // Neither a latency sample nor a spike, nor the end of a run of spikes.
+        Signal::Failure => {}
     }
-    let latency = o.latency_ns.min(s.cap_ns) as f64;
-    s.n += 1;
-    s.sum += latency;
-    s.squares += latency * latency;
+    // The first round trip after a change mixes the old limit and the new.
+    if start < s.epoch_ns {
+        return s;
+    }
     s.most_in_flight = s.most_in_flight.max(o.in_flight_at_start);
+    if o.signal == Signal::Failure {
+        s.failures += 1;
+    } else {
+        let latency = o.latency_ns.min(s.cap_ns) as f64;
+        s.n += 1;
+        s.sum += latency;
+        s.squares += latency * latency;
+    }
     let window = s.limit.clamp(t.window_min, t.window_max);
     let need = match s.phase {
         Phase::Probe { .. } => t.probe_window.max(window),
         _ => window,
     };
-    if s.n < need {
+    if s.n + s.failures < need {
         return s;
     }
     window_closed(t, s, now)
 }
 
-/// An overload answer or a timeout under the limit in force: cut at once (from the
+/// Evidence of overload under the limit in force (an overload answer, a timeout, a
+/// latency jump, a window that mostly failed): cut by `factor` at once (from the
 /// limit a probe interrupts), remember the ceiling, one cut per round trip.
-fn overloaded(t: &Tuning, mut s: Adaptive, o: &Observation) -> Adaptive {
-    let now = o.finished_ns;
-    let factor = if o.signal == Signal::Overload {
-        t.overload_factor
-    } else {
-        t.timeout_factor
-    };
+fn overloaded(t: &Tuning, mut s: Adaptive, now: u64, factor: f64) -> Adaptive {
     let base = match s.phase {
         Phase::Probe { resume } => resume,
         _ => s.limit,
@@ -350,6 +418,12 @@ fn overloaded(t: &Tuning, mut s: Adaptive, o: &Observation) -> Adaptive {
 }
 
 fn window_closed(t: &Tuning, mut s: Adaptive, now: u64) -> Adaptive {
+    if s.failures > s.n {
+        // More than half of the window failed: whatever each answer said, an app that
+        // fails most of what it gets is overloaded (and a cut costs nothing more).
+        return overloaded(t, s, now, t.overload_factor);
+    }
+    // At least half the window are samples (the window is at least `window_min`).
     let n = f64::from(s.n);
     let mean = s.sum / n;
     let sd = (s.squares / n - mean * mean).max(0.0).sqrt();
@@ -609,6 +683,144 @@ mod tests {
     }
 
     #[test]
+    fn what_a_status_says() {
+        for (status, signal) in [
+            (200, Signal::Ok),
+            (204, Signal::Ok),
+            (429, Signal::Overload),
+            (503, Signal::Overload),
+            (504, Signal::Overload),
+            (404, Signal::Failure),
+            (409, Signal::Failure),
+            (400, Signal::Failure),
+            (408, Signal::Failure),
+            (500, Signal::Failure),
+            (502, Signal::Failure),
+            (304, Signal::Failure),
+        ] {
+            assert_eq!(Signal::of_status(status), signal, "{status}");
+        }
+    }
+
+    /// At `limit` (steady, floor 10 ms, the limit used), `n` observations a
+    /// millisecond apart after `now`, `fail(i)` choosing the failures: the state after.
+    fn feed(
+        t: &Tuning,
+        mut s: Adaptive,
+        now: &mut u64,
+        n: u32,
+        fail: impl Fn(u32) -> bool,
+    ) -> Adaptive {
+        for i in 0..n {
+            *now += MS;
+            let signal = if fail(i) { Signal::Failure } else { Signal::Ok };
+            let latency = if fail(i) { 100 * US } else { 10 * MS };
+            s = step(t, s, &obs(*now, latency, signal, s.limit));
+        }
+        s
+    }
+
+    fn steady_at(t: &Tuning, limit: u32) -> (Adaptive, u64) {
+        let (mut s, mut now) = warmed(t);
+        s.phase = Phase::Steady;
+        s.next_probe_ns = NONE;
+        s.set_limit(t, limit, now);
+        now += 20 * MS;
+        (s, now)
+    }
+
+    #[test]
+    fn a_window_mostly_failed_cuts_and_a_minority_does_not() {
+        let t = Tuning::new(1, 64);
+        // A window at 32 is 32 answers.
+        for (failed, limit) in [(0, 33), (1, 33), (16, 33), (17, 24), (32, 24)] {
+            let (s, mut now) = steady_at(&t, 32);
+            let s = feed(&t, s, &mut now, 32, |i| i < failed);
+            assert_eq!(s.limit, limit, "{failed} of 32 failed");
+            assert_eq!(s.floor_ns, 10 * MS, "fast failures are not the floor");
+        }
+    }
+
+    #[test]
+    fn overload_timeouts_and_a_latency_jump_cut_but_a_tail_does_not() {
+        let t = Tuning::new(1, 64);
+        let (s, now) = steady_at(&t, 32);
+        let at = |s: Adaptive, dt: u64, latency: u64, signal: Signal| {
+            step(&t, s, &obs(now + dt, latency, signal, 32))
+        };
+        assert_eq!(at(s, MS, MS, Signal::Overload).limit, 24);
+        assert_eq!(at(s, MS, MS, Signal::Timeout).limit, 16);
+        // The threshold is 13.6 ms (floor 10 ms); ten times over it, twice in a row.
+        let slow = 200 * MS;
+        let one = at(s, slow, slow, Signal::Ok);
+        assert_eq!(one.limit, 32, "one slow answer is a tail");
+        assert_eq!(at(one, slow + 1, slow, Signal::Ok).limit, 16, "two: a jump");
+        let failed = at(one, slow + 1, MS, Signal::Failure);
+        assert_eq!(
+            at(failed, slow + 2, slow, Signal::Ok).limit,
+            16,
+            "a failure is neutral"
+        );
+        let fast = at(one, slow + 1, 10 * MS, Signal::Ok);
+        assert_eq!(
+            at(fast, slow + 2, slow, Signal::Ok).limit,
+            32,
+            "a fast answer ends the run"
+        );
+        assert_eq!(
+            at(one, slow + 1, 130 * MS, Signal::Ok).limit,
+            32,
+            "under ten times"
+        );
+        // Slow failures are no jump either.
+        let f = at(s, slow, slow, Signal::Failure);
+        assert_eq!(at(f, slow + 1, slow, Signal::Failure).limit, 32);
+    }
+
+    #[test]
+    fn a_stalled_host_is_no_latency_jump() {
+        let t = Tuning::new(1, 64);
+        let mut s = Adaptive::starting_at(&t, 32, 0);
+        let mut now = 0;
+        for _ in 0..32 {
+            now += 100 * US;
+            s = step(&t, s, &obs(now, 500 * US, Signal::Ok, 32));
+        }
+        assert_eq!((s.limit, s.floor_ns), (64, 500 * US));
+        // 50 ms is a hundred times the floor and over ten times the threshold (3.5
+        // ms), under 100 ms: every request in flight held up by the host.
+        for i in 0..8 {
+            s = step(&t, s, &obs(now + 50 * MS + i, 50 * MS, Signal::Ok, 64));
+        }
+        assert_eq!(s.limit, 64);
+    }
+
+    #[test]
+    fn a_thousandfold_latency_jump_halves_the_limit_each_round_trip() {
+        let t = Tuning::new(1, 64);
+        for (from, trips) in [(4, 2), (8, 3), (64, 6)] {
+            let (mut s, mut now) = steady_at(&t, from);
+            // A closed loop: the limit's worth starts at once, each answer 5 s later
+            // (the floor was 10 ms).
+            let mut k = 0;
+            while s.limit > t.min {
+                k += 1;
+                let started = now;
+                for i in 0..u64::from(s.limit) {
+                    now = started + 5_000 * MS + i * US;
+                    s = step(&t, s, &obs(now, now - started, Signal::Ok, s.limit));
+                }
+                assert!(
+                    k <= trips,
+                    "from {from}: still {} after {k} round trips",
+                    s.limit
+                );
+            }
+            assert_eq!(k, trips, "from {from}");
+        }
+    }
+
+    #[test]
     fn a_severe_window_cuts_at_once_and_proportionally() {
         let t = Tuning::new(1, 64);
         let mut rng = fastrand::Rng::with_seed(1);
@@ -754,6 +966,37 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
+        /// 1 to 3 % of the answers fail (fast or slow, spread at random): the limit
+        /// goes to max and stays, as without them (a probe halves it for a window).
+        #[test]
+        fn a_steady_share_of_failures_never_lowers_the_limit(
+            max in 2u32..128,
+            latency in MS..50 * MS,
+            percent in 1u32..=3,
+            failed_latency in 0u64..1000,
+            seed: u64,
+        ) {
+            let t = Tuning::new(1, max);
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut s = Adaptive::new(&t, 0);
+            let mut now = 0;
+            let mut low = 0;
+            for i in 0..20_000u32 {
+                now += latency / u64::from(s.limit) + 1;
+                let o = if rng.u32(0..100) < percent {
+                    obs(now, latency * failed_latency / 100, Signal::Failure, s.limit)
+                } else {
+                    obs(now, latency, Signal::Ok, s.limit)
+                };
+                s = step(&t, s, &o);
+                if i >= 10_000 && s.limit != max {
+                    prop_assert_eq!(s.limit, (max / 2).max(1), "only a probe");
+                    low += 1;
+                }
+            }
+            prop_assert!(low <= 2_000, "probes are short: {} of 10000", low);
+        }
+
         #[test]
         fn the_limit_never_leaves_its_bounds(
             min in 1u32..8,
@@ -776,6 +1019,7 @@ mod tests {
                     0 => Signal::Overload,
                     1 => Signal::Timeout,
                     2 => Signal::Error,
+                    3 | 4 => Signal::Failure,
                     _ => Signal::Ok,
                 };
                 s = step(&t, s, &obs(now, latency, signal, in_flight));

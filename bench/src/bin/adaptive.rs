@@ -5,13 +5,19 @@
 //! Per run (a fresh durable on a pre-filled stream): throughput (answers 200 per
 //! second, first to last), the share of requests answered 503, the p99 of the app's
 //! own time per answered request (queueing included). Then: how long after the app
-//! loses half its workers the adaptive limit has moved; and against the fast Rust
-//! sink, adaptive against fixed at 64 in flight. Prints a markdown report and writes
-//! it to `<out>/adaptive-<unix-seconds>.md`. Never fails on timing.
+//! loses half its workers the adaptive limit has moved; rejected messages (an app of
+//! `--rejects-workers` taking `--rejects-service-ms`, answering 404 at once to 1 % of
+//! the messages and 500 to 3 %, by stream sequence, every attempt): adaptive against
+//! the fixed limit at the same maximum, throughput of the good messages side by side;
+//! and against the fast Rust sink, adaptive against fixed at 64 in flight. Prints a
+//! markdown report and writes it to `<out>/adaptive-<unix-seconds>.md`. Never fails on
+//! timing.
 //!
 //!   adaptive --nats-server=PATH --relay=PATH [--out=DIR] [--n=2000] [--workers=8,4]
 //!            [--limits=1,2,4,8,16,32,64,256] [--queue=24] [--service-ms=10]
-//!            [--only=sink] [--sink-n=60000] [--rounds=3] [--sink-arms=fixed64,adaptive]
+//!            [--only=sink|rejects] [--sink-n=60000] [--rounds=3]
+//!            [--sink-arms=fixed64,adaptive] [--rejects-n=4000] [--rejects-workers=32]
+//!            [--rejects-service-ms=40]
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -33,12 +39,42 @@ struct Workers {
     waiting: Arc<AtomicUsize>,
     answered: Arc<AtomicUsize>,
     refused: Arc<AtomicUsize>,
+    /// Answered 404 or 500 (the message's own failure).
+    rejected: Arc<AtomicUsize>,
     /// Per answered request: when, and how long it took in the app.
     times: Arc<Mutex<Vec<(Instant, Duration)>>>,
 }
 
+/// With rejects on: what the app answers the message of stream sequence `seq` at once
+/// (1 % 404, 3 % 500), or `None` for one it processes.
+fn rejection(headers: &axum::http::HeaderMap) -> Option<StatusCode> {
+    let seq: u64 = headers.get("nats-sequence")?.to_str().ok()?.parse().ok()?;
+    match seq % 100 {
+        0 => Some(StatusCode::NOT_FOUND),
+        25 | 50 | 75 => Some(StatusCode::INTERNAL_SERVER_ERROR),
+        _ => None,
+    }
+}
+
+/// Of stream sequences `1..=n`, those [`rejection`] answers with a 200.
+fn good_of(n: usize) -> usize {
+    (1..=n as u64)
+        .filter(|s| !matches!(s % 100, 0 | 25 | 50 | 75))
+        .count()
+}
+
 impl Workers {
     async fn start(workers: usize, service: Duration, queue: usize) -> Result<Workers, Error> {
+        Workers::start_with(workers, service, queue, false).await
+    }
+
+    /// With `rejects`, some messages are answered 404 or 500 at once ([`rejection`]).
+    async fn start_with(
+        workers: usize,
+        service: Duration,
+        queue: usize,
+        rejects: bool,
+    ) -> Result<Workers, Error> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let w = Workers {
             url: format!("http://{}/app", listener.local_addr()?),
@@ -46,15 +82,20 @@ impl Workers {
             waiting: Arc::default(),
             answered: Arc::default(),
             refused: Arc::default(),
+            rejected: Arc::default(),
             times: Arc::default(),
         };
         let s = w.clone();
         let router = axum::Router::new().route(
             "/app",
-            axum::routing::post(move || {
+            axum::routing::post(move |headers: axum::http::HeaderMap| {
                 let s = s.clone();
                 async move {
                     let arrived = Instant::now();
+                    if let Some(code) = rejects.then(|| rejection(&headers)).flatten() {
+                        s.rejected.fetch_add(1, SeqCst);
+                        return code;
+                    }
                     if s.waiting.fetch_add(1, SeqCst) >= queue + s.workers.available_permits() {
                         s.waiting.fetch_sub(1, SeqCst);
                         s.refused.fetch_add(1, SeqCst);
@@ -82,6 +123,7 @@ impl Workers {
     fn reset(&self) {
         self.answered.store(0, SeqCst);
         self.refused.store(0, SeqCst);
+        self.rejected.store(0, SeqCst);
         self.times.lock().unwrap().clear();
     }
 
@@ -301,6 +343,103 @@ async fn fast_sink(
         .collect())
 }
 
+/// One arm against the rejecting app: the good messages' answers a second (first to
+/// last), the answers 404/500 (retries included), the mean limit (`/metrics` every
+/// 100 ms, every arm alike).
+async fn rejects_run(
+    env: &Env,
+    app: &Workers,
+    stream: &str,
+    durable: &str,
+    (max, mode): (usize, Mode),
+    good: usize,
+) -> Result<(f64, usize, f64), Error> {
+    app.reset();
+    let relay = start_relay(
+        env,
+        &config(env, stream, durable, &app.url, max, mode),
+        durable,
+    )
+    .await?;
+    let admin = relay.admin.ok_or("no admin port")?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (mut sum, mut k) = (0.0, 0u32);
+    while app.answered.load(SeqCst) < good {
+        if Instant::now() > deadline {
+            return Err("the good messages were not all answered in 600 s".into());
+        }
+        if let Some(v) = relay_metric(admin, "jetrelay_concurrency_limit")
+            .await
+            .ok()
+            .and_then(|v| v.first().map(|x| x.1))
+        {
+            sum += v;
+            k += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    finish(env, stream, relay, durable).await?;
+    let times = app.times.lock().unwrap().clone();
+    let span = match (times.first(), times.last()) {
+        (Some(f), Some(l)) => l.0.duration_since(f.0).as_secs_f64().max(1e-6),
+        _ => 1e-6,
+    };
+    Ok((
+        app.answered.load(SeqCst).saturating_sub(1) as f64 / span,
+        app.rejected.load(SeqCst),
+        sum / f64::from(k.max(1)),
+    ))
+}
+
+/// Rejected messages: fixed and adaptive at the same maximum, `rounds` rounds
+/// interleaved, against an app of `workers` that rejects 4 % of the messages.
+async fn rejects(env: &Env, args: &Args, rounds: usize) -> Result<String, Error> {
+    let n: usize = args.num("rejects-n", 4000)?;
+    let workers: usize = args.num("rejects-workers", 32)?;
+    let service = Duration::from_millis(args.num("rejects-service-ms", 40)?);
+    filled(env, "REJECT", n as u64).await?;
+    let app = Workers::start_with(workers, service, 10 * workers, true).await?;
+    let good = good_of(n);
+    let arms = [
+        (format!("fixed {workers}"), (workers, Mode::Fixed)),
+        (
+            format!("adaptive (1–{workers})"),
+            (workers, Mode::Adaptive(None)),
+        ),
+    ];
+    let mut figures = vec![Vec::new(); arms.len()];
+    for round in 0..rounds {
+        for (i, (label, arm)) in arms.iter().enumerate() {
+            let durable = format!("drej{round}x{i}");
+            let f = rejects_run(env, &app, "REJECT", &durable, *arm, good).await?;
+            eprintln!(
+                "rejects round {round} {label}: {:.0} msg/s, {} answers 404/500, mean limit {:.1}",
+                f.0, f.1, f.2
+            );
+            figures[i].push(f);
+        }
+    }
+    let mut md = format!(
+        "Rejected messages: an app of {workers} workers, {} ms a request, answering 404 at once to 1 % of the messages and 500 to 3 % (by stream sequence, every attempt; both retried, the default); {n} messages per run, {good} good, {rounds} rounds interleaved, medians; msg/s: answers 200 a second, first to last; the limit from `/metrics` every 100 ms:\n\n| arm | msg/s | × {} | answers 404/500 | mean limit |\n|---|---|---|---|---|\n",
+        service.as_millis(),
+        arms[0].0
+    );
+    let median = |v: &mut Vec<(f64, usize, f64)>| {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v[v.len() / 2]
+    };
+    let base = median(&mut figures[0].clone()).0.max(1e-9);
+    for ((label, _), mut f) in arms.iter().zip(figures) {
+        let (rate, rejected, limit) = median(&mut f);
+        md.push_str(&format!(
+            "| {label} | {rate:.0} | {:.2} | {rejected} | {limit:.1} |\n",
+            rate / base
+        ));
+    }
+    md.push('\n');
+    Ok(md)
+}
+
 /// Stops a run's jetrelay and deletes its durable.
 async fn finish(env: &Env, stream: &str, relay: Running, durable: &str) -> Result<(), Error> {
     stop(relay.child).await;
@@ -327,6 +466,33 @@ async fn filled(env: &Env, name: &str, n: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// The fast Rust sink's arms, as a report section.
+async fn sink_section(env: &Env, args: &Args, rounds: usize) -> Result<String, Error> {
+    let mut md = String::new();
+    let sink_n: u64 = args.num("sink-n", 60_000)?;
+    filled(env, "SINK", sink_n).await?;
+    let arms = args
+        .get("sink-arms")
+        .unwrap_or("fixed64,adaptive")
+        .split(',')
+        .map(Arm::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = fast_sink(env, "SINK", sink_n, rounds, &arms).await?;
+    let base = results.first().map_or(1.0, |r| r.0.max(1e-9));
+    md.push_str(&format!(
+        "Against the fast Rust sink ({sink_n} messages per run, {rounds} rounds interleaved, medians; every arm's `/metrics` read every 100 ms):\n\n| arm | msg/s | × {} | mean limit |\n|---|---|---|---|\n",
+        arms.first().map_or("", |a| a.label.as_str())
+    ));
+    for (arm, (rate, limit)) in arms.iter().zip(&results) {
+        md.push_str(&format!(
+            "| {} | {rate:.0} | {:.2} | {limit:.1} |\n",
+            arm.label,
+            rate / base
+        ));
+    }
+    Ok(md)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let args = Args::parse();
@@ -341,9 +507,11 @@ async fn main() -> Result<(), Error> {
             .map(str::parse)
             .collect::<Result<_, _>>()?)
     };
-    // `--only=sink`: the fast sink alone (a quick look at what adaptive costs).
-    let sink_only = args.get("only") == Some("sink");
-    let workers = if sink_only {
+    // `--only=sink`: the fast sink alone (a quick look at what adaptive costs);
+    // `--only=rejects`: the rejected messages alone.
+    let only = args.get("only");
+    let one_part = only.is_some();
+    let workers = if one_part {
         Vec::new()
     } else {
         list("workers", "8,4")?
@@ -400,7 +568,11 @@ async fn main() -> Result<(), Error> {
             ));
         }
     }
-    if !sink_only {
+    let rounds: usize = args.num("rounds", 3)?;
+    if only != Some("sink") {
+        md.push_str(&rejects(&env, &args, rounds).await?);
+    }
+    if !one_part {
         filled(&env, "STEP", 100_000).await?;
         let (before, moved) = step_down(&env, "STEP", service, queue).await?;
         md.push_str(&format!(
@@ -408,27 +580,8 @@ async fn main() -> Result<(), Error> {
             moved.as_secs_f64() * 1000.0
         ));
     }
-    let sink_n: u64 = args.num("sink-n", 60_000)?;
-    let rounds: usize = args.num("rounds", 3)?;
-    filled(&env, "SINK", sink_n).await?;
-    let arms = args
-        .get("sink-arms")
-        .unwrap_or("fixed64,adaptive")
-        .split(',')
-        .map(Arm::parse)
-        .collect::<Result<Vec<_>, _>>()?;
-    let results = fast_sink(&env, "SINK", sink_n, rounds, &arms).await?;
-    let base = results.first().map_or(1.0, |r| r.0.max(1e-9));
-    md.push_str(&format!(
-        "Against the fast Rust sink ({sink_n} messages per run, {rounds} rounds interleaved, medians; every arm's `/metrics` read every 100 ms):\n\n| arm | msg/s | × {} | mean limit |\n|---|---|---|---|\n",
-        arms.first().map_or("", |a| a.label.as_str())
-    ));
-    for (arm, (rate, limit)) in arms.iter().zip(&results) {
-        md.push_str(&format!(
-            "| {} | {rate:.0} | {:.2} | {limit:.1} |\n",
-            arm.label,
-            rate / base
-        ));
+    if only != Some("rejects") {
+        md.push_str(&sink_section(&env, &args, rounds).await?);
     }
     print!("{md}");
     if let Some(out) = args.get("out") {
