@@ -316,6 +316,58 @@ fn outside_tests(text: &str) -> Vec<(usize, &str)> {
     out
 }
 
+/// Two files of one room that import each other (`super::b` in `a.rs`, `super::a` in
+/// `b.rs`, or through `crate::<room>::`): one of them owns what both need, or a third
+/// file does. A room's `mod.rs` re-exports its files and is left out.
+fn check_circles(files: &[File]) -> Vec<String> {
+    // (room, file stem) → the sibling stems it names, with the line of the first.
+    let mut names: BTreeMap<(String, String), BTreeMap<String, usize>> = BTreeMap::new();
+    for f in files.iter().filter(|f| f.path.starts_with("src/")) {
+        let rel = f.path.strip_prefix("src/").unwrap_or(&f.path);
+        let Some((dir, file)) = rel.split_once('/') else {
+            continue;
+        };
+        let Some(stem) = file.strip_suffix(".rs") else {
+            continue;
+        };
+        if stem == "mod" || stem.contains('/') {
+            continue;
+        }
+        let entry = names
+            .entry((dir.to_string(), stem.to_string()))
+            .or_default();
+        for (n, line) in outside_tests(&f.text) {
+            let code = code(line);
+            for prefix in ["super::".to_string(), format!("crate::{dir}::")] {
+                let mut rest = code.as_str();
+                while let Some(at) = rest.find(&prefix) {
+                    rest = &rest[at + prefix.len()..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if rest[name.len()..].starts_with("::") && name != stem {
+                        entry.entry(name).or_insert(n + 1);
+                    }
+                }
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    for ((room, a), named) in &names {
+        for (b, line) in named {
+            if a < b
+                && let Some(back) = names.get(&(room.clone(), b.clone())).and_then(|m| m.get(a))
+            {
+                problems.push(format!(
+                    "src/{room}/{a}.rs:{line} imports {b}, and src/{room}/{b}.rs:{back} imports {a}: an import circle inside {room}/ (move what both need to one of them, or to a third file)"
+                ));
+            }
+        }
+    }
+    problems
+}
+
 fn check_function_lengths(files: &[File]) -> Vec<String> {
     let mut problems = Vec::new();
     for f in files.iter().filter(|f| f.path.starts_with("src/")) {
@@ -528,6 +580,11 @@ fn no_function_outside_tests_is_over_a_hundred_lines() {
 }
 
 #[test]
+fn no_two_files_of_a_room_import_each_other() {
+    assert_none("import circles", check_circles(&files(&root(), &["src"])));
+}
+
+#[test]
 fn no_two_types_share_a_name() {
     assert_none("type names", check_type_names(&files(&root(), &["src"])));
 }
@@ -676,6 +733,29 @@ fn each_rule_fails_on_a_tree_that_breaks_it() {
     );
     let names = check_type_names(&[tree[0].clone_as("src/a.rs"), tree[0].clone_as("src/b.rs")]);
     assert!(names[0].starts_with("After names 2 types"), "{names:?}");
+    // Two files of one room that import each other; a third that only imports, the
+    // room's mod.rs and another room's file of the same name are no circle.
+    let circle = [
+        file(
+            "src/nats/pause.rs",
+            "//! P.\nuse super::streams::refused;\nuse super::Nats;\n",
+        ),
+        file(
+            "src/nats/streams.rs",
+            "//! S.\nfn f() { crate::nats::pause::pause_of(); }\n",
+        ),
+        file("src/nats/pull.rs", "//! U.\nuse super::streams::x;\n"),
+        file("src/nats/mod.rs", "//! M.\nuse self::pull::x;\n"),
+        file("src/http/pause.rs", "//! H.\nuse super::streams::y;\n"),
+    ];
+    let circles = check_circles(&circle);
+    assert_eq!(circles.len(), 1, "{circles:?}");
+    assert!(
+        circles[0].starts_with(
+            "src/nats/pause.rs:2 imports streams, and src/nats/streams.rs:2 imports pause"
+        ),
+        "{circles:?}"
+    );
     let build = "jetrelay v0.1.0 (/src) []\ntokio v1.54.1 [net,rt]\nbytes v1.12.2 [std]\nbytes v1.12.2 [std] (*)\nserde_derive v1.0.229 (proc-macro) [default]\n";
     let test = "jetrelay v0.1.0 (/src) []\ntokio v1.54.1 [net,process,rt]\nbytes v1.12.2 [std]\nproptest v1.12.0 [std]\nserde_derive v1.0.229 (proc-macro) [default]\n";
     let twice = check_one_build(build, test);

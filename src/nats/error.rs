@@ -1,9 +1,74 @@
-//! [`NatsError`]: the failures at the NATS boundary that are not about topology. Each
-//! keeps its cause as its `source()`, never flattened into text.
+//! [`NatsError`]: the failures at the NATS boundary that are not about topology, and
+//! [`TopologyError`]: why the topology is not usable (yet), shared by the topology's
+//! I/O and the consumer pause. Each keeps its cause as its `source()`, never flattened
+//! into text.
+
+use crate::topology::{Row, StreamProblem};
 
 /// The cause of a failure, kept whole: async-nats has a distinct error type per
 /// operation, and the step that failed is named by the variant that holds it.
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why the topology is not usable (yet).
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    /// The stream is missing (external) or does not cover the filters.
+    #[error(transparent)]
+    Stream(#[from] StreamProblem),
+    /// The consumer is missing and `topology.consumer = "bind"`.
+    #[error("consumer {0} does not exist (topology.consumer = \"bind\": someone else creates it)")]
+    ConsumerMissing(String),
+    /// The consumer exists with another configuration; it is never changed.
+    #[error(
+        "consumer {name} exists with a different configuration (it is left unchanged):\n{table}"
+    )]
+    Conflict {
+        /// The consumer.
+        name: String,
+        /// The differing fields.
+        rows: Vec<Row>,
+        /// The rendered table.
+        table: String,
+    },
+    /// NATS or JetStream did not answer.
+    #[error("JetStream is not available")]
+    Unavailable(#[source] Cause),
+    /// JetStream refused a request for a reason retrying cannot fix.
+    #[error("JetStream refused to {step}")]
+    Refused {
+        /// What we tried.
+        step: &'static str,
+        /// What the server said.
+        #[source]
+        source: Cause,
+    },
+}
+
+impl TopologyError {
+    /// Whether the topology may still appear: retried with `on_missing = "retry"`.
+    pub fn is_missing(&self) -> bool {
+        matches!(
+            self,
+            TopologyError::Stream(StreamProblem::Missing(_)) | TopologyError::ConsumerMissing(_)
+        )
+    }
+
+    /// Whether NATS itself is not reachable: always retried (not ready meanwhile).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, TopologyError::Unavailable(_))
+    }
+}
+
+pub(super) fn refused(step: &'static str, e: impl Into<Cause>) -> TopologyError {
+    TopologyError::Refused {
+        step,
+        source: e.into(),
+    }
+}
+
+pub(super) fn unavailable(e: impl Into<Cause>) -> TopologyError {
+    TopologyError::Unavailable(e.into())
+}
 
 /// Failures at the NATS boundary that are not about topology.
 #[derive(Debug, thiserror::Error)]

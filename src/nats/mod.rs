@@ -36,7 +36,7 @@ mod streams;
 
 pub use connect::{Auth, ConnState, Connection, Nats, Tls};
 pub use direct::{DirectError, Page, PageRequest};
-pub use error::{Cause, NatsError};
+pub use error::{Cause, NatsError, TopologyError};
 pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
@@ -46,4 +46,4 @@ pub use pause::PauseAnswer;
 pub use publisher::Publisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use settle::Settler;
-pub use streams::{Bound, ConsumerCounts, GroupConsumer, Listed, Tail, TopologyError};
+pub use streams::{Bound, ConsumerCounts, GroupConsumer, Listed, Tail};

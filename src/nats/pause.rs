@@ -10,8 +10,7 @@ use async_nats::jetstream::stream::ConsumerErrorKind;
 use time::OffsetDateTime;
 
 use super::Nats;
-use super::streams::refused;
-use crate::nats::TopologyError;
+use super::error::{TopologyError, refused};
 use crate::seam::ServerPause;
 
 /// What the server answered to a pause or a resume.

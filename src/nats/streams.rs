@@ -13,11 +13,12 @@ use async_nats::jetstream::stream::{
 };
 use async_nats::jetstream::{ErrorCode, context::ConsumerInfoErrorKind};
 
-use super::{Cause, Nats};
+use super::Nats;
+use super::error::{TopologyError, refused, unavailable};
 use crate::outputs::Capture;
 use crate::topology::{
-    ConsumerPlan, ConsumerSpec, Priority, Row, StreamAction, StreamPlan, StreamProblem, StreamSpec,
-    Table, TopologyRequest, plan_consumer, plan_stream,
+    ConsumerPlan, ConsumerSpec, Priority, Row, StreamAction, StreamPlan, StreamSpec, Table,
+    TopologyRequest, plan_consumer, plan_stream,
 };
 use crate::topology::{Discard, Retention, Storage};
 
@@ -37,67 +38,6 @@ pub struct Plan {
     pub stream: StreamPlan,
     /// The consumer step.
     pub consumer: ConsumerPlan,
-}
-
-/// Why the topology is not usable (yet).
-#[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
-    /// The stream is missing (external) or does not cover the filters.
-    #[error(transparent)]
-    Stream(#[from] StreamProblem),
-    /// The consumer is missing and `topology.consumer = "bind"`.
-    #[error("consumer {0} does not exist (topology.consumer = \"bind\": someone else creates it)")]
-    ConsumerMissing(String),
-    /// The consumer exists with another configuration; it is never changed.
-    #[error(
-        "consumer {name} exists with a different configuration (it is left unchanged):\n{table}"
-    )]
-    Conflict {
-        /// The consumer.
-        name: String,
-        /// The differing fields.
-        rows: Vec<Row>,
-        /// The rendered table.
-        table: String,
-    },
-    /// NATS or JetStream did not answer.
-    #[error("JetStream is not available")]
-    Unavailable(#[source] Cause),
-    /// JetStream refused a request for a reason retrying cannot fix.
-    #[error("JetStream refused to {step}")]
-    Refused {
-        /// What we tried.
-        step: &'static str,
-        /// What the server said.
-        #[source]
-        source: Cause,
-    },
-}
-
-impl TopologyError {
-    /// Whether the topology may still appear: retried with `on_missing = "retry"`.
-    pub fn is_missing(&self) -> bool {
-        matches!(
-            self,
-            TopologyError::Stream(StreamProblem::Missing(_)) | TopologyError::ConsumerMissing(_)
-        )
-    }
-
-    /// Whether NATS itself is not reachable: always retried (not ready meanwhile).
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, TopologyError::Unavailable(_))
-    }
-}
-
-pub(super) fn refused(step: &'static str, e: impl Into<Cause>) -> TopologyError {
-    TopologyError::Refused {
-        step,
-        source: e.into(),
-    }
-}
-
-fn unavailable(e: impl Into<Cause>) -> TopologyError {
-    TopologyError::Unavailable(e.into())
 }
 
 impl Nats {
