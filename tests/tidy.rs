@@ -2,7 +2,8 @@
 //! every file opens with its `//!` purpose line; a room of `src/` imports only rooms
 //! of the rows below its own in `ARCHITECTURE.md`'s layer table, and every room is
 //! in it; an outside crate is named only in the rooms its table gives it; no function
-//! outside tests is over 100 lines; no two types share a name; the dev-dependencies add
+//! outside tests is over 100 lines; no two types share a name; no two files of one
+//! room import each other; the dev-dependencies add
 //! no feature to a dependency (so `cargo build` and `cargo test` share one build). Each
 //! rule is also run on a small tree that breaks it, so that a rule that can no longer
 //! fail is noticed.
