@@ -257,12 +257,7 @@ fn a_line_an_example_config_marks_as_the_default_holds_the_default() {
         let lines: Vec<&str> = text.lines().collect();
         let claimed = claimed_defaults(&text);
         for &i in &claimed {
-            let without: String = lines
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, l)| format!("{l}\n"))
-                .collect();
+            let without = without_line(&lines, i);
             let config = Config::from_toml(&[&without]).unwrap_or_else(|e| {
                 panic!(
                     "{name}:{}: without `{}` it does not load: {e}",
@@ -284,6 +279,16 @@ fn a_line_an_example_config_marks_as_the_default_holds_the_default() {
     assert!(checked["durable.toml"] > 80, "durable.toml: {checked:?}");
 }
 
+/// The text of `lines` without line `i`.
+fn without_line(lines: &[&str], i: usize) -> String {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect()
+}
+
 #[test]
 fn a_line_marked_default_that_is_not_is_found() {
     let text = "[source]\nstream = \"S\"   # example\nkind = \"durable\"  # example\ndurable = \"d\"  # example\n\
@@ -295,15 +300,7 @@ fn a_line_marked_default_that_is_not_is_found() {
     let whole = effective(Config::from_toml(&[text]).unwrap());
     let changes: Vec<usize> = claimed
         .into_iter()
-        .filter(|&i| {
-            let without: String = lines
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, l)| format!("{l}\n"))
-                .collect();
-            effective(Config::from_toml(&[&without]).unwrap()) != whole
-        })
+        .filter(|&i| effective(Config::from_toml(&[&without_line(&lines, i)]).unwrap()) != whole)
         .collect();
     assert_eq!(changes, [8], "max_in_flight = 8 is not the default");
 }
