@@ -701,6 +701,7 @@ async fn the_quick_starts_log_lines_are_short_and_never_a_debug_dump() {
             .arg(&path)
             .env_remove("JETRELAY_CONFIG")
             .stderr(Stdio::piped())
+            .kill_on_drop(true) // a failed assertion leaves nothing running
             .spawn()
             .unwrap();
         eventually("the consumer exists", Duration::from_secs(20), || async {
