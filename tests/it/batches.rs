@@ -248,14 +248,11 @@ async fn a_key_retried_in_a_batch_holds_back_its_later_messages_which_come_again
     })
     .await;
     let env = Env::start(&["k.>"]).await;
-    for (subject, body) in [("k.a", "a0"), ("k.b", "b0"), ("k.a", "a1"), ("k.a", "a2")] {
-        env.js
-            .publish(subject, body.into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    }
+    publish_each(
+        &env.js,
+        &[("k.a", "a0"), ("k.b", "b0"), ("k.a", "a1"), ("k.a", "a2")],
+    )
+    .await;
     let extra = "[delivery]\nbatch_size = 10\nbatch_wait_ms = 300\nordering = \"subject\"\n\
                  retry_initial_ms = 50\n";
     let relay = Relay::ready(batch_config(&env, &app, extra)).await;
@@ -316,14 +313,11 @@ async fn a_message_that_ends_in_a_batch_holds_nothing_back() {
     .await;
     let env = Env::start(&["h.>"]).await;
     create_stream(&env.js, "HDLQ", &["hdlq"]).await;
-    for (subject, body) in [("h.a", "a0"), ("h.a", "a1"), ("h.a", "a2"), ("h.b", "b0")] {
-        env.js
-            .publish(subject, body.into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    }
+    publish_each(
+        &env.js,
+        &[("h.a", "a0"), ("h.a", "a1"), ("h.a", "a2"), ("h.b", "b0")],
+    )
+    .await;
     let extra = "[delivery]\nbatch_size = 10\nbatch_wait_ms = 300\nordering = \"subject\"\n\
                  retry_initial_ms = 50\n[dlq]\nsubject = \"hdlq\"\n";
     let relay = Relay::ready(batch_config(&env, &app, extra)).await;
@@ -482,19 +476,16 @@ async fn the_readme_batch_handler_works_as_documented() {
     let env = Env::start(&["o.>"]).await;
     let dlq_stream = unique("DLQ");
     create_stream(&env.js, &dlq_stream, &[&format!("dlq.{}", env.stream)]).await;
-    for (subject, body) in [
-        ("o.1", r#"{"total": 10}"#),
-        ("o.1", r#"{"total": -1}"#),
-        ("o.2", "not JSON"),
-        ("o.2", r#"{"total": 3}"#),
-    ] {
-        env.js
-            .publish(subject, body.into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    }
+    publish_each(
+        &env.js,
+        &[
+            ("o.1", r#"{"total": 10}"#),
+            ("o.1", r#"{"total": -1}"#),
+            ("o.2", "not JSON"),
+            ("o.2", r#"{"total": 3}"#),
+        ],
+    )
+    .await;
     let url = format!("http://127.0.0.1:{port}/batch");
     let extra = format!(
         "[dlq]\nsubject = \"dlq.{}\"\n[delivery]\nbatch_size = 10\nbatch_wait_ms = 300\n\

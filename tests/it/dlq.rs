@@ -202,19 +202,15 @@ async fn ls_and_show_read_the_dead_letters_the_daemon_wrote() {
         .unwrap()
         .await
         .unwrap();
-    for (subject, body) in [
-        ("orders.us", "fine"),
-        ("orders.us", "bad two"),
-        ("orders.eu", "bad three"),
-    ] {
-        s.env
-            .js
-            .publish(subject, body.into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    }
+    publish_each(
+        &s.env.js,
+        &[
+            ("orders.us", "fine"),
+            ("orders.us", "bad two"),
+            ("orders.eu", "bad three"),
+        ],
+    )
+    .await;
     eventually("dead-lettered", T, || async {
         count(&s.env.js, &s.dlq).await == 3
     })

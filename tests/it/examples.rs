@@ -131,18 +131,15 @@ async fn delivers(app: &Example, extra: &str, outcomes: [&str; 4]) {
     let env = Env::start(&["o.>"]).await;
     let dlq_stream = unique("DLQ");
     create_stream(&env.js, &dlq_stream, &[&format!("dlq.{}", env.stream)]).await;
-    for (subject, body) in [
-        ("o.1", "order 1"),
-        ("o.2", "a bad order"),
-        ("o.3", "order 3 (flaky)"),
-    ] {
-        env.js
-            .publish(subject, body.into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    }
+    publish_each(
+        &env.js,
+        &[
+            ("o.1", "order 1"),
+            ("o.2", "a bad order"),
+            ("o.3", "order 3 (flaky)"),
+        ],
+    )
+    .await;
     let before = app.printed().len();
     let extra = format!("[dlq]\nsubject = \"dlq.{}\"\n{extra}", env.stream);
     let cfg = durable_config_for(

@@ -89,6 +89,17 @@ pub async fn atomic_stream(js: &jetstream::Context, name: &str, subjects: &[&str
 }
 
 /// Publishes `n` messages `"<subject>" / "m<i>"`, waiting for each PubAck.
+/// Publishes each `(subject, body)` in order, awaiting each PubAck.
+pub async fn publish_each(js: &jetstream::Context, messages: &[(&str, &str)]) {
+    for (subject, body) in messages {
+        js.publish(subject.to_string(), body.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+}
+
 pub async fn publish(js: &jetstream::Context, subject: &str, n: usize) {
     for i in 0..n {
         js.publish(subject.to_string(), format!("m{i}").into())
