@@ -38,6 +38,9 @@ pub mod serve;
 pub mod dispatch;
 pub mod group;
 
+// One source's life: bind or join, run its dispatcher, bind again.
+pub mod source;
+
 // The wiring: the configuration tree, the daemon's supervisor (and the settings it
 // hands each room), the command line.
 pub mod cli;

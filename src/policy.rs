@@ -206,7 +206,7 @@ pub enum Disposition {
 }
 
 /// The rules that turn outcomes into dispositions.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Statuses that retry.
     pub retry: StatusSet,

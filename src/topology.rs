@@ -11,6 +11,17 @@ use std::fmt;
 use crate::subject;
 use serde::{Deserialize, Serialize};
 
+/// `topology.on_missing`
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMissing {
+    /// Not ready; wait with backoff until the topology appears.
+    #[default]
+    Retry,
+    /// Stop with an error.
+    Fail,
+}
+
 /// `topology.stream`
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -76,7 +87,7 @@ pub enum Discard {
 }
 
 /// Everything the topology step needs to know.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologyRequest {
     /// The stream name.
     pub stream: String,

@@ -2,11 +2,12 @@
 //! member's share of its group, as text, changing nothing.
 
 use crate::config::{Config, OnMissing, SourceKind};
-use crate::daemon::settings::{DeadLetters, Settings, SourceSettings};
+use crate::daemon::settings::Settings;
 use crate::group::manage::GroupAdmin;
 use crate::group::spec::Member;
 use crate::nats::{Nats, NatsError};
 use crate::outputs::{self, Capture, Needs};
+use crate::source::settings::{Binding, DeadLetters};
 use crate::subject;
 use crate::topology::{
     ConsumerPlan, StreamAction, StreamMode, StreamPlan, StreamSpec, Table, TopologyRequest,
@@ -82,21 +83,29 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
     nats.check_server_version()?;
     // The streams run creates or extends, as they will be.
     let mut planned: Vec<StreamSpec> = Vec::new();
-    let mut report = match &settings.source {
-        SourceSettings::Durable(request) => {
-            let (report, plan) = report(&nats, request, settings.retry.on_missing).await;
-            if request.stream_mode == StreamMode::Managed {
-                planned.extend(plan.and_then(|p| p.after()));
-            }
-            report
-        }
-        SourceSettings::Group(member) => group_report(&nats, member).await,
+    let mut whole = Report {
+        lines: Vec::new(),
+        ok: true,
     };
-    let source_stream = config.source.stream.as_str();
-    if let Some(dlq) = &settings.dead_letters {
-        let mut lines = dead_letters(&nats, dlq, source_stream, &mut planned).await;
-        report.lines.append(&mut lines);
+    for source in &settings.sources {
+        let mut one = match &source.binding {
+            Binding::Durable(request) => {
+                let (report, plan) = report(&nats, request, source.retry.on_missing).await;
+                if request.stream_mode == StreamMode::Managed {
+                    planned.extend(plan.and_then(|p| p.after()));
+                }
+                report
+            }
+            Binding::Group(member) => group_report(&nats, member).await,
+        };
+        if let Some(dlq) = &source.dead_letters {
+            let mut lines = dead_letters(&nats, dlq, &dlq.replicas_of, &mut planned).await;
+            one.lines.append(&mut lines);
+        }
+        whole.ok &= one.ok;
+        whole.lines.append(&mut one.lines);
     }
+    let mut report = whole;
     let mut lines = publishing(&nats, config, &settings, &planned).await;
     report.lines.append(&mut lines);
     Ok(report)

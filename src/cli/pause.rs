@@ -9,11 +9,12 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::config::{Config, ConfigError};
-use crate::daemon::settings::{Settings, SourceSettings};
+use crate::daemon::settings::Settings;
 use crate::group::manage::{AdminError, GroupAdmin};
 use crate::nats::{Nats, NatsError, TopologyError};
 use crate::ops::telemetry::chain;
 use crate::seam::ServerPause;
+use crate::source::settings::Binding;
 use crate::topology::ConsumerMode;
 
 /// What the command was asked.
@@ -195,23 +196,23 @@ fn rfc3339(t: OffsetDateTime) -> String {
 /// The consumers the command is about: `(member, stream, consumer)`.
 async fn targets(
     nats: &Nats,
-    source: &SourceSettings,
+    source: &Binding,
     all_members: bool,
 ) -> Result<Vec<(Option<String>, String, String)>, PauseError> {
     match source {
-        SourceSettings::Durable(r) if all_members => Err(PauseError::Usage(format!(
+        Binding::Durable(r) if all_members => Err(PauseError::Usage(format!(
             "--all-members is for a group source; source.kind is durable (consumer {})",
             r.consumer.name
         ))),
-        SourceSettings::Durable(r) => Ok(vec![(None, r.stream.clone(), r.consumer.name.clone())]),
-        SourceSettings::Group(m) if all_members => Ok(GroupAdmin::new(nats.clone())
+        Binding::Durable(r) => Ok(vec![(None, r.stream.clone(), r.consumer.name.clone())]),
+        Binding::Group(m) if all_members => Ok(GroupAdmin::new(nats.clone())
             .member_consumers(m.flavour, &m.stream, &m.group)
             .await
             .map_err(PauseError::Group)?
             .into_iter()
             .map(|(member, s, c)| (Some(member), s, c))
             .collect()),
-        SourceSettings::Group(m) => {
+        Binding::Group(m) => {
             let (s, c) = m.consumer();
             Ok(vec![(Some(m.member.clone()), s, c)])
         }
@@ -221,12 +222,8 @@ async fn targets(
 /// With `--all-members`: the group-wide pause recorded (before the members' consumers
 /// are paused, so that a member joining meanwhile finds it) or removed (before they
 /// are resumed).
-async fn group_wide(
-    nats: &Nats,
-    source: &SourceSettings,
-    request: &Request,
-) -> Result<(), PauseError> {
-    let SourceSettings::Group(m) = source else {
+async fn group_wide(nats: &Nats, source: &Binding, request: &Request) -> Result<(), PauseError> {
+    let Binding::Group(m) = source else {
         return Ok(());
     };
     let admin = GroupAdmin::new(nats.clone());
@@ -292,10 +289,13 @@ pub async fn run(
     let nats = Nats::connect(&connection, false).await?;
     // Consumer pause came with 2.11; older servers time out on it.
     nats.check_server_version()?;
-    if all_members {
-        group_wide(&nats, &settings.source, &request).await?;
+    let mut targets = Vec::new();
+    for source in &settings.sources {
+        if all_members {
+            group_wide(&nats, &source.binding, &request).await?;
+        }
+        targets.extend(self::targets(&nats, &source.binding, all_members).await?);
     }
-    let targets = targets(&nats, &settings.source, all_members).await?;
     let mode = config.topology.consumer;
     let mut outcomes = Vec::new();
     for (member, stream, consumer) in targets {

@@ -34,8 +34,9 @@ use self::problems::Problems;
 pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
 pub use self::source::{SourceConfig, SourceKind};
-pub use self::topology::{ManagedStreamConfig, OnMissing, TopologyConfig};
+pub use self::topology::{ManagedStreamConfig, TopologyConfig};
 use crate::seam::Ordering;
+pub use crate::topology::OnMissing;
 
 /// The whole configuration, as the user wrote it (after defaults).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -5,18 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Config, DAY, HOUR, Problems};
 use crate::subject;
-use crate::topology::{ConsumerMode, Discard, Retention, Storage, StreamMode};
-
-/// `topology.on_missing`
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum OnMissing {
-    /// Not ready; wait with backoff until the topology appears.
-    #[default]
-    Retry,
-    /// Stop with an error.
-    Fail,
-}
+use crate::topology::{ConsumerMode, Discard, OnMissing, Retention, Storage, StreamMode};
 
 /// `[topology]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

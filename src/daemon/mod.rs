@@ -6,7 +6,6 @@ pub mod reload;
 pub mod settings;
 pub mod shutdown;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,28 +14,25 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use crate::config::{Config, ConfigError, OnMissing};
+use crate::config::{Config, ConfigError};
 use crate::daemon::reload::Reloader;
-use crate::daemon::settings::{DeadLetters, Settings, SourceSettings};
-use crate::dispatch::{Dispatch, DispatchError, Ended, Live};
-use crate::group::autojoin::AutoJoin;
-use crate::group::member::{GroupSource, JoinError};
-use crate::group::spec::Member;
+use crate::daemon::settings::Settings;
+use crate::dispatch::{DispatchError, Live};
+use crate::group::member::JoinError;
 use crate::http::client::ClientError;
 use crate::http::collector::Collector;
 use crate::http::forward::Forwarder;
-use crate::nats::{Nats, NatsError, PullerConfig, TopologyError};
+use crate::nats::{Nats, NatsError, TopologyError};
 use crate::ops::metrics::Metrics;
-use crate::ops::readiness::{PinHolder, Readiness, State};
-use crate::ops::telemetry::chain;
+use crate::ops::readiness::{Readiness, SourceReadiness};
 use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
-use crate::policy::backoff;
-use crate::seam::ServerPause;
 use crate::seam::time::{Deadline, bounded};
 use crate::secret::SecretFile;
-use crate::topology::TopologyRequest;
+use crate::source::Runner;
+use crate::source::error::SourceError;
 
 /// A failure that ends the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +82,22 @@ pub enum DaemonError {
     /// A secret file cannot be used.
     #[error(transparent)]
     Secret(#[from] crate::secret::SecretError),
+    /// A source's task panicked.
+    #[error("a source's task failed")]
+    SourceTask(#[source] tokio::task::JoinError),
+}
+
+impl From<SourceError> for DaemonError {
+    /// A source's failure keeps its kind (a test, a log line and the exit code tell
+    /// them apart as before there were several sources).
+    fn from(e: SourceError) -> DaemonError {
+        match e {
+            SourceError::Nats(e) => DaemonError::Nats(e),
+            SourceError::Topology(e) => DaemonError::Topology(e),
+            SourceError::Dispatch(e) => DaemonError::Dispatch(e),
+            SourceError::Group(e) => DaemonError::Group(e),
+        }
+    }
 }
 
 impl DaemonError {
@@ -114,6 +126,8 @@ pub struct Daemon {
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
+    /// Each source's readiness, in the order of `settings.sources`.
+    sources: Vec<SourceReadiness>,
     admin: TcpListener,
     /// The publish endpoint's listener and the token it requires, when it is on.
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
@@ -153,18 +167,22 @@ impl Daemon {
     /// [`DaemonError`].
     pub async fn build(config: Config) -> Result<Daemon, DaemonError> {
         let settings = Settings::from_config(&config)?;
-        if settings.pinned() && config.consumer.ack_wait_ms < 2000 {
-            tracing::warn!(
-                ack_wait_ms = config.consumer.ack_wait_ms,
-                "consumer.ack_wait_ms below 2000 in a consumer group: pull expiry and pin timeout meet, and the pin may flap while idle"
-            );
+        for source in &settings.sources {
+            if source.pinned() && source.ack_wait < Duration::from_secs(2) {
+                tracing::warn!(
+                    source = %source.name,
+                    ack_wait_ms = source.ack_wait.as_millis(),
+                    "consumer.ack_wait_ms below 2000 in a consumer group: pull expiry and pin timeout meet, and the pin may flap while idle"
+                );
+            }
         }
         let metrics = Metrics::new()?;
-        let member = match &settings.source {
-            SourceSettings::Group(m) => Some(m.member.clone()),
-            SourceSettings::Durable(_) => None,
-        };
-        let readiness = Readiness::new(member, metrics.clone());
+        let readiness = Readiness::new(metrics.clone());
+        let sources = settings
+            .sources
+            .iter()
+            .map(|s| readiness.source(&s.name, s.member()))
+            .collect();
         let admin = TcpListener::bind(&config.admin.listen)
             .await
             .map_err(|source| DaemonError::AdminBind {
@@ -194,6 +212,7 @@ impl Daemon {
             settings,
             metrics,
             readiness,
+            sources,
             admin,
             publish,
             forwarder,
@@ -226,7 +245,7 @@ impl Daemon {
     fn connection_caps(&self) -> (usize, usize) {
         crate::serve::connection_caps(
             crate::serve::open_files_limit(),
-            self.settings.max_in_flight,
+            self.settings.max_in_flight(),
         )
     }
 
@@ -288,12 +307,24 @@ impl Daemon {
                 move || d.get(),
             ))
         });
+        let runners = (self.settings.sources.iter().cloned())
+            .zip(self.sources)
+            .zip(reloads.live.iter().cloned())
+            .map(|((settings, readiness), live)| Runner {
+                settings,
+                readiness,
+                metrics: self.metrics.clone(),
+                live,
+                tracer: self.tracer.clone(),
+                deadline: deadline.clone(),
+            })
+            .collect();
         let supervisor = Supervisor {
             tracer: self.tracer,
             settings: self.settings,
             metrics: self.metrics,
             readiness: self.readiness.clone(),
-            live: reloads.live.clone(),
+            runners,
             rules: reloads.rules.clone(),
             deadline: deadline.clone(),
             publish: self.publish,
@@ -314,7 +345,7 @@ impl Daemon {
                 Ok(())
             }
         };
-        self.readiness.set(State::Draining, "stopped");
+        self.readiness.set_draining("stopped");
         reloads.stop().await;
         if let Some(task) = exporter {
             export_stop.cancel();
@@ -340,7 +371,8 @@ impl Daemon {
 /// What a reload changes (the dispatcher's live settings, the endpoint's rules),
 /// and the task that applies reloads.
 struct Reloads {
-    live: watch::Receiver<Arc<Live<Forwarder>>>,
+    /// Each source's, in the order of `settings.sources`.
+    live: Vec<watch::Receiver<Arc<Live<Forwarder>>>>,
     rules: watch::Receiver<Rules>,
     task: JoinHandle<()>,
     stop: CancellationToken,
@@ -362,17 +394,25 @@ impl Reloads {
             metrics.clone(),
             None,
         );
-        let (live_tx, live) = watch::channel(Arc::new(reload::live_of(
-            settings,
-            forwarder.clone(),
-            app_healthy,
-        )));
+        let (senders, live) = settings
+            .sources
+            .iter()
+            .map(|s| {
+                let (tx, rx) = watch::channel(Arc::new(reload::live_of(
+                    s,
+                    forwarder.clone(),
+                    app_healthy.clone(),
+                )));
+                ((s.name.clone(), tx), rx)
+            })
+            .unzip();
         let (rules_tx, rules) = watch::channel(settings.publish.rules.clone());
         let stop = CancellationToken::new();
         let task = tokio::spawn(reload::serve(
             reload::Running {
                 config,
-                live: live_tx,
+                settings: settings.clone(),
+                live: senders,
                 rules: rules_tx,
                 shown,
                 deadline: deadline.clone(),
@@ -404,8 +444,8 @@ struct Supervisor {
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
-    /// What a reload may change, for the dispatcher.
-    live: watch::Receiver<Arc<Live<Forwarder>>>,
+    /// One per source.
+    runners: Vec<Runner>,
     /// The publish rules, for the endpoint.
     rules: watch::Receiver<Rules>,
     deadline: Deadline,
@@ -417,14 +457,14 @@ struct Supervisor {
 
 impl Supervisor {
     async fn run(mut self, shutdown: &CancellationToken) -> Result<(), DaemonError> {
-        self.readiness.set(State::NotReady, "starting");
         let nats = Nats::connect(&self.settings.nats, true).await?;
         let mirror = self.mirror_connection(&nats);
         let endpoint = self
             .publish
             .take()
             .map(|(l, token)| self.serve_publish(l, token, &nats));
-        let result = self.consume(&nats, shutdown).await;
+        let runners = std::mem::take(&mut self.runners);
+        let result = Self::consume(runners, &nats, shutdown).await;
         mirror.abort();
         // The app may publish until its messages are drained.
         if let Some((stop, served)) = endpoint {
@@ -488,405 +528,32 @@ impl Supervisor {
         })
     }
 
-    async fn consume(&self, nats: &Nats, shutdown: &CancellationToken) -> Result<(), DaemonError> {
-        let set = &self.settings;
-        if !wait_connected(nats, shutdown).await? {
-            return Ok(());
+    /// Runs every source, each in its own task and span, until all have ended; the
+    /// first that fails for good stops the others (they drain) and is the error.
+    async fn consume(
+        runners: Vec<Runner>,
+        nats: &Nats,
+        shutdown: &CancellationToken,
+    ) -> Result<(), DaemonError> {
+        let stop = shutdown.child_token();
+        let mut running = tokio::task::JoinSet::new();
+        for runner in runners {
+            let span = tracing::info_span!("source", source = %runner.settings.name);
+            running.spawn(runner.run(nats.clone(), stop.clone()).instrument(span));
         }
-        nats.check_server_version()?;
-        if let Some(dlq) = &set.dead_letters
-            && let Some(spec) = &dlq.managed
-            && !self.ensure_dlq_stream(nats, dlq, spec, shutdown).await?
-        {
-            return Ok(());
-        }
-        // The consumer's pause on the server, as the gauge task last read it.
-        let (pause_tx, server_pause) = watch::channel(ServerPause::Running);
-        let pause_tx = Arc::new(pause_tx);
-        let dispatch = Arc::new(Dispatch {
-            live: self.live.clone(),
-            metrics: self.metrics.clone(),
-            readiness: self.readiness.clone(),
-            max_buffered: set.limits.max_buffered as usize,
-            deadline: self.deadline.clone(),
-            pinned_mode: set.pinned(),
-            ordering: set.ordering,
-            progress_every: set.progress_every,
-            publisher: nats.publisher(),
-            dead_letters: set.dead_letters.as_ref().map(|d| d.subject.clone()),
-            server_pause,
-            letters_waiting_max: set.letters_waiting_max(),
-            tracer: self.tracer.clone(),
-        });
-        // Kept across rejoins: it knows whether this process added the member.
-        let mut joined: Option<AutoJoin> = None;
-        loop {
-            let ended = match &set.source {
-                SourceSettings::Group(member) => {
-                    let auto = match member.auto_join {
-                        Some(timeout) => {
-                            let kept = joined.take();
-                            match self
-                                .auto_join(nats, member, timeout, kept, shutdown)
-                                .await?
-                            {
-                                Some(a) => Some(a),
-                                None => return Ok(()),
-                            }
-                        }
-                        None => None,
-                    };
-                    joined.clone_from(&auto);
-                    let beats = auto.as_ref().map(heartbeats);
-                    let Some(source) = self.join_group(nats, member, shutdown).await? else {
-                        drop(beats);
-                        self.leave(auto.as_ref()).await;
-                        return Ok(());
-                    };
-                    let (stream, consumer) = member.consumer();
-                    let gauges = self.consumer_gauges(nats, &stream, &consumer, &pause_tx);
-                    let ended = dispatch.run(source, shutdown.clone()).await;
-                    drop(gauges);
-                    drop(beats);
-                    // Drained: out of the membership before the process ends.
-                    if matches!(ended, Ok(Ended::Shutdown | Ended::GroupEnded(_))) {
-                        self.leave(auto.as_ref()).await;
-                    }
-                    ended
-                }
-                SourceSettings::Durable(request) => {
-                    if !self.bind_topology(nats, request, shutdown).await? {
-                        return Ok(());
-                    }
-                    let puller = nats.puller(self.puller_config(request)).await?;
-                    let gauges = self.consumer_gauges(
-                        nats,
-                        &request.stream,
-                        &request.consumer.name,
-                        &pause_tx,
-                    );
-                    let ended = dispatch.run(puller, shutdown.clone()).await;
-                    drop(gauges);
-                    ended
-                }
+        let mut result = Ok(());
+        while let Some(ended) = running.join_next().await {
+            let failed = match ended {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => DaemonError::from(e),
+                Err(e) => DaemonError::SourceTask(e),
             };
-            match ended? {
-                Ended::Shutdown => return Ok(()),
-                Ended::GroupEnded(reason) => {
-                    tracing::info!(reason = %reason, "the consumer group ended; stopping");
-                    return Ok(());
-                }
-                Ended::SourceLost(reason) => {
-                    tracing::warn!(reason = %reason, "the consumer went away; checking the topology again");
-                    self.readiness
-                        .set(State::NotReady, format!("consumer lost: {reason}"));
-                }
+            if result.is_ok() {
+                stop.cancel();
+                result = Err(failed);
             }
         }
-    }
-
-    fn puller_config(&self, request: &TopologyRequest) -> PullerConfig {
-        let set = &self.settings;
-        PullerConfig {
-            stream: request.stream.clone(),
-            consumer: request.consumer.name.clone(),
-            group: None,
-            limits: set.limits,
-            timing: set.timing,
-            confirmed_acks: set.confirmed_acks,
-            partitioned: false,
-            origin_stream: None,
-        }
-    }
-
-    /// Joins the consumer group, retrying while the group, its bucket or its stream is
-    /// missing (when allowed), its config cannot be followed, or NATS is unavailable.
-    /// `Ok(None)` when shutdown came first.
-    async fn join_group(
-        &self,
-        nats: &Nats,
-        member: &Member,
-        shutdown: &CancellationToken,
-    ) -> Result<Option<GroupSource>, DaemonError> {
-        let on_missing = self.settings.retry.on_missing;
-        self.until_ready(shutdown, "consumer group", || async {
-            match GroupSource::join(nats, member.clone()).await {
-                Ok(source) => Ok(source),
-                Err(e) if e.is_fatal() => Err(Try::Fail(DaemonError::Group(e))),
-                Err(e @ JoinError::NotFound(_)) if on_missing == OnMissing::Fail => {
-                    Err(Try::Fail(DaemonError::Group(e)))
-                }
-                Err(e) => Err(Try::Again(chain(&e))),
-            }
-        })
-        .await
-    }
-
-    /// An auto-joining member (`source.auto_join`) adds itself to the membership,
-    /// retrying while NATS or the group is not there (not ready meanwhile); `kept`:
-    /// the one of a previous join, which knows whether this process added it.
-    /// `Ok(None)` when shutdown came first.
-    async fn auto_join(
-        &self,
-        nats: &Nats,
-        member: &Member,
-        timeout: Duration,
-        kept: Option<AutoJoin>,
-        shutdown: &CancellationToken,
-    ) -> Result<Option<AutoJoin>, DaemonError> {
-        self.until_ready(shutdown, "joining the membership", || async {
-            let a = match &kept {
-                Some(a) => a.clone(),
-                None => AutoJoin::open(nats, member, timeout)
-                    .await
-                    .map_err(|e| Try::Again(chain(&e)))?,
-            };
-            a.join().await.map_err(|e| Try::Again(chain(&e)))?;
-            Ok(a)
-        })
-        .await
-    }
-
-    /// After the drain: an auto-joined member leaves the membership, within what is
-    /// left of the grace.
-    async fn leave(&self, auto: Option<&AutoJoin>) {
-        if let Some(a) = auto {
-            let deadline = self.deadline.or_from_now();
-            bounded(deadline, "leave the membership", a.leave()).await;
-        }
-    }
-
-    /// Checks and binds the topology, retrying while it is missing (when allowed) or
-    /// NATS is unavailable. `Ok(false)` when shutdown came first.
-    async fn bind_topology(
-        &self,
-        nats: &Nats,
-        request: &TopologyRequest,
-        shutdown: &CancellationToken,
-    ) -> Result<bool, DaemonError> {
-        let on_missing = self.settings.retry.on_missing;
-        let bound = self
-            .until_ready(shutdown, "topology", || async {
-                match nats.ensure(request).await {
-                    Ok(bound) => Ok(bound),
-                    Err(e)
-                        if e.is_unavailable()
-                            || (e.is_missing() && on_missing == OnMissing::Retry) =>
-                    {
-                        Err(Try::Again(chain(&e)))
-                    }
-                    Err(e) => Err(Try::Fail(e.into())),
-                }
-            })
-            .await?;
-        if let Some(bound) = &bound {
-            tracing::info!(
-                stream = %request.stream, consumer = %request.consumer.name,
-                created = bound.consumer_created, stream_action = %bound.stream_action,
-                "topology ready"
-            );
-        }
-        Ok(bound.is_some())
-    }
-
-    /// Ensures the managed DLQ stream (`dlq.manage`) before anything is consumed, so
-    /// that the first dead letter has somewhere to go; waits while NATS is
-    /// unavailable. `Ok(false)` when shutdown came first.
-    async fn ensure_dlq_stream(
-        &self,
-        nats: &Nats,
-        dlq: &DeadLetters,
-        spec: &crate::topology::StreamSpec,
-        shutdown: &CancellationToken,
-    ) -> Result<bool, DaemonError> {
-        let source = &dlq.replicas_of;
-        let done = self
-            .until_ready(shutdown, "dead-letter stream", || async {
-                match nats.ensure_owned(spec, source).await {
-                    Ok(action) => Ok(action),
-                    Err(e) if e.is_unavailable() => Err(Try::Again(chain(&e))),
-                    Err(e) => Err(Try::Fail(e.into())),
-                }
-            })
-            .await?;
-        if let Some(action) = &done {
-            tracing::info!(stream = %spec.name, action = %action, "dead-letter stream ready");
-        }
-        Ok(done.is_some())
-    }
-
-    /// Runs `step` until it succeeds (`Some`), fails for good, or shutdown comes
-    /// (`None`). Between tries the daemon is not ready, saying why (logged once per
-    /// change by `Readiness::set`, not once per try), and waits the topology backoff;
-    /// the wait ends at once on shutdown.
-    async fn until_ready<T, F, Fut>(
-        &self,
-        shutdown: &CancellationToken,
-        what: &str,
-        mut step: F,
-    ) -> Result<Option<T>, DaemonError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, Try>>,
-    {
-        let retry = self.settings.retry;
-        let mut attempt = 0u32;
-        loop {
-            if shutdown.is_cancelled() {
-                return Ok(None);
-            }
-            let why = match step().await {
-                Ok(done) => return Ok(Some(done)),
-                Err(Try::Fail(e)) => return Err(e),
-                Err(Try::Again(why)) => why,
-            };
-            attempt = attempt.saturating_add(1);
-            self.readiness
-                .set(State::NotReady, format!("{what}: {why}"));
-            let delay = backoff(retry.initial, retry.max, attempt);
-            tokio::select! {
-                () = shutdown.cancelled() => return Ok(None),
-                () = tokio::time::sleep(delay) => {}
-            }
-        }
-    }
-
-    /// Refreshes, every second, the consumer pending gauges, an elastic group's
-    /// backlog, whether the consumer is paused on the server (into `pause`, which the
-    /// dispatcher watches) and, for a pinned consumer, who holds the pin.
-    fn consumer_gauges(
-        &self,
-        nats: &Nats,
-        stream: &str,
-        consumer: &str,
-        pause: &Arc<watch::Sender<ServerPause>>,
-    ) -> GaugeTask {
-        let (nats, metrics, readiness) =
-            (nats.clone(), self.metrics.clone(), self.readiness.clone());
-        let pinned_mode = self.settings.pinned();
-        let work_queue = matches!(
-            &self.settings.source,
-            SourceSettings::Group(m) if m.flavour == crate::group::model::Flavour::Elastic
-        );
-        let (stream, consumer) = (stream.to_string(), consumer.to_string());
-        // Every second: a pause (`jetrelay pause`) must be seen within a second or
-        // two, and a standby must not go on saying that nobody holds the pin (an idle
-        // member) after another instance took it.
-        let every = Duration::from_secs(1);
-        let pause = Arc::clone(pause);
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                // Consumer info is answered by the consumer's leader: current, not a
-                // follower's lagging view. When it cannot be read the gauges are
-                // withdrawn rather than left at a value that looks current.
-                if work_queue {
-                    metrics.group_backlog(nats.stream_messages(&stream).await);
-                }
-                let counts = nats.consumer_counts(&stream, &consumer).await;
-                metrics.consumer_counts(counts.as_ref().map(|c| (c.pending, c.ack_pending)));
-                // Unreadable: the last pause seen stays (it is the server's to end).
-                let Some(c) = counts else {
-                    continue;
-                };
-                pause.send_if_modified(|p| std::mem::replace(p, c.pause) != c.pause);
-                if pinned_mode {
-                    readiness.set_pin_holder(if c.pinned {
-                        PinHolder::Someone
-                    } else {
-                        PinHolder::Nobody
-                    });
-                }
-            }
-        });
-        GaugeTask {
-            task,
-            metrics: self.metrics.clone(),
-        }
-    }
-}
-
-/// An auto-joined member's heartbeats (and pruning), every third of the timeout,
-/// until dropped.
-fn heartbeats(auto: &AutoJoin) -> AbortOnDrop {
-    let auto = auto.clone();
-    AbortOnDrop(tokio::spawn(async move {
-        let mut failing = false;
-        let mut tick = tokio::time::interval(auto.every());
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            match auto.beat().await {
-                Ok(()) if failing => {
-                    failing = false;
-                    tracing::info!("the liveness record is written again");
-                }
-                Ok(()) => {}
-                Err(e) if !failing => {
-                    failing = true;
-                    tracing::warn!(error = %chain(&e), "cannot write the liveness record: silent past source.member_timeout_ms, this member is pruned by the others (and joins again once back)");
-                }
-                Err(_) => {}
-            }
-        }
-    }))
-}
-
-/// A task aborted when this is dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The task that refreshes the consumer gauges. Dropped when its consumer's run
-/// ends: the task stops and the gauges are withdrawn, so nothing reads an old value
-/// while the supervisor binds or joins again.
-struct GaugeTask {
-    task: JoinHandle<()>,
-    metrics: Metrics,
-}
-
-impl Drop for GaugeTask {
-    fn drop(&mut self) {
-        self.task.abort();
-        self.metrics.consumer_counts(None);
-        self.metrics.group_backlog(None);
-    }
-}
-
-/// One try of a step the daemon waits for.
-enum Try {
-    /// Not yet, for this reason: try again after the backoff.
-    Again(String),
-    /// Never: the daemon stops.
-    Fail(DaemonError),
-}
-
-/// Waits until NATS is connected; `false` when shutdown came first.
-///
-/// # Errors
-/// [`NatsError::Closed`] when the client gave up reconnecting.
-async fn wait_connected(nats: &Nats, shutdown: &CancellationToken) -> Result<bool, NatsError> {
-    let mut state = nats.state();
-    loop {
-        {
-            let s = state.borrow_and_update();
-            if s.connected {
-                return Ok(true);
-            }
-            if s.closed {
-                return Err(NatsError::Closed);
-            }
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(false),
-            changed = state.changed() => if changed.is_err() { return Ok(false) },
-        }
+        result
     }
 }
 
@@ -894,24 +561,9 @@ async fn wait_connected(nats: &Nats, shutdown: &CancellationToken) -> Result<boo
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn the_consumer_gauges_are_withdrawn_when_their_task_ends() {
-        let metrics = Metrics::new().unwrap();
-        metrics.consumer_counts(Some((5, 2)));
-        metrics.group_backlog(Some(9));
-        let task = GaugeTask {
-            task: tokio::spawn(std::future::pending()),
-            metrics: metrics.clone(),
-        };
-        assert!(metrics.render().contains("jetrelay_consumer_pending 5"));
-        drop(task);
-        let text = metrics.render();
-        for name in [
-            "jetrelay_consumer_pending",
-            "jetrelay_consumer_ack_pending",
-            "jetrelay_group_backlog",
-        ] {
-            assert!(!text.contains(name), "{name} left at an old value:\n{text}");
-        }
+    #[test]
+    fn a_source_error_keeps_its_kind_in_the_daemon() {
+        let e = DaemonError::from(SourceError::Nats(NatsError::Closed));
+        assert!(matches!(e, DaemonError::Nats(NatsError::Closed)), "{e:?}");
     }
 }

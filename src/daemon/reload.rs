@@ -16,13 +16,14 @@ use tokio_util::sync::CancellationToken;
 use crate::config::reload::{Change, diff, flatten};
 use crate::config::{Config, ConfigError};
 use crate::daemon::settings::Settings;
-use crate::dispatch::{Live, OutputRules};
+use crate::dispatch::Live;
 use crate::http::forward::Forwarder;
 use crate::ops::metrics::Metrics;
 use crate::ops::telemetry::chain;
 use crate::outputs::Rules;
 use crate::seam::Health;
 use crate::seam::time::Deadline;
+use crate::source::settings::SourceSettings;
 
 /// Asks the running daemon to reload: what SIGHUP does. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -47,26 +48,23 @@ pub(super) fn channel() -> (Reloader, mpsc::Receiver<Result<Config, ConfigError>
     (Reloader { tx }, rx)
 }
 
-/// The dispatcher's live settings from `settings`, with this forwarder and health
-/// watch.
+/// A source's dispatcher's live settings from its settings, with this forwarder and
+/// health watch.
 pub(super) fn live_of(
-    settings: &Settings,
+    source: &SourceSettings,
     forwarder: Forwarder,
     app_healthy: watch::Receiver<Health>,
 ) -> Live<Forwarder> {
     Live {
         forwarder,
-        policy: settings.policy.clone(),
-        pace: settings.pace,
-        batch: settings.batch,
-        outputs: settings.publish.rules.enabled().then(|| OutputRules {
-            rules: settings.publish.rules.clone(),
-            atomic: settings.publish.atomic,
-        }),
-        unhealthy_handover: settings.unhealthy_handover,
+        policy: source.policy.clone(),
+        pace: source.pace,
+        batch: source.batch,
+        outputs: source.outputs.clone(),
+        unhealthy_handover: source.unhealthy_handover,
         app_healthy,
-        limits: settings.limits,
-        confirmed_acks: settings.confirmed_acks,
+        limits: source.limits,
+        confirmed_acks: source.confirmed_acks,
     }
 }
 
@@ -74,7 +72,10 @@ pub(super) fn live_of(
 #[derive(Debug)]
 pub(super) struct Running {
     pub(super) config: Config,
-    pub(super) live: watch::Sender<Arc<Live<Forwarder>>>,
+    /// The config's settings, parsed: what a reload's are compared with.
+    pub(super) settings: Settings,
+    /// Each source's live settings, by name.
+    pub(super) live: Vec<(String, watch::Sender<Arc<Live<Forwarder>>>)>,
     pub(super) rules: watch::Sender<Rules>,
     /// The running config as `/config` shows it (JSON, secrets fingerprinted).
     pub(super) shown: watch::Sender<String>,
@@ -138,22 +139,56 @@ impl Running {
             return Ok(changes);
         }
         let settings = Settings::from_config(&new).map_err(|e| Refused::Invalid(chain(&e)))?;
-        let touches = |prefixes: &[&str]| {
-            changes
-                .iter()
-                .any(|c| prefixes.iter().any(|p| c.key.starts_with(p)))
+        let names = |s: &Settings| s.sources.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+        if names(&settings) != names(&self.settings) {
+            return Err(Refused::Invalid(
+                "the sources changed: adding or removing a source needs a restart".into(),
+            ));
+        }
+        let (forwarder, app_healthy, app_changed) = self.app_for(&settings)?;
+        for (source, (_, live)) in settings.sources.iter().zip(&self.live) {
+            // A source whose settings and app are as they were keeps its live
+            // settings: its dispatcher sees nothing.
+            if app_changed || self.settings.source(&source.name) != Some(source) {
+                live.send_replace(Arc::new(live_of(
+                    source,
+                    forwarder.clone(),
+                    app_healthy.clone(),
+                )));
+            }
+        }
+        self.rules.send_replace(settings.publish.rules.clone());
+        self.deadline.set_grace(settings.shutdown_grace);
+        self.shown.send_replace(shown(&new));
+        self.config = new;
+        self.settings = settings;
+        Ok(changes)
+    }
+
+    /// The app's client and health watch for `settings`: the running ones unless what
+    /// they are built from changed (so that the client keeps its connections), and
+    /// whether either changed.
+    fn app_for(
+        &self,
+        settings: &Settings,
+    ) -> Result<(Forwarder, watch::Receiver<Health>, bool), Refused> {
+        let Some((_, live)) = self.live.first() else {
+            return Err(Refused::Invalid("no source is running".into()));
         };
-        let old = Arc::clone(&self.live.borrow());
-        // The app's client is built again only when what it is built from changed:
-        // otherwise its connections are kept.
-        let rebuild = touches(&["http.", "publish.max_", "delivery.max_in_flight"]);
+        let old = Arc::clone(&live.borrow());
+        let rebuild = settings.app != self.settings.app;
         let forwarder = if rebuild {
             Forwarder::new(&settings.app).map_err(|e| Refused::Invalid(chain(&e)))?
         } else {
             old.forwarder.clone()
         };
-        let app_healthy = if touches(&["http."]) {
-            let seed = (!self.config.http.health_url.is_empty()).then(|| *old.app_healthy.borrow());
+        let probe_changed = rebuild || settings.health != self.settings.health;
+        let app_healthy = if probe_changed {
+            let seed = self
+                .settings
+                .health
+                .is_some()
+                .then(|| *old.app_healthy.borrow());
             crate::http::probe::watch(
                 forwarder.clone(),
                 settings.health.clone(),
@@ -163,13 +198,7 @@ impl Running {
         } else {
             old.app_healthy.clone()
         };
-        self.live
-            .send_replace(Arc::new(live_of(&settings, forwarder, app_healthy)));
-        self.rules.send_replace(settings.publish.rules.clone());
-        self.deadline.set_grace(settings.shutdown_grace);
-        self.shown.send_replace(shown(&new));
-        self.config = new;
-        Ok(changes)
+        Ok((forwarder, app_healthy, probe_changed))
     }
 }
 

@@ -15,13 +15,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::capacity::{Limits, PullTiming};
-use crate::config::{
-    AckMode, Config, ConfigError, NatsConfig, OnMissing, OtelProtocol, Problem, SourceKind,
-};
+use crate::config::{AckMode, Config, ConfigError, NatsConfig, OtelProtocol, Problem, SourceKind};
 use url::Url;
 
 use crate::app::headers::Pass;
-use crate::dispatch::Batching;
+use crate::dispatch::{Batching, OutputRules};
 use crate::group::model::Flavour;
 use crate::group::spec::{Member, Template};
 use crate::http::collector::{CollectorSettings, Protocol};
@@ -33,32 +31,13 @@ use crate::ops::traces::{AppTarget, TraceSettings};
 use crate::outputs::Rules;
 use crate::pace::PaceSettings;
 use crate::policy::{Policy, StatusSet};
-use crate::seam::Ordering;
+use crate::source::settings::{Binding, DeadLetters, Retry, SourceSettings, dlq_duplicate_window};
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 use crate::topology::{Discard, Retention, Storage};
 use crate::trace::encode::Resource;
 
-/// Where messages come from.
-#[derive(Debug, Clone)]
-pub enum SourceSettings {
-    /// A durable consumer: the topology it requires.
-    Durable(TopologyRequest),
-    /// A member of a static or elastic group.
-    Group(Member),
-}
-
-/// How a missing topology (or group) is waited for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
-    /// Wait for it, or stop.
-    pub on_missing: OnMissing,
-    /// The first wait.
-    pub initial: Duration,
-    /// The longest wait.
-    pub max: Duration,
-}
-
-/// Everything the daemon's components take from the config.
+/// Everything the daemon's components take from the config: what the process
+/// shares, and its sources.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The connection to NATS.
@@ -69,64 +48,12 @@ pub struct Settings {
     pub health: Option<HealthProbe>,
     /// Span export (`[otel]` with an endpoint), or none.
     pub tracing: Option<Tracing>,
-    /// Where messages come from.
-    pub source: SourceSettings,
-    /// Waiting for a missing topology.
-    pub retry: Retry,
-    /// Pull sizes and the bytes held.
-    pub limits: Limits,
-    /// Pull expiry and heartbeats.
-    pub timing: PullTiming,
-    /// How often a held message gets `+WPI`: half the ack wait.
-    pub progress_every: Duration,
-    /// Outcome → disposition.
-    pub policy: Policy,
-    /// Concurrent requests to the app (adaptive: at most).
-    pub max_in_flight: usize,
-    /// The concurrency limit (fixed or adaptive) and the rate limit.
-    pub pace: PaceSettings,
-    /// Lanes.
-    pub ordering: Ordering,
-    /// Whether acks wait for the server.
-    pub confirmed_acks: bool,
+    /// The sources, in the config's order (today one, named `default`).
+    pub sources: Vec<SourceSettings>,
     /// The drain's grace.
     pub shutdown_grace: Duration,
-    /// How long the app may be unhealthy or unreachable before a pinned instance
-    /// steps down.
-    pub unhealthy_handover: Duration,
-    /// Where permanent failures go before their TERM (`[dlq]`).
-    pub dead_letters: Option<DeadLetters>,
-    /// Batch delivery (`delivery.batch_size` > 1), else one message per request.
-    pub batch: Option<Batching>,
     /// What the app may publish through jetrelay.
     pub publish: Publishing,
-}
-
-/// `[dlq]`, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetters {
-    /// Where dead letters are published.
-    pub subject: String,
-    /// The stream that stores them, when named (`dlq.stream`).
-    pub stream: Option<String>,
-    /// The stream a managed DLQ stream takes its replicas from: the one consumed.
-    pub replicas_of: String,
-    /// The stream jetrelay ensures (`dlq.manage`); its replicas are the source
-    /// stream's, read when it is created.
-    pub managed: Option<StreamSpec>,
-}
-
-/// The duplicate window of a managed DLQ stream: the letter ids
-/// (`jetrelay-dlq:<stream>:<consumer>:<sequence>`) must still be known when a
-/// message whose TERM was lost comes again, an ack wait later; at least two
-/// minutes (nats-server's default), at most the stream's `max_age`.
-pub fn dlq_duplicate_window(ack_wait: Duration, max_age: Duration) -> Duration {
-    let window = ack_wait.saturating_mul(2).max(Duration::from_secs(120));
-    if max_age.is_zero() {
-        window
-    } else {
-        window.min(max_age)
-    }
 }
 
 /// `[publish]`, parsed.
@@ -154,115 +81,145 @@ impl Settings {
     /// [`ConfigError::Invalid`] naming every value that does not parse.
     pub fn from_config(c: &Config) -> Result<Settings, ConfigError> {
         let mut p: Vec<Problem> = Vec::new();
-        let d = &c.delivery;
-        let ack_wait = Duration::from_millis(c.consumer.ack_wait_ms);
-        let retry = status_set(&mut p, "http.retry_statuses", &c.http.retry_statuses);
-        let term = status_set(&mut p, "http.term_statuses", &c.http.term_statuses);
-        if c.source.kind.is_none() {
-            p.push(Problem::new("source.kind", "is required"));
-        }
-        let (Some(retry), Some(term), Some(kind)) = (retry, term, c.source.kind) else {
-            return Err(ConfigError::Invalid(p));
-        };
-        let limits = Limits {
-            max_batch: d.max_batch,
-            max_buffered: d.max_buffered,
-            max_bytes: d.max_buffered_bytes,
-        };
-        let confirmed_acks = d.ack == AckMode::Confirmed || kind == SourceKind::Elastic;
-        let source = match kind {
-            SourceKind::Durable => SourceSettings::Durable(topology_request(c)),
-            kind @ (SourceKind::Static | SourceKind::Elastic) => SourceSettings::Group(Member {
-                flavour: if kind == SourceKind::Static {
-                    Flavour::Static
-                } else {
-                    Flavour::Elastic
-                },
-                stream: c.source.stream.clone(),
-                group: c.source.group.clone(),
-                member: c.source.member.clone(),
-                template: template(c),
-                limits,
-                confirmed_acks,
-                auto_join: (c.source.auto_join && kind == SourceKind::Elastic)
-                    .then(|| Duration::from_millis(c.source.member_timeout_ms)),
-            }),
-        };
+        let source = source(c, &mut p);
         let (Some(app), health) = (app(c, &mut p), health(c, &mut p)) else {
             return Err(ConfigError::Invalid(p));
         };
         let tracing = tracing(c, &app.url, &mut p);
-        if !p.is_empty() {
+        let Some(source) = source.filter(|_| p.is_empty()) else {
             return Err(ConfigError::Invalid(p));
-        }
+        };
         Ok(Settings {
             nats: connection(&c.nats),
             app,
             health,
             tracing,
-            source,
-            retry: Retry {
-                on_missing: c.topology.on_missing,
-                initial: Duration::from_millis(c.topology.retry_initial_ms),
-                max: Duration::from_millis(c.topology.retry_max_ms),
-            },
-            limits,
-            timing: PullTiming::for_ack_wait(ack_wait),
-            progress_every: ack_wait / 2,
-            policy: Policy {
-                retry,
-                term,
-                retry_initial: Duration::from_millis(d.retry_initial_ms),
-                retry_max: Duration::from_millis(d.retry_max_ms),
-                retry_after_max: Duration::from_millis(d.retry_after_max_ms),
-                max_attempts: u32::try_from(c.consumer.max_deliver)
-                    .ok()
-                    .filter(|n| *n > 0),
-            },
-            max_in_flight: d.max_in_flight as usize,
-            pace: pace(d),
-            ordering: c.ordering(),
-            confirmed_acks,
-            shutdown_grace: Duration::from_millis(d.shutdown_grace_ms),
-            unhealthy_handover: Duration::from_millis(c.http.unhealthy_handover_ms),
-            dead_letters: dead_letters(c, ack_wait),
-            batch: (d.batch_size > 1).then(|| Batching {
-                size: d.batch_size as usize,
-                max_bytes: d.batch_max_bytes,
-                wait: Duration::from_millis(d.batch_wait_ms),
-            }),
-            publish: Publishing {
-                rules: Rules {
-                    allowed: c.publish.allowed_subjects.clone(),
-                    max_messages: c.publish.max_messages as usize,
-                    max_bytes: c.publish.max_bytes,
-                },
-                atomic: c.publish.atomic,
-                listen: c.publish.listen_addr(),
-                token_file: (!c.publish.token_file.is_empty())
-                    .then(|| c.publish.token_file.clone()),
-                window_needed: c
-                    .consumer
-                    .backoff_ms
-                    .iter()
-                    .copied()
-                    .map(Duration::from_millis)
-                    .fold(Duration::from_millis(c.consumer.ack_wait_ms), Duration::max)
-                    + Duration::from_millis(c.http.timeout_ms),
-            },
+            sources: vec![source],
+            shutdown_grace: Duration::from_millis(c.delivery.shutdown_grace_ms),
+            publish: publishing(c),
         })
     }
 
-    /// How many messages may be kept on their last delivery for a dead letter the
-    /// DLQ does not store yet: a quarter of what is held (at least one), so that the
-    /// rest of `max_ack_pending` keeps the consumer flowing.
-    pub fn letters_waiting_max(&self) -> usize {
-        (self.limits.max_buffered as usize / 4).max(1)
+    /// Requests to the app that may run at once, all sources together: what the
+    /// app's connection pool and the admin port's caps are sized by.
+    pub fn max_in_flight(&self) -> usize {
+        self.sources.iter().map(|s| s.max_in_flight).sum()
     }
 
-    /// Whether the source is a pinned group member.
-    pub fn pinned(&self) -> bool {
-        matches!(self.source, SourceSettings::Group(_))
+    /// The source of this name.
+    pub fn source(&self, name: &str) -> Option<&SourceSettings> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+/// `[source]` and the tables that shape how its messages are delivered, parsed into
+/// the source named `default`; `None` (with the problems in `p`) when a value does
+/// not parse.
+fn source(c: &Config, p: &mut Vec<Problem>) -> Option<SourceSettings> {
+    let d = &c.delivery;
+    let ack_wait = Duration::from_millis(c.consumer.ack_wait_ms);
+    let retry = status_set(p, "http.retry_statuses", &c.http.retry_statuses);
+    let term = status_set(p, "http.term_statuses", &c.http.term_statuses);
+    if c.source.kind.is_none() {
+        p.push(Problem::new("source.kind", "is required"));
+    }
+    let (Some(retry), Some(term), Some(kind)) = (retry, term, c.source.kind) else {
+        return None;
+    };
+    let limits = Limits {
+        max_batch: d.max_batch,
+        max_buffered: d.max_buffered,
+        max_bytes: d.max_buffered_bytes,
+    };
+    let confirmed_acks = d.ack == AckMode::Confirmed || kind == SourceKind::Elastic;
+    Some(SourceSettings {
+        name: crate::source::settings::DEFAULT.to_string(),
+        binding: binding(c, kind, limits, confirmed_acks),
+        retry: Retry {
+            on_missing: c.topology.on_missing,
+            initial: Duration::from_millis(c.topology.retry_initial_ms),
+            max: Duration::from_millis(c.topology.retry_max_ms),
+        },
+        limits,
+        ack_wait,
+        timing: PullTiming::for_ack_wait(ack_wait),
+        progress_every: ack_wait / 2,
+        policy: Policy {
+            retry,
+            term,
+            retry_initial: Duration::from_millis(d.retry_initial_ms),
+            retry_max: Duration::from_millis(d.retry_max_ms),
+            retry_after_max: Duration::from_millis(d.retry_after_max_ms),
+            max_attempts: u32::try_from(c.consumer.max_deliver)
+                .ok()
+                .filter(|n| *n > 0),
+        },
+        max_in_flight: d.max_in_flight as usize,
+        pace: pace(d),
+        ordering: c.ordering(),
+        confirmed_acks,
+        unhealthy_handover: Duration::from_millis(c.http.unhealthy_handover_ms),
+        dead_letters: dead_letters(c, ack_wait),
+        batch: (d.batch_size > 1).then(|| Batching {
+            size: d.batch_size as usize,
+            max_bytes: d.batch_max_bytes,
+            wait: Duration::from_millis(d.batch_wait_ms),
+        }),
+        outputs: Some(OutputRules {
+            rules: publish_rules(c),
+            atomic: c.publish.atomic,
+        })
+        .filter(|o| o.rules.enabled()),
+    })
+}
+
+/// Where a source of this kind gets its messages: the durable's topology, or the
+/// group membership.
+fn binding(c: &Config, kind: SourceKind, limits: Limits, confirmed_acks: bool) -> Binding {
+    match kind {
+        SourceKind::Durable => Binding::Durable(topology_request(c)),
+        kind @ (SourceKind::Static | SourceKind::Elastic) => Binding::Group(Member {
+            flavour: if kind == SourceKind::Static {
+                Flavour::Static
+            } else {
+                Flavour::Elastic
+            },
+            stream: c.source.stream.clone(),
+            group: c.source.group.clone(),
+            member: c.source.member.clone(),
+            template: template(c),
+            limits,
+            confirmed_acks,
+            auto_join: (c.source.auto_join && kind == SourceKind::Elastic)
+                .then(|| Duration::from_millis(c.source.member_timeout_ms)),
+        }),
+    }
+}
+
+/// `publish.allowed_subjects` and the bounds per answer or request.
+fn publish_rules(c: &Config) -> Rules {
+    Rules {
+        allowed: c.publish.allowed_subjects.clone(),
+        max_messages: c.publish.max_messages as usize,
+        max_bytes: c.publish.max_bytes,
+    }
+}
+
+/// `[publish]`, parsed: the endpoint's side.
+fn publishing(c: &Config) -> Publishing {
+    Publishing {
+        rules: publish_rules(c),
+        atomic: c.publish.atomic,
+        listen: c.publish.listen_addr(),
+        token_file: (!c.publish.token_file.is_empty()).then(|| c.publish.token_file.clone()),
+        window_needed: c
+            .consumer
+            .backoff_ms
+            .iter()
+            .copied()
+            .map(Duration::from_millis)
+            .fold(Duration::from_millis(c.consumer.ack_wait_ms), Duration::max)
+            + Duration::from_millis(c.http.timeout_ms),
     }
 }
 
@@ -535,9 +492,10 @@ mod tests {
 
     use super::*;
 
-    fn settings(toml: &str) -> Settings {
+    /// The one source of a config.
+    fn settings(toml: &str) -> SourceSettings {
         let c = Config::from_toml(&[toml]).unwrap();
-        Settings::from_config(&c).unwrap()
+        Settings::from_config(&c).unwrap().sources.remove(0)
     }
 
     const MEMBER: &str = "[source]\nstream = \"S\"\ngroup = \"g\"\nmember = \"m\"\n\
@@ -558,14 +516,14 @@ mod tests {
             "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n\
              [http]\nurl = \"http://127.0.0.1:1/x\"\n[delivery]\nmax_buffered = 77\n",
         );
-        let SourceSettings::Durable(req) = &durable.source else {
+        let Binding::Durable(req) = &durable.binding else {
             panic!("a durable");
         };
         assert_eq!(req.consumer.max_ack_pending, 77);
         assert_eq!(durable.limits.max_buffered, 77);
         for kind in ["static", "elastic"] {
             let s = settings(&with_kind(kind));
-            let SourceSettings::Group(m) = &s.source else {
+            let Binding::Group(m) = &s.binding else {
                 panic!("a member");
             };
             assert_eq!(m.template.max_ack_pending, 77, "{kind}");

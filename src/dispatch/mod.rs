@@ -51,7 +51,7 @@ use self::watched::Watched;
 use crate::capacity::Limits;
 use crate::message::Delivery;
 use crate::ops::metrics::{AgeStage, Metrics, SettleLabel};
-use crate::ops::readiness::{Readiness, State};
+use crate::ops::readiness::{SourceReadiness, State};
 use crate::ops::traces::Tracer;
 use crate::pace::PaceSettings;
 use crate::policy::Policy;
@@ -83,7 +83,7 @@ pub struct Dispatch<F, P> {
     /// Collectors.
     pub metrics: Metrics,
     /// Readiness.
-    pub readiness: Readiness,
+    pub readiness: SourceReadiness,
     /// Messages held at most (`delivery.max_buffered`): under a lower adaptive limit
     /// the pull engine is told to fill less of it.
     pub max_buffered: usize,

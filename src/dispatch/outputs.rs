@@ -16,7 +16,7 @@ use crate::seam::publish::{OutputFailure, Publish};
 use crate::trace::context::{self, SpanContext};
 
 /// What an answer's outputs must meet, and how they are published.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputRules {
     /// `publish.allowed_subjects`, `max_messages`, `max_bytes`.
     pub rules: Rules,

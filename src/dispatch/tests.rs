@@ -22,7 +22,7 @@ use crate::app::headers::TraceHeaders;
 use crate::capacity::Held;
 use crate::message::{Delivery, Meta};
 use crate::ops::metrics::Metrics;
-use crate::ops::readiness::{Readiness, State};
+use crate::ops::readiness::{Readiness, SourceReadiness, State};
 use crate::ops::traces::Tracer;
 use crate::outputs::{Output, Rules};
 use crate::policy::{Outcome, Policy, StatusSet};
@@ -455,7 +455,7 @@ struct Rig {
     pause: watch::Sender<ServerPause>,
     /// What a reload sends the dispatcher.
     live: watch::Sender<Arc<super::Live<FakeApp>>>,
-    readiness: Readiness,
+    readiness: SourceReadiness,
     shutdown: CancellationToken,
     run: tokio::task::JoinHandle<Result<Ended, super::DispatchError>>,
 }
@@ -516,8 +516,9 @@ fn batch_rig(knobs: Knobs, batch_script: BatchScript) -> Rig {
 
 fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> Rig {
     let metrics = Metrics::new().unwrap();
-    let readiness = Readiness::new(None, metrics.clone());
-    readiness.set_nats_down(None);
+    let process = Readiness::new(metrics.clone());
+    process.set_nats_down(None);
+    let readiness = process.source("default", None);
     let (healthy, app_healthy) = watch::channel(if knobs.healthy {
         Health::Healthy
     } else {

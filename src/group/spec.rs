@@ -69,7 +69,7 @@ pub fn priority_timeout(ack_wait: Duration) -> Duration {
 }
 
 /// The template parts a member consumer copies from jetrelay's config.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
     /// `consumer.ack_wait_ms`.
     pub ack_wait_ms: u64,
@@ -143,7 +143,7 @@ fn member_consumer(
 }
 
 /// What a member of a group needs to know to join it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     /// Static or elastic.
     pub flavour: Flavour,

@@ -73,7 +73,7 @@ impl AnswerLimits {
 
 /// What the app's client takes: `[http]` (and the bounds of `[publish]`), parsed by
 /// `crate::daemon::settings`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppSettings {
     /// `http.url`.
     pub url: reqwest::Url,
@@ -96,7 +96,7 @@ pub struct AppSettings {
 }
 
 /// `http.proxy` and `http.proxy_credentials_file`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxySettings {
     /// The proxy (no credentials in it: the config refuses them).
     pub url: reqwest::Url,

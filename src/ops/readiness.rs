@@ -121,7 +121,7 @@ pub fn is_ready(state: State) -> bool {
     )
 }
 
-/// The readiness body of `/ready`.
+/// What `/ready` shows of one source (and, for a single source, of the process).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Status {
     /// Whether `/ready` answers 200.
@@ -142,25 +142,22 @@ pub struct Status {
     /// What the state and reason are derived from.
     #[serde(skip)]
     pub facts: Facts,
+    /// Each source's own, by name, in the order they were added (the process's
+    /// fields above are derived from them by [`summary`]).
+    #[serde(skip)]
+    pub sources: Vec<(String, Status)>,
 }
 
-/// The shared readiness handle.
-#[derive(Debug, Clone)]
-pub struct Readiness {
-    tx: Arc<watch::Sender<Status>>,
-    metrics: Metrics,
-}
-
-impl Readiness {
-    /// Starts not ready, not connected.
-    pub fn new(member: Option<String>, metrics: Metrics) -> Readiness {
+impl Status {
+    /// A source's status before it reports anything: starting, not connected.
+    fn starting(member: Option<String>, nats_down: Option<String>) -> Status {
         let facts = Facts {
             reason: "starting".into(),
-            nats_down: Some("connecting to NATS".into()),
+            nats_down,
             ..Facts::default()
         };
         let (state, reason) = present(&facts);
-        let (tx, _) = watch::channel(Status {
+        Status {
             ready: false,
             state,
             reason,
@@ -169,10 +166,107 @@ impl Readiness {
             partitions: Vec::new(),
             concurrency_limit: 0,
             facts,
-        });
+            sources: Vec::new(),
+        }
+    }
+
+    /// Derives what is shown from the facts. Returns whether the shown state or
+    /// reason changed.
+    fn present(&mut self) -> bool {
+        let (state, reason) = present(&self.facts);
+        let changed = state != self.state || reason != self.reason;
+        self.state = state;
+        self.reason = reason;
+        self.ready = is_ready(state);
+        self.pinned = self.facts.pinned;
+        changed
+    }
+}
+
+/// The process's status from its sources': a single source's is the process's; of
+/// several, the process is ready only when every source is, and shows the first
+/// source that is not (its reason prefixed with its name); with none it is not ready.
+pub fn summary(sources: &[(String, Status)], nats_down: Option<&String>) -> Status {
+    match sources {
+        [] => {
+            let mut s = Status::starting(None, nats_down.cloned());
+            s.facts.reason = "no source is configured".into();
+            s.present();
+            s
+        }
+        [(_, only)] => only.clone(),
+        many => {
+            let first = &many[0].1;
+            let blocking = many.iter().find(|(_, s)| !s.ready);
+            let (state, reason) = match blocking {
+                Some((name, s)) => (s.state, format!("source {name}: {}", s.reason)),
+                None => (first.state, first.reason.clone()),
+            };
+            Status {
+                ready: blocking.is_none(),
+                state,
+                reason,
+                member: None,
+                pinned: false,
+                partitions: Vec::new(),
+                concurrency_limit: many.iter().map(|(_, s)| s.concurrency_limit).sum(),
+                facts: Facts {
+                    state,
+                    nats_down: nats_down.cloned(),
+                    ..Facts::default()
+                },
+                sources: Vec::new(),
+            }
+        }
+    }
+}
+
+/// The process's readiness: what every source reports, and the NATS connection they
+/// share. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    tx: Arc<watch::Sender<Status>>,
+    metrics: Metrics,
+}
+
+/// One source's readiness: the facts its supervisor and dispatcher report. Cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct SourceReadiness {
+    tx: Arc<watch::Sender<Status>>,
+    /// Its place in [`Status::sources`].
+    index: usize,
+    metrics: Metrics,
+}
+
+impl Readiness {
+    /// Starts not ready, not connected, without sources.
+    pub fn new(metrics: Metrics) -> Readiness {
+        let nats_down = Some("connecting to NATS".to_string());
+        let mut status = summary(&[], nats_down.as_ref());
+        status.facts.nats_down = nats_down;
+        let (tx, _) = watch::channel(status);
         Readiness {
             tx: Arc::new(tx),
             metrics,
+        }
+    }
+
+    /// Adds a source (`member`: the group member it is, in a group) and returns its
+    /// handle. It starts not ready.
+    pub fn source(&self, name: &str, member: Option<String>) -> SourceReadiness {
+        let mut index = 0;
+        self.tx.send_modify(|s| {
+            index = s.sources.len();
+            let own = Status::starting(member, s.facts.nats_down.clone());
+            s.sources.push((name.to_string(), own));
+            s.resummarize();
+        });
+        self.metrics.ready(self.tx.borrow().ready);
+        SourceReadiness {
+            tx: Arc::clone(&self.tx),
+            index,
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -186,7 +280,78 @@ impl Readiness {
         self.tx.subscribe()
     }
 
-    /// Sets what the daemon is doing and why. Draining is final.
+    /// Every source drains (final): the process is stopping.
+    pub fn set_draining(&self, reason: &str) {
+        let count = self.tx.borrow().sources.len();
+        for index in 0..count {
+            self.scope(index).set(State::Draining, reason);
+        }
+    }
+
+    /// Records the NATS connection, which every source shares: `None` when
+    /// connected, else why not.
+    pub fn set_nats_down(&self, why: Option<String>) {
+        self.metrics.nats_connected(why.is_none());
+        self.tx.send_if_modified(|s| {
+            if s.facts.nats_down == why {
+                return false;
+            }
+            if s.facts.nats_down.is_some() != why.is_some() {
+                match &why {
+                    None => tracing::info!("connected to NATS"),
+                    Some(why) => tracing::warn!(reason = %why, "not connected to NATS"),
+                }
+            }
+            s.facts.nats_down.clone_from(&why);
+            for (name, own) in &mut s.sources {
+                own.facts.nats_down.clone_from(&why);
+                if own.present() {
+                    log_state(name, own);
+                }
+            }
+            s.resummarize();
+            true
+        });
+        self.metrics.ready(self.tx.borrow().ready);
+    }
+
+    fn scope(&self, index: usize) -> SourceReadiness {
+        SourceReadiness {
+            tx: Arc::clone(&self.tx),
+            index,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl Status {
+    /// The process's fields again from its sources', keeping the sources and the
+    /// connection.
+    fn resummarize(&mut self) {
+        let sources = std::mem::take(&mut self.sources);
+        let nats_down = self.facts.nats_down.take();
+        let mut top = summary(&sources, nats_down.as_ref());
+        top.facts.nats_down = nats_down;
+        top.sources = sources;
+        *self = top;
+    }
+}
+
+/// Logs a source's shown state after it changed.
+fn log_state(source: &str, s: &Status) {
+    tracing::info!(source, state = s.state.name(), reason = %s.reason, "state changed");
+}
+
+impl SourceReadiness {
+    /// This source's current status.
+    pub fn status(&self) -> Status {
+        let s = self.tx.borrow();
+        s.sources
+            .get(self.index)
+            .map_or_else(|| s.clone(), |(_, own)| own.clone())
+    }
+
+    /// Sets what the source is doing and why. Draining is final.
     pub fn set(&self, state: State, reason: impl AsRef<str>) {
         let reason = reason.as_ref();
         self.update(|f| {
@@ -201,24 +366,6 @@ impl Readiness {
         });
     }
 
-    /// Records the NATS connection: `None` when connected, else why not.
-    pub fn set_nats_down(&self, why: Option<String>) {
-        self.metrics.nats_connected(why.is_none());
-        self.update(|f| {
-            if f.nats_down == why {
-                return false;
-            }
-            if f.nats_down.is_some() != why.is_some() {
-                match &why {
-                    None => tracing::info!("connected to NATS"),
-                    Some(why) => tracing::warn!(reason = %why, "not connected to NATS"),
-                }
-            }
-            f.nats_down = why;
-            true
-        });
-    }
-
     /// Records who holds the pin of a pinned consumer.
     pub fn set_pin_holder(&self, holder: PinHolder) {
         self.update(|f| std::mem::replace(&mut f.pin_holder, holder) != holder);
@@ -227,26 +374,22 @@ impl Readiness {
     /// Records this member's partitions.
     pub fn set_partitions(&self, partitions: Vec<u32>) {
         self.metrics.partitions_assigned(partitions.len());
-        self.tx.send_if_modified(|s| {
-            if s.partitions == partitions {
+        self.modify(|own| {
+            if own.partitions == partitions {
                 return false;
             }
             tracing::info!(
                 partitions = %crate::printable::list(&partitions, 32),
                 "membership changed"
             );
-            s.partitions = partitions;
+            own.partitions = partitions;
             true
         });
     }
 
     /// Records the concurrency limit in force (shown, not a readiness fact).
     pub fn set_concurrency_limit(&self, limit: usize) {
-        self.tx.send_if_modified(|s| {
-            let changed = s.concurrency_limit != limit;
-            s.concurrency_limit = limit;
-            changed
-        });
+        self.modify(|own| std::mem::replace(&mut own.concurrency_limit, limit) != limit);
     }
 
     /// Records whether this instance holds the pin.
@@ -262,21 +405,31 @@ impl Readiness {
         });
     }
 
-    /// Applies `change` (which says whether it changed anything) and derives what is
-    /// shown.
-    fn update(&self, change: impl FnOnce(&mut Facts) -> bool) {
+    /// Applies `change` (which says whether it changed anything) to this source's
+    /// status and derives the process's again.
+    fn modify(&self, change: impl FnOnce(&mut Status) -> bool) {
         self.tx.send_if_modified(|s| {
-            if !change(&mut s.facts) {
+            let Some((_, own)) = s.sources.get_mut(self.index) else {
+                return false;
+            };
+            if !change(own) {
                 return false;
             }
-            let (state, reason) = present(&s.facts);
-            if state != s.state || reason != s.reason {
-                tracing::info!(state = state.name(), reason = %reason, "state changed");
+            s.resummarize();
+            true
+        });
+    }
+
+    /// Applies `change` to this source's facts (it says whether it changed
+    /// anything) and derives what is shown.
+    fn update(&self, change: impl FnOnce(&mut Facts) -> bool) {
+        self.modify(|own| {
+            if !change(&mut own.facts) {
+                return false;
             }
-            s.state = state;
-            s.reason = reason;
-            s.ready = is_ready(state);
-            s.pinned = s.facts.pinned;
+            if own.present() {
+                tracing::info!(state = own.state.name(), reason = %own.reason, "state changed");
+            }
             true
         });
         self.metrics.ready(self.tx.borrow().ready);
@@ -373,16 +526,17 @@ mod tests {
     #[test]
     fn a_lost_connection_shows_why_and_the_state_comes_back_after() {
         let m = Metrics::new().unwrap();
-        let h = Readiness::new(None, m.clone());
+        let process = Readiness::new(m.clone());
+        let h = process.source("default", None);
         assert_eq!(
             (h.status().state, h.status().reason.as_str()),
             (State::NotReady, "connecting to NATS")
         );
-        h.set_nats_down(None);
+        process.set_nats_down(None);
         h.set(State::Consuming, "");
         assert!(h.status().ready);
         assert_eq!(m.sample("jetrelay_ready"), Some(1.0));
-        h.set_nats_down(Some("NATS connection lost".into()));
+        process.set_nats_down(Some("NATS connection lost".into()));
         let s = h.status();
         assert_eq!(
             (s.ready, s.state, s.reason.as_str()),
@@ -395,7 +549,7 @@ mod tests {
             ),
             (Some(0.0), Some(0.0))
         );
-        h.set_nats_down(None);
+        process.set_nats_down(None);
         assert_eq!(h.status().state, State::Consuming);
         assert_eq!(m.sample("jetrelay_ready"), Some(1.0));
     }
@@ -403,13 +557,76 @@ mod tests {
     #[test]
     fn draining_is_final_and_ready_metric_follows() {
         let m = Metrics::new().unwrap();
-        let h = Readiness::new(None, m.clone());
-        h.set_nats_down(None);
+        let process = Readiness::new(m.clone());
+        let h = process.source("default", None);
+        process.set_nats_down(None);
         h.set(State::Consuming, "");
         assert_eq!(m.sample("jetrelay_ready"), Some(1.0));
         h.set(State::Draining, "shutting down");
         h.set(State::Consuming, "");
         assert_eq!(h.status().state, State::Draining);
         assert_eq!(m.sample("jetrelay_ready"), Some(0.0));
+    }
+
+    #[test]
+    fn the_process_is_ready_only_when_every_source_is_and_says_which_is_not() {
+        let m = Metrics::new().unwrap();
+        let process = Readiness::new(m.clone());
+        process.set_nats_down(None);
+        assert_eq!(
+            (process.status().ready, process.status().reason.as_str()),
+            (false, "no source is configured")
+        );
+        let (a, b) = (
+            process.source("a", None),
+            process.source("b", Some("m".into())),
+        );
+        a.set(State::Consuming, "");
+        b.set(State::NotReady, "topology: stream S not found");
+        let s = process.status();
+        assert_eq!(
+            (s.ready, s.state, s.reason.as_str()),
+            (
+                false,
+                State::NotReady,
+                "source b: topology: stream S not found"
+            )
+        );
+        assert_eq!(m.sample("jetrelay_ready"), Some(0.0));
+        assert!(a.status().ready && !b.status().ready);
+        assert_eq!(b.status().member.as_deref(), Some("m"));
+        b.set(State::Consuming, "");
+        a.set_concurrency_limit(3);
+        b.set_concurrency_limit(4);
+        let s = process.status();
+        assert!(s.ready, "{s:?}");
+        assert_eq!(s.concurrency_limit, 7);
+        assert_eq!(m.sample("jetrelay_ready"), Some(1.0));
+        // The connection is every source's.
+        process.set_nats_down(Some("NATS connection lost".into()));
+        for one in [&a, &b] {
+            assert_eq!(one.status().reason, "NATS connection lost");
+        }
+        process.set_nats_down(None);
+        process.set_draining("stopped");
+        assert!(
+            [&a, &b]
+                .iter()
+                .all(|one| one.status().state == State::Draining)
+        );
+        assert_eq!(process.status().state, State::Draining);
+    }
+
+    #[test]
+    fn a_single_sources_status_is_the_processs() {
+        let process = Readiness::new(Metrics::new().unwrap());
+        let only = process.source("default", Some("m1".into()));
+        process.set_nats_down(None);
+        only.set(State::Standby, "");
+        only.set_partitions(vec![1, 2]);
+        let (mut shown, own) = (process.status(), only.status());
+        shown.sources.clear();
+        assert_eq!(shown, own);
+        assert_eq!(shown.partitions, vec![1, 2]);
     }
 }

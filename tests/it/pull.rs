@@ -13,7 +13,7 @@ use jetrelay::http::credentials::CredentialFiles;
 use jetrelay::http::forward::{AnswerLimits, AppSettings, Forwarder};
 use jetrelay::nats::{Nats, Publisher, PullEvent, Puller, PullerConfig, Settler};
 use jetrelay::ops::metrics::Metrics;
-use jetrelay::ops::readiness::{Readiness, State};
+use jetrelay::ops::readiness::{Readiness, SourceReadiness, State};
 use jetrelay::policy::{Policy, StatusSet};
 use jetrelay::seam::Ordering;
 use tokio_util::sync::CancellationToken;
@@ -253,14 +253,15 @@ async fn instance(
     nats: &NatsServer,
     app: &MockApp,
     healthy: tokio::sync::watch::Receiver<jetrelay::seam::Health>,
-) -> (Arc<Dispatch<Forwarder, Publisher>>, Readiness) {
+) -> (Arc<Dispatch<Forwarder, Publisher>>, SourceReadiness) {
     if std::env::var_os("TEST_LOG").is_some() {
         jetrelay::ops::telemetry::init(jetrelay::ops::telemetry::LogFormat::Text, "jetrelay=debug");
     }
     let metrics = Metrics::new().unwrap();
-    let health = Readiness::new(Some("m1".into()), metrics.clone());
+    let process = Readiness::new(metrics.clone());
     // No supervisor mirrors the connection here: the puller's client is connected.
-    health.set_nats_down(None);
+    process.set_nats_down(None);
+    let health = process.source("default", Some("m1".into()));
     let http = AppSettings {
         url: app.url().parse().unwrap(),
         timeout: Duration::from_secs(5),

@@ -1,0 +1,253 @@
+//! One source's life, whole: wait for NATS, ensure its dead-letter stream, bind its
+//! topology or join its group (waiting and retrying, not ready meanwhile), run its
+//! dispatcher with the tasks beside it (consumer gauges, heartbeats), and go back to
+//! binding when its consumer is lost. The daemon runs one of these per source, each
+//! in its own task and span; a source knows nothing of the others.
+
+pub mod error;
+mod gauges;
+pub mod settings;
+mod wait;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use self::error::SourceError;
+use self::gauges::{Gauges, heartbeats};
+use self::settings::{Binding, SourceSettings};
+use self::wait::{Waits, wait_connected};
+use crate::dispatch::{Dispatch, DispatchError, Ended, Live};
+use crate::group::autojoin::AutoJoin;
+use crate::group::model::Flavour;
+use crate::group::spec::Member;
+use crate::http::forward::Forwarder;
+use crate::nats::{Nats, Publisher, PullerConfig};
+use crate::ops::metrics::Metrics;
+use crate::ops::readiness::{SourceReadiness, State};
+use crate::ops::traces::Tracer;
+use crate::seam::ServerPause;
+use crate::seam::time::Deadline;
+use crate::topology::TopologyRequest;
+
+/// What one source runs with.
+#[derive(Debug)]
+pub struct Runner {
+    /// Its settings.
+    pub settings: SourceSettings,
+    /// Its readiness.
+    pub readiness: SourceReadiness,
+    /// Collectors.
+    pub metrics: Metrics,
+    /// What a reload may change, for its dispatcher.
+    pub live: watch::Receiver<Arc<Live<Forwarder>>>,
+    /// Records spans.
+    pub tracer: Tracer,
+    /// The shutdown's deadline, shared with the process.
+    pub deadline: Deadline,
+}
+
+/// How one run of the dispatcher over a bound consumer ended.
+type Turn = Option<Result<Ended, DispatchError>>;
+
+/// The source's dispatcher, as the runner builds it.
+type Dispatcher = Arc<Dispatch<Forwarder, Publisher>>;
+
+/// What each turn of a source's loop works with.
+#[derive(Clone, Copy)]
+struct Turning<'a> {
+    waits: &'a Waits,
+    nats: &'a Nats,
+    dispatch: &'a Dispatcher,
+    /// Where the gauge task says whether the consumer is paused on the server.
+    pause: &'a Arc<watch::Sender<ServerPause>>,
+    shutdown: &'a CancellationToken,
+}
+
+impl Runner {
+    /// Runs the source until `shutdown` (drained) or its group ends (`Ok`), or until
+    /// it fails for good.
+    ///
+    /// # Errors
+    /// [`SourceError`].
+    pub async fn run(self, nats: Nats, shutdown: CancellationToken) -> Result<(), SourceError> {
+        let nats = &nats;
+        let shutdown = &shutdown;
+        let waits = self.waits();
+        if !wait_connected(nats, shutdown).await? {
+            return Ok(());
+        }
+        nats.check_server_version()?;
+        if let Some(dlq) = &self.settings.dead_letters
+            && let Some(spec) = &dlq.managed
+            && !waits.ensure_dlq_stream(nats, dlq, spec, shutdown).await?
+        {
+            return Ok(());
+        }
+        // The consumer's pause on the server, as the gauge task last read it.
+        let (pause_tx, server_pause) = watch::channel(ServerPause::Running);
+        let pause = Arc::new(pause_tx);
+        let dispatch = self.dispatcher(nats, server_pause);
+        // Kept across rejoins: it knows whether this process added the member.
+        let mut joined: Option<AutoJoin> = None;
+        let at = Turning {
+            waits: &waits,
+            nats,
+            dispatch: &dispatch,
+            pause: &pause,
+            shutdown,
+        };
+        loop {
+            let turn = match &self.settings.binding {
+                Binding::Group(member) => self.group_turn(&at, member, &mut joined).await?,
+                Binding::Durable(request) => self.durable_turn(&at, request).await?,
+            };
+            let Some(ended) = turn else {
+                return Ok(());
+            };
+            match ended? {
+                Ended::Shutdown => return Ok(()),
+                Ended::GroupEnded(reason) => {
+                    tracing::info!(reason = %reason, "the consumer group ended; stopping");
+                    return Ok(());
+                }
+                Ended::SourceLost(reason) => {
+                    tracing::warn!(reason = %reason, "the consumer went away; checking the topology again");
+                    self.readiness
+                        .set(State::NotReady, format!("consumer lost: {reason}"));
+                }
+            }
+        }
+    }
+
+    fn waits(&self) -> Waits {
+        Waits {
+            readiness: self.readiness.clone(),
+            retry: self.settings.retry,
+            deadline: self.deadline.clone(),
+        }
+    }
+
+    fn gauges(&self) -> Gauges {
+        Gauges {
+            metrics: self.metrics.clone(),
+            readiness: self.readiness.clone(),
+            pinned: self.settings.pinned(),
+            work_queue: matches!(
+                &self.settings.binding,
+                Binding::Group(m) if m.flavour == Flavour::Elastic
+            ),
+        }
+    }
+
+    /// The dispatcher, kept across binds and joins.
+    fn dispatcher(&self, nats: &Nats, server_pause: watch::Receiver<ServerPause>) -> Dispatcher {
+        let set = &self.settings;
+        Arc::new(Dispatch {
+            live: self.live.clone(),
+            metrics: self.metrics.clone(),
+            readiness: self.readiness.clone(),
+            max_buffered: set.limits.max_buffered as usize,
+            deadline: self.deadline.clone(),
+            pinned_mode: set.pinned(),
+            ordering: set.ordering,
+            progress_every: set.progress_every,
+            publisher: nats.publisher(),
+            dead_letters: set.dead_letters.as_ref().map(|d| d.subject.clone()),
+            server_pause,
+            letters_waiting_max: set.letters_waiting_max(),
+            tracer: self.tracer.clone(),
+        })
+    }
+
+    /// A group member: (auto-)joins, runs the dispatcher over the member's pinned
+    /// consumer, and leaves the membership once drained. `Ok(None)` when shutdown
+    /// came first.
+    async fn group_turn(
+        &self,
+        at: &Turning<'_>,
+        member: &Member,
+        joined: &mut Option<AutoJoin>,
+    ) -> Result<Turn, SourceError> {
+        let Turning {
+            waits,
+            nats,
+            dispatch,
+            pause,
+            shutdown,
+        } = *at;
+        let auto = match member.auto_join {
+            Some(timeout) => {
+                let kept = joined.take();
+                match waits
+                    .auto_join(nats, member, timeout, kept, shutdown)
+                    .await?
+                {
+                    Some(a) => Some(a),
+                    None => return Ok(None),
+                }
+            }
+            None => None,
+        };
+        joined.clone_from(&auto);
+        let beats = auto.as_ref().map(heartbeats);
+        let Some(source) = waits.join_group(nats, member, shutdown).await? else {
+            drop(beats);
+            waits.leave(auto.as_ref()).await;
+            return Ok(None);
+        };
+        let (stream, consumer) = member.consumer();
+        let gauges = self
+            .gauges()
+            .consumer_gauges(nats, &stream, &consumer, pause);
+        let ended = dispatch.run(source, shutdown.clone()).await;
+        drop(gauges);
+        drop(beats);
+        // Drained: out of the membership before the process ends.
+        if matches!(ended, Ok(Ended::Shutdown | Ended::GroupEnded(_))) {
+            waits.leave(auto.as_ref()).await;
+        }
+        Ok(Some(ended))
+    }
+
+    /// A durable: binds the topology and runs the dispatcher over its puller.
+    /// `Ok(None)` when shutdown came first.
+    async fn durable_turn(
+        &self,
+        at: &Turning<'_>,
+        request: &TopologyRequest,
+    ) -> Result<Turn, SourceError> {
+        let Turning {
+            waits,
+            nats,
+            dispatch,
+            pause,
+            shutdown,
+        } = *at;
+        if !waits.bind_topology(nats, request, shutdown).await? {
+            return Ok(None);
+        }
+        let puller = nats.puller(self.puller_config(request)).await?;
+        let gauges =
+            self.gauges()
+                .consumer_gauges(nats, &request.stream, &request.consumer.name, pause);
+        let ended = dispatch.run(puller, shutdown.clone()).await;
+        drop(gauges);
+        Ok(Some(ended))
+    }
+
+    fn puller_config(&self, request: &TopologyRequest) -> PullerConfig {
+        let set = &self.settings;
+        PullerConfig {
+            stream: request.stream.clone(),
+            consumer: request.consumer.name.clone(),
+            group: None,
+            limits: set.limits,
+            timing: set.timing,
+            confirmed_acks: set.confirmed_acks,
+            partitioned: false,
+            origin_stream: None,
+        }
+    }
+}

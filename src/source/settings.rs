@@ -1,0 +1,125 @@
+//! What one source takes from the config, parsed (`crate::daemon::settings` builds it):
+//! where its messages come from, how much it holds and pulls, how it retries, paces,
+//! orders and batches, where its dead letters go and what its answers may publish.
+//! Two sources differ only in these values; what the process shares (NATS, the
+//! admin port, tracing, the publish endpoint) is not here.
+
+use std::time::Duration;
+
+use crate::capacity::{Limits, PullTiming};
+use crate::dispatch::{Batching, OutputRules};
+use crate::group::spec::Member;
+use crate::pace::PaceSettings;
+use crate::policy::Policy;
+use crate::seam::Ordering;
+use crate::topology::{OnMissing, StreamSpec, TopologyRequest};
+
+/// The name of the one source of a config written with `[source]`.
+pub const DEFAULT: &str = "default";
+
+/// Where a source's messages come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Binding {
+    /// A durable consumer: the topology it requires.
+    Durable(TopologyRequest),
+    /// A member of a static or elastic group.
+    Group(Member),
+}
+
+/// How a missing topology (or group) is waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Wait for it, or stop.
+    pub on_missing: OnMissing,
+    /// The first wait.
+    pub initial: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+/// `[dlq]`, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetters {
+    /// Where dead letters are published.
+    pub subject: String,
+    /// The stream that stores them, when named (`dlq.stream`).
+    pub stream: Option<String>,
+    /// The stream a managed DLQ stream takes its replicas from: the one consumed.
+    pub replicas_of: String,
+    /// The stream jetrelay ensures (`dlq.manage`); its replicas are the source
+    /// stream's, read when it is created.
+    pub managed: Option<StreamSpec>,
+}
+
+/// Everything one source takes from the config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceSettings {
+    /// Its name: `default` for a config's `[source]`.
+    pub name: String,
+    /// Where its messages come from.
+    pub binding: Binding,
+    /// Waiting for a missing topology.
+    pub retry: Retry,
+    /// Pull sizes and the bytes held.
+    pub limits: Limits,
+    /// `consumer.ack_wait_ms`.
+    pub ack_wait: Duration,
+    /// Pull expiry and heartbeats.
+    pub timing: PullTiming,
+    /// How often a held message gets `+WPI`: half the ack wait.
+    pub progress_every: Duration,
+    /// Outcome → disposition.
+    pub policy: Policy,
+    /// Concurrent requests to the app (adaptive: at most).
+    pub max_in_flight: usize,
+    /// The concurrency limit (fixed or adaptive) and the rate limit.
+    pub pace: PaceSettings,
+    /// Lanes.
+    pub ordering: Ordering,
+    /// Whether acks wait for the server.
+    pub confirmed_acks: bool,
+    /// How long the app may be unhealthy or unreachable before a pinned instance
+    /// steps down.
+    pub unhealthy_handover: Duration,
+    /// Where permanent failures go before their TERM (`[dlq]`).
+    pub dead_letters: Option<DeadLetters>,
+    /// Batch delivery (`delivery.batch_size` > 1), else one message per request.
+    pub batch: Option<Batching>,
+    /// What the app's answers may publish (`None`: publishing is off).
+    pub outputs: Option<OutputRules>,
+}
+
+impl SourceSettings {
+    /// How many messages may be kept on their last delivery for a dead letter the
+    /// DLQ does not store yet: a quarter of what is held (at least one), so that the
+    /// rest of `max_ack_pending` keeps the consumer flowing.
+    pub fn letters_waiting_max(&self) -> usize {
+        (self.limits.max_buffered as usize / 4).max(1)
+    }
+
+    /// Whether the source is a pinned group member.
+    pub fn pinned(&self) -> bool {
+        matches!(self.binding, Binding::Group(_))
+    }
+
+    /// The group member it is, in a group.
+    pub fn member(&self) -> Option<String> {
+        match &self.binding {
+            Binding::Group(m) => Some(m.member.clone()),
+            Binding::Durable(_) => None,
+        }
+    }
+}
+
+/// The duplicate window of a managed DLQ stream: the letter ids
+/// (`jetrelay-dlq:<stream>:<consumer>:<sequence>`) must still be known when a
+/// message whose TERM was lost comes again, an ack wait later; at least two
+/// minutes (nats-server's default), at most the stream's `max_age`.
+pub fn dlq_duplicate_window(ack_wait: Duration, max_age: Duration) -> Duration {
+    let window = ack_wait.saturating_mul(2).max(Duration::from_secs(120));
+    if max_age.is_zero() {
+        window
+    } else {
+        window.min(max_age)
+    }
+}
