@@ -5,15 +5,18 @@
 //! every settled message writes one line: that formatter goes through `serde_json`
 //! and `fmt` for each field and took ~7% of the daemon's CPU at full load. Numbers
 //! and booleans are JSON numbers and booleans; everything else is an escaped string.
-//! Spans are not written (the daemon does not use them).
+//! The fields of the spans an event is in come after its own (the daemon's one span
+//! is a source's: `"source":"orders"` on every line that source writes), formatted
+//! once when the span is made ([`JsonFields`]), not per line.
 
 use std::fmt::{self, Write as _};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_log::NormalizeEvent;
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The event formatter for `log.format = "json"`.
@@ -27,7 +30,7 @@ where
 {
     fn format_event(
         &self,
-        _ctx: &FmtContext<'_, S, N>,
+        ctx: &FmtContext<'_, S, N>,
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
@@ -46,9 +49,33 @@ where
         };
         event.record(&mut fields);
         fields.result?;
+        // Each span's fields as `JsonFields` wrote them: `,"name":value` entries.
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                if let Some(f) = span.extensions().get::<FormattedFields<N>>() {
+                    writer.write_str(f.fields.as_str())?;
+                }
+            }
+        }
         writer.write_str(",\"target\":")?;
         write_string(&mut writer, meta.target())?;
         writer.write_str("}\n")
+    }
+}
+
+/// The span field formatter for `log.format = "json"`: a span's fields as the
+/// `,"name":value` entries [`JsonLines`] appends to each of its events' lines.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonFields;
+
+impl<'w> FormatFields<'w> for JsonFields {
+    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
+        let mut entries = Fields {
+            w: &mut writer,
+            result: Ok(()),
+        };
+        fields.record(&mut entries);
+        entries.result
     }
 }
 

@@ -192,7 +192,11 @@ fn install(format: LogFormat, level: &str, sink: Sink) {
         }};
     }
     let result = match format {
-        LogFormat::Json => install!(builder.event_format(json_lines::JsonLines)),
+        LogFormat::Json => install!(
+            builder
+                .fmt_fields(json_lines::JsonFields)
+                .event_format(json_lines::JsonLines)
+        ),
         LogFormat::Text => install!(builder.fmt_fields(text_fields())),
     };
     // An already-installed subscriber (tests) is fine.
@@ -266,6 +270,7 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || out.clone())
             .with_max_level(tracing::Level::TRACE)
+            .fmt_fields(super::json_lines::JsonFields)
             .event_format(JsonLines)
             .finish();
         tracing::subscriber::with_default(subscriber, emit);
@@ -274,6 +279,21 @@ mod tests {
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect()
+    }
+
+    #[test]
+    fn a_sources_lines_carry_its_name_and_no_other_line_does() {
+        let seen = lines(|| {
+            tracing::info!("before");
+            let span = tracing::info_span!("source", source = %"orders\n\"x\"");
+            span.in_scope(|| tracing::warn!(reason = "r", "inside"));
+            tracing::info!("after");
+        });
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[1]["source"], "orders\n\"x\"", "{seen:?}");
+        assert_eq!(seen[1]["reason"], "r");
+        assert_eq!(seen[1]["message"], "inside");
+        assert!(seen[0].get("source").is_none() && seen[2].get("source").is_none());
     }
 
     #[test]
