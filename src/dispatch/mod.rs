@@ -39,6 +39,7 @@ use futures::FutureExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use self::attempt::BatchItem;
 use self::book::{Book, Done, Fill, HeldMessage, LaneReturns, Settlement, Step, Verdict};
@@ -729,42 +730,46 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         // spawn and again when the output is taken, several memcpys of its size per
         // message (7 % of a forwarding profile); boxed, it is written once and the
         // cell holds a pointer.
-        let task = book.tasks.spawn(Box::pin(async move {
-            if batched {
-                let (steps, reach, sample) = this.attempt_batch(items).await;
-                return Done {
+        // In the source's span: its lines name the source.
+        let task = book.tasks.spawn(Box::pin(
+            async move {
+                if batched {
+                    let (steps, reach, sample) = this.attempt_batch(items).await;
+                    return Done {
+                        steps,
+                        reach,
+                        sample,
+                    };
+                }
+                let mut steps = Vec::with_capacity(1);
+                let mut reach = gate::Reach::NotAsked;
+                let mut sample = None;
+                for i in items {
+                    let trace = i.trace.as_ref();
+                    let step = match i.verdict {
+                        Some(v) => {
+                            this.dead_letter_again(&i.delivery, &i.settler, v, i.received, trace)
+                                .await
+                        }
+                        None => {
+                            let (step, r, s) = this
+                                .attempt(&i.delivery, &i.settler, i.attempt, i.received, trace)
+                                .await;
+                            reach = r;
+                            sample = s;
+                            step
+                        }
+                    };
+                    steps.push((i.id, step));
+                }
+                Done {
                     steps,
                     reach,
                     sample,
-                };
+                }
             }
-            let mut steps = Vec::with_capacity(1);
-            let mut reach = gate::Reach::NotAsked;
-            let mut sample = None;
-            for i in items {
-                let trace = i.trace.as_ref();
-                let step = match i.verdict {
-                    Some(v) => {
-                        this.dead_letter_again(&i.delivery, &i.settler, v, i.received, trace)
-                            .await
-                    }
-                    None => {
-                        let (step, r, s) = this
-                            .attempt(&i.delivery, &i.settler, i.attempt, i.received, trace)
-                            .await;
-                        reach = r;
-                        sample = s;
-                        step
-                    }
-                };
-                steps.push((i.id, step));
-            }
-            Done {
-                steps,
-                reach,
-                sample,
-            }
-        }));
+            .in_current_span(),
+        ));
         pacing.started(task.id(), book.tasks.len());
         book.running.insert(task.id(), ids);
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::group::autojoin::AutoJoin;
 use crate::nats::Nats;
@@ -47,32 +48,35 @@ impl Gauges {
         // member) after another instance took it.
         let every = Duration::from_secs(1);
         let pause = Arc::clone(pause);
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                // Consumer info is answered by the consumer's leader: current, not a
-                // follower's lagging view. When it cannot be read the gauges are
-                // withdrawn rather than left at a value that looks current.
-                if work_queue {
-                    metrics.group_backlog(nats.stream_messages(&stream).await);
-                }
-                let counts = nats.consumer_counts(&stream, &consumer).await;
-                metrics.consumer_counts(counts.as_ref().map(|c| (c.pending, c.ack_pending)));
-                // Unreadable: the last pause seen stays (it is the server's to end).
-                let Some(c) = counts else {
-                    continue;
-                };
-                pause.send_if_modified(|p| std::mem::replace(p, c.pause) != c.pause);
-                if pinned_mode {
-                    readiness.set_pin_holder(if c.pinned {
-                        PinHolder::Someone
-                    } else {
-                        PinHolder::Nobody
-                    });
+        let task = tokio::spawn(
+            async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    // Consumer info is answered by the consumer's leader: current, not a
+                    // follower's lagging view. When it cannot be read the gauges are
+                    // withdrawn rather than left at a value that looks current.
+                    if work_queue {
+                        metrics.group_backlog(nats.stream_messages(&stream).await);
+                    }
+                    let counts = nats.consumer_counts(&stream, &consumer).await;
+                    metrics.consumer_counts(counts.as_ref().map(|c| (c.pending, c.ack_pending)));
+                    // Unreadable: the last pause seen stays (it is the server's to end).
+                    let Some(c) = counts else {
+                        continue;
+                    };
+                    pause.send_if_modified(|p| std::mem::replace(p, c.pause) != c.pause);
+                    if pinned_mode {
+                        readiness.set_pin_holder(if c.pinned {
+                            PinHolder::Someone
+                        } else {
+                            PinHolder::Nobody
+                        });
+                    }
                 }
             }
-        });
+            .in_current_span(),
+        );
         GaugeTask {
             task,
             metrics: self.metrics.clone(),
@@ -104,7 +108,7 @@ pub(super) fn heartbeats(auto: &AutoJoin) -> AbortOnDrop {
                 Err(_) => {}
             }
         }
-    }))
+    }.in_current_span()))
 }
 
 /// A task aborted when this is dropped.
