@@ -30,7 +30,10 @@ pub struct Report {
 /// [`CheckError`] naming what is wrong.
 pub fn offline(config: &Config) -> Result<Settings, CheckError> {
     let settings = Settings::from_config(config)?;
-    crate::http::forward::Forwarder::new(&settings.app)?;
+    let client = crate::http::app::AppClient::new(&settings.app)?;
+    for source in &settings.sources {
+        crate::http::forward::Forwarder::new(&client, &source.target)?;
+    }
     if let Some(path) = &settings.publish.token_file {
         crate::secret::SecretFile::load("publish.token_file", path)?;
     }

@@ -21,6 +21,7 @@ use crate::daemon::reload::Reloader;
 use crate::daemon::settings::Settings;
 use crate::dispatch::{DispatchError, Live};
 use crate::group::member::JoinError;
+use crate::http::app::AppClient;
 use crate::http::client::ClientError;
 use crate::http::collector::Collector;
 use crate::http::forward::Forwarder;
@@ -131,7 +132,8 @@ pub struct Daemon {
     admin: TcpListener,
     /// The publish endpoint's listener and the token it requires, when it is on.
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
-    forwarder: Forwarder,
+    /// The app's client and each source's forwarder.
+    app: App,
     /// The span recorder, and the collector it exports to (with `[otel]` on).
     tracer: Tracer,
     collector: Option<Collector>,
@@ -198,7 +200,10 @@ impl Daemon {
             )),
             None => None,
         };
-        let forwarder = Forwarder::new(&settings.app)?;
+        let client = AppClient::new(&settings.app)?;
+        let forwarders = (settings.sources.iter())
+            .map(|s| Forwarder::new(&client, &s.target))
+            .collect::<Result<Vec<_>, _>>()?;
         let (tracer, collector) = match &settings.tracing {
             Some(t) => (
                 Tracer::new(t.settings.clone(), metrics.clone()),
@@ -215,7 +220,7 @@ impl Daemon {
             sources,
             admin,
             publish,
-            forwarder,
+            app: App { client, forwarders },
             tracer,
             collector,
             config,
@@ -288,7 +293,7 @@ impl Daemon {
         let deadline = self.deadline;
         let reloads = Reloads::start(
             &self.settings,
-            &self.forwarder,
+            &self.app,
             &self.metrics,
             &deadline,
             self.config,
@@ -368,6 +373,14 @@ impl Daemon {
     }
 }
 
+/// The app's client, and each source's forwarder through it (its target), in the
+/// order of `settings.sources`.
+#[derive(Debug)]
+struct App {
+    client: AppClient,
+    forwarders: Vec<Forwarder>,
+}
+
 /// What a reload changes (the dispatcher's live settings, the endpoint's rules),
 /// and the task that applies reloads.
 struct Reloads {
@@ -381,7 +394,7 @@ struct Reloads {
 impl Reloads {
     fn start(
         settings: &Settings,
-        forwarder: &Forwarder,
+        app: &App,
         metrics: &Metrics,
         deadline: &Deadline,
         config: Config,
@@ -389,7 +402,7 @@ impl Reloads {
         shown: watch::Sender<String>,
     ) -> Reloads {
         let app_healthy = crate::http::probe::watch(
-            forwarder.clone(),
+            app.client.clone(),
             settings.health.clone(),
             metrics.clone(),
             None,
@@ -397,7 +410,8 @@ impl Reloads {
         let (senders, live) = settings
             .sources
             .iter()
-            .map(|s| {
+            .zip(&app.forwarders)
+            .map(|(s, forwarder)| {
                 let (tx, rx) = watch::channel(Arc::new(reload::live_of(
                     s,
                     forwarder.clone(),

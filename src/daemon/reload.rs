@@ -17,6 +17,7 @@ use crate::config::reload::{Change, diff, flatten};
 use crate::config::{Config, ConfigError};
 use crate::daemon::settings::Settings;
 use crate::dispatch::Live;
+use crate::http::app::AppClient;
 use crate::http::forward::Forwarder;
 use crate::ops::metrics::Metrics;
 use crate::ops::telemetry::chain;
@@ -145,17 +146,30 @@ impl Running {
                 "the sources changed: adding or removing a source needs a restart".into(),
             ));
         }
-        let (forwarder, app_healthy, app_changed) = self.app_for(&settings)?;
+        let (client, app_healthy, app_changed) = self.app_for(&settings)?;
+        // Every source's new live settings are made before any is sent: a target that
+        // cannot be built refuses the whole reload.
+        let mut sends = Vec::new();
         for (source, (_, live)) in settings.sources.iter().zip(&self.live) {
+            let old_settings = self.settings.source(&source.name);
             // A source whose settings and app are as they were keeps its live
             // settings: its dispatcher sees nothing.
-            if app_changed || self.settings.source(&source.name) != Some(source) {
-                live.send_replace(Arc::new(live_of(
-                    source,
-                    forwarder.clone(),
-                    app_healthy.clone(),
-                )));
+            if !app_changed && old_settings == Some(source) {
+                continue;
             }
+            let old = Arc::clone(&live.borrow());
+            let forwarder = match &client {
+                Some(client) => Forwarder::new(client, &source.target),
+                None if old_settings.map(|s| &s.target) != Some(&source.target) => {
+                    Forwarder::new(old.forwarder.client(), &source.target)
+                }
+                None => Ok(old.forwarder.clone()),
+            }
+            .map_err(|e| Refused::Invalid(chain(&e)))?;
+            sends.push((live, live_of(source, forwarder, app_healthy.clone())));
+        }
+        for (live, now) in sends {
+            live.send_replace(Arc::new(now));
         }
         self.rules.send_replace(settings.publish.rules.clone());
         self.deadline.set_grace(settings.shutdown_grace);
@@ -165,24 +179,23 @@ impl Running {
         Ok(changes)
     }
 
-    /// The app's client and health watch for `settings`: the running ones unless what
-    /// they are built from changed (so that the client keeps its connections), and
-    /// whether either changed.
+    /// The app's client for `settings` when what it is built from changed (`None`:
+    /// the running one stays, with its connections), the health watch, and whether
+    /// either changed.
     fn app_for(
         &self,
         settings: &Settings,
-    ) -> Result<(Forwarder, watch::Receiver<Health>, bool), Refused> {
+    ) -> Result<(Option<AppClient>, watch::Receiver<Health>, bool), Refused> {
         let Some((_, live)) = self.live.first() else {
             return Err(Refused::Invalid("no source is running".into()));
         };
         let old = Arc::clone(&live.borrow());
-        let rebuild = settings.app != self.settings.app;
-        let forwarder = if rebuild {
-            Forwarder::new(&settings.app).map_err(|e| Refused::Invalid(chain(&e)))?
+        let client = if settings.app == self.settings.app {
+            None
         } else {
-            old.forwarder.clone()
+            Some(AppClient::new(&settings.app).map_err(|e| Refused::Invalid(chain(&e)))?)
         };
-        let probe_changed = rebuild || settings.health != self.settings.health;
+        let probe_changed = client.is_some() || settings.health != self.settings.health;
         let app_healthy = if probe_changed {
             let seed = self
                 .settings
@@ -190,7 +203,9 @@ impl Running {
                 .is_some()
                 .then(|| *old.app_healthy.borrow());
             crate::http::probe::watch(
-                forwarder.clone(),
+                client
+                    .clone()
+                    .unwrap_or_else(|| old.forwarder.client().clone()),
                 settings.health.clone(),
                 self.metrics.clone(),
                 seed,
@@ -198,7 +213,7 @@ impl Running {
         } else {
             old.app_healthy.clone()
         };
-        Ok((forwarder, app_healthy, probe_changed))
+        Ok((client, app_healthy, probe_changed))
     }
 }
 

@@ -22,9 +22,10 @@ use crate::app::headers::Pass;
 use crate::dispatch::{Batching, OutputRules};
 use crate::group::model::Flavour;
 use crate::group::spec::{Member, Template};
+use crate::http::app::{ClientSettings, ProxySettings};
 use crate::http::collector::{CollectorSettings, Protocol};
 use crate::http::credentials::CredentialFiles;
-use crate::http::forward::{AnswerLimits, AppSettings, ProxySettings};
+use crate::http::forward::{AnswerLimits, TargetSettings};
 use crate::http::probe::HealthProbe;
 use crate::nats::{Auth, Connection, Tls};
 use crate::ops::traces::{AppTarget, TraceSettings};
@@ -42,8 +43,8 @@ use crate::trace::encode::Resource;
 pub struct Settings {
     /// The connection to NATS.
     pub nats: Connection,
-    /// The app's client.
-    pub app: AppSettings,
+    /// The app's client (one: every source sends to the same app today).
+    pub app: ClientSettings,
     /// The app's health URL and its timing, when it has one.
     pub health: Option<HealthProbe>,
     /// Span export (`[otel]` with an endpoint), or none.
@@ -82,10 +83,12 @@ impl Settings {
     pub fn from_config(c: &Config) -> Result<Settings, ConfigError> {
         let mut p: Vec<Problem> = Vec::new();
         let source = source(c, &mut p);
-        let (Some(app), health) = (app(c, &mut p), health(c, &mut p)) else {
+        let (Some(app), health) = (client(c, &mut p), health(c, &mut p)) else {
             return Err(ConfigError::Invalid(p));
         };
-        let tracing = tracing(c, &app.url, &mut p);
+        let tracing = source
+            .as_ref()
+            .and_then(|s| tracing(c, &s.target.url, &mut p));
         let Some(source) = source.filter(|_| p.is_empty()) else {
             return Err(ConfigError::Invalid(p));
         };
@@ -123,7 +126,9 @@ fn source(c: &Config, p: &mut Vec<Problem>) -> Option<SourceSettings> {
     if c.source.kind.is_none() {
         p.push(Problem::new("source.kind", "is required"));
     }
-    let (Some(retry), Some(term), Some(kind)) = (retry, term, c.source.kind) else {
+    let target = target(c, p);
+    let (Some(retry), Some(term), Some(kind), Some(target)) = (retry, term, c.source.kind, target)
+    else {
         return None;
     };
     let limits = Limits {
@@ -135,6 +140,7 @@ fn source(c: &Config, p: &mut Vec<Problem>) -> Option<SourceSettings> {
     Some(SourceSettings {
         name: crate::source::settings::DEFAULT.to_string(),
         binding: binding(c, kind, limits, confirmed_acks),
+        target,
         retry: Retry {
             on_missing: c.topology.on_missing,
             initial: Duration::from_millis(c.topology.retry_initial_ms),
@@ -236,8 +242,8 @@ fn url(p: &mut Vec<Problem>, key: &str, value: &str) -> Option<Url> {
     }
 }
 
-/// `[http]` (and the bounds of `[publish]`), parsed: what the app's client takes.
-fn app(c: &Config, p: &mut Vec<Problem>) -> Option<AppSettings> {
+/// `[http]`, parsed: what the app's client is built from.
+fn client(c: &Config, p: &mut Vec<Problem>) -> Option<ClientSettings> {
     let h = &c.http;
     let file = |path: &str| (!path.is_empty()).then(|| path.to_string());
     let proxy = match h.proxy.as_str() {
@@ -247,11 +253,7 @@ fn app(c: &Config, p: &mut Vec<Problem>) -> Option<AppSettings> {
             credentials_file: file(&h.proxy_credentials_file),
         }),
     };
-    Some(AppSettings {
-        url: url(p, "http.url", &h.url)?,
-        timeout: Duration::from_millis(h.timeout_ms),
-        pass: Pass::new(&h.pass_headers),
-        format: h.format,
+    Some(ClientSettings {
         tls_ca_file: file(&h.tls_ca_file),
         proxy,
         credentials: CredentialFiles {
@@ -260,6 +262,17 @@ fn app(c: &Config, p: &mut Vec<Problem>) -> Option<AppSettings> {
             header_files: h.header_files.clone(),
         },
         pool: c.delivery.max_in_flight as usize,
+    })
+}
+
+/// `[http]` (and the bounds of `[publish]`), parsed: where a source's messages go.
+fn target(c: &Config, p: &mut Vec<Problem>) -> Option<TargetSettings> {
+    let h = &c.http;
+    Some(TargetSettings {
+        url: url(p, "http.url", &h.url)?,
+        timeout: Duration::from_millis(h.timeout_ms),
+        pass: Pass::new(&h.pass_headers),
+        format: h.format,
         limits: AnswerLimits {
             publish_bytes: c.publish.max_bytes,
             publish_messages: c.publish.max_messages as usize,

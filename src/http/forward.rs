@@ -17,9 +17,10 @@ use std::sync::Arc;
 use reqwest::header::{CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::time::Instant;
 
+use crate::app::answer::KeptAnswer;
 use crate::app::headers::{Pass, RequestFormat, TraceHeaders};
+use crate::http::app::AppClient;
 use crate::http::client::ClientError;
-use crate::http::credentials::{CredentialFiles, Credentials};
 
 use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
@@ -71,10 +72,11 @@ impl AnswerLimits {
     }
 }
 
-/// What the app's client takes: `[http]` (and the bounds of `[publish]`), parsed by
-/// `crate::daemon::settings`.
+/// What one source (or route) sends to the app through a shared [`AppClient`]:
+/// `http.url`, `http.timeout_ms`, `http.pass_headers`, `http.format`, and what answers
+/// may carry. Cheap: a reload that changes only these keeps the client's connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppSettings {
+pub struct TargetSettings {
     /// `http.url`.
     pub url: reqwest::Url,
     /// `http.timeout_ms`.
@@ -83,41 +85,29 @@ pub struct AppSettings {
     pub pass: Pass,
     /// `http.format`.
     pub format: RequestFormat,
-    /// `http.tls_ca_file`: a private CA, added to the system's roots.
-    pub tls_ca_file: Option<String>,
-    /// `http.proxy`: the only proxy the app's requests go through.
-    pub proxy: Option<ProxySettings>,
-    /// `http.headers`, `http.bearer_token_file`, `http.header_files`.
-    pub credentials: CredentialFiles,
-    /// Idle connections kept (`delivery.max_in_flight`).
-    pub pool: usize,
     /// What answers may carry.
     pub limits: AnswerLimits,
-}
-
-/// `http.proxy` and `http.proxy_credentials_file`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProxySettings {
-    /// The proxy (no credentials in it: the config refuses them).
-    pub url: reqwest::Url,
-    /// The file holding `user:password`, when the proxy wants them.
-    pub credentials_file: Option<String>,
 }
 
 /// The request header that says how many messages a batch carries.
 pub const BATCH_SIZE_HEADER: &str = "jetrelay-batch-size";
 
-/// Sends deliveries to the app.
+/// Sends deliveries to the app: a shared client, and this source's target.
 #[derive(Debug, Clone)]
 pub struct Forwarder {
-    client: reqwest::Client,
+    client: AppClient,
+    target: Arc<Target>,
+}
+
+/// A target, made once.
+#[derive(Debug)]
+struct Target {
     /// `http.url` without a user:password (that became `implied`'s Authorization).
     url: reqwest::Url,
     /// Headers every request has unless the app's credentials set them: the Basic
     /// authorization of a user:password in `http.url`, and `Host` as the client would
     /// write it (made once here, not per request).
     implied: HeaderMap,
-    credentials: Arc<Credentials>,
     timeout: Duration,
     limits: AnswerLimits,
     pass: Pass,
@@ -125,41 +115,16 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Builds the pooled client: the secret files are read and the CA checked here.
+    /// A forwarder to `target` through `client` (whose pool it shares).
     ///
     /// # Errors
-    /// [`ClientError`].
-    pub fn new(cfg: &AppSettings) -> Result<Forwarder, ClientError> {
-        let credentials = Arc::new(Credentials::load(&cfg.credentials)?);
-        // Proxy environment variables (often set cluster-wide) never divert the app's
-        // traffic, bearer token included: only `http.proxy` does.
-        let ca_file = cfg.tls_ca_file.as_deref().unwrap_or("");
-        let mut builder =
-            crate::http::client::builder(ca_file).map_err(|source| ClientError::TlsCa {
-                path: ca_file.to_string(),
-                source,
-            })?;
-        if let Some(p) = &cfg.proxy {
-            let mut proxy = reqwest::Proxy::all(p.url.clone())
-                .map_err(|e| ClientError::Proxy(p.url.to_string(), e))?;
-            if let Some(file) = &p.credentials_file {
-                let secret = crate::secret::SecretFile::load("http.proxy_credentials_file", file)?;
-                let value = secret.value();
-                let (user, password) = value.split_once(':').unwrap_or((&value, ""));
-                proxy = proxy.basic_auth(user, password);
-            }
-            builder = builder.proxy(proxy);
-        }
-        let client = builder
-            .pool_max_idle_per_host(cfg.pool)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(ClientError::Build)?;
+    /// [`ClientError::Build`] when the URL cannot make a request.
+    pub fn new(client: &AppClient, target: &TargetSettings) -> Result<Forwarder, ClientError> {
         // What reqwest's builder derives from the URL (a user:password becomes Basic
         // authorization), once: each request is then built in place.
         let template = client
-            .post(cfg.url.clone())
+            .client
+            .post(target.url.clone())
             .build()
             .map_err(ClientError::Build)?;
         let url = template.url().clone();
@@ -168,22 +133,33 @@ impl Forwarder {
             implied.insert(HOST, host);
         }
         Ok(Forwarder {
-            client,
-            url,
-            implied,
-            credentials,
-            timeout: cfg.timeout,
-            limits: cfg.limits,
-            pass: cfg.pass.clone(),
-            format: cfg.format,
+            client: client.clone(),
+            target: Arc::new(Target {
+                url,
+                implied,
+                timeout: target.timeout,
+                limits: target.limits,
+                pass: target.pass.clone(),
+                format: target.format,
+            }),
         })
+    }
+
+    /// The client it sends through.
+    pub fn client(&self) -> &AppClient {
+        &self.client
     }
 
     /// Offers one delivery to the app, once.
     pub async fn forward(&self, offer: Offer<'_>) -> Forwarded {
         let d = offer.delivery;
-        let mapped =
-            crate::app::headers::map(d, offer.attempt, &self.pass, self.format, offer.trace);
+        let mapped = crate::app::headers::map(
+            d,
+            offer.attempt,
+            &self.target.pass,
+            self.target.format,
+            offer.trace,
+        );
         let mut headers = HeaderMap::with_capacity(mapped.headers.len() + 4);
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {
@@ -201,9 +177,9 @@ impl Forwarder {
                 _ => skipped += 1,
             }
         }
-        let publish = self.limits.publish_answer();
-        let (mut f, body) = self
-            .post(headers, d.payload.clone(), MAX_BODY_DRAIN, publish)
+        let publish = self.target.limits.publish_answer();
+        let (mut f, body, _) = self
+            .post(headers, d.payload.clone(), MAX_BODY_DRAIN, publish, false)
             .await;
         f.skipped_headers = skipped;
         f.trace_dropped = mapped.trace_dropped;
@@ -211,13 +187,13 @@ impl Forwarder {
             Kept::Publish(body) => Some(outputs::parse(
                 &body,
                 Author::Answer,
-                self.limits.publish_messages,
+                self.target.limits.publish_messages,
             )),
             Kept::PublishTooLarge(read) => Some(Err(Refusal::TooLarge {
                 bytes: read as u64,
                 max: publish as u64,
             })),
-            Kept::Other(_) => None,
+            Kept::Other(_) | Kept::OtherTooLarge(_) => None,
         };
         f
     }
@@ -234,7 +210,7 @@ impl Forwarder {
             .iter()
             .map(|o| (o.delivery, o.attempt, o.trace))
             .collect();
-        let (body, skipped) = crate::app::batch::body(&items, &self.pass);
+        let (body, skipped) = crate::app::batch::body(&items, &self.target.pass);
         let mut headers = HeaderMap::with_capacity(6);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(BATCH_SIZE_HEADER, HeaderValue::from(items.len()));
@@ -249,13 +225,13 @@ impl Forwarder {
                 add("tracestate", state);
             }
         }
-        let keep = self.limits.batch_answer(items.len());
-        let (mut forwarded, body) = self.post(headers, body.into(), keep, keep).await;
+        let keep = self.target.limits.batch_answer(items.len());
+        let (mut forwarded, body, _) = self.post(headers, body.into(), keep, keep, false).await;
         forwarded.skipped_headers = skipped.skipped_invalid;
         forwarded.trace_dropped = skipped.trace_dropped;
         let bounds = crate::app::batch::AnswerBounds {
             results: items.len(),
-            outputs: self.limits.publish_messages,
+            outputs: self.target.limits.publish_messages,
         };
         let answer = match (&forwarded.outcome, body) {
             (Outcome::Answered { status, .. }, Kept::Publish(body) | Kept::Other(body))
@@ -276,6 +252,49 @@ impl Forwarder {
         BatchForwarded { forwarded, answer }
     }
 
+    /// One request whose answer the caller keeps (a NATS request's reply): `headers`
+    /// (a name or value that is not valid HTTP is skipped and counted) and `body`
+    /// POSTed to the target; the answer's status, its headers and its body up to
+    /// `max_body` bytes (a longer body is drained, bounded, and said to be over).
+    /// `None` when no answer came (then `Forwarded` says why).
+    pub async fn exchange(
+        &self,
+        headers: &[(String, String)],
+        body: Bytes,
+        max_body: usize,
+    ) -> (Forwarded, Option<KeptAnswer>) {
+        let mut map = HeaderMap::with_capacity(headers.len() + 4);
+        let mut skipped = 0;
+        for (name, value) in headers {
+            match (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(value.as_bytes()),
+            ) {
+                (Ok(n), Ok(v)) => {
+                    map.append(n, v);
+                }
+                _ => skipped += 1,
+            }
+        }
+        let (mut forwarded, kept, answer_headers) =
+            self.post(map, body, max_body, max_body, true).await;
+        forwarded.skipped_headers = skipped;
+        let Outcome::Answered { status, .. } = forwarded.outcome else {
+            return (forwarded, None);
+        };
+        let (body, over) = match kept {
+            Kept::Publish(b) | Kept::Other(b) => (Bytes::from(b), None),
+            Kept::PublishTooLarge(read) | Kept::OtherTooLarge(read) => (Bytes::new(), Some(read)),
+        };
+        let answer = KeptAnswer {
+            status,
+            headers: answer_headers,
+            body,
+            over,
+        };
+        (forwarded, Some(answer))
+    }
+
     /// One POST with `headers` (the app's credentials added) and `body`; the answer
     /// and up to `keep` bytes of its body (`keep_publish` for a 2xx that publishes;
     /// the rest is drained, bounded, so that the connection goes back to the pool).
@@ -285,30 +304,41 @@ impl Forwarder {
         body: Bytes,
         keep: usize,
         keep_publish: usize,
-    ) -> (Forwarded, Kept) {
-        for (n, v) in self.credentials.shared().iter() {
+        head: bool,
+    ) -> (Forwarded, Kept, Vec<(String, String)>) {
+        for (n, v) in self.client.credentials.shared().iter() {
             headers.insert(n.clone(), v.clone());
         }
-        for (name, value) in &self.implied {
+        for (name, value) in &self.target.implied {
             headers.entry(name).or_insert_with(|| value.clone());
         }
         // Built in place: the builder's `headers()` would copy the map entry by entry.
-        let mut request = reqwest::Request::new(reqwest::Method::POST, self.url.clone());
+        let mut request = reqwest::Request::new(reqwest::Method::POST, self.target.url.clone());
         *request.headers_mut() = headers;
         *request.body_mut() = Some(body.into());
-        *request.timeout_mut() = Some(self.timeout);
+        *request.timeout_mut() = Some(self.target.timeout);
         let start = Instant::now();
-        let result = self.client.execute(request).await;
+        let result = self.client.client.execute(request).await;
         let mut kept = Vec::new();
+        let mut answer_headers = Vec::new();
         let mut publishes = false;
         let mut too_large = None;
         let (outcome, class, bad_action, failure) = match result {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
+                if head {
+                    answer_headers = resp
+                        .headers()
+                        .iter()
+                        .filter_map(|(n, v)| {
+                            Some((n.as_str().to_string(), v.to_str().ok()?.to_string()))
+                        })
+                        .collect();
+                }
                 let said = Said::read(&resp);
                 publishes = resp.status().is_success() && said.publishes;
                 let keep = if publishes { keep_publish } else { keep };
-                match read_body(&mut resp, keep, start + self.timeout).await {
+                match read_body(&mut resp, keep, start + self.target.timeout).await {
                     Ok((body, over)) => {
                         (kept, too_large) = (body, over);
                         (
@@ -346,23 +376,10 @@ impl Forwarder {
         let body = match (publishes, too_large) {
             (true, None) => Kept::Publish(kept),
             (true, Some(read)) => Kept::PublishTooLarge(read),
+            (false, Some(read)) if head => Kept::OtherTooLarge(read),
             (false, _) => Kept::Other(kept),
         };
-        (forwarded, body)
-    }
-
-    /// Whether `url` (the app's health URL) answers 2xx within `timeout`, asked
-    /// with the app's credentials.
-    pub async fn healthy(&self, url: &reqwest::Url, timeout: Duration) -> bool {
-        let probe = self
-            .client
-            .get(url.clone())
-            .headers(self.credentials.headers())
-            .timeout(timeout);
-        match probe.send().await {
-            Ok(r) => r.status().is_success(),
-            Err(_) => false,
-        }
+        (forwarded, body, answer_headers)
     }
 }
 
@@ -388,6 +405,9 @@ enum Kept {
     PublishTooLarge(usize),
     /// Anything else, up to the bound.
     Other(Vec<u8>),
+    /// Anything else, over the bound (this much was read), when the caller keeps
+    /// the answer ([`Forwarder::exchange`]).
+    OtherTooLarge(usize),
 }
 
 /// Whether a `Content-Type` is the publishing answer's (parameters ignored).
@@ -558,12 +578,12 @@ fn host_header(url: &reqwest::Url) -> Option<HeaderValue> {
 mod tests {
     use super::*;
 
-    fn app(url: &str, proxy: &str) -> AppSettings {
-        AppSettings {
-            url: url.parse().unwrap(),
-            timeout: Duration::from_secs(2),
-            pass: Pass::new(&[]),
-            format: RequestFormat::Raw,
+    use crate::http::app::{ClientSettings, ProxySettings};
+    use crate::http::credentials::CredentialFiles;
+
+    /// The app's client and a target at `url`.
+    fn app(url: &str, proxy: &str) -> (ClientSettings, TargetSettings) {
+        let client = ClientSettings {
             tls_ca_file: None,
             proxy: (!proxy.is_empty()).then(|| ProxySettings {
                 url: proxy.parse().unwrap(),
@@ -571,11 +591,22 @@ mod tests {
             }),
             credentials: CredentialFiles::default(),
             pool: 4,
+        };
+        let target = TargetSettings {
+            url: url.parse().unwrap(),
+            timeout: Duration::from_secs(2),
+            pass: Pass::new(&[]),
+            format: RequestFormat::Raw,
             limits: AnswerLimits {
                 publish_bytes: 1024,
                 publish_messages: 10,
             },
-        }
+        };
+        (client, target)
+    }
+
+    fn forwarder((client, target): &(ClientSettings, TargetSettings)) -> Forwarder {
+        Forwarder::new(&AppClient::new(client).unwrap(), target).unwrap()
     }
 
     /// A delivery on `orders` without metadata, with `headers` and a `{}` body.
@@ -697,7 +728,7 @@ mod tests {
     #[tokio::test]
     async fn a_redirect_is_answered_not_followed() {
         let (url, seen) = redirecting_app().await;
-        let f = Forwarder::new(&app(&url, "")).unwrap();
+        let f = forwarder(&app(&url, ""));
         let d = orders(&[("X-Trace", "1")]);
         for _ in 0..3 {
             let answer = f.forward(first(&d)).await;
@@ -716,7 +747,7 @@ mod tests {
     #[tokio::test]
     async fn each_request_names_the_apps_host_and_port_once() {
         let (url, seen) = redirecting_app().await;
-        let f = Forwarder::new(&app(&url, "")).unwrap();
+        let f = forwarder(&app(&url, ""));
         let d = orders(&[("Host", "elsewhere.example")]);
         let offer = first(&d);
         f.forward(offer).await;
@@ -744,17 +775,14 @@ mod tests {
         let with_user = url.replace("http://", "http://user:pw@");
         let d = orders(&[]);
         let offer = first(&d);
-        Forwarder::new(&app(&with_user, ""))
-            .unwrap()
-            .forward(offer)
-            .await;
+        forwarder(&app(&with_user, "")).forward(offer).await;
         let mut configured = app(&with_user, "");
-        configured.credentials.headers = [
+        configured.0.credentials.headers = [
             ("Host".to_string(), "app.internal".to_string()),
             ("Authorization".to_string(), "Bearer t".to_string()),
         ]
         .into();
-        Forwarder::new(&configured).unwrap().forward(offer).await;
+        forwarder(&configured).forward(offer).await;
         let authority = url
             .trim_start_matches("http://")
             .trim_end_matches("/messages");
@@ -804,9 +832,69 @@ mod tests {
             ("https://127.0.0.1:1/messages", ""),
             ("https://127.0.0.1:1/messages", "http://127.0.0.1:1"),
         ] {
-            let f = Forwarder::new(&app(url, proxy)).unwrap();
+            let f = forwarder(&app(url, proxy));
             let health = url.parse().unwrap();
-            assert!(!f.healthy(&health, Duration::from_secs(2)).await, "{url}");
+            assert!(
+                !f.client().healthy(&health, Duration::from_secs(2)).await,
+                "{url}"
+            );
         }
+    }
+
+    /// An app that answers every request with `answer`, once its head has arrived.
+    async fn answering_app(answer: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/rpc/create", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut have = 0;
+                    while !String::from_utf8_lossy(&buf[..have]).contains("\r\n\r\n") {
+                        match conn.read(&mut buf[have..]).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => have += n,
+                        }
+                    }
+                    conn.write_all(answer.as_bytes()).await.ok();
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn an_exchange_keeps_the_answers_status_headers_and_body_within_its_bound() {
+        let url = answering_app(
+            "HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\nx-a: 1\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello",
+        )
+        .await;
+        let f = forwarder(&app(&url, ""));
+        let headers = [
+            ("nats-subject".to_string(), "orders.create".to_string()),
+            ("bad\nname".to_string(), "x".to_string()),
+        ];
+        let (done, answer) = f.exchange(&headers, Bytes::from_static(b"{}"), 5).await;
+        let answer = answer.expect("an answer");
+        assert_eq!((answer.status, answer.over), (201, None));
+        assert_eq!(&answer.body[..], b"hello");
+        assert_eq!(answer.header("content-type"), Some("text/plain"));
+        assert_eq!(answer.header("x-a"), Some("1"));
+        assert_eq!(done.skipped_headers, 1, "the header that is not HTTP");
+        assert_eq!(done.class, HttpClass::Status(201));
+        // Over the bound: nothing of the body is handed on as if it were whole.
+        let (_, answer) = f.exchange(&[], Bytes::new(), 4).await;
+        let answer = answer.expect("an answer");
+        assert_eq!((answer.status, answer.over), (201, Some(5)));
+        assert!(answer.body.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_exchange_with_an_app_that_is_not_there_keeps_no_answer() {
+        let f = forwarder(&app("http://127.0.0.1:1/rpc", ""));
+        let (done, answer) = f.exchange(&[], Bytes::new(), 1024).await;
+        assert_eq!(answer, None);
+        assert_eq!(done.outcome, Outcome::Unreachable);
     }
 }

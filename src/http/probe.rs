@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::http::forward::Forwarder;
+use crate::http::app::AppClient;
 use crate::ops::metrics::Metrics;
 use crate::seam::Health;
 
@@ -29,7 +29,7 @@ pub struct HealthProbe {
 /// dropped. It starts from `seed` (a reload's new probe from what the old one said),
 /// else waiting for its first answer.
 pub fn watch(
-    forwarder: Forwarder,
+    client: AppClient,
     probe: Option<HealthProbe>,
     metrics: Metrics,
     seed: Option<Health>,
@@ -54,7 +54,7 @@ pub fn watch(
             if tx.is_closed() {
                 return; // the dispatcher is gone
             }
-            let ok = forwarder.healthy(&probe.url, timeout).await;
+            let ok = client.healthy(&probe.url, timeout).await;
             if let Some(health) = tracker.observe(ok) {
                 tracing::info!(health = health.name(), "app health changed");
                 metrics.app_healthy(health.is_healthy());

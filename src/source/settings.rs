@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::capacity::{Limits, PullTiming};
 use crate::dispatch::{Batching, OutputRules};
 use crate::group::spec::Member;
+use crate::http::forward::TargetSettings;
 use crate::pace::PaceSettings;
 use crate::policy::Policy;
 use crate::seam::Ordering;
@@ -58,6 +59,8 @@ pub struct SourceSettings {
     pub name: String,
     /// Where its messages come from.
     pub binding: Binding,
+    /// Where its messages go: the app's URL, the format, the timeout.
+    pub target: TargetSettings,
     /// Waiting for a missing topology.
     pub retry: Retry,
     /// Pull sizes and the bytes held.

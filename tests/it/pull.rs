@@ -9,8 +9,9 @@ use jetrelay::app::headers::{Pass, RequestFormat};
 use jetrelay::capacity::{Limits, PullTiming};
 use jetrelay::config::NatsConfig;
 use jetrelay::dispatch::Dispatch;
+use jetrelay::http::app::{AppClient, ClientSettings};
 use jetrelay::http::credentials::CredentialFiles;
-use jetrelay::http::forward::{AnswerLimits, AppSettings, Forwarder};
+use jetrelay::http::forward::{AnswerLimits, Forwarder, TargetSettings};
 use jetrelay::nats::{Nats, Publisher, PullEvent, Puller, PullerConfig, Settler};
 use jetrelay::ops::metrics::Metrics;
 use jetrelay::ops::readiness::{Readiness, SourceReadiness, State};
@@ -262,22 +263,25 @@ async fn instance(
     // No supervisor mirrors the connection here: the puller's client is connected.
     process.set_nats_down(None);
     let health = process.source("default", Some("m1".into()));
-    let http = AppSettings {
-        url: app.url().parse().unwrap(),
-        timeout: Duration::from_secs(5),
-        pass: Pass::new(&[]),
-        format: RequestFormat::Raw,
+    let client = AppClient::new(&ClientSettings {
         tls_ca_file: None,
         proxy: None,
         credentials: CredentialFiles::default(),
         pool: 4,
+    })
+    .unwrap();
+    let http = TargetSettings {
+        url: app.url().parse().unwrap(),
+        timeout: Duration::from_secs(5),
+        pass: Pass::new(&[]),
+        format: RequestFormat::Raw,
         limits: AnswerLimits {
             publish_bytes: 1024,
             publish_messages: 10,
         },
     };
     let live = jetrelay::dispatch::Live {
-        forwarder: Forwarder::new(&http).unwrap(),
+        forwarder: Forwarder::new(&client, &http).unwrap(),
         policy: Policy {
             retry: StatusSet::parse(&["5xx"]).unwrap(),
             term: StatusSet::parse(&["4xx"]).unwrap(),
