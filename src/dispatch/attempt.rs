@@ -11,10 +11,9 @@ use tokio::time::Instant;
 use super::Dispatch;
 use super::book::{Settlement, Step, Verdict};
 use super::fates::{self, Fate};
-use super::gate::Reach;
 use super::lanes::LaneKey;
 use super::outputs::Commit;
-use super::pacing::Sample;
+use crate::admission::{Reach, Sample};
 use crate::app::headers::TraceHeaders;
 use crate::app::{self, batch::Answer};
 use crate::dead_letter::{self, DeadLetter, Shed};
@@ -555,12 +554,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         self.metrics.request(f.class, f.elapsed, f.skipped_headers);
         self.metrics.trace_headers_dropped(&f.trace_dropped);
         self.metrics.batch_sent(send.len());
-        let reach = match (&f.outcome, &f.failure) {
-            (Outcome::Unreachable, failure) => {
-                Reach::Unreachable(failure.as_ref().map_or("cannot connect", |x| x.kind))
-            }
-            _ => Reach::Reached,
-        };
+        let reach = Reach::of(f);
         if let Some(Answer::Unparsable(why)) = &bf.answer {
             self.metrics.batch_unparsable();
             tracing::warn!(

@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::gate::Reach;
 use super::lanes::{LaneKey, Lanes};
 use super::timers::{Due, Timers};
+use crate::admission::{Reach, Sample};
 use crate::capacity::Held;
 use crate::message::Delivery;
 use crate::ops::traces::Active;
@@ -96,7 +96,7 @@ pub(super) struct Done {
     pub(super) steps: Vec<(u64, Step)>,
     pub(super) reach: Reach,
     /// What the task's request said of the app's capacity (none: it made none).
-    pub(super) sample: Option<super::pacing::Sample>,
+    pub(super) sample: Option<Sample>,
 }
 
 /// What may start now.
