@@ -211,7 +211,9 @@ impl<T> Book<T> {
         self.next_id += 1;
         self.lanes.push(lane.clone(), id);
         self.timers.schedule(progress_at, id, Due::Progress);
-        self.bytes = self.bytes.saturating_add(delivery.payload.len() as u64);
+        self.bytes = self
+            .bytes
+            .saturating_add(delivery.message.payload.len() as u64);
         self.held.insert(
             id,
             HeldMessage {
@@ -233,7 +235,9 @@ impl<T> Book<T> {
     pub(super) fn take(&mut self, id: u64) -> Option<HeldMessage<T>> {
         let e = self.held.remove(&id)?;
         self.seqs.remove(&e.delivery.stream_seq());
-        self.bytes = self.bytes.saturating_sub(e.delivery.payload.len() as u64);
+        self.bytes = self
+            .bytes
+            .saturating_sub(e.delivery.message.payload.len() as u64);
         if e.verdict.is_some() {
             self.letters -= 1;
         }
@@ -284,7 +288,8 @@ impl<T> Book<T> {
         let mut ids = Vec::new();
         let mut bytes = 0u64;
         let payload = |held: &HashMap<u64, HeldMessage<T>>, id: &u64| {
-            held.get(id).map_or(0, |e| e.delivery.payload.len() as u64)
+            held.get(id)
+                .map_or(0, |e| e.delivery.message.payload.len() as u64)
         };
         while ids.len() < size {
             let Some(&id) = self.due.front() else { break };

@@ -476,7 +476,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         for e in book.held.values().filter(|e| e.verdict.is_some()) {
             tracing::error!(
                 stream_seq = e.delivery.stream_seq(),
-                subject = %e.delivery.subject,
+                subject = %e.delivery.message.subject,
                 "shutdown with a dead letter still unpublished: the message is on its last delivery and stays in its stream, not redelivered to this consumer"
             );
         }
