@@ -24,7 +24,9 @@ pub mod seam;
 pub mod secret;
 pub mod tls;
 
-// Operations: metrics (prometheus), readiness, logging.
+// Operations: metrics (prometheus), readiness, logging; and admission: the app's
+// health and reachability, and the pacing, shared by whatever runs requests at the app.
+pub mod admission;
 pub mod ops;
 
 // The boundaries: NATS (async-nats), the app (reqwest), the servers jetrelay offers

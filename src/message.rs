@@ -1,5 +1,8 @@
-//! What the daemon knows about one delivered message, in our own types: the JetStream
-//! metadata, the message headers as strings, the payload, and the partition.
+//! Messages in our own types: a plain NATS message ([`Message`]: subject, headers as
+//! strings, payload; what any subscriber receives, a request as well as a JetStream
+//! delivery), and one JetStream delivery ([`Delivery`]: the message, its metadata
+//! parsed once from the ack subject, the partition, the origin, and what else breaks
+//! what the transport promises). [`Offered`] is either, as the app is offered it.
 //!
 //! Built by the NATS boundary, read by the dispatcher, the header mapping and the log.
 
@@ -25,30 +28,51 @@ pub struct Meta {
     pub published: OffsetDateTime,
 }
 
-/// One message as the dispatcher sees it.
+/// A NATS message as a subscriber receives it, whatever it is: nothing here says it
+/// was delivered by JetStream.
 #[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The message subject as stored.
+pub struct Message {
+    /// The subject (for a delivery: as stored).
     pub subject: String,
-    /// Metadata, or why it could not be read (the message is then terminated).
-    pub meta: Result<Meta, String>,
-    /// Message headers (name, value), in order; names as sent.
+    /// Headers (name, value), in order; names as sent.
     pub headers: Vec<(String, String)>,
     /// The payload, unchanged.
     pub payload: Bytes,
+}
+
+/// One JetStream delivery as the dispatcher sees it: the message, and what JetStream
+/// says of it.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The message.
+    pub message: Message,
+    /// The metadata, parsed once from the ack subject, or why it could not be read:
+    /// the message is then invalid ([`Invalid::Metadata`]).
+    pub meta: Result<Meta, String>,
     /// The partition number, in group sources.
     pub partition: Option<u32>,
-    /// The subject with the partition token stripped (= `subject` outside groups).
+    /// The subject with the partition token stripped (= the message's subject outside
+    /// groups).
     pub app_subject: String,
     /// Where a sourced message came from (elastic groups: the origin stream and its
     /// sequence, from `Nats-Stream-Source`).
     pub origin: Option<Origin>,
-    /// Why the message breaks what the transport promises; it is then terminated
-    /// (dead-lettered first when a DLQ is configured), never sent.
-    pub invalid: Option<Invalid>,
+    /// What else breaks what the transport promises (the metadata aside: `meta` says
+    /// that); see [`Delivery::invalid`].
+    pub flaw: Option<Flaw>,
 }
 
-/// What makes a delivered message one that cannot be offered to the app.
+/// What makes a delivery invalid besides its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flaw {
+    /// A group message whose subject has no partition token.
+    NoPartition(String),
+    /// The header block could not be parsed: the lines that could be parsed are kept.
+    MalformedHeaders(String),
+}
+
+/// What makes a delivered message one that cannot be offered to the app: the
+/// metric's label and the `+TERM` reason, built by [`Delivery::invalid`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Invalid {
     /// The JetStream metadata (from the ack subject) does not parse.
@@ -115,7 +139,37 @@ impl Origin {
     }
 }
 
+impl Message {
+    /// The last value of a header, case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 impl Delivery {
+    /// Why the message cannot be offered to the app, if it cannot; it is then
+    /// terminated (dead-lettered first when a DLQ is configured), never sent. One
+    /// reason: a missing partition token first, then the metadata, then the headers.
+    pub fn invalid(&self) -> Option<Invalid> {
+        match (&self.flaw, &self.meta) {
+            (Some(Flaw::NoPartition(why)), _) => Some(Invalid::NoPartition(why.clone())),
+            (_, Err(why)) => Some(Invalid::Metadata(why.clone())),
+            (Some(Flaw::MalformedHeaders(why)), Ok(_)) => {
+                Some(Invalid::MalformedHeaders(why.clone()))
+            }
+            (None, Ok(_)) => None,
+        }
+    }
+
+    /// Whether [`Delivery::invalid`] has a reason (without building it).
+    pub fn is_invalid(&self) -> bool {
+        self.flaw.is_some() || self.meta.is_err()
+    }
+
     /// How long ago it was published (its stream timestamp), at `now`; `None`
     /// without metadata. A publish time ahead of `now` (skewed clocks) is zero.
     pub fn age(&self, now: OffsetDateTime) -> Option<std::time::Duration> {
@@ -135,11 +189,87 @@ impl Delivery {
 
     /// The last value of a message header, case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .rev()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.message.header(name)
+    }
+}
+
+/// What the app is offered: a JetStream delivery, or a plain message (a NATS
+/// request: no metadata, no partition, no origin). The HTTP boundary reads either
+/// through these methods, so it forwards a message that is not a delivery as well.
+#[derive(Debug, Clone, Copy)]
+pub enum Offered<'a> {
+    /// A JetStream delivery.
+    Delivery(&'a Delivery),
+    /// A message without JetStream metadata.
+    Message(&'a Message),
+}
+
+impl<'a> Offered<'a> {
+    /// The message.
+    pub fn message(self) -> &'a Message {
+        match self {
+            Offered::Delivery(d) => &d.message,
+            Offered::Message(m) => m,
+        }
+    }
+
+    /// The subject the app is told (a group's partition token stripped).
+    pub fn subject(self) -> &'a str {
+        match self {
+            Offered::Delivery(d) => &d.app_subject,
+            Offered::Message(m) => &m.subject,
+        }
+    }
+
+    /// The JetStream metadata, when it is a delivery whose metadata could be read.
+    pub fn meta(self) -> Option<&'a Meta> {
+        match self {
+            Offered::Delivery(d) => d.meta.as_ref().ok(),
+            Offered::Message(_) => None,
+        }
+    }
+
+    /// The partition number, in group sources.
+    pub fn partition(self) -> Option<u32> {
+        match self {
+            Offered::Delivery(d) => d.partition,
+            Offered::Message(_) => None,
+        }
+    }
+
+    /// Where a sourced message came from.
+    pub fn origin(self) -> Option<&'a Origin> {
+        match self {
+            Offered::Delivery(d) => d.origin.as_ref(),
+            Offered::Message(_) => None,
+        }
+    }
+
+    /// Delivery count, 1 without metadata.
+    pub fn delivered(self) -> u32 {
+        self.meta().map_or(1, |m| m.delivered)
+    }
+
+    /// Stream sequence, 0 without metadata.
+    pub fn stream_seq(self) -> u64 {
+        self.meta().map_or(0, |m| m.stream_seq)
+    }
+
+    /// The last value of a message header, case-insensitively.
+    pub fn header(self, name: &str) -> Option<&'a str> {
+        self.message().header(name)
+    }
+}
+
+impl<'a> From<&'a Delivery> for Offered<'a> {
+    fn from(d: &'a Delivery) -> Offered<'a> {
+        Offered::Delivery(d)
+    }
+}
+
+impl<'a> From<&'a Message> for Offered<'a> {
+    fn from(m: &'a Message) -> Offered<'a> {
+        Offered::Message(m)
     }
 }
 
@@ -233,6 +363,52 @@ mod tests {
                 want,
                 "{value:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_delivery_is_invalid_for_one_reason_in_order() {
+        let meta = Meta::from_ack_subject("$JS.ACK.S.c.1.42.7.1700000000000000000.5");
+        let d = |meta: Result<Meta, String>, flaw: Option<Flaw>| Delivery {
+            message: Message {
+                subject: "s".into(),
+                headers: Vec::new(),
+                payload: Bytes::new(),
+            },
+            meta,
+            partition: None,
+            app_subject: "s".into(),
+            origin: None,
+            flaw,
+        };
+        let no_partition = || Some(Flaw::NoPartition("p".into()));
+        let malformed = || Some(Flaw::MalformedHeaders("h".into()));
+        let cases = [
+            (d(meta.clone(), None), None),
+            (
+                d(Err("m".into()), None),
+                Some(Invalid::Metadata("m".into())),
+            ),
+            (
+                d(Err("m".into()), no_partition()),
+                Some(Invalid::NoPartition("p".into())),
+            ),
+            (
+                d(Err("m".into()), malformed()),
+                Some(Invalid::Metadata("m".into())),
+            ),
+            (
+                d(meta.clone(), malformed()),
+                Some(Invalid::MalformedHeaders("h".into())),
+            ),
+            (
+                d(meta, no_partition()),
+                Some(Invalid::NoPartition("p".into())),
+            ),
+        ];
+        for (d, want) in cases {
+            assert_eq!(d.is_invalid(), want.is_some(), "{d:?}");
+            assert_eq!(d.invalid(), want, "{d:?}");
         }
     }
 

@@ -25,15 +25,15 @@ use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 
 use crate::app::headers::{Pass, Passed, TraceHeaders};
-use crate::message::Delivery;
+use crate::message::Offered;
 use crate::outputs::{self, Author, Output, Refusal};
 use crate::policy::AppAction;
 
-/// The id of a message in a batch: `<stream>:<sequence>`.
-pub fn id(d: &Delivery) -> String {
-    match &d.meta {
-        Ok(m) => format!("{}:{}", m.stream, m.stream_seq),
-        Err(_) => format!(":{}", d.stream_seq()),
+/// The id of a message in a batch: `<stream>:<sequence>` (`:0` without metadata).
+pub fn id(d: Offered<'_>) -> String {
+    match d.meta() {
+        Some(m) => format!("{}:{}", m.stream, m.stream_seq),
+        None => format!(":{}", d.stream_seq()),
     }
 }
 
@@ -62,16 +62,16 @@ struct BatchMessage<'a> {
     data_base64: Option<String>,
 }
 
-/// The request body for `items` (each delivery with the attempt it is on), and what
+/// The request body for `items` (each message with the attempt it is on), and what
 /// of their headers was left out (invalid HTTP; trace headers over their limits).
 pub fn body(
-    items: &[(&Delivery, u32, Option<TraceHeaders<'_>>)],
+    items: &[(Offered<'_>, u32, Option<TraceHeaders<'_>>)],
     pass: &Pass,
 ) -> (Vec<u8>, Passed) {
     let mut skipped = Passed::default();
     let messages: Vec<BatchMessage<'_>> = items
         .iter()
-        .map(|(d, attempt, trace)| {
+        .map(|&(d, attempt, trace)| {
             let mut headers = Map::new();
             let mut add = |name: &str, value: Cow<'_, str>| {
                 // Only arrays are inserted.
@@ -85,33 +85,34 @@ pub fn body(
             if let Some(ct) = d.header("Content-Type") {
                 add("Content-Type", Cow::Borrowed(ct));
             }
-            let p = crate::app::headers::passed(d, pass, *trace, &mut add);
+            let p = crate::app::headers::passed(d, pass, trace, &mut add);
             skipped.skipped_invalid += p.skipped_invalid;
             skipped.trace_dropped.merge(p.trace_dropped);
-            let meta = d.meta.as_ref().ok();
-            let (data, data_base64) = match std::str::from_utf8(&d.payload) {
+            let meta = d.meta();
+            let payload = &d.message().payload;
+            let (data, data_base64) = match std::str::from_utf8(payload) {
                 Ok(text) => (Some(text), None),
                 Err(_) => (
                     None,
-                    Some(base64::engine::general_purpose::STANDARD.encode(&d.payload)),
+                    Some(base64::engine::general_purpose::STANDARD.encode(payload)),
                 ),
             };
             BatchMessage {
                 id: id(d),
                 stream: meta.map_or("", |m| m.stream.as_str()),
                 sequence: d.stream_seq(),
-                subject: &d.app_subject,
-                delivered: (*attempt).max(d.delivered()),
+                subject: d.subject(),
+                delivered: attempt.max(d.delivered()),
                 published: meta.and_then(|m| {
                     m.published
                         .to_offset(time::UtcOffset::UTC)
                         .format(&Rfc3339)
                         .ok()
                 }),
-                partition: d.partition,
+                partition: d.partition(),
                 msg_id: d.header("Nats-Msg-Id"),
-                origin_stream: d.origin.as_ref().map(|o| o.stream.as_str()),
-                origin_sequence: d.origin.as_ref().map(|o| o.sequence),
+                origin_stream: d.origin().map(|o| o.stream.as_str()),
+                origin_sequence: d.origin().map(|o| o.sequence),
                 headers,
                 data,
                 data_base64,
@@ -309,11 +310,18 @@ mod tests {
     use time::OffsetDateTime;
 
     use super::*;
-    use crate::message::{Meta, Origin};
+    use crate::message::{Delivery, Message, Meta, Origin};
 
     fn delivery(seq: u64, payload: &[u8], headers: &[(&str, &str)]) -> Delivery {
         Delivery {
-            subject: "3.orders.eu".into(),
+            message: Message {
+                subject: "3.orders.eu".into(),
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                payload: Bytes::copy_from_slice(payload),
+            },
             meta: Ok(Meta {
                 stream: "ORDERS".into(),
                 consumer: "c".into(),
@@ -323,18 +331,13 @@ mod tests {
                 pending: 0,
                 published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
             }),
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            payload: Bytes::copy_from_slice(payload),
             partition: Some(3),
             app_subject: "orders.eu".into(),
             origin: Some(Origin {
                 stream: "SRC".into(),
                 sequence: 40,
             }),
-            invalid: None,
+            flaw: None,
         }
     }
 
@@ -353,7 +356,10 @@ mod tests {
             ],
         );
         let b = delivery(43, &[0xff, 0x00], &[]);
-        let (bytes, skipped) = body(&[(&a, 1, None), (&b, 3, None)], &Pass::default());
+        let (bytes, skipped) = body(
+            &[((&a).into(), 1, None), ((&b).into(), 3, None)],
+            &Pass::default(),
+        );
         assert_eq!(skipped.skipped_invalid, 1, "the invalid header name");
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         let first = &v["messages"][0];

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use time::format_description::well_known::Rfc3339;
 
-use crate::message::Delivery;
+use crate::message::Offered;
 use crate::trace::context::{self, Dropped};
 use serde::{Deserialize, Serialize};
 
@@ -128,8 +128,8 @@ pub struct Mapped<'a> {
     pub trace_dropped: Dropped,
 }
 
-/// Maps one delivery's message headers and metadata to request headers; `attempt`
-/// is sent as `Nats-Delivered` (deliveries plus in-place retries, so the app sees
+/// Maps one message's headers and, for a delivery, its metadata to request headers;
+/// `attempt` is sent as `Nats-Delivered` (deliveries plus in-place retries, so the app sees
 /// every retry as one).
 ///
 /// `Nats-*` message headers are never passed through: the server's own
@@ -144,7 +144,7 @@ pub struct Mapped<'a> {
 /// `ce-*` headers that pass, and gets the required ones it lacks; another message's
 /// `ce-*` headers are replaced.
 pub fn map<'a>(
-    d: &'a Delivery,
+    d: Offered<'a>,
     attempt: u32,
     pass: &Pass,
     format: RequestFormat,
@@ -153,7 +153,7 @@ pub fn map<'a>(
     // Room for what passes, the trace context and the metadata (at most 11 of those
     // outside CloudEvents): the list is not regrown per request.
     let mut out = Mapped {
-        headers: Vec::with_capacity(d.headers.len() + 14),
+        headers: Vec::with_capacity(d.message().headers.len() + 14),
         ..Mapped::default()
     };
     let p = passed(d, pass, trace, |name, value| {
@@ -167,8 +167,8 @@ pub fn map<'a>(
         .unwrap_or("application/octet-stream");
     let mut add = |n: &'static str, v: Cow<'a, str>| out.headers.push((Cow::Borrowed(n), v));
     add("content-type", content_type.into());
-    add("nats-subject", d.app_subject.as_str().into());
-    if let Ok(m) = &d.meta {
+    add("nats-subject", d.subject().into());
+    if let Some(m) = d.meta() {
         add("nats-stream", m.stream.as_str().into());
         add("nats-sequence", m.stream_seq.to_string().into());
         add(
@@ -179,11 +179,11 @@ pub fn map<'a>(
             add("nats-published", t.into());
         }
     }
-    if let Some(o) = &d.origin {
+    if let Some(o) = d.origin() {
         add("nats-origin-stream", o.stream.as_str().into());
         add("nats-origin-sequence", o.sequence.to_string().into());
     }
-    if let Some(p) = d.partition {
+    if let Some(p) = d.partition() {
         add("nats-partition", p.to_string().into());
     }
     if let Some(id) = d.header("Nats-Msg-Id").filter(|v| is_valid_value(v)) {
@@ -201,16 +201,17 @@ pub fn map<'a>(
 /// `ce-type` jetrelay adds, so that what the app gets is always a valid CloudEvent.
 /// Its `ce-source` is the publisher's claim, not checked. Any other message's `ce-*`
 /// headers are replaced by jetrelay's.
-fn cloudevent<'a>(d: &'a Delivery, pass: &Pass, out: &mut Mapped<'a>) {
+fn cloudevent<'a>(d: Offered<'a>, pass: &Pass, out: &mut Mapped<'a>) {
     let is_ce =
         |n: &str| n.len() > 3 && n.is_char_boundary(3) && n[..3].eq_ignore_ascii_case("ce-");
     let admitted = |n: &str| pass.admits(&n.to_ascii_lowercase());
     let own = d
+        .message()
         .headers
         .iter()
         .any(|(n, _)| n.eq_ignore_ascii_case("ce-specversion") && admitted(n));
     out.headers.retain(|(n, _)| !is_ce(n));
-    let meta = d.meta.as_ref().ok();
+    let meta = d.meta();
     let stream = meta.map_or("", |m| m.stream.as_str());
     let id = d
         .header("Nats-Msg-Id")
@@ -222,12 +223,17 @@ fn cloudevent<'a>(d: &'a Delivery, pass: &Pass, out: &mut Mapped<'a>) {
         // Already a CloudEvent: its own attributes that pass (valid ones), and the
         // required ones it lacks.
         let has = |name: &str| {
-            d.headers.iter().any(|(n, v)| {
+            d.message().headers.iter().any(|(n, v)| {
                 n.eq_ignore_ascii_case(name) && admitted(n) && is_valid_value(v) && !v.is_empty()
             })
         };
         let (id_given, source_given, type_given) = (has("ce-id"), has("ce-source"), has("ce-type"));
-        for (n, v) in d.headers.iter().filter(|(n, _)| is_ce(n) && admitted(n)) {
+        for (n, v) in d
+            .message()
+            .headers
+            .iter()
+            .filter(|(n, _)| is_ce(n) && admitted(n))
+        {
             if is_valid_name(n) && is_valid_value(v) {
                 out.headers.push((Cow::Owned(n.clone()), Cow::Borrowed(v)));
             }
@@ -249,7 +255,7 @@ fn cloudevent<'a>(d: &'a Delivery, pass: &Pass, out: &mut Mapped<'a>) {
     add("ce-id", id.into());
     add("ce-source", source.into());
     add("ce-type", kind.into());
-    add("ce-subject", d.app_subject.as_str().into());
+    add("ce-subject", d.subject().into());
     if let Some(t) = meta.and_then(|m| {
         m.published
             .to_offset(time::UtcOffset::UTC)
@@ -278,13 +284,13 @@ pub struct Passed {
 /// would have passed; it is never sent, so that an app that refuses it never turns
 /// it into a message's failure. A batch request carries the same headers per message.
 pub fn passed<'a>(
-    d: &'a Delivery,
+    d: Offered<'a>,
     pass: &Pass,
     trace: Option<TraceHeaders<'a>>,
     mut each: impl FnMut(&'a str, Cow<'a, str>),
 ) -> Passed {
     let mut out = Passed::default();
-    for (name, value) in &d.headers {
+    for (name, value) in &d.message().headers {
         let lower = name.to_ascii_lowercase();
         if !pass.admits(&lower) || TRACE_HEADERS.contains(&lower.as_str()) {
             continue;
@@ -295,7 +301,12 @@ pub fn passed<'a>(
             out.skipped_invalid += 1;
         }
     }
-    let own = context::inbound(d.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    let own = context::inbound(
+        d.message()
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str())),
+    );
     out.trace_dropped = own.dropped;
     // Each value checked against its syntax (visible ASCII only), so valid HTTP.
     match trace {
@@ -342,13 +353,13 @@ pub fn is_valid_value(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Meta;
+    use crate::message::{Delivery, Message, Meta};
     use bytes::Bytes;
     use time::OffsetDateTime;
 
     /// Leaked: the mapped headers borrow from the delivery, and the tests build
     /// it inline.
-    fn delivery(headers: &[(&str, &str)], partition: Option<u32>) -> &'static Delivery {
+    fn delivery(headers: &[(&str, &str)], partition: Option<u32>) -> Offered<'static> {
         delivery_from(headers, partition, None)
     }
 
@@ -356,9 +367,16 @@ mod tests {
         headers: &[(&str, &str)],
         partition: Option<u32>,
         origin: Option<crate::message::Origin>,
-    ) -> &'static Delivery {
-        Box::leak(Box::new(Delivery {
-            subject: "3.orders.eu".into(),
+    ) -> Offered<'static> {
+        let delivery: &'static Delivery = Box::leak(Box::new(Delivery {
+            message: Message {
+                subject: "3.orders.eu".into(),
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                payload: Bytes::from_static(b"x"),
+            },
             meta: Ok(Meta {
                 stream: "ORDERS".into(),
                 consumer: "c".into(),
@@ -368,16 +386,12 @@ mod tests {
                 pending: 0,
                 published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
             }),
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            payload: Bytes::from_static(b"x"),
             partition,
             app_subject: "orders.eu".into(),
             origin,
-            invalid: None,
-        }))
+            flaw: None,
+        }));
+        Offered::Delivery(delivery)
     }
 
     fn get<'a>(m: &'a Mapped, name: &str) -> Vec<&'a str> {

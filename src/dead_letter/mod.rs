@@ -87,6 +87,7 @@ pub fn left_out(name: &str) -> bool {
 pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
     let d = dl.delivery;
     let mut out: Vec<(String, String)> = d
+        .message
         .headers
         .iter()
         .filter(|(n, _)| !left_out(n))
@@ -181,13 +182,14 @@ pub struct Letter {
 /// its reason shortened. `None` when not even that fits (what it says of the original
 /// is itself too large).
 pub fn letter(dl: &DeadLetter<'_>, max_payload: usize, at_least: Shed) -> Option<Letter> {
-    let payload = dl.delivery.payload.len();
+    let payload = dl.delivery.message.payload.len();
     let mut shed = Some(at_least);
     while let Some(level) = shed {
         let mut headers = headers(dl);
         if level >= Shed::Headers {
             let original: Vec<(String, String)> = dl
                 .delivery
+                .message
                 .headers
                 .iter()
                 .filter(|(n, _)| !left_out(n))
@@ -232,13 +234,25 @@ pub fn letter(dl: &DeadLetter<'_>, max_payload: usize, at_least: Shed) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Meta;
+    use crate::message::{Message, Meta};
     use bytes::Bytes;
 
     #[test]
     fn dlq_headers_table() {
         let d = Delivery {
-            subject: "3.orders.eu".into(),
+            message: Message {
+                subject: "3.orders.eu".into(),
+                headers: vec![
+                    ("X-Trace".into(), "t".into()),
+                    ("Nats-Msg-Id".into(), "orig".into()),
+                    ("Nats-Expected-Last-Sequence".into(), "4".into()),
+                    // A publisher's forgery of the letter's own metadata.
+                    ("Jetrelay-Dlq-Subject".into(), "pay.refund.all".into()),
+                    ("JETRELAY-DLQ-STREAM".into(), "PAY".into()),
+                    ("Jetrelay-Other".into(), "x".into()),
+                ],
+                payload: Bytes::from_static(b"p"),
+            },
             meta: Ok(Meta {
                 stream: "ORDERS".into(),
                 consumer: "w".into(),
@@ -248,20 +262,10 @@ mod tests {
                 pending: 0,
                 published: OffsetDateTime::UNIX_EPOCH,
             }),
-            headers: vec![
-                ("X-Trace".into(), "t".into()),
-                ("Nats-Msg-Id".into(), "orig".into()),
-                ("Nats-Expected-Last-Sequence".into(), "4".into()),
-                // A publisher's forgery of the letter's own metadata.
-                ("Jetrelay-Dlq-Subject".into(), "pay.refund.all".into()),
-                ("JETRELAY-DLQ-STREAM".into(), "PAY".into()),
-                ("Jetrelay-Other".into(), "x".into()),
-            ],
-            payload: Bytes::from_static(b"p"),
             partition: Some(3),
             app_subject: "orders.eu".into(),
             origin: None,
-            invalid: None,
+            flaw: None,
         };
         let h = headers(&DeadLetter {
             delivery: &d,
@@ -301,14 +305,16 @@ mod tests {
     #[test]
     fn a_letter_too_large_sheds_its_payload_then_the_headers_then_its_reason() {
         let d = |headers: Vec<(String, String)>, payload: usize| Delivery {
-            subject: "s".into(),
+            message: Message {
+                subject: "s".into(),
+                headers,
+                payload: Bytes::from(vec![7u8; payload]),
+            },
             meta: Err("none".into()),
-            headers,
-            payload: Bytes::from(vec![7u8; payload]),
             partition: None,
             app_subject: "s".into(),
             origin: None,
-            invalid: None,
+            flaw: None,
         };
         let letter_of = |d: &Delivery, reason: &str, max: usize, at: Shed| {
             let dl = DeadLetter {

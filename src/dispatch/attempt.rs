@@ -11,10 +11,9 @@ use tokio::time::Instant;
 use super::Dispatch;
 use super::book::{Settlement, Step, Verdict};
 use super::fates::{self, Fate};
-use super::gate::Reach;
 use super::lanes::LaneKey;
 use super::outputs::Commit;
-use super::pacing::Sample;
+use crate::admission::{Reach, Sample};
 use crate::app::headers::TraceHeaders;
 use crate::app::{self, batch::Answer};
 use crate::dead_letter::{self, DeadLetter, Shed};
@@ -54,16 +53,16 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         // One attempt runs under one config: a reload meanwhile applies to the next.
         let live = self.live();
         let mut sample = None;
-        let (outcome, status, http_ms, failure, published) = match &d.invalid {
+        let (outcome, status, http_ms, failure, published) = match d.invalid() {
             Some(why) => {
-                self.metrics.invalid(why);
-                (Outcome::Invalid(why.clone()), None, None, None, None)
+                self.metrics.invalid(&why);
+                (Outcome::Invalid(why), None, None, None, None)
             }
             None => {
                 let span = trace.map(|t| self.tracer.request(t, attempt));
                 let traceparent = span.as_ref().map(Active::traceparent);
                 let offer = Offer {
-                    delivery: d,
+                    offered: d.into(),
                     attempt,
                     trace: traceparent.as_deref().map(|tp| TraceHeaders {
                         traceparent: tp,
@@ -366,13 +365,13 @@ async fn publish_dead_letter<P: Publish>(
         if l.shed > Shed::Nothing {
             tracing::warn!(
                 stream_seq = letter.delivery.stream_seq(),
-                bytes = letter.delivery.payload.len(),
+                bytes = letter.delivery.message.payload.len(),
                 without = l.shed.without(),
                 "the dead letter is too large: published without what does not fit (the original stays in its stream)"
             );
         }
         let payload = if l.with_payload {
-            letter.delivery.payload.clone()
+            letter.delivery.message.payload.clone()
         } else {
             bytes::Bytes::new()
         };
@@ -494,7 +493,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     );
                     steps.push((item.id, step.await));
                 }
-                None if item.delivery.invalid.is_some() => {
+                None if item.delivery.is_invalid() => {
                     let (step, _, _) = self
                         .attempt(
                             &item.delivery,
@@ -523,7 +522,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             .iter()
             .zip(&parents)
             .map(|(i, parent)| Offer {
-                delivery: i.delivery.as_ref(),
+                offered: i.delivery.as_ref().into(),
                 attempt: i.attempt,
                 trace: i
                     .trace
@@ -555,12 +554,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         self.metrics.request(f.class, f.elapsed, f.skipped_headers);
         self.metrics.trace_headers_dropped(&f.trace_dropped);
         self.metrics.batch_sent(send.len());
-        let reach = match (&f.outcome, &f.failure) {
-            (Outcome::Unreachable, failure) => {
-                Reach::Unreachable(failure.as_ref().map_or("cannot connect", |x| x.kind))
-            }
-            _ => Reach::Reached,
-        };
+        let reach = Reach::of(f);
         if let Some(Answer::Unparsable(why)) = &bf.answer {
             self.metrics.batch_unparsable();
             tracing::warn!(
@@ -569,7 +563,10 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 "the app's answer to a batch does not parse: the whole batch is retried"
             );
         }
-        let ids: Vec<String> = send.iter().map(|i| app::batch::id(&i.delivery)).collect();
+        let ids: Vec<String> = send
+            .iter()
+            .map(|i| app::batch::id(i.delivery.as_ref().into()))
+            .collect();
         let (outcomes, unknown) = fates::outcomes(&f.outcome, bf.answer.as_ref(), &ids);
         if unknown > 0 {
             self.metrics.batch_unknown_ids(unknown);

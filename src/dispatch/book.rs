@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::gate::Reach;
 use super::lanes::{LaneKey, Lanes};
 use super::timers::{Due, Timers};
+use crate::admission::{Reach, Sample};
 use crate::capacity::Held;
 use crate::message::Delivery;
 use crate::ops::traces::Active;
@@ -96,7 +96,7 @@ pub(super) struct Done {
     pub(super) steps: Vec<(u64, Step)>,
     pub(super) reach: Reach,
     /// What the task's request said of the app's capacity (none: it made none).
-    pub(super) sample: Option<super::pacing::Sample>,
+    pub(super) sample: Option<Sample>,
 }
 
 /// What may start now.
@@ -211,7 +211,9 @@ impl<T> Book<T> {
         self.next_id += 1;
         self.lanes.push(lane.clone(), id);
         self.timers.schedule(progress_at, id, Due::Progress);
-        self.bytes = self.bytes.saturating_add(delivery.payload.len() as u64);
+        self.bytes = self
+            .bytes
+            .saturating_add(delivery.message.payload.len() as u64);
         self.held.insert(
             id,
             HeldMessage {
@@ -233,7 +235,9 @@ impl<T> Book<T> {
     pub(super) fn take(&mut self, id: u64) -> Option<HeldMessage<T>> {
         let e = self.held.remove(&id)?;
         self.seqs.remove(&e.delivery.stream_seq());
-        self.bytes = self.bytes.saturating_sub(e.delivery.payload.len() as u64);
+        self.bytes = self
+            .bytes
+            .saturating_sub(e.delivery.message.payload.len() as u64);
         if e.verdict.is_some() {
             self.letters -= 1;
         }
@@ -284,7 +288,8 @@ impl<T> Book<T> {
         let mut ids = Vec::new();
         let mut bytes = 0u64;
         let payload = |held: &HashMap<u64, HeldMessage<T>>, id: &u64| {
-            held.get(id).map_or(0, |e| e.delivery.payload.len() as u64)
+            held.get(id)
+                .map_or(0, |e| e.delivery.message.payload.len() as u64)
         };
         while ids.len() < size {
             let Some(&id) = self.due.front() else { break };

@@ -1,8 +1,10 @@
 //! What decides whether work starts, and what readiness says about it: the app's
-//! health (`http.health_url`), whether the app can be reached at all, and where a
-//! group member stands. Pure: the dispatcher feeds it what it learns and shows what
-//! [`Gate::shown`] says.
+//! half (its health and whether it can be reached: `crate::admission::app`, shared
+//! with any other runner), and the dispatcher's own: where a group member stands,
+//! the consumer's pause on the server, dead letters waiting. Pure: the dispatcher
+//! feeds it what it learns and shows what [`Gate::shown`] says.
 
+use crate::admission::AppGate;
 use crate::ops::readiness::State;
 use crate::seam::Health;
 
@@ -17,31 +19,11 @@ pub(super) struct Standing {
     pub(super) unavailable: Option<String>,
 }
 
-/// The app cannot be reached: how many times in a row, and how the last try failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Unreachable {
-    pub(super) streak: u32,
-    pub(super) kind: &'static str,
-}
-
-/// Whether a task's request reached the app.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reach {
-    /// A connection was made (an answer, a timeout, a reset): the app is there.
-    Reached,
-    /// No connection could be made.
-    Unreachable(&'static str),
-    /// No request was made (an invalid message, a dead letter).
-    NotAsked,
-}
-
 /// The gate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Gate {
-    /// The health URL's verdict (always healthy without one).
-    pub(super) health: Health,
-    /// Set while the app cannot be reached.
-    pub(super) unreachable: Option<Unreachable>,
+    /// The app's health and reachability.
+    pub(super) app: AppGate,
     pub(super) standing: Standing,
     /// Messages kept only for their dead letter, which the DLQ does not store yet.
     pub(super) letters_waiting: usize,
@@ -53,47 +35,11 @@ impl Gate {
     /// A gate for an app in this health, reachable, of a member that stands nowhere yet.
     pub(super) fn new(health: Health) -> Gate {
         Gate {
-            health,
-            unreachable: None,
+            app: AppGate::new(health),
             standing: Standing::default(),
             letters_waiting: 0,
             paused: None,
         }
-    }
-
-    /// Whether the app can take work: healthy and reachable.
-    pub(super) fn serviceable(&self) -> bool {
-        self.health.is_healthy() && self.unreachable.is_none()
-    }
-
-    /// Records what a request taught about the app. Returns whether what is shown
-    /// changes.
-    pub(super) fn reached(&mut self, reach: Reach) -> bool {
-        match (reach, &mut self.unreachable) {
-            (Reach::Reached, Some(_)) => {
-                self.unreachable = None;
-                tracing::info!("the app is reachable again: resuming delivery");
-                true
-            }
-            (Reach::Unreachable(kind), Some(u)) => {
-                u.streak = u.streak.saturating_add(1);
-                std::mem::replace(&mut u.kind, kind) != kind
-            }
-            (Reach::Unreachable(kind), None) => {
-                tracing::warn!(
-                    error = kind,
-                    "the app is unreachable: pausing, holding what is held (kept alive), offering it again with backoff"
-                );
-                self.unreachable = Some(Unreachable { streak: 1, kind });
-                true
-            }
-            (Reach::Reached | Reach::NotAsked, None) | (Reach::NotAsked, Some(_)) => false,
-        }
-    }
-
-    /// How many times in a row the app could not be reached (1 when it could).
-    pub(super) fn streak(&self) -> u32 {
-        self.unreachable.as_ref().map_or(1, |u| u.streak)
     }
 
     /// What readiness shows: not ready while the app is unhealthy or unreachable or
@@ -101,18 +47,8 @@ impl Gate {
     /// consumer without the pin (readiness tells standby from idle); else consuming.
     pub(super) fn shown(&self, pinned_mode: bool, pinned: bool) -> (State, String) {
         let s = &self.standing;
-        if self.health == Health::Waiting {
-            (
-                State::NotReady,
-                "waiting for the first health probe (http.health_url)".into(),
-            )
-        } else if self.health == Health::Unhealthy {
-            (
-                State::NotReady,
-                "the app is not healthy (http.health_url)".into(),
-            )
-        } else if let Some(u) = &self.unreachable {
-            (State::NotReady, format!("app unreachable: {}", u.kind))
+        if let Some(why) = self.app.not_ready() {
+            (State::NotReady, why)
         } else if let Some(why) = &s.unavailable {
             (State::NotReady, why.clone())
         } else if let Some(why) = &self.paused {
@@ -144,18 +80,21 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::Unreachable;
 
     fn gate(healthy: bool, unreachable: bool, standing: Standing) -> Gate {
         Gate {
-            health: if healthy {
-                Health::Healthy
-            } else {
-                Health::Unhealthy
+            app: AppGate {
+                health: if healthy {
+                    Health::Healthy
+                } else {
+                    Health::Unhealthy
+                },
+                unreachable: unreachable.then_some(Unreachable {
+                    streak: 2,
+                    kind: "connection refused",
+                }),
             },
-            unreachable: unreachable.then_some(Unreachable {
-                streak: 2,
-                kind: "connection refused",
-            }),
             standing,
             letters_waiting: 0,
             paused: None,
@@ -294,23 +233,5 @@ mod tests {
                 "{g:?} pinned_mode={pinned_mode} pinned={pinned}"
             );
         }
-    }
-
-    #[test]
-    fn reachability_table() {
-        let mut g = gate(true, false, Standing::default());
-        assert!(!g.reached(Reach::Reached), "reachable stays reachable");
-        assert!(!g.reached(Reach::NotAsked));
-        assert!(g.reached(Reach::Unreachable("connection refused")));
-        assert_eq!((g.streak(), g.serviceable()), (1, false));
-        assert!(!g.reached(Reach::Unreachable("connection refused")));
-        assert!(!g.reached(Reach::NotAsked), "a dead letter proves nothing");
-        assert!(
-            g.reached(Reach::Unreachable("cannot connect")),
-            "the reason shown changes"
-        );
-        assert_eq!(g.streak(), 3);
-        assert!(g.reached(Reach::Reached));
-        assert_eq!((g.streak(), g.serviceable()), (1, true));
     }
 }

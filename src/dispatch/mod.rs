@@ -5,7 +5,8 @@
 //! NATS side, [`Forward`] on the app's, and [`Publish`] for dead letters and outputs.
 //!
 //! - `book`: every held message, its lane, its timers and the bytes held.
-//! - `gate`: whether work may start, and what readiness says about it (pure).
+//! - `gate`: whether work may start, and what readiness says about it (pure); the
+//!   app's half of it and the pacing are `crate::admission`'s, shared with other runners.
 //! - `attempt`: one message's (or one batch's) work, run as a task.
 //! - `fates`: what a batch answer means for each message, and the held-back rule (pure).
 //! - `outputs`: an answer's outputs published before the input's ack.
@@ -26,7 +27,6 @@ mod fates;
 mod gate;
 pub mod lanes;
 mod outputs;
-mod pacing;
 #[cfg(test)]
 mod tests;
 pub mod timers;
@@ -46,9 +46,9 @@ use self::book::{Book, Done, Fill, HeldMessage, LaneReturns, Settlement, Step, V
 use self::gate::Gate;
 use self::lanes::LaneKey;
 pub use self::outputs::OutputRules;
-use self::pacing::Pacing;
 use self::timers::Due;
 use self::watched::Watched;
+use crate::admission::{Pacing, Reach};
 use crate::capacity::Limits;
 use crate::message::Delivery;
 use crate::ops::metrics::{AgeStage, Metrics, SettleLabel};
@@ -224,7 +224,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             if let Some(ended) = self.turn(&mut run).await {
                 break ended;
             }
-            let was_serviceable = run.gate.serviceable();
+            let was_serviceable = run.gate.app.serviceable();
             let next_timer = earliest(
                 earliest(run.book.timers.next_deadline(), self.batch_due(&run)),
                 run.pacing.wait,
@@ -251,7 +251,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     Flow::Go
                 }
                 health = run.app_healthy.next(), if !run.draining => {
-                    run.gate.health = health;
+                    run.gate.app.health = health;
                     Flow::Refresh
                 }
                 pause = run.server_pause.next(), if !run.draining => self.paused(&mut run, pause),
@@ -297,7 +297,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             batch_since: None,
             pacing: Pacing::new(now.pace),
         };
-        run.source.set_paused(!run.gate.serviceable());
+        run.source.set_paused(!run.gate.app.serviceable());
         self.metrics.paused(run.gate.paused.is_some());
         self.show(&run.gate);
         run
@@ -329,7 +329,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         .collect();
                     let done = Done {
                         steps,
-                        reach: gate::Reach::NotAsked,
+                        reach: Reach::NotAsked,
                         sample: None,
                     };
                     self.done(run, done).await;
@@ -349,8 +349,8 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         if run.draining {
             // Only dead letters still to publish remain held.
             self.fill(&mut run.book, &mut run.pacing, Fill::All, true);
-        } else if run.gate.health.is_healthy() && !run.quiescing && run.gate.paused.is_none() {
-            let mode = if run.gate.unreachable.is_some() {
+        } else if run.gate.app.health.is_healthy() && !run.quiescing && run.gate.paused.is_none() {
+            let mode = if run.gate.app.unreachable.is_some() {
                 Fill::Probe
             } else {
                 Fill::All
@@ -382,7 +382,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         if run.draining {
             return;
         }
-        let serviceable = run.gate.serviceable();
+        let serviceable = run.gate.app.serviceable();
         if serviceable != was_serviceable {
             run.source.set_paused(!serviceable);
             let handover = !serviceable && self.pinned_mode;
@@ -399,7 +399,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         run.source.reconfigure(live.limits, live.confirmed_acks);
         let (app_healthy, health) = Watched::new(live.app_healthy.clone());
         run.app_healthy = app_healthy;
-        run.gate.health = health;
+        run.gate.app.health = health;
         Flow::Refresh
     }
 
@@ -438,7 +438,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         // Healthy is what the probe says *and* reachable: an app whose port is closed
         // is not healthy, probe or no probe. Set before readiness, so that whoever
         // sees the new state also sees the gauge.
-        self.metrics.app_healthy(gate.serviceable());
+        self.metrics.app_healthy(gate.app.serviceable());
         self.readiness.set(state, reason);
     }
 
@@ -477,7 +477,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         for e in book.held.values().filter(|e| e.verdict.is_some()) {
             tracing::error!(
                 stream_seq = e.delivery.stream_seq(),
-                subject = %e.delivery.subject,
+                subject = %e.delivery.message.subject,
                 "shutdown with a dead letter still unpublished: the message is on its last delivery and stays in its stream, not redelivered to this consumer"
             );
         }
@@ -742,7 +742,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     };
                 }
                 let mut steps = Vec::with_capacity(1);
-                let mut reach = gate::Reach::NotAsked;
+                let mut reach = Reach::NotAsked;
                 let mut sample = None;
                 for i in items {
                     let trace = i.trace.as_ref();
@@ -777,7 +777,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// A task reported back: each message's step, then each lane it ran: a lane none
     /// of its messages still occupies is done, after what goes back to its front.
     async fn done<S: Source>(&self, run: &mut Run<S, F>, done: Done) -> Flow {
-        let refresh = run.gate.reached(done.reach);
+        let refresh = run.gate.app.reached(done.reach);
         let now = Instant::now();
         let mut lanes = LaneReturns::default();
         for (id, step) in done.steps {
@@ -812,7 +812,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         self.release_held(book, id, Duration::ZERO).await;
                         occupies = false;
                     } else {
-                        let delay = self.live().policy.unreachable_delay(run.gate.streak());
+                        let delay = self.live().policy.unreachable_delay(run.gate.app.streak());
                         book.retry_at(id, now + delay);
                     }
                 }

@@ -74,7 +74,12 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         });
         // The input's trace headers as bounded for the app: an oversized or
         // malformed one is not carried either (counted with the request).
-        let own = context::inbound(d.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        let own = context::inbound(
+            d.message
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        );
         match &span {
             Some(s) => {
                 let tp = s.traceparent();

@@ -20,7 +20,7 @@ use super::{Dispatch, Ended, OutputRules};
 use crate::app::batch::{Answer, ItemResult};
 use crate::app::headers::TraceHeaders;
 use crate::capacity::Held;
-use crate::message::{Delivery, Meta};
+use crate::message::{Delivery, Message, Meta, Offered};
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{Readiness, SourceReadiness, State};
 use crate::ops::traces::Tracer;
@@ -325,7 +325,7 @@ struct FakeApp {
 
 impl Forward for FakeApp {
     async fn forward(&self, offer: Offer<'_>) -> Forwarded {
-        let (d, attempt) = (offer.delivery, offer.attempt);
+        let (d, attempt) = (offer.offered, offer.attempt);
         self.traceparents
             .lock()
             .unwrap()
@@ -341,7 +341,7 @@ impl Forward for FakeApp {
         self.in_flight.lock().unwrap().0 -= 1;
         self.seen.lock().unwrap().push(Seen {
             seq: d.stream_seq(),
-            subject: d.app_subject.clone(),
+            subject: d.subject().to_string(),
             attempt,
             start,
             end: Instant::now(),
@@ -362,7 +362,8 @@ impl Forward for FakeApp {
             .lock()
             .unwrap()
             .push(trace.map(|t| t.traceparent.to_string()));
-        let items: Vec<(&Delivery, u32)> = offers.iter().map(|o| (o.delivery, o.attempt)).collect();
+        let items: Vec<(Offered<'_>, u32)> =
+            offers.iter().map(|o| (o.offered, o.attempt)).collect();
         let start = Instant::now();
         let carried: Vec<(u64, u32)> = items.iter().map(|(d, a)| (d.stream_seq(), *a)).collect();
         self.batches
@@ -375,7 +376,7 @@ impl Forward for FakeApp {
         for (d, attempt) in &items {
             self.seen.lock().unwrap().push(Seen {
                 seq: d.stream_seq(),
-                subject: d.app_subject.clone(),
+                subject: d.subject().to_string(),
                 attempt: *attempt,
                 start,
                 end: Instant::now(),
@@ -422,7 +423,11 @@ fn status(s: u16) -> Outcome {
 
 fn delivery(seq: u64, subject: &str) -> Delivery {
     Delivery {
-        subject: subject.into(),
+        message: Message {
+            subject: subject.into(),
+            headers: Vec::new(),
+            payload: Bytes::from(vec![0u8; 10]),
+        },
         meta: Ok(Meta {
             stream: "S".into(),
             consumer: "c".into(),
@@ -432,12 +437,10 @@ fn delivery(seq: u64, subject: &str) -> Delivery {
             pending: 0,
             published: time::OffsetDateTime::UNIX_EPOCH,
         }),
-        headers: Vec::new(),
-        payload: Bytes::from(vec![0u8; 10]),
         partition: None,
         app_subject: subject.into(),
         origin: None,
-        invalid: None,
+        flaw: None,
     }
 }
 
@@ -641,7 +644,7 @@ impl Rig {
         if let Ok(m) = &mut d.meta {
             m.delivered = delivered;
         }
-        d.headers = headers;
+        d.message.headers = headers;
         self.events
             .send(Event::Message(Box::new(d), settler))
             .unwrap();
@@ -1185,7 +1188,7 @@ impl Rig {
             log: Arc::clone(&self.log),
         };
         let mut d = delivery(seq, subject);
-        d.payload = Bytes::from(vec![b'x'; bytes]);
+        d.message.payload = Bytes::from(vec![b'x'; bytes]);
         self.events
             .send(Event::Message(Box::new(d), settler))
             .unwrap();

@@ -1,7 +1,8 @@
-//! The HTTP boundary: the only module that names `reqwest` types.
+//! The forward seam over HTTP: the app's client and its requests.
 //!
-//! Builds exactly one POST per attempt from a [`Delivery`](crate::message::Delivery) (body = payload unchanged,
-//! headers from `crate::app::headers`), sends it through a keep-alive pool with
+//! Builds exactly one POST per attempt from an offered message
+//! ([`Offered`](crate::message::Offered): a JetStream delivery or a plain message;
+//! body = payload unchanged, headers from `crate::app::headers`), sends it through a keep-alive pool with
 //! `http.timeout_ms`, and turns the answer into a policy [`Outcome`]. The response
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it
 //! is never logged. A 2xx answer of type `application/vnd.jetrelay.publish+json` is
@@ -150,9 +151,9 @@ impl Forwarder {
         &self.client
     }
 
-    /// Offers one delivery to the app, once.
+    /// Offers one message to the app, once.
     pub async fn forward(&self, offer: Offer<'_>) -> Forwarded {
-        let d = offer.delivery;
+        let d = offer.offered;
         let mapped = crate::app::headers::map(
             d,
             offer.attempt,
@@ -179,7 +180,13 @@ impl Forwarder {
         }
         let publish = self.target.limits.publish_answer();
         let (mut f, body, _) = self
-            .post(headers, d.payload.clone(), MAX_BODY_DRAIN, publish, false)
+            .post(
+                headers,
+                d.message().payload.clone(),
+                MAX_BODY_DRAIN,
+                publish,
+                false,
+            )
             .await;
         f.skipped_headers = skipped;
         f.trace_dropped = mapped.trace_dropped;
@@ -208,7 +215,7 @@ impl Forwarder {
     ) -> BatchForwarded {
         let items: Vec<_> = offers
             .iter()
-            .map(|o| (o.delivery, o.attempt, o.trace))
+            .map(|o| (o.offered, o.attempt, o.trace))
             .collect();
         let (body, skipped) = crate::app::batch::body(&items, &self.target.pass);
         let mut headers = HeaderMap::with_capacity(6);
@@ -609,27 +616,23 @@ mod tests {
         Forwarder::new(&AppClient::new(client).unwrap(), target).unwrap()
     }
 
-    /// A delivery on `orders` without metadata, with `headers` and a `{}` body.
-    fn orders(headers: &[(&str, &str)]) -> crate::message::Delivery {
-        crate::message::Delivery {
+    /// A plain message on `orders` (no JetStream metadata), with `headers` and a `{}`
+    /// body.
+    fn orders(headers: &[(&str, &str)]) -> crate::message::Message {
+        crate::message::Message {
             subject: "orders".into(),
-            meta: Err("no metadata".into()),
             headers: headers
                 .iter()
                 .map(|(n, v)| ((*n).to_string(), (*v).to_string()))
                 .collect(),
             payload: bytes::Bytes::from_static(b"{}"),
-            partition: None,
-            app_subject: "orders".into(),
-            origin: None,
-            invalid: None,
         }
     }
 
-    /// `d` offered for the first time, without a trace context.
-    fn first(d: &crate::message::Delivery) -> Offer<'_> {
+    /// `m` offered for the first time, without a trace context.
+    fn first(m: &crate::message::Message) -> Offer<'_> {
         Offer {
-            delivery: d,
+            offered: m.into(),
             attempt: 1,
             trace: None,
         }

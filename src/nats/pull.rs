@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::settle::SettleContext;
 use super::{ConnState, Nats, NatsError, Settler};
 use crate::capacity::{Held, KEEP_ALIVE_BYTES, Limits, NextPull, PullTiming};
-use crate::message::{Delivery, Invalid, Meta, Origin};
+use crate::message::{self, Delivery, Flaw, Meta, Origin};
 use crate::seam::time::Alarm;
 use crate::seam::{Event, Source};
 use crate::subject::split_partition;
@@ -550,13 +550,13 @@ fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
         let source = m.headers.as_ref()?.get_last("Nats-Stream-Source")?;
         Origin::from_stream_source(source.as_str(), stream)
     });
-    let (partition, app_subject, mut invalid) = if cfg.partitioned {
+    let (partition, app_subject, mut flaw) = if cfg.partitioned {
         match split_partition(&subject) {
             Some((p, rest)) => (Some(p), rest.to_string(), None),
             None => (
                 None,
                 subject.clone(),
-                Some(Invalid::NoPartition(format!(
+                Some(Flaw::NoPartition(format!(
                     "subject {subject:?} has no partition token"
                 ))),
             ),
@@ -564,27 +564,27 @@ fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
     } else {
         (None, subject.clone(), None)
     };
-    if let Err(e) = &meta {
-        invalid.get_or_insert_with(|| Invalid::Metadata(e.clone()));
-    }
     // The client delivers a message whose header block does not parse with the lines
-    // that did, and says so in the description (vendor/README.md).
+    // that did, and says so in the description (vendor/README.md). Unreadable
+    // metadata is not copied here: `meta` says it, once.
     if let Some(why) = m
         .description
         .as_deref()
         .and_then(|d| d.strip_prefix(MALFORMED_HEADERS))
     {
-        invalid.get_or_insert_with(|| Invalid::MalformedHeaders(why.to_string()));
+        flaw.get_or_insert_with(|| Flaw::MalformedHeaders(why.to_string()));
     }
     Delivery {
-        subject,
+        message: message::Message {
+            subject,
+            headers,
+            payload: m.payload,
+        },
         meta,
-        headers,
-        payload: m.payload,
         partition,
         app_subject,
         origin,
-        invalid,
+        flaw,
     }
 }
 

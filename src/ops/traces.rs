@@ -145,8 +145,13 @@ impl Tracer {
     pub fn delivery(&self, d: &Delivery) -> Option<Active> {
         let inner = self.0.as_ref()?;
         // Bounded as for the app: an oversized or malformed tracestate is not continued.
-        let parent =
-            context::inbound(d.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))).context();
+        let parent = context::inbound(
+            d.message
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        )
+        .context();
         let mut ctx =
             context::continue_or_root(parent.as_ref(), inner.settings.sample_ratio, &mut draw);
         if parent.is_none() {

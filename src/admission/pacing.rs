@@ -1,8 +1,10 @@
-//! The loop's side of pacing (`crate::pace`): the limit in force for the starts, the
-//! rate limit's next start (a timer the loop sleeps on, one per blocked wake-up, never
-//! one per message), one observation per finished request (in flight at its start,
-//! its latency, what it says of the app's capacity: overload, or the message's own
-//! failure), and the buffer the pull engine is told it may fill under a lower limit.
+//! The runner's side of pacing (`crate::pace`), on tokio's clock: the limit in force
+//! for the starts, the rate limit's next start (a timer the runner sleeps on, one per
+//! blocked wake-up, never one per message), one observation per finished request (in
+//! flight at its start, its latency, what it says of the app's capacity: overload, or
+//! the message's own failure), and the buffer the pull engine is told it may fill
+//! under a lower limit. It does not count what runs: the runner says when a task
+//! starts and ends.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,9 +19,11 @@ use crate::seam::{Forwarded, HttpClass};
 
 /// What one request said: how long it took and what it says of the app's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Sample {
-    pub(super) latency: Duration,
-    pub(super) signal: Signal,
+pub struct Sample {
+    /// From sending the request to its answer (or failure).
+    pub latency: Duration,
+    /// What it says of the app's capacity.
+    pub signal: Signal,
 }
 
 impl Sample {
@@ -28,7 +32,7 @@ impl Sample {
     /// `retry_statuses` does with it); a timeout is overload; a connection broken
     /// after it was made (or a 2xx batch answer that does not parse) is a failure; an
     /// app that cannot be reached says nothing of capacity.
-    pub(super) fn of(f: &Forwarded) -> Sample {
+    pub fn of(f: &Forwarded) -> Sample {
         let signal = match (&f.outcome, f.class) {
             (Outcome::Unreachable, _) => Signal::Error,
             (_, HttpClass::Timeout) => Signal::Timeout,
@@ -42,20 +46,22 @@ impl Sample {
     }
 }
 
-/// The pacer and what the loop keeps for it.
+/// The pacer and what the runner keeps for it.
 #[derive(Debug)]
-pub(super) struct Pacing {
+pub struct Pacing {
     pacer: Pacer,
     /// The pacer's clock starts here.
     origin: Instant,
     /// Requests in flight when each running task started (itself included).
     in_flight_at_start: HashMap<Id, u32>,
-    /// The rate limit's next start, while a start waits for it.
-    pub(super) wait: Option<Instant>,
+    /// The rate limit's next start, while a start waits for it (the runner sleeps
+    /// until then).
+    pub wait: Option<Instant>,
 }
 
 impl Pacing {
-    pub(super) fn new(settings: PaceSettings) -> Pacing {
+    /// A pacer from these settings, its clock starting now.
+    pub fn new(settings: PaceSettings) -> Pacing {
         Pacing {
             pacer: Pacer::new(settings, 0),
             origin: Instant::now(),
@@ -69,13 +75,13 @@ impl Pacing {
     }
 
     /// The limit on requests in flight now.
-    pub(super) fn limit(&self) -> usize {
+    pub fn limit(&self) -> usize {
         self.pacer.limit() as usize
     }
 
     /// Whether a request may start now (a slot is free); when the rate limit says not
     /// yet, when it may.
-    pub(super) fn may_start(&mut self) -> bool {
+    pub fn may_start(&mut self) -> bool {
         let now = Instant::now();
         match self.pacer.take_start(self.ns(now)) {
             Ok(()) => {
@@ -90,13 +96,13 @@ impl Pacing {
     }
 
     /// A task started with `in_flight` tasks running (itself included).
-    pub(super) fn started(&mut self, task: Id, in_flight: usize) {
+    pub fn started(&mut self, task: Id, in_flight: usize) {
         self.in_flight_at_start
             .insert(task, u32::try_from(in_flight).unwrap_or(u32::MAX));
     }
 
     /// A task ended, with what its request said (none: it made no request).
-    pub(super) fn finished(&mut self, task: Id, sample: Option<Sample>) {
+    pub fn finished(&mut self, task: Id, sample: Option<Sample>) {
         let in_flight = self.in_flight_at_start.remove(&task).unwrap_or(1);
         if let Some(s) = sample {
             let now = self.ns(Instant::now());
@@ -112,7 +118,7 @@ impl Pacing {
     /// A reload's settings: a lower limit lets what runs finish (nothing new starts
     /// until it is under), an adaptive limit keeps what it learned within the new
     /// bounds, the rate limit owes no old delay.
-    pub(super) fn reconfigure(&mut self, settings: PaceSettings) {
+    pub fn reconfigure(&mut self, settings: PaceSettings) {
         let now = self.ns(Instant::now());
         let in_flight = u32::try_from(self.in_flight_at_start.len()).unwrap_or(u32::MAX);
         self.pacer.reconfigure(settings, now, in_flight);
@@ -121,7 +127,7 @@ impl Pacing {
 
     /// What the pull engine is told is held: under a lower limit the buffer shrinks
     /// in proportion (so a lower limit pulls less), as if the rest were held.
-    pub(super) fn held_for_pulls(&self, held: Held, max_buffered: usize) -> Held {
+    pub fn held_for_pulls(&self, held: Held, max_buffered: usize) -> Held {
         let s = self.pacer.settings();
         let budget = pace::buffer_budget(max_buffered, self.limit(), s.max_in_flight as usize);
         let hidden = u32::try_from(max_buffered.saturating_sub(budget)).unwrap_or(u32::MAX);
