@@ -26,7 +26,7 @@ use crate::http::client::ClientError;
 use crate::http::collector::Collector;
 use crate::http::forward::Forwarder;
 use crate::nats::{Nats, NatsError, TopologyError};
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{Metrics, SourceMetrics};
 use crate::ops::readiness::{Readiness, SourceReadiness};
 use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
@@ -127,8 +127,8 @@ pub struct Daemon {
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
-    /// Each source's readiness, in the order of `settings.sources`.
-    sources: Vec<SourceReadiness>,
+    /// Each source's readiness and collectors, in the order of `settings.sources`.
+    sources: Vec<(SourceReadiness, SourceMetrics)>,
     admin: TcpListener,
     /// The publish endpoint's listener and the token it requires, when it is on.
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
@@ -183,8 +183,11 @@ impl Daemon {
         let sources = settings
             .sources
             .iter()
-            .map(|s| readiness.source(&s.name, s.member()))
-            .collect();
+            .map(|s| {
+                let m = metrics.source(&s.name)?;
+                Ok((readiness.source(&s.name, s.member(), m.clone()), m))
+            })
+            .collect::<Result<_, DaemonError>>()?;
         let admin = TcpListener::bind(&config.admin.listen)
             .await
             .map_err(|source| DaemonError::AdminBind {
@@ -315,10 +318,10 @@ impl Daemon {
         let runners = (self.settings.sources.iter().cloned())
             .zip(self.sources)
             .zip(reloads.live.iter().cloned())
-            .map(|((settings, readiness), live)| Runner {
+            .map(|((settings, (readiness, metrics)), live)| Runner {
                 settings,
                 readiness,
-                metrics: self.metrics.clone(),
+                metrics,
                 live,
                 tracer: self.tracer.clone(),
                 deadline: deadline.clone(),

@@ -51,7 +51,7 @@ use self::watched::Watched;
 use crate::admission::{Pacing, Reach};
 use crate::capacity::Limits;
 use crate::message::Delivery;
-use crate::ops::metrics::{AgeStage, Metrics, SettleLabel};
+use crate::ops::metrics::{AgeStage, SettleLabel, SourceMetrics};
 use crate::ops::readiness::{SourceReadiness, State};
 use crate::ops::traces::Tracer;
 use crate::pace::PaceSettings;
@@ -82,7 +82,7 @@ pub struct Dispatch<F, P> {
     /// Dead letters and outputs.
     pub publisher: P,
     /// Collectors.
-    pub metrics: Metrics,
+    pub metrics: SourceMetrics,
     /// Readiness.
     pub readiness: SourceReadiness,
     /// Messages held at most (`delivery.max_buffered`): under a lower adaptive limit

@@ -7,7 +7,6 @@
 
 use super::Dispatch;
 use crate::message::Delivery;
-use crate::ops::metrics::Via;
 use crate::ops::telemetry::chain;
 use crate::outputs::{self, Output, Refusal, Rules};
 use crate::policy::{Disposition, TermReason};
@@ -111,7 +110,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                         "the outputs were stored before (a redelivery): not stored again"
                     );
                 } else {
-                    self.metrics.published(Via::Answer, c.count as u64);
+                    self.metrics.published(c.count as u64);
                 }
                 Commit::Ack { confirmed: true }
             }

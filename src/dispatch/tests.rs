@@ -521,7 +521,8 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let metrics = Metrics::new().unwrap();
     let process = Readiness::new(metrics.clone());
     process.set_nats_down(None);
-    let readiness = process.source("default", None);
+    let metrics = metrics.source("default").unwrap();
+    let readiness = process.source("default", None, metrics.clone());
     let (healthy, app_healthy) = watch::channel(if knobs.healthy {
         Health::Healthy
     } else {

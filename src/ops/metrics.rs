@@ -41,9 +41,9 @@ struct KnownGauge {
 }
 
 impl KnownGauge {
-    fn new(name: &str, help: &str) -> Result<KnownGauge, prometheus::Error> {
+    fn new(opts: Opts) -> Result<KnownGauge, prometheus::Error> {
         Ok(KnownGauge {
-            gauge: IntGauge::new(name, help)?,
+            gauge: IntGauge::with_opts(opts)?,
             known: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -159,29 +159,49 @@ pub enum AgeStage {
 
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
 
-/// Registers collectors as they are made.
-struct Registrar<'a>(&'a Registry);
+/// Registers collectors as they are made; a source's carry the `source` label.
+struct Registrar<'a> {
+    registry: &'a Registry,
+    /// The source whose collectors these are (`None`: the process's).
+    source: Option<&'a str>,
+}
 
 impl Registrar<'_> {
     fn register<C: Collector + Clone + 'static>(&self, c: C) -> Result<C, prometheus::Error> {
-        self.0.register(Box::new(c.clone()))?;
+        self.registry.register(Box::new(c.clone()))?;
         Ok(c)
     }
 
+    fn opts(&self, name: &str, help: &str) -> Opts {
+        let opts = Opts::new(name, help);
+        match self.source {
+            Some(source) => opts.const_label("source", source),
+            None => opts,
+        }
+    }
+
+    fn histogram_opts(&self, name: &str, help: &str, buckets: &[f64]) -> HistogramOpts {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        match self.source {
+            Some(source) => opts.const_label("source", source),
+            None => opts,
+        }
+    }
+
     fn counter(&self, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
-        self.register(IntCounter::new(name, help)?)
+        self.register(IntCounter::with_opts(self.opts(name, help))?)
     }
 
     fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
-        self.register(IntGauge::new(name, help)?)
+        self.register(IntGauge::with_opts(self.opts(name, help))?)
     }
 
     fn ratio(&self, name: &str, help: &str) -> Result<prometheus::Gauge, prometheus::Error> {
-        self.register(prometheus::Gauge::new(name, help)?)
+        self.register(prometheus::Gauge::with_opts(self.opts(name, help))?)
     }
 
     fn known(&self, name: &str, help: &str) -> Result<KnownGauge, prometheus::Error> {
-        self.register(KnownGauge::new(name, help)?)
+        self.register(KnownGauge::new(self.opts(name, help))?)
     }
 
     fn histogram(
@@ -190,8 +210,9 @@ impl Registrar<'_> {
         help: &str,
         buckets: &[f64],
     ) -> Result<Histogram, prometheus::Error> {
-        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
-        self.register(Histogram::with_opts(opts)?)
+        self.register(Histogram::with_opts(
+            self.histogram_opts(name, help, buckets),
+        )?)
     }
 
     /// One counter per label value, resolved once (a label lookup per message is
@@ -205,7 +226,7 @@ impl Registrar<'_> {
         values: [&str; N],
         buckets: &[f64],
     ) -> Result<[Histogram; N], prometheus::Error> {
-        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        let opts = self.histogram_opts(name, help, buckets);
         let vec = self.register(prometheus::HistogramVec::new(opts, &[label])?)?;
         Ok(values.map(|v| vec.with_label_values(&[v])))
     }
@@ -217,7 +238,7 @@ impl Registrar<'_> {
         label: &str,
         values: [&str; N],
     ) -> Result<[IntCounter; N], prometheus::Error> {
-        let vec = self.register(IntCounterVec::new(Opts::new(name, help), &[label])?)?;
+        let vec = self.register(IntCounterVec::new(self.opts(name, help), &[label])?)?;
         Ok(values.map(|v| vec.with_label_values(&[v])))
     }
 }
@@ -239,8 +260,6 @@ struct MessageCollectors {
     progress_sent: IntCounter,
     invalid: [IntCounter; 3],
     age: [Histogram; 2],
-    spans_dropped: IntCounter,
-    log_lines_dropped: IntCounter,
 }
 
 impl MessageCollectors {
@@ -310,14 +329,6 @@ impl MessageCollectors {
                 ["received", "settled"],
                 AGE_BUCKETS,
             )?,
-            spans_dropped: r.counter(
-                "jetrelay_otel_spans_dropped_total",
-                "Spans not exported: the export queue was full, or the collector did not take them",
-            )?,
-            log_lines_dropped: r.counter(
-                "jetrelay_log_lines_dropped_total",
-                "Log lines dropped because stderr did not take them (a pipe nobody reads): logging never holds up delivery",
-            )?,
         })
     }
 }
@@ -329,12 +340,9 @@ struct AppCollectors {
     duration: Histogram,
     headers_skipped: IntCounter,
     action_overrides: [IntCounter; 5],
-    healthy: IntGauge,
     batch_messages: Histogram,
     batch_bad_answers: IntCounter,
     batch_unknown_ids: IntCounter,
-    /// By `TraceHeader` then `Reason`, in `Dropped`'s order.
-    trace_dropped: [[IntCounter; 2]; 3],
 }
 
 impl AppCollectors {
@@ -361,10 +369,6 @@ impl AppCollectors {
                 "action",
                 OVERRIDES,
             )?,
-            healthy: r.gauge(
-                "jetrelay_app_healthy",
-                "1 when the app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
-            )?,
             batch_messages: r.histogram(
                 "jetrelay_batch_messages",
                 "Messages per request (batch delivery)",
@@ -378,39 +382,24 @@ impl AppCollectors {
                 "jetrelay_batch_unknown_ids_total",
                 "Result ids in answers to a batch that named no message of the batch (ignored)",
             )?,
-            trace_dropped: {
-                let vec = r.register(IntCounterVec::new(
-                    Opts::new(
-                        "jetrelay_trace_headers_dropped_total",
-                        "Message trace headers not sent to the app (nor carried to its outputs): over the W3C limits, or malformed; per request",
-                    ),
-                    &["header", "reason"],
-                )?)?;
-                TraceHeader::ALL.map(|h| Reason::ALL.map(|w| vec.with_label_values(&[h.name(), w.name()])))
-            },
         })
     }
 }
 
-/// The source: the connection, the pin, the consumer as the server sees it.
+/// A source's consumer as the server sees it, and the pin.
 #[derive(Debug, Clone)]
-struct SourceCollectors {
-    nats_connected: IntGauge,
-    ready: IntGauge,
+struct ConsumerCollectors {
     pinned: IntGauge,
     partitions_assigned: IntGauge,
     consumer_pending: KnownGauge,
     consumer_ack_pending: KnownGauge,
     group_backlog: KnownGauge,
     paused: IntGauge,
-    reloads: [IntCounter; 2],
 }
 
-impl SourceCollectors {
-    fn new(r: &Registrar<'_>) -> Result<SourceCollectors, prometheus::Error> {
-        Ok(SourceCollectors {
-            nats_connected: r.gauge("jetrelay_nats_connected", "1 when connected to NATS")?,
-            ready: r.gauge("jetrelay_ready", "1 when ready")?,
+impl ConsumerCollectors {
+    fn new(r: &Registrar<'_>) -> Result<ConsumerCollectors, prometheus::Error> {
+        Ok(ConsumerCollectors {
             pinned: r.gauge("jetrelay_pinned", "1 when this instance holds the pin")?,
             partitions_assigned: r.gauge(
                 "jetrelay_partitions_assigned",
@@ -432,28 +421,20 @@ impl SourceCollectors {
                 "jetrelay_paused",
                 "1 while the consumer is paused on the server (jetrelay pause)",
             )?,
-            reloads: r.counters(
-                "jetrelay_config_reloads_total",
-                "Config reloads (SIGHUP): applied, or refused (the running config stays)",
-                "result",
-                ["applied", "refused"],
-            )?,
         })
     }
 }
 
-/// What jetrelay publishes: dead letters, and the app's outputs.
+/// A source's dead letters.
 #[derive(Debug, Clone)]
-struct PublishCollectors {
+struct LetterCollectors {
     dlq_failures: IntCounter,
     dead_letters_waiting: IntGauge,
-    published: [IntCounter; 2],
-    failures: [IntCounter; PUBLISH_FAILURES.len()],
 }
 
-impl PublishCollectors {
-    fn new(r: &Registrar<'_>) -> Result<PublishCollectors, prometheus::Error> {
-        Ok(PublishCollectors {
+impl LetterCollectors {
+    fn new(r: &Registrar<'_>) -> Result<LetterCollectors, prometheus::Error> {
+        Ok(LetterCollectors {
             dlq_failures: r.counter(
                 "jetrelay_dlq_failures_total",
                 "Dead-letter publishes that failed (the message was retried instead)",
@@ -462,6 +443,72 @@ impl PublishCollectors {
                 "jetrelay_dead_letters_waiting",
                 "Messages kept on their last delivery because the DLQ does not store their dead letter yet (at most a quarter of delivery.max_buffered)",
             )?,
+        })
+    }
+}
+
+/// The process: the connection, readiness, the app's health, reloads, what the
+/// telemetry dropped.
+#[derive(Debug, Clone)]
+struct ProcessCollectors {
+    nats_connected: IntGauge,
+    ready: IntGauge,
+    healthy: IntGauge,
+    reloads: [IntCounter; 2],
+    spans_dropped: IntCounter,
+    log_lines_dropped: IntCounter,
+    /// By `TraceHeader` then `Reason`, in `Dropped`'s order: the sources' requests
+    /// and the publish endpoint's alike.
+    trace_dropped: [[IntCounter; 2]; 3],
+}
+
+impl ProcessCollectors {
+    fn new(r: &Registrar<'_>) -> Result<ProcessCollectors, prometheus::Error> {
+        Ok(ProcessCollectors {
+            nats_connected: r.gauge("jetrelay_nats_connected", "1 when connected to NATS")?,
+            ready: r.gauge("jetrelay_ready", "1 when ready (every source is)")?,
+            healthy: r.gauge(
+                "jetrelay_app_healthy",
+                "1 when the app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
+            )?,
+            reloads: r.counters(
+                "jetrelay_config_reloads_total",
+                "Config reloads (SIGHUP): applied, or refused (the running config stays)",
+                "result",
+                ["applied", "refused"],
+            )?,
+            spans_dropped: r.counter(
+                "jetrelay_otel_spans_dropped_total",
+                "Spans not exported: the export queue was full, or the collector did not take them",
+            )?,
+            log_lines_dropped: r.counter(
+                "jetrelay_log_lines_dropped_total",
+                "Log lines dropped because stderr did not take them (a pipe nobody reads): logging never holds up delivery",
+            )?,
+            trace_dropped: {
+                let vec = r.register(IntCounterVec::new(
+                    r.opts(
+                        "jetrelay_trace_headers_dropped_total",
+                        "Message trace headers not sent to the app (nor carried to its outputs): over the W3C limits, or malformed; per request",
+                    ),
+                    &["header", "reason"],
+                )?)?;
+                TraceHeader::ALL.map(|h| Reason::ALL.map(|w| vec.with_label_values(&[h.name(), w.name()])))
+            },
+        })
+    }
+}
+
+/// What jetrelay publishes: dead letters, and the app's outputs.
+#[derive(Debug, Clone)]
+struct PublishCollectors {
+    published: [IntCounter; 2],
+    failures: [IntCounter; PUBLISH_FAILURES.len()],
+}
+
+impl PublishCollectors {
+    fn new(r: &Registrar<'_>) -> Result<PublishCollectors, prometheus::Error> {
+        Ok(PublishCollectors {
             published: r.counters(
                 "jetrelay_published_total",
                 "Messages the app published through jetrelay and the stream stored, by where from",
@@ -478,14 +525,27 @@ impl PublishCollectors {
     }
 }
 
-/// All collectors. Cheap to clone (every collector is shared).
+/// The process's collectors, and the registry every source's are added to. Cheap
+/// to clone (every collector is shared).
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
+    process: ProcessCollectors,
+    publishing: PublishCollectors,
+}
+
+/// One source's collectors: every series about its messages, its requests to the
+/// app, its consumer or group and its dead letters carries `source="<name>"`. Cheap
+/// to clone.
+#[derive(Debug, Clone)]
+pub struct SourceMetrics {
     flow: MessageCollectors,
     app: AppCollectors,
-    source: SourceCollectors,
-    publishing: PublishCollectors,
+    consumer: ConsumerCollectors,
+    letters: LetterCollectors,
+    /// The process's, for what is not the source's own (the outputs published, the
+    /// app's health).
+    process: Metrics,
 }
 
 /// A count as a gauge value (saturating).
@@ -500,7 +560,10 @@ impl Metrics {
     /// [`MetricsError`] (a programming error: a duplicate name).
     pub fn new() -> Result<Metrics, MetricsError> {
         let registry = Registry::new();
-        let r = Registrar(&registry);
+        let r = Registrar {
+            registry: &registry,
+            source: None,
+        };
         let build_info = r.register(IntGaugeVec::new(
             Opts::new("jetrelay_build_info", "Build information"),
             &["version"],
@@ -508,19 +571,150 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let (flow, app, source, publishing) = (
-            MessageCollectors::new(&r)?,
-            AppCollectors::new(&r)?,
-            SourceCollectors::new(&r)?,
-            PublishCollectors::new(&r)?,
-        );
+        let (process, publishing) = (ProcessCollectors::new(&r)?, PublishCollectors::new(&r)?);
         Ok(Metrics {
             registry,
-            flow,
-            app,
-            source,
+            process,
             publishing,
         })
+    }
+
+    /// Registers the collectors of the source `name`, every series labelled
+    /// `source="<name>"`.
+    ///
+    /// # Errors
+    /// [`MetricsError`] when a source of that name was registered already.
+    pub fn source(&self, name: &str) -> Result<SourceMetrics, MetricsError> {
+        let r = Registrar {
+            registry: &self.registry,
+            source: Some(name),
+        };
+        Ok(SourceMetrics {
+            flow: MessageCollectors::new(&r)?,
+            app: AppCollectors::new(&r)?,
+            consumer: ConsumerCollectors::new(&r)?,
+            letters: LetterCollectors::new(&r)?,
+            process: self.clone(),
+        })
+    }
+
+    /// `n` spans were not exported.
+    pub fn spans_dropped(&self, n: u64) {
+        self.process.spans_dropped.inc_by(n);
+    }
+
+    /// `total` log lines were dropped since the start (the logger's own count, read
+    /// when the metrics are rendered).
+    pub fn log_lines_dropped(&self, total: u64) {
+        let counter = &self.process.log_lines_dropped;
+        counter.inc_by(total.saturating_sub(counter.get()));
+    }
+
+    /// Whether the app is healthy (reachable, and its health URL answers).
+    pub fn app_healthy(&self, healthy: bool) {
+        self.process.healthy.set(i64::from(healthy));
+    }
+
+    /// A request to the app left out a message's trace headers: over the W3C
+    /// limits, or malformed.
+    pub fn trace_headers_dropped(&self, dropped: &Dropped) {
+        for (h, r, n) in dropped.counts() {
+            let (hi, ri) = (
+                TraceHeader::ALL.iter().position(|x| *x == h).unwrap_or(0),
+                Reason::ALL.iter().position(|x| *x == r).unwrap_or(0),
+            );
+            self.process.trace_dropped[hi][ri].inc_by(u64::from(n));
+        }
+    }
+
+    /// A config reload was applied (`true`) or refused.
+    pub fn config_reload(&self, applied: bool) {
+        self.process.reloads[usize::from(!applied)].inc();
+    }
+
+    /// Whether the connection to NATS is up.
+    pub fn nats_connected(&self, connected: bool) {
+        self.process.nats_connected.set(i64::from(connected));
+    }
+
+    /// Whether the daemon is ready.
+    pub fn ready(&self, ready: bool) {
+        self.process.ready.set(i64::from(ready));
+    }
+
+    /// `n` messages the app published were stored.
+    pub fn published(&self, via: Via, n: u64) {
+        self.publishing.published[via as usize].inc_by(n);
+    }
+
+    /// One refused or failed publish; `reason` is one of [`PUBLISH_FAILURES`]
+    /// (anything else counts as `rejected`).
+    pub fn publish_failed(&self, reason: &str) {
+        let at = PUBLISH_FAILURES
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(PUBLISH_FAILURES.len() - 1);
+        self.publishing.failures[at].inc();
+    }
+
+    /// The value of one series in the exposition (`jetrelay_ready`,
+    /// `jetrelay_messages_settled_total{action="ack"}`), when it is exposed: the sum
+    /// of every series of that name whose labels include the ones given (so
+    /// `jetrelay_messages_received_total` is every source's).
+    #[cfg(test)]
+    pub(crate) fn sample(&self, series: &str) -> Option<f64> {
+        sum_of(&self.render(), series)
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        self.log_lines_dropped(super::telemetry::lines_dropped());
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed collectors.
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .is_err()
+        {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The sum of the samples in `text` (the exposition) of `series`: a name, with
+/// labels (`name{a="x"}`) that each sample counted must have among its own.
+/// `None` when no sample is there.
+#[cfg(test)]
+pub(crate) fn sum_of(text: &str, series: &str) -> Option<f64> {
+    let (name, wanted) = match series.split_once('{') {
+        Some((n, rest)) => (n, rest.trim_end_matches('}')),
+        None => (series, ""),
+    };
+    let wanted: Vec<&str> = wanted.split(',').filter(|l| !l.is_empty()).collect();
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((head, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (n, labels) = match head.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (head, ""),
+        };
+        let has: Vec<&str> = labels.split(',').collect();
+        if n == name
+            && wanted.iter().all(|w| has.contains(w))
+            && let Ok(v) = value.parse::<f64>()
+        {
+            found = Some(found.unwrap_or(0.0) + v);
+        }
+    }
+    found
+}
+
+impl SourceMetrics {
+    /// The process's collectors.
+    pub fn process(&self) -> &Metrics {
+        &self.process
     }
 
     // === messages ===
@@ -583,18 +777,6 @@ impl Metrics {
         self.flow.age[stage as usize].observe(age.as_secs_f64());
     }
 
-    /// `n` spans were not exported.
-    pub fn spans_dropped(&self, n: u64) {
-        self.flow.spans_dropped.inc_by(n);
-    }
-
-    /// `total` log lines were dropped since the start (the logger's own count, read
-    /// when the metrics are rendered).
-    pub fn log_lines_dropped(&self, total: u64) {
-        let counter = &self.flow.log_lines_dropped;
-        counter.inc_by(total.saturating_sub(counter.get()));
-    }
-
     /// A message could not be offered to the app.
     pub fn invalid(&self, why: &Invalid) {
         let at = Invalid::NAMES
@@ -616,16 +798,10 @@ impl Metrics {
         }
     }
 
-    /// A request to the app left out a message's trace headers: over the W3C
-    /// limits, or malformed.
+    /// A request to the app left out a message's trace headers (the process's
+    /// counter, which the publish endpoint shares).
     pub fn trace_headers_dropped(&self, dropped: &Dropped) {
-        for (h, r, n) in dropped.counts() {
-            let (hi, ri) = (
-                TraceHeader::ALL.iter().position(|x| *x == h).unwrap_or(0),
-                Reason::ALL.iter().position(|x| *x == r).unwrap_or(0),
-            );
-            self.app.trace_dropped[hi][ri].inc_by(u64::from(n));
-        }
+        self.process.trace_headers_dropped(dropped);
     }
 
     /// A batch of `messages` was sent in one request.
@@ -650,49 +826,35 @@ impl Metrics {
         }
     }
 
-    /// Whether the app is healthy (reachable, and its health URL answers).
+    /// Whether the app is healthy (reachable, and its health URL answers): the
+    /// process's gauge.
     pub fn app_healthy(&self, healthy: bool) {
-        self.app.healthy.set(i64::from(healthy));
+        self.process.app_healthy(healthy);
     }
 
     // === the source ===
 
     /// Whether the consumer is paused on the server.
     pub fn paused(&self, paused: bool) {
-        self.source.paused.set(i64::from(paused));
-    }
-
-    /// A config reload was applied (`true`) or refused.
-    pub fn config_reload(&self, applied: bool) {
-        self.source.reloads[usize::from(!applied)].inc();
-    }
-
-    /// Whether the connection to NATS is up.
-    pub fn nats_connected(&self, connected: bool) {
-        self.source.nats_connected.set(i64::from(connected));
-    }
-
-    /// Whether the daemon is ready.
-    pub fn ready(&self, ready: bool) {
-        self.source.ready.set(i64::from(ready));
+        self.consumer.paused.set(i64::from(paused));
     }
 
     /// Whether this instance holds the pin.
     pub fn pinned(&self, pinned: bool) {
-        self.source.pinned.set(i64::from(pinned));
+        self.consumer.pinned.set(i64::from(pinned));
     }
 
     /// How many partitions this member has.
     pub fn partitions_assigned(&self, n: usize) {
-        self.source.partitions_assigned.set(gauge_value(n));
+        self.consumer.partitions_assigned.set(gauge_value(n));
     }
 
     /// The consumer's pending and ack-pending counts as the server says them, or
     /// `None`: not known now (the gauges are withdrawn, never left at an old value).
     pub fn consumer_counts(&self, counts: Option<(u64, u64)>) {
         let (p, a) = (
-            &self.source.consumer_pending,
-            &self.source.consumer_ack_pending,
+            &self.consumer.consumer_pending,
+            &self.consumer.consumer_ack_pending,
         );
         match counts {
             Some((pending, ack_pending)) => {
@@ -709,8 +871,8 @@ impl Metrics {
     /// An elastic group's backlog (its work-queue stream's messages), or `None`.
     pub fn group_backlog(&self, backlog: Option<u64>) {
         match backlog {
-            Some(n) => self.source.group_backlog.set(n),
-            None => self.source.group_backlog.forget(),
+            Some(n) => self.consumer.group_backlog.set(n),
+            None => self.consumer.group_backlog.forget(),
         }
     }
 
@@ -718,51 +880,35 @@ impl Metrics {
 
     /// A dead letter was not stored (the message is retried or kept instead).
     pub fn dead_letter_failed(&self) {
-        self.publishing.dlq_failures.inc();
+        self.letters.dlq_failures.inc();
     }
 
     /// How many messages wait on their last delivery for their dead letter.
     pub fn dead_letters_waiting(&self, n: usize) {
-        self.publishing.dead_letters_waiting.set(gauge_value(n));
+        self.letters.dead_letters_waiting.set(gauge_value(n));
     }
 
-    /// `n` messages the app published were stored.
-    pub fn published(&self, via: Via, n: u64) {
-        self.publishing.published[via as usize].inc_by(n);
+    /// `n` messages the app published in answers were stored (the process's
+    /// counter).
+    pub fn published(&self, n: u64) {
+        self.process.published(Via::Answer, n);
     }
 
-    /// One refused or failed publish; `reason` is one of [`PUBLISH_FAILURES`]
-    /// (anything else counts as `rejected`).
+    /// One refused or failed publish of an answer's outputs (the process's counter).
     pub fn publish_failed(&self, reason: &str) {
-        let at = PUBLISH_FAILURES
-            .iter()
-            .position(|r| *r == reason)
-            .unwrap_or(PUBLISH_FAILURES.len() - 1);
-        self.publishing.failures[at].inc();
+        self.process.publish_failed(reason);
     }
 
-    /// The value of one series in the exposition (`jetrelay_ready`,
-    /// `jetrelay_messages_settled_total{action="ack"}`), when it is exposed.
+    /// Renders the whole registry (the process's and every source's).
+    #[cfg(test)]
+    pub(crate) fn render(&self) -> String {
+        self.process.render()
+    }
+
+    /// A series' value, as [`Metrics::sample`].
     #[cfg(test)]
     pub(crate) fn sample(&self, series: &str) -> Option<f64> {
-        self.render().lines().find_map(|l| {
-            let value = l.strip_prefix(series)?.strip_prefix(' ')?;
-            value.parse().ok()
-        })
-    }
-
-    /// The text exposition of every metric.
-    pub fn render(&self) -> String {
-        self.log_lines_dropped(super::telemetry::lines_dropped());
-        let mut buf = Vec::new();
-        // Encoding into a Vec cannot fail for well-formed collectors.
-        if TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .is_err()
-        {
-            return String::new();
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        self.process.sample(series)
     }
 }
 
@@ -784,16 +930,19 @@ mod tests {
 
     #[test]
     fn a_gauge_not_known_is_not_exposed() {
-        let m = Metrics::new().unwrap();
+        let m = Metrics::new().unwrap().source("default").unwrap();
         assert!(!m.render().contains("jetrelay_consumer_pending"));
         m.consumer_counts(Some((7, 1)));
-        assert!(m.render().contains("jetrelay_consumer_pending 7"));
+        assert!(
+            m.render()
+                .contains("jetrelay_consumer_pending{source=\"default\"} 7")
+        );
         m.consumer_counts(None);
         assert!(
             !m.render().contains("jetrelay_consumer_pending"),
             "no stale value"
         );
-        assert_eq!(m.source.consumer_pending.get(), None);
+        assert_eq!(m.consumer.consumer_pending.get(), None);
     }
 
     #[test]
@@ -815,13 +964,13 @@ mod tests {
         let m = Metrics::new().unwrap();
         for (total, shown) in [(0, 0), (7, 7), (7, 7), (3, 7), (12, 12)] {
             m.log_lines_dropped(total);
-            assert_eq!(m.flow.log_lines_dropped.get(), shown, "{total}");
+            assert_eq!(m.process.log_lines_dropped.get(), shown, "{total}");
         }
     }
 
     #[test]
     fn every_documented_name_is_exposed() {
-        let m = Metrics::new().unwrap();
+        let m = Metrics::new().unwrap().source("default").unwrap();
         m.settled(SettleLabel::Term, Duration::ZERO);
         m.consumer_counts(Some((5, 1)));
         m.group_backlog(Some(9));
@@ -834,21 +983,21 @@ mod tests {
         let text = m.render();
         for name in [
             "jetrelay_messages_received_total",
-            "jetrelay_messages_settled_total{action=\"ack\"} 0",
-            "jetrelay_messages_settled_total{action=\"term\"} 1",
+            "jetrelay_messages_settled_total{action=\"ack\",source=\"default\"} 0",
+            "jetrelay_messages_settled_total{action=\"term\",source=\"default\"} 1",
             "jetrelay_redeliveries_total",
-            "jetrelay_http_requests_total{class=\"5xx\"} 1",
-            "jetrelay_http_requests_total{class=\"3xx\"} 1",
+            "jetrelay_http_requests_total{class=\"5xx\",source=\"default\"} 1",
+            "jetrelay_http_requests_total{class=\"3xx\",source=\"default\"} 1",
             "jetrelay_http_request_duration_seconds_bucket",
             "jetrelay_message_duration_seconds_bucket",
             "jetrelay_in_flight",
             "jetrelay_buffered",
             "jetrelay_pinned",
             "jetrelay_partitions_assigned",
-            "jetrelay_consumer_pending 5",
-            "jetrelay_consumer_ack_pending 1",
-            "jetrelay_group_backlog 9",
-            "jetrelay_paused 0",
+            "jetrelay_consumer_pending{source=\"default\"} 5",
+            "jetrelay_consumer_ack_pending{source=\"default\"} 1",
+            "jetrelay_group_backlog{source=\"default\"} 9",
+            "jetrelay_paused{source=\"default\"} 0",
             "jetrelay_config_reloads_total{result=\"applied\"} 0",
             "jetrelay_config_reloads_total{result=\"refused\"} 0",
             "jetrelay_nats_connected",
@@ -857,10 +1006,10 @@ mod tests {
             "jetrelay_retries_in_place_total",
             "jetrelay_progress_sent_total",
             "jetrelay_dlq_failures_total",
-            "jetrelay_dead_letters_waiting 0",
-            "jetrelay_action_overrides_total{action=\"dlq\"} 0",
+            "jetrelay_dead_letters_waiting{source=\"default\"} 0",
+            "jetrelay_action_overrides_total{action=\"dlq\",source=\"default\"} 0",
             "jetrelay_app_healthy",
-            "jetrelay_invalid_messages_total{reason=\"malformed_headers\"} 0",
+            "jetrelay_invalid_messages_total{reason=\"malformed_headers\",source=\"default\"} 0",
             "jetrelay_batch_messages_bucket",
             "jetrelay_batch_bad_answers_total",
             "jetrelay_batch_unknown_ids_total",
@@ -875,5 +1024,31 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn each_source_counts_under_its_own_label_and_a_name_registers_once() {
+        let process = Metrics::new().unwrap();
+        let (a, b) = (
+            process.source("orders").unwrap(),
+            process.source("audit").unwrap(),
+        );
+        a.received(false);
+        a.received(true);
+        b.received(false);
+        let text = process.render();
+        for series in [
+            "jetrelay_messages_received_total{source=\"orders\"} 2",
+            "jetrelay_messages_received_total{source=\"audit\"} 1",
+            "jetrelay_redeliveries_total{source=\"orders\"} 1",
+            "jetrelay_redeliveries_total{source=\"audit\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+        assert_eq!(
+            process.sample("jetrelay_messages_received_total"),
+            Some(3.0)
+        );
+        assert!(process.source("orders").is_err(), "a second orders");
     }
 }

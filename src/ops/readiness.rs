@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{Metrics, SourceMetrics};
 
 /// What the daemon is doing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -236,7 +236,7 @@ pub struct SourceReadiness {
     tx: Arc<watch::Sender<Status>>,
     /// Its place in [`Status::sources`].
     index: usize,
-    metrics: Metrics,
+    metrics: SourceMetrics,
 }
 
 impl Readiness {
@@ -252,9 +252,14 @@ impl Readiness {
         }
     }
 
-    /// Adds a source (`member`: the group member it is, in a group) and returns its
-    /// handle. It starts not ready.
-    pub fn source(&self, name: &str, member: Option<String>) -> SourceReadiness {
+    /// Adds a source (`member`: the group member it is, in a group; `metrics`: its
+    /// collectors) and returns its handle. It starts not ready.
+    pub fn source(
+        &self,
+        name: &str,
+        member: Option<String>,
+        metrics: SourceMetrics,
+    ) -> SourceReadiness {
         let mut index = 0;
         self.tx.send_modify(|s| {
             index = s.sources.len();
@@ -266,7 +271,7 @@ impl Readiness {
         SourceReadiness {
             tx: Arc::clone(&self.tx),
             index,
-            metrics: self.metrics.clone(),
+            metrics,
         }
     }
 
@@ -282,10 +287,25 @@ impl Readiness {
 
     /// Every source drains (final): the process is stopping.
     pub fn set_draining(&self, reason: &str) {
-        let count = self.tx.borrow().sources.len();
-        for index in 0..count {
-            self.scope(index).set(State::Draining, reason);
-        }
+        self.tx.send_if_modified(|s| {
+            let mut changed = false;
+            for (name, own) in &mut s.sources {
+                if own.facts.state == State::Draining {
+                    continue;
+                }
+                own.facts.state = State::Draining;
+                reason.clone_into(&mut own.facts.reason);
+                if own.present() {
+                    log_state(name, own);
+                }
+                changed = true;
+            }
+            if changed {
+                s.resummarize();
+            }
+            changed
+        });
+        self.metrics.ready(self.tx.borrow().ready);
     }
 
     /// Records the NATS connection, which every source shares: `None` when
@@ -313,14 +333,6 @@ impl Readiness {
             true
         });
         self.metrics.ready(self.tx.borrow().ready);
-    }
-
-    fn scope(&self, index: usize) -> SourceReadiness {
-        SourceReadiness {
-            tx: Arc::clone(&self.tx),
-            index,
-            metrics: self.metrics.clone(),
-        }
     }
 }
 
@@ -432,7 +444,7 @@ impl SourceReadiness {
             }
             true
         });
-        self.metrics.ready(self.tx.borrow().ready);
+        self.metrics.process().ready(self.tx.borrow().ready);
     }
 }
 
@@ -527,7 +539,7 @@ mod tests {
     fn a_lost_connection_shows_why_and_the_state_comes_back_after() {
         let m = Metrics::new().unwrap();
         let process = Readiness::new(m.clone());
-        let h = process.source("default", None);
+        let h = process.source("default", None, m.source("default").unwrap());
         assert_eq!(
             (h.status().state, h.status().reason.as_str()),
             (State::NotReady, "connecting to NATS")
@@ -558,7 +570,7 @@ mod tests {
     fn draining_is_final_and_ready_metric_follows() {
         let m = Metrics::new().unwrap();
         let process = Readiness::new(m.clone());
-        let h = process.source("default", None);
+        let h = process.source("default", None, m.source("default").unwrap());
         process.set_nats_down(None);
         h.set(State::Consuming, "");
         assert_eq!(m.sample("jetrelay_ready"), Some(1.0));
@@ -578,8 +590,8 @@ mod tests {
             (false, "no source is configured")
         );
         let (a, b) = (
-            process.source("a", None),
-            process.source("b", Some("m".into())),
+            process.source("a", None, m.source("a").unwrap()),
+            process.source("b", Some("m".into()), m.source("b").unwrap()),
         );
         a.set(State::Consuming, "");
         b.set(State::NotReady, "topology: stream S not found");
@@ -619,8 +631,9 @@ mod tests {
 
     #[test]
     fn a_single_sources_status_is_the_processs() {
-        let process = Readiness::new(Metrics::new().unwrap());
-        let only = process.source("default", Some("m1".into()));
+        let m = Metrics::new().unwrap();
+        let process = Readiness::new(m.clone());
+        let only = process.source("default", Some("m1".into()), m.source("default").unwrap());
         process.set_nats_down(None);
         only.set(State::Standby, "");
         only.set_partitions(vec![1, 2]);

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::group::autojoin::AutoJoin;
 use crate::nats::Nats;
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::SourceMetrics;
 use crate::ops::readiness::{PinHolder, SourceReadiness};
 use crate::ops::telemetry::chain;
 use crate::seam::ServerPause;
@@ -20,7 +20,7 @@ use crate::seam::ServerPause;
 /// What the consumer's info is read for.
 #[derive(Debug, Clone)]
 pub(super) struct Gauges {
-    pub(super) metrics: Metrics,
+    pub(super) metrics: SourceMetrics,
     pub(super) readiness: SourceReadiness,
     /// A pinned consumer: who holds the pin is recorded.
     pub(super) pinned: bool,
@@ -125,7 +125,7 @@ impl Drop for AbortOnDrop {
 /// while the supervisor binds or joins again.
 pub(super) struct GaugeTask {
     task: JoinHandle<()>,
-    metrics: Metrics,
+    metrics: SourceMetrics,
 }
 
 impl Drop for GaugeTask {
@@ -142,14 +142,17 @@ mod tests {
 
     #[tokio::test]
     async fn the_consumer_gauges_are_withdrawn_when_their_task_ends() {
-        let metrics = Metrics::new().unwrap();
+        let metrics = crate::ops::metrics::Metrics::new()
+            .unwrap()
+            .source("default")
+            .unwrap();
         metrics.consumer_counts(Some((5, 2)));
         metrics.group_backlog(Some(9));
         let task = GaugeTask {
             task: tokio::spawn(std::future::pending()),
             metrics: metrics.clone(),
         };
-        assert!(metrics.render().contains("jetrelay_consumer_pending 5"));
+        assert_eq!(metrics.sample("jetrelay_consumer_pending"), Some(5.0));
         drop(task);
         let text = metrics.render();
         for name in [

@@ -24,7 +24,7 @@ use crate::group::model::Flavour;
 use crate::group::spec::Member;
 use crate::http::forward::Forwarder;
 use crate::nats::{Nats, Publisher, PullerConfig};
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::SourceMetrics;
 use crate::ops::readiness::{SourceReadiness, State};
 use crate::ops::traces::Tracer;
 use crate::seam::ServerPause;
@@ -39,7 +39,7 @@ pub struct Runner {
     /// Its readiness.
     pub readiness: SourceReadiness,
     /// Collectors.
-    pub metrics: Metrics,
+    pub metrics: SourceMetrics,
     /// What a reload may change, for its dispatcher.
     pub live: watch::Receiver<Arc<Live<Forwarder>>>,
     /// Records spans.

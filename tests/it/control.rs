@@ -500,10 +500,7 @@ async fn admin_metric(d: &Daemon, sample: &str) -> f64 {
         .text()
         .await
         .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+    crate::support::sum_of(&text, sample)
 }
 
 #[tokio::test]

@@ -13,11 +13,7 @@ const T: Duration = Duration::from_secs(30);
 
 /// A sample's value from a /metrics text, `None` when the metric is not exposed.
 fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(name)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-    })
+    sample_of(text, name)
 }
 
 #[tokio::test]

@@ -262,7 +262,8 @@ async fn instance(
     let process = Readiness::new(metrics.clone());
     // No supervisor mirrors the connection here: the puller's client is connected.
     process.set_nats_down(None);
-    let health = process.source("default", Some("m1".into()));
+    let metrics = metrics.source("default").unwrap();
+    let health = process.source("default", Some("m1".into()), metrics.clone());
     let client = AppClient::new(&ClientSettings {
         tls_ca_file: None,
         proxy: None,

@@ -276,16 +276,12 @@ impl Relay {
         (resp.status().as_u16(), resp.text().await.unwrap())
     }
 
-    /// A sample's value from /metrics (0 when absent).
-    pub async fn metric(&self, sample: &str) -> f64 {
+    /// A series' value from /metrics (0 when absent): the sum of every sample of
+    /// that name whose labels include the ones given (`name{a="x"}`), so that a
+    /// series names what it is about whatever source label it also carries.
+    pub async fn metric(&self, series: &str) -> f64 {
         let (_, text) = self.get("/metrics").await;
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(sample)
-                    .and_then(|rest| rest.strip_prefix(' '))
-            })
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
+        sum_of(&text, series)
     }
 }
 
@@ -322,4 +318,33 @@ pub async fn raw_publish(url: &str, subject: &str, header_block: &[u8], payload:
             return;
         }
     }
+}
+
+/// The sum of the samples of `series` in a metrics exposition: its name, and labels
+/// (`name{a="x",b="y"}`) each sample counted must have among its own; 0 when none.
+pub fn sum_of(text: &str, series: &str) -> f64 {
+    sample_of(text, series).unwrap_or(0.0)
+}
+
+/// As [`sum_of`], `None` when no sample of `series` is exposed.
+pub fn sample_of(text: &str, series: &str) -> Option<f64> {
+    let (name, wanted) = match series.split_once('{') {
+        Some((n, rest)) => (n, rest.trim_end_matches('}')),
+        None => (series, ""),
+    };
+    let wanted: Vec<&str> = wanted.split(',').filter(|l| !l.is_empty()).collect();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (head, value) = line.rsplit_once(' ')?;
+            let (n, labels) = match head.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (head, ""),
+            };
+            let has: Vec<&str> = labels.split(',').collect();
+            (n == name && wanted.iter().all(|w| has.contains(w)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .fold(None, |sum, v| Some(sum.unwrap_or(0.0) + v))
 }
