@@ -30,8 +30,8 @@ pub struct Report {
 /// [`CheckError`] naming what is wrong.
 pub fn offline(config: &Config) -> Result<Settings, CheckError> {
     let settings = Settings::from_config(config)?;
-    let client = crate::http::app::AppClient::new(&settings.app)?;
     for source in &settings.sources {
+        let client = crate::http::app::AppClient::new(&source.client)?;
         crate::http::forward::Forwarder::new(&client, &source.target)?;
     }
     if let Some(path) = &settings.publish.token_file {

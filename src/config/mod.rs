@@ -16,8 +16,10 @@ mod problems;
 mod publish;
 pub mod reload;
 mod source;
+mod sources;
 mod topology;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use figment::Figment;
@@ -34,6 +36,9 @@ use self::problems::Problems;
 pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
 pub use self::source::{SourceConfig, SourceKind};
+pub use self::sources::{
+    DEFAULT_SOURCE, RouteAction, RouteConfig, SOURCE_TABLES, SourceView, valid_name,
+};
 pub use self::topology::{ManagedStreamConfig, TopologyConfig};
 use crate::seam::Ordering;
 pub use crate::topology::OnMissing;
@@ -64,6 +69,9 @@ pub struct Config {
     pub log: LogConfig,
     /// Tracing: spans exported to an OpenTelemetry collector.
     pub otel: OtelConfig,
+    /// Several sources (`[sources.<name>]`), each over the tables above key by key
+    /// (`Config::source_views`); empty: the one `[source]`.
+    pub sources: BTreeMap<String, figment::value::Dict>,
 }
 
 /// The environment variable prefix.
@@ -114,7 +122,11 @@ impl Config {
         let config: Config = figment
             .extract()
             .map_err(|e| problems::extraction(&figment, e))?;
-        let found = config.problems();
+        let found = if config.sources.is_empty() {
+            config.problems()
+        } else {
+            config.problems_of_sources(&figment)
+        };
         if found.is_empty() {
             Ok(config)
         } else {
@@ -138,6 +150,27 @@ impl Config {
         } else {
             Ordering::None
         })
+    }
+
+    /// With `[sources.*]`: what the process shares checked once, then each source's
+    /// view, its problems keyed where they are to be fixed; `[source]` beside them is
+    /// a problem of its own.
+    fn problems_of_sources(&self, figment: &Figment) -> Vec<Problem> {
+        let mut p = Problems::default();
+        nats::nats_problems(&self.nats, &mut p);
+        self.check_ops(&mut p);
+        if figment.find_value("source").is_ok() {
+            p.add(
+                "source",
+                "[source] and [sources.*] together: write the one source as [sources.<name>], or drop [sources.*]",
+            );
+            return p.0;
+        }
+        let set_at_top = |key: &str| figment.find_value(key).is_ok();
+        if let Err(mut found) = self.views(&set_at_top) {
+            p.0.append(&mut found);
+        }
+        p.0
     }
 
     /// Every rule broken by this config, in key order of the file.
@@ -273,10 +306,16 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains('`'), "{text}");
-        let err = parse(&format!("{MINIMAL}\n[sources]\nx = 1\n")).unwrap_err();
+        let err = parse(&format!("{MINIMAL}\n[sorce]\nx = 1\n")).unwrap_err();
         assert!(
             err.to_string()
-                .contains("sources: unknown section; did you mean source?"),
+                .contains("sorce: unknown section; did you mean source?"),
+            "{err}"
+        );
+        // `[sources]` is a section now: what is in it must be a source's table.
+        let err = parse(&format!("{MINIMAL}\n[sources]\nx = 1\n")).unwrap_err();
+        assert!(
+            err.to_string().contains("sources.x: must be a map"),
             "{err}"
         );
     }

@@ -47,6 +47,15 @@ impl Change {
 pub fn is_live(key: &str) -> bool {
     let (top, rest) = key.split_once('.').unwrap_or((key, ""));
     match top {
+        // A source's table key is live as the top-level one is; its own keys (the
+        // stream, the consumer, its weight, its routes) are not, nor is adding or
+        // removing a source.
+        "sources" => match rest.split_once('.').and_then(|(_, k)| k.split_once('.')) {
+            Some((table, _)) if crate::config::SOURCE_TABLES.contains(&table) => {
+                is_live(rest.split_once('.').map_or("", |(_, k)| k))
+            }
+            _ => false,
+        },
         "delivery" => !matches!(rest, "ordering" | "max_buffered"),
         "http" => true,
         "publish" => {
@@ -77,11 +86,19 @@ pub fn flatten(c: &Config) -> BTreeMap<String, Value> {
 /// The config's maps of header values: each value is fingerprinted whole.
 const HEADER_MAPS: [&str; 2] = ["http.headers.", "otel.headers."];
 
+/// A key as its table's: `sources.<name>.http.headers.X` is `http.headers.X`.
+fn of_tables(key: &str) -> &str {
+    match key.strip_prefix("sources.").and_then(|k| k.split_once('.')) {
+        Some((_, rest)) => rest,
+        None => key,
+    }
+}
+
 /// Fingerprints what could be a secret in the value of `key`: a header value whole,
 /// a URL's userinfo (in a list too: `nats.servers`).
 fn hide(key: &str, v: &mut Value) {
     match v {
-        Value::String(text) if HEADER_MAPS.iter().any(|m| key.starts_with(m)) => {
+        Value::String(text) if HEADER_MAPS.iter().any(|m| of_tables(key).starts_with(m)) => {
             *text = fingerprint(text);
         }
         Value::String(text) => *text = shown_url(text),
@@ -223,9 +240,30 @@ mod tests {
             ("admin.listen", false),
             ("dlq.subject", false),
             ("otel.endpoint", false),
+            ("sources.orders.delivery.max_in_flight", true),
+            ("sources.orders.delivery.ordering", false),
+            ("sources.orders.http.url", true),
+            ("sources.orders.stream", false),
+            ("sources.orders.weight", false),
+            ("sources.orders.routes", false),
+            ("sources.orders", false),
         ] {
             assert_eq!(is_live(key), live, "{key}");
         }
+    }
+
+    #[test]
+    fn a_sources_header_values_are_fingerprinted_as_the_top_levels_are() {
+        let c = Config::from_toml(&["[http]\nurl = \"http://127.0.0.1:1/x\"\n\
+             [sources.a]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"a\"\n\
+             [sources.a.http]\nheaders = { X-Token = \"s3cret-value\" }\n"])
+        .unwrap();
+        let shown = serde_json::to_string(&flatten(&c)).unwrap();
+        assert!(!shown.contains("s3cret-value"), "{shown}");
+        assert!(
+            shown.contains("\"sources.a.http.headers.X-Token\":\"<redacted "),
+            "{shown}"
+        );
     }
 
     #[test]

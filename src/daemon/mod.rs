@@ -2,6 +2,7 @@
 //! connect → topology (with a stop-aware retry) → consume, and the ordered shutdown
 //! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last).
 
+mod apps;
 pub mod reload;
 pub mod settings;
 pub mod shutdown;
@@ -17,17 +18,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::{Config, ConfigError};
+use crate::daemon::apps::{Apps, SourceApp};
 use crate::daemon::reload::Reloader;
 use crate::daemon::settings::Settings;
 use crate::dispatch::{DispatchError, Live};
 use crate::group::member::JoinError;
-use crate::http::app::AppClient;
 use crate::http::client::ClientError;
 use crate::http::collector::Collector;
 use crate::http::forward::Forwarder;
 use crate::nats::{Nats, NatsError, TopologyError};
 use crate::ops::metrics::{Metrics, SourceMetrics};
-use crate::ops::readiness::{Readiness, SourceReadiness};
+use crate::ops::readiness::{Readiness, SourceReadiness, State};
+use crate::ops::telemetry::chain;
 use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
 use crate::seam::time::{Deadline, bounded};
@@ -132,8 +134,8 @@ pub struct Daemon {
     admin: TcpListener,
     /// The publish endpoint's listener and the token it requires, when it is on.
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
-    /// The app's client and each source's forwarder.
-    app: App,
+    /// The app's clients and probes, and each source's forwarder and health.
+    app: (Apps, Vec<SourceApp>),
     /// The span recorder, and the collector it exports to (with `[otel]` on).
     tracer: Tracer,
     collector: Option<Collector>,
@@ -203,10 +205,7 @@ impl Daemon {
             )),
             None => None,
         };
-        let client = AppClient::new(&settings.app)?;
-        let forwarders = (settings.sources.iter())
-            .map(|s| Forwarder::new(&client, &s.target))
-            .collect::<Result<Vec<_>, _>>()?;
+        let app = Apps::build(&settings.sources, &metrics, &Apps::default())?;
         let (tracer, collector) = match &settings.tracing {
             Some(t) => (
                 Tracer::new(t.settings.clone(), metrics.clone()),
@@ -223,7 +222,7 @@ impl Daemon {
             sources,
             admin,
             publish,
-            app: App { client, forwarders },
+            app,
             tracer,
             collector,
             config,
@@ -376,14 +375,6 @@ impl Daemon {
     }
 }
 
-/// The app's client, and each source's forwarder through it (its target), in the
-/// order of `settings.sources`.
-#[derive(Debug)]
-struct App {
-    client: AppClient,
-    forwarders: Vec<Forwarder>,
-}
-
 /// What a reload changes (the dispatcher's live settings, the endpoint's rules),
 /// and the task that applies reloads.
 struct Reloads {
@@ -397,28 +388,23 @@ struct Reloads {
 impl Reloads {
     fn start(
         settings: &Settings,
-        app: &App,
+        app: &(Apps, Vec<SourceApp>),
         metrics: &Metrics,
         deadline: &Deadline,
         config: Config,
         requests: mpsc::Receiver<Result<Config, ConfigError>>,
         shown: watch::Sender<String>,
     ) -> Reloads {
-        let app_healthy = crate::http::probe::watch(
-            app.client.clone(),
-            settings.health.clone(),
-            metrics.clone(),
-            None,
-        );
+        let (apps, per_source) = app;
         let (senders, live) = settings
             .sources
             .iter()
-            .zip(&app.forwarders)
-            .map(|(s, forwarder)| {
+            .zip(per_source)
+            .map(|(s, a)| {
                 let (tx, rx) = watch::channel(Arc::new(reload::live_of(
                     s,
-                    forwarder.clone(),
-                    app_healthy.clone(),
+                    a.forwarder.clone(),
+                    a.app_healthy.clone(),
                 )));
                 ((s.name.clone(), tx), rx)
             })
@@ -429,6 +415,7 @@ impl Reloads {
             reload::Running {
                 config,
                 settings: settings.clone(),
+                apps: apps.clone(),
                 live: senders,
                 rules: rules_tx,
                 shown,
@@ -545,32 +532,49 @@ impl Supervisor {
         })
     }
 
-    /// Runs every source, each in its own task and span, until all have ended; the
-    /// first that fails for good stops the others (they drain) and is the error.
+    /// Runs every source, each in its own task and span, until all have ended. A
+    /// source that fails for good (a topology conflict, a group it cannot join) ends
+    /// alone: it says so in its readiness, which stays not ready, and the others run
+    /// on; the process ends with the first failure once no source runs (unless it
+    /// was asked to stop).
     async fn consume(
         runners: Vec<Runner>,
         nats: &Nats,
         shutdown: &CancellationToken,
     ) -> Result<(), DaemonError> {
-        let stop = shutdown.child_token();
         let mut running = tokio::task::JoinSet::new();
         for runner in runners {
-            let span = tracing::info_span!("source", source = %runner.settings.name);
-            running.spawn(runner.run(nats.clone(), stop.clone()).instrument(span));
+            let (name, readiness) = (runner.settings.name.clone(), runner.readiness.clone());
+            let span = tracing::info_span!("source", source = %name);
+            let run = runner.run(nats.clone(), shutdown.clone());
+            running.spawn(
+                async move {
+                    let ended = run.await;
+                    if let Err(e) = &ended {
+                        let why = chain(e);
+                        tracing::error!(error = %why, "the source stopped: it cannot run until it is fixed (the other sources go on)");
+                        readiness.set(State::NotReady, format!("stopped: {why}"));
+                    }
+                    ended
+                }
+                .instrument(span),
+            );
         }
-        let mut result = Ok(());
+        let mut first = None;
         while let Some(ended) = running.join_next().await {
             let failed = match ended {
                 Ok(Ok(())) => continue,
                 Ok(Err(e)) => DaemonError::from(e),
                 Err(e) => DaemonError::SourceTask(e),
             };
-            if result.is_ok() {
-                stop.cancel();
-                result = Err(failed);
-            }
+            first.get_or_insert(failed);
         }
-        result
+        // Asked to stop: what failed before was said (its log line, its readiness),
+        // and the others drained; the stop itself went as asked.
+        match first {
+            Some(e) if !shutdown.is_cancelled() => Err(e),
+            _ => Ok(()),
+        }
     }
 }
 

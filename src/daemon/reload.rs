@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::reload::{Change, diff, flatten};
 use crate::config::{Config, ConfigError};
+use crate::daemon::apps::Apps;
 use crate::daemon::settings::Settings;
 use crate::dispatch::Live;
-use crate::http::app::AppClient;
 use crate::http::forward::Forwarder;
 use crate::ops::metrics::Metrics;
 use crate::ops::telemetry::chain;
@@ -75,6 +75,8 @@ pub(super) struct Running {
     pub(super) config: Config,
     /// The config's settings, parsed: what a reload's are compared with.
     pub(super) settings: Settings,
+    /// The app's clients and probes in use.
+    pub(super) apps: Apps,
     /// Each source's live settings, by name.
     pub(super) live: Vec<(String, watch::Sender<Arc<Live<Forwarder>>>)>,
     pub(super) rules: watch::Sender<Rules>,
@@ -146,27 +148,17 @@ impl Running {
                 "the sources changed: adding or removing a source needs a restart".into(),
             ));
         }
-        let (client, app_healthy, app_changed) = self.app_for(&settings)?;
-        // Every source's new live settings are made before any is sent: a target that
-        // cannot be built refuses the whole reload.
+        let (apps, per_source) = Apps::build(&settings.sources, &self.metrics, &self.apps)
+            .map_err(|e| Refused::Invalid(chain(&e)))?;
+        // Every source's new live settings are made before any is sent.
         let mut sends = Vec::new();
-        for (source, (_, live)) in settings.sources.iter().zip(&self.live) {
-            let old_settings = self.settings.source(&source.name);
-            // A source whose settings and app are as they were keeps its live
-            // settings: its dispatcher sees nothing.
-            if !app_changed && old_settings == Some(source) {
+        for ((source, app), (_, live)) in settings.sources.iter().zip(per_source).zip(&self.live) {
+            // A source whose settings, client and probe are as they were keeps its
+            // live settings: its dispatcher sees nothing.
+            if !app.rebuilt && self.settings.source(&source.name) == Some(source) {
                 continue;
             }
-            let old = Arc::clone(&live.borrow());
-            let forwarder = match &client {
-                Some(client) => Forwarder::new(client, &source.target),
-                None if old_settings.map(|s| &s.target) != Some(&source.target) => {
-                    Forwarder::new(old.forwarder.client(), &source.target)
-                }
-                None => Ok(old.forwarder.clone()),
-            }
-            .map_err(|e| Refused::Invalid(chain(&e)))?;
-            sends.push((live, live_of(source, forwarder, app_healthy.clone())));
+            sends.push((live, live_of(source, app.forwarder, app.app_healthy)));
         }
         for (live, now) in sends {
             live.send_replace(Arc::new(now));
@@ -176,44 +168,8 @@ impl Running {
         self.shown.send_replace(shown(&new));
         self.config = new;
         self.settings = settings;
+        self.apps = apps;
         Ok(changes)
-    }
-
-    /// The app's client for `settings` when what it is built from changed (`None`:
-    /// the running one stays, with its connections), the health watch, and whether
-    /// either changed.
-    fn app_for(
-        &self,
-        settings: &Settings,
-    ) -> Result<(Option<AppClient>, watch::Receiver<Health>, bool), Refused> {
-        let Some((_, live)) = self.live.first() else {
-            return Err(Refused::Invalid("no source is running".into()));
-        };
-        let old = Arc::clone(&live.borrow());
-        let client = if settings.app == self.settings.app {
-            None
-        } else {
-            Some(AppClient::new(&settings.app).map_err(|e| Refused::Invalid(chain(&e)))?)
-        };
-        let probe_changed = client.is_some() || settings.health != self.settings.health;
-        let app_healthy = if probe_changed {
-            let seed = self
-                .settings
-                .health
-                .is_some()
-                .then(|| *old.app_healthy.borrow());
-            crate::http::probe::watch(
-                client
-                    .clone()
-                    .unwrap_or_else(|| old.forwarder.client().clone()),
-                settings.health.clone(),
-                self.metrics.clone(),
-                seed,
-            )
-        } else {
-            old.app_healthy.clone()
-        };
-        Ok((client, app_healthy, probe_changed))
     }
 }
 

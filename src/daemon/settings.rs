@@ -43,10 +43,6 @@ use crate::trace::encode::Resource;
 pub struct Settings {
     /// The connection to NATS.
     pub nats: Connection,
-    /// The app's client (one: every source sends to the same app today).
-    pub app: ClientSettings,
-    /// The app's health URL and its timing, when it has one.
-    pub health: Option<HealthProbe>,
     /// Span export (`[otel]` with an endpoint), or none.
     pub tracing: Option<Tracing>,
     /// The sources, in the config's order (today one, named `default`).
@@ -82,22 +78,21 @@ impl Settings {
     /// [`ConfigError::Invalid`] naming every value that does not parse.
     pub fn from_config(c: &Config) -> Result<Settings, ConfigError> {
         let mut p: Vec<Problem> = Vec::new();
-        let source = source(c, &mut p);
-        let (Some(app), health) = (client(c, &mut p), health(c, &mut p)) else {
-            return Err(ConfigError::Invalid(p));
-        };
-        let tracing = source
-            .as_ref()
+        let views = c.source_views().map_err(ConfigError::Invalid)?;
+        let sources: Vec<SourceSettings> = views
+            .iter()
+            .filter_map(|v| source(&v.config, &v.name, &mut p))
+            .collect();
+        let tracing = sources
+            .first()
             .and_then(|s| tracing(c, &s.target.url, &mut p));
-        let Some(source) = source.filter(|_| p.is_empty()) else {
+        if !p.is_empty() || sources.len() != views.len() {
             return Err(ConfigError::Invalid(p));
-        };
+        }
         Ok(Settings {
             nats: connection(&c.nats),
-            app,
-            health,
             tracing,
-            sources: vec![source],
+            sources,
             shutdown_grace: Duration::from_millis(c.delivery.shutdown_grace_ms),
             publish: publishing(c),
         })
@@ -115,10 +110,10 @@ impl Settings {
     }
 }
 
-/// `[source]` and the tables that shape how its messages are delivered, parsed into
-/// the source named `default`; `None` (with the problems in `p`) when a value does
-/// not parse.
-fn source(c: &Config, p: &mut Vec<Problem>) -> Option<SourceSettings> {
+/// A source's view of the config (`[source]`, or `[sources.<name>]` over the
+/// top-level tables) parsed into the source `name`; `None` (with the problems in `p`)
+/// when a value does not parse.
+fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings> {
     let d = &c.delivery;
     let ack_wait = Duration::from_millis(c.consumer.ack_wait_ms);
     let retry = status_set(p, "http.retry_statuses", &c.http.retry_statuses);
@@ -126,8 +121,9 @@ fn source(c: &Config, p: &mut Vec<Problem>) -> Option<SourceSettings> {
     if c.source.kind.is_none() {
         p.push(Problem::new("source.kind", "is required"));
     }
-    let target = target(c, p);
-    let (Some(retry), Some(term), Some(kind), Some(target)) = (retry, term, c.source.kind, target)
+    let (target, client, health) = (target(c, p), client(c, p), health(c, p));
+    let (Some(retry), Some(term), Some(kind), Some(target), Some(client)) =
+        (retry, term, c.source.kind, target, client)
     else {
         return None;
     };
@@ -138,9 +134,11 @@ fn source(c: &Config, p: &mut Vec<Problem>) -> Option<SourceSettings> {
     };
     let confirmed_acks = d.ack == AckMode::Confirmed || kind == SourceKind::Elastic;
     Some(SourceSettings {
-        name: crate::source::settings::DEFAULT.to_string(),
+        name: name.to_string(),
         binding: binding(c, kind, limits, confirmed_acks),
         target,
+        client,
+        health,
         retry: Retry {
             on_missing: c.topology.on_missing,
             initial: Duration::from_millis(c.topology.retry_initial_ms),

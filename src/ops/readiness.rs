@@ -121,6 +121,16 @@ pub fn is_ready(state: State) -> bool {
     )
 }
 
+/// The sources as a JSON object keyed by name.
+fn by_name<S: serde::Serializer>(sources: &[(String, Status)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(sources.len()))?;
+    for (name, status) in sources {
+        map.serialize_entry(name, status)?;
+    }
+    map.end()
+}
+
 /// What `/ready` shows of one source (and, for a single source, of the process).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Status {
@@ -139,12 +149,15 @@ pub struct Status {
     /// Requests to the app that may run at once now (`max_in_flight`, or the
     /// adaptive limit); 0 before delivery starts.
     pub concurrency_limit: usize,
+    /// Whether the consumer is paused on the server (`jetrelay pause`).
+    pub paused: bool,
     /// What the state and reason are derived from.
     #[serde(skip)]
     pub facts: Facts,
     /// Each source's own, by name, in the order they were added (the process's
-    /// fields above are derived from them by [`summary`]).
-    #[serde(skip)]
+    /// fields above are derived from them by [`summary`]); `/ready` shows them as
+    /// `"sources": {"<name>": {...}}`.
+    #[serde(serialize_with = "by_name", skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<(String, Status)>,
 }
 
@@ -165,6 +178,7 @@ impl Status {
             pinned: false,
             partitions: Vec::new(),
             concurrency_limit: 0,
+            paused: false,
             facts,
             sources: Vec::new(),
         }
@@ -179,6 +193,7 @@ impl Status {
         self.reason = reason;
         self.ready = is_ready(state);
         self.pinned = self.facts.pinned;
+        self.paused = state == State::Paused;
         changed
     }
 }
@@ -210,6 +225,7 @@ pub fn summary(sources: &[(String, Status)], nats_down: Option<&String>) -> Stat
                 pinned: false,
                 partitions: Vec::new(),
                 concurrency_limit: many.iter().map(|(_, s)| s.concurrency_limit).sum(),
+                paused: many.iter().all(|(_, s)| s.paused),
                 facts: Facts {
                     state,
                     nats_down: nats_down.cloned(),

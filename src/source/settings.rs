@@ -9,14 +9,13 @@ use std::time::Duration;
 use crate::capacity::{Limits, PullTiming};
 use crate::dispatch::{Batching, OutputRules};
 use crate::group::spec::Member;
+use crate::http::app::ClientSettings;
 use crate::http::forward::TargetSettings;
+use crate::http::probe::HealthProbe;
 use crate::pace::PaceSettings;
 use crate::policy::Policy;
 use crate::seam::Ordering;
 use crate::topology::{OnMissing, StreamSpec, TopologyRequest};
-
-/// The name of the one source of a config written with `[source]`.
-pub const DEFAULT: &str = "default";
 
 /// Where a source's messages come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +60,11 @@ pub struct SourceSettings {
     pub binding: Binding,
     /// Where its messages go: the app's URL, the format, the timeout.
     pub target: TargetSettings,
+    /// The client it sends through (shared with every source whose client settings
+    /// are the same); `pool` is this source's `max_in_flight`.
+    pub client: ClientSettings,
+    /// The app's health URL and its timing, when it has one.
+    pub health: Option<HealthProbe>,
     /// Waiting for a missing topology.
     pub retry: Retry,
     /// Pull sizes and the bytes held.

@@ -28,6 +28,7 @@ mod pacing;
 mod pull;
 mod semantics;
 mod shutdown;
+mod sources;
 mod support;
 mod tls;
 mod topology;

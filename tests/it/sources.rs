@@ -1,0 +1,195 @@
+//! Several sources in one process (`[sources.<name>]`): each consumes its own stream
+//! with its own settings over the top-level tables, says its own readiness and
+//! metrics, and one that cannot run (a missing stream, a topology conflict) never
+//! stops another.
+
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Format, Toml};
+use jetrelay::config::Config;
+use jetrelay::ops::readiness::State;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// A config of the sources `tables` (TOML of `[sources.*]`), the top-level `[http]`
+/// at `app`.
+fn sources_config(nats: &NatsServer, app: &MockApp, tables: &str) -> Config {
+    let base = format!(
+        r#"
+        [nats]
+        servers = "{}"
+        [http]
+        url = "{}"
+        timeout_ms = 5000
+        [admin]
+        listen = "127.0.0.1:0"
+        [log]
+        level = "warn"
+        {tables}
+        "#,
+        nats.url(),
+        app.url(),
+    );
+    Config::from_figment(Figment::from(Toml::string(&base)))
+        .unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+#[tokio::test]
+async fn two_sources_consume_their_own_streams_with_their_own_settings_and_labels() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (a, b) = (unique("A"), unique("B"));
+    create_stream(&js, &a, &["a.>"]).await;
+    create_stream(&js, &b, &["b.>"]).await;
+    let app = MockApp::start(|_, _| Reply::status(200)).await;
+    let relay = Relay::ready(sources_config(
+        &nats,
+        &app,
+        &format!(
+            r#"
+            [sources.orders]
+            stream = "{a}"
+            kind = "durable"
+            durable = "orders"
+            [sources.orders.delivery]
+            max_in_flight = 3
+            [sources.audit]
+            stream = "{b}"
+            kind = "durable"
+            durable = "audit"
+            "#
+        ),
+    ))
+    .await;
+    publish(&js, "a.x", 5).await;
+    publish(&js, "b.y", 3).await;
+    app.wait_for("8 requests", T, |r| r.len() == 8).await;
+    let streams: Vec<String> = app
+        .requests()
+        .iter()
+        .map(|r| r.header("nats-stream").unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        streams.iter().filter(|s| **s == a).count(),
+        5,
+        "{streams:?}"
+    );
+    assert_eq!(
+        streams.iter().filter(|s| **s == b).count(),
+        3,
+        "{streams:?}"
+    );
+    eventually("each source's acks under its label", T, || async {
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"ack\",source=\"orders\"}")
+            .await
+            == 5.0
+            && relay
+                .metric("jetrelay_messages_settled_total{action=\"ack\",source=\"audit\"}")
+                .await
+                == 3.0
+    })
+    .await;
+    assert_eq!(
+        relay
+            .metric("jetrelay_concurrency_limit{source=\"orders\"}")
+            .await,
+        3.0,
+        "its own delivery.max_in_flight"
+    );
+    let (code, body) = relay.get("/ready").await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["ready"], true);
+    for name in ["orders", "audit"] {
+        assert_eq!(v["sources"][name]["state"], "consuming", "{body}");
+        assert_eq!(v["sources"][name]["ready"], true, "{body}");
+    }
+    assert!(consumer_drained(&js, &a, "orders").await);
+    assert!(consumer_drained(&js, &b, "audit").await);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_source_that_cannot_run_never_stops_another_and_ready_says_which() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (good, conflict) = (unique("G"), unique("C"));
+    create_stream(&js, &good, &["g.>"]).await;
+    create_stream(&js, &conflict, &["c.>"]).await;
+    // The conflict: the consumer exists with another ack wait.
+    js.get_stream(&conflict)
+        .await
+        .unwrap()
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("held".into()),
+            ack_wait: Duration::from_secs(7),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let app = MockApp::start(|_, _| Reply::status(200)).await;
+    let relay = Relay::start(sources_config(
+        &nats,
+        &app,
+        &format!(
+            r#"
+            [sources.good]
+            stream = "{good}"
+            kind = "durable"
+            durable = "good"
+            [sources.missing]
+            stream = "NOPE"
+            kind = "durable"
+            durable = "m"
+            [sources.clash]
+            stream = "{conflict}"
+            kind = "durable"
+            durable = "held"
+            "#
+        ),
+    ))
+    .await;
+    eventually("the good source consumes", T, || async {
+        relay
+            .health
+            .status()
+            .sources
+            .iter()
+            .any(|(n, s)| n == "good" && s.state == State::Consuming)
+    })
+    .await;
+    publish(&js, "g.x", 4).await;
+    app.wait_for("4 requests", T, |r| r.len() == 4).await;
+    eventually("the others say why they do not run", T, || async {
+        let s = relay.health.status();
+        let of = |name: &str| {
+            s.sources
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, s)| s.reason.clone())
+                .unwrap_or_default()
+        };
+        of("missing").contains("NOPE") && of("clash").starts_with("stopped:")
+    })
+    .await;
+    let (code, body) = relay.get("/ready").await;
+    assert_eq!(code, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["sources"]["good"]["ready"], true, "{body}");
+    assert_eq!(v["sources"]["missing"]["ready"], false, "{body}");
+    assert_eq!(v["sources"]["clash"]["ready"], false, "{body}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("source clash: stopped:")
+            || v["reason"].as_str().unwrap().starts_with("source missing:"),
+        "{body}"
+    );
+    assert!(!relay.handle.is_finished(), "the process runs on");
+    relay.stop().await.unwrap();
+}
