@@ -14,6 +14,7 @@ pub mod outputs;
 pub mod pace;
 pub mod policy;
 pub mod printable;
+pub mod route;
 pub mod subject;
 pub mod topology;
 pub mod trace;

@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::message::Invalid;
+use serde::{Deserialize, Serialize};
 
 /// A set of HTTP statuses written as `"503"` or `"5xx"`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,6 +54,30 @@ impl StatusSet {
 
     fn contains_exact(&self, status: u16) -> bool {
         self.exact.contains(&status)
+    }
+}
+
+/// What a route (`crate::route`) does instead of a request.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Skip {
+    /// Acked, never sent.
+    Ack,
+    /// Terminated (dead-lettered first when a DLQ is set, as `Jetrelay-Action: term`
+    /// is), never sent.
+    Term,
+    /// Dead-lettered (when a DLQ is set), then terminated, never sent.
+    Dlq,
+}
+
+impl Skip {
+    /// Its name, as the config spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Skip::Ack => "ack",
+            Skip::Term => "term",
+            Skip::Dlq => "dlq",
+        }
     }
 }
 
@@ -117,6 +142,8 @@ pub enum Outcome {
     /// The message broke what the transport promises (bad metadata, no partition
     /// token, malformed headers); it is never sent.
     Invalid(Invalid),
+    /// A route settles the message without a request: its action, and its name.
+    Routed(Skip, String),
 }
 
 /// Why a message is terminated; the text goes into `+TERM <reason>`.
@@ -138,6 +165,8 @@ pub enum TermReason {
     /// The app's answer publishes what cannot be published (a subject not allowed,
     /// too many or too large messages, a malformed document): retrying cannot help.
     PublishRefused(String),
+    /// A route's `term` or `dlq`: the route's name.
+    Routed(Skip, String),
 }
 
 impl fmt::Display for TermReason {
@@ -150,6 +179,9 @@ impl fmt::Display for TermReason {
             }
             TermReason::Invalid(why) => write!(f, "jetrelay: {why}"),
             TermReason::PublishRefused(why) => write!(f, "jetrelay: publish_refused: {why}"),
+            TermReason::Routed(skip, route) => {
+                write!(f, "jetrelay: route {route} says {}", skip.name())
+            }
         }
     }
 }
@@ -235,6 +267,12 @@ impl Policy {
             Outcome::Invalid(why) => {
                 return Disposition::Term {
                     reason: TermReason::Invalid(why.clone()),
+                };
+            }
+            Outcome::Routed(Skip::Ack, _) => return Disposition::Ack,
+            Outcome::Routed(skip, route) => {
+                return Disposition::Term {
+                    reason: TermReason::Routed(*skip, route.clone()),
                 };
             }
             Outcome::Unreachable => return Disposition::Hold,
@@ -480,6 +518,21 @@ mod tests {
                 Outcome::Invalid(Invalid::NoPartition("x".into())),
                 1,
                 term(TermReason::Invalid(Invalid::NoPartition("x".into()))),
+            ),
+            (
+                Outcome::Routed(Skip::Ack, "noise".into()),
+                9,
+                Disposition::Ack,
+            ),
+            (
+                Outcome::Routed(Skip::Dlq, "bad".into()),
+                1,
+                term(TermReason::Routed(Skip::Dlq, "bad".into())),
+            ),
+            (
+                Outcome::Routed(Skip::Term, "0".into()),
+                1,
+                term(TermReason::Routed(Skip::Term, "0".into())),
             ),
         ];
         for (outcome, attempt, want) in cases {

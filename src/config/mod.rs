@@ -36,9 +36,7 @@ use self::problems::Problems;
 pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
 pub use self::source::{SourceConfig, SourceKind};
-pub use self::sources::{
-    DEFAULT_SOURCE, RouteAction, RouteConfig, SOURCE_TABLES, SourceView, valid_name,
-};
+pub use self::sources::{DEFAULT_SOURCE, RouteConfig, SOURCE_TABLES, SourceView, valid_name};
 pub use self::topology::{ManagedStreamConfig, TopologyConfig};
 use crate::seam::Ordering;
 pub use crate::topology::OnMissing;

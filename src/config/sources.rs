@@ -14,6 +14,7 @@ use figment::value::{Dict, Value};
 use serde::{Deserialize, Serialize};
 
 use super::{Config, Problem};
+use crate::policy::Skip;
 
 /// The name of the one source of a config written with `[source]`.
 pub const DEFAULT_SOURCE: &str = "default";
@@ -26,18 +27,6 @@ const OWN_KEYS: [&str; 2] = ["weight", "routes"];
 
 /// `weight`'s bound: a share of the budget is `weight / Σ weights`.
 const MAX_WEIGHT: u64 = 1000;
-
-/// What a route does instead of sending to a target.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteAction {
-    /// Acked, never sent.
-    Ack,
-    /// Terminated, never sent.
-    Term,
-    /// Dead-lettered (then terminated), never sent.
-    Dlq,
-}
 
 /// `[[sources.<name>.routes]]`: the first route whose match holds decides where a
 /// message goes.
@@ -56,7 +45,7 @@ pub struct RouteConfig {
     /// A URL of its own instead of the source's.
     pub url: String,
     /// Instead of a target: `ack`, `term` or `dlq`.
-    pub action: Option<RouteAction>,
+    pub action: Option<Skip>,
 }
 
 /// One source as it runs: its name, the whole config as if it were the only source,
@@ -181,6 +170,20 @@ impl Config {
                 Vec::new()
             }),
         };
+        for (i, r) in routes.iter().enumerate() {
+            for why in route_problems(r, &config) {
+                problems.push(Problem::new(at(&format!("routes[{i}]")), why));
+            }
+        }
+        let mut names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+        names.retain(|n| !n.is_empty());
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            problems.push(Problem::new(
+                at("routes"),
+                format!("two routes are named {:?}", w[0]),
+            ));
+        }
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -191,6 +194,58 @@ impl Config {
             routes,
         })
     }
+}
+
+/// What is wrong with a route of a source whose view is `c`.
+fn route_problems(r: &RouteConfig, c: &Config) -> Vec<String> {
+    let mut p = Vec::new();
+    let targets = usize::from(!r.path.is_empty()) + usize::from(!r.url.is_empty());
+    match (targets, r.action) {
+        (0, None) => p.push("needs a target (path or url) or an action".to_string()),
+        (2, _) => p.push("path and url together: give one".to_string()),
+        (1, Some(a)) => p.push(format!(
+            "action = {:?} beside a target: a route either sends or settles",
+            a.name()
+        )),
+        _ => {}
+    }
+    if r.subjects.is_empty() && r.headers.is_empty() {
+        p.push(
+            "an empty match (no subjects, no headers) would take every message: a message no route matches goes to http.url"
+                .to_string(),
+        );
+    }
+    for s in &r.subjects {
+        if let Err(e) = crate::subject::validate_filter(s) {
+            p.push(format!("subjects: {s:?}: {e}"));
+        }
+    }
+    for name in r.headers.keys() {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty() || !name.bytes().all(token) {
+            p.push(format!("headers: {name:?} is not a header name"));
+        }
+    }
+    if !r.path.is_empty() && !r.path.starts_with('/') {
+        p.push(format!("path {:?} must start with /", r.path));
+    }
+    if !r.url.is_empty() {
+        match url::Url::parse(&r.url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.password().is_none() => {}
+            Ok(_) => p.push(format!(
+                "url {:?}: an http(s) URL without a password",
+                super::redact(&r.url)
+            )),
+            Err(e) => p.push(format!("url {:?}: {e}", super::redact(&r.url))),
+        }
+    }
+    if c.delivery.batch_size > 1 {
+        p.push(
+            "routes with delivery.batch_size > 1 are not supported yet (a batch goes to one target): use routes without batches"
+                .to_string(),
+        );
+    }
+    p
 }
 
 /// The key a problem of source `name`'s view is reported under: `source.x` is
@@ -275,7 +330,7 @@ mod tests {
         assert_eq!(audit.config.http.url, "http://127.0.0.1:8080/messages");
         assert_eq!(audit.config.ordering(), crate::seam::Ordering::Partition);
         assert_eq!(audit.weight, 1);
-        assert_eq!(audit.routes[0].action, Some(RouteAction::Ack));
+        assert_eq!(audit.routes[0].action, Some(Skip::Ack));
         assert_eq!(audit.routes[0].subjects, ["audit.noise.>"]);
     }
 

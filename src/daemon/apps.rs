@@ -42,6 +42,8 @@ pub(super) struct Apps {
 pub(super) struct SourceApp {
     /// Its target through its client.
     pub(super) forwarder: Forwarder,
+    /// Each route's target through its client, when the route sends.
+    pub(super) route_forwarders: Vec<Option<Forwarder>>,
     /// Whether its app is healthy.
     pub(super) app_healthy: watch::Receiver<Health>,
     /// A client or probe was built anew for it (a reload must hand it on).
@@ -104,8 +106,17 @@ impl Apps {
             let key = shared_key(&s.client);
             let (health, probe_rebuilt) =
                 apps.probe(&client, &key, s, metrics, previous, rebuilt[at]);
+            let route_forwarders = (s.routes.iter())
+                .map(|r| {
+                    r.target
+                        .as_ref()
+                        .map(|t| Forwarder::new(&client, t))
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             out.push(SourceApp {
                 forwarder: Forwarder::new(&client, &s.target)?,
+                route_forwarders,
                 app_healthy: health,
                 rebuilt: rebuilt[at] || probe_rebuilt,
             });

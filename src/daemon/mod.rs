@@ -401,11 +401,7 @@ impl Reloads {
             .iter()
             .zip(per_source)
             .map(|(s, a)| {
-                let (tx, rx) = watch::channel(Arc::new(reload::live_of(
-                    s,
-                    a.forwarder.clone(),
-                    a.app_healthy.clone(),
-                )));
+                let (tx, rx) = watch::channel(Arc::new(reload::live_of(s, a)));
                 ((s.name.clone(), tx), rx)
             })
             .unzip();

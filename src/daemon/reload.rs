@@ -15,14 +15,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::reload::{Change, diff, flatten};
 use crate::config::{Config, ConfigError};
-use crate::daemon::apps::Apps;
+use crate::daemon::apps::{Apps, SourceApp};
 use crate::daemon::settings::Settings;
 use crate::dispatch::Live;
 use crate::http::forward::Forwarder;
 use crate::ops::metrics::Metrics;
 use crate::ops::telemetry::chain;
 use crate::outputs::Rules;
-use crate::seam::Health;
 use crate::seam::time::Deadline;
 use crate::source::settings::SourceSettings;
 
@@ -49,23 +48,21 @@ pub(super) fn channel() -> (Reloader, mpsc::Receiver<Result<Config, ConfigError>
     (Reloader { tx }, rx)
 }
 
-/// A source's dispatcher's live settings from its settings, with this forwarder and
-/// health watch.
-pub(super) fn live_of(
-    source: &SourceSettings,
-    forwarder: Forwarder,
-    app_healthy: watch::Receiver<Health>,
-) -> Live<Forwarder> {
+/// A source's dispatcher's live settings from its settings, with what it sends
+/// through.
+pub(super) fn live_of(source: &SourceSettings, app: &SourceApp) -> Live<Forwarder> {
     Live {
-        forwarder,
+        forwarder: app.forwarder.clone(),
         policy: source.policy.clone(),
         pace: source.pace,
         batch: source.batch,
         outputs: source.outputs.clone(),
         unhealthy_handover: source.unhealthy_handover,
-        app_healthy,
+        app_healthy: app.app_healthy.clone(),
         limits: source.limits,
         confirmed_acks: source.confirmed_acks,
+        routes: source.routes.iter().map(|r| r.route.clone()).collect(),
+        route_forwarders: app.route_forwarders.clone(),
     }
 }
 
@@ -158,7 +155,7 @@ impl Running {
             if !app.rebuilt && self.settings.source(&source.name) == Some(source) {
                 continue;
             }
-            sends.push((live, live_of(source, app.forwarder, app.app_healthy)));
+            sends.push((live, live_of(source, &app)));
         }
         for (live, now) in sends {
             live.send_replace(Arc::new(now));

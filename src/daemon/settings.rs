@@ -15,7 +15,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::capacity::{Limits, PullTiming};
-use crate::config::{AckMode, Config, ConfigError, NatsConfig, OtelProtocol, Problem, SourceKind};
+use crate::config::{
+    AckMode, Config, ConfigError, NatsConfig, OtelProtocol, Problem, SourceKind, SourceView,
+};
 use url::Url;
 
 use crate::app::headers::Pass;
@@ -32,7 +34,10 @@ use crate::ops::traces::{AppTarget, TraceSettings};
 use crate::outputs::Rules;
 use crate::pace::PaceSettings;
 use crate::policy::{Policy, StatusSet};
-use crate::source::settings::{Binding, DeadLetters, Retry, SourceSettings, dlq_duplicate_window};
+use crate::route::{Route, To};
+use crate::source::settings::{
+    Binding, DeadLetters, Retry, RouteSettings, SourceSettings, dlq_duplicate_window,
+};
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 use crate::topology::{Discard, Retention, Storage};
 use crate::trace::encode::Resource;
@@ -81,7 +86,11 @@ impl Settings {
         let views = c.source_views().map_err(ConfigError::Invalid)?;
         let sources: Vec<SourceSettings> = views
             .iter()
-            .filter_map(|v| source(&v.config, &v.name, &mut p))
+            .filter_map(|v| {
+                let mut s = source(&v.config, &v.name, &mut p)?;
+                s.routes = routes(v, &s.target, &mut p);
+                Some(s)
+            })
             .collect();
         let tracing = sources
             .first()
@@ -174,7 +183,46 @@ fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings
             atomic: c.publish.atomic,
         })
         .filter(|o| o.rules.enabled()),
+        routes: Vec::new(),
     })
+}
+
+/// A source's routes, parsed: each one's match, and its target (the source's with
+/// the route's path, or the route's URL).
+fn routes(v: &SourceView, target: &TargetSettings, p: &mut Vec<Problem>) -> Vec<RouteSettings> {
+    v.routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let key = format!("sources.{}.routes[{i}]", v.name);
+            let own = match (r.path.as_str(), r.url.as_str()) {
+                ("", "") => None,
+                (path, "") => {
+                    let mut url = target.url.clone();
+                    url.set_path(path);
+                    url.set_query(None);
+                    Some(url)
+                }
+                (_, raw) => url(p, &key, raw),
+            };
+            RouteSettings {
+                route: Route {
+                    name: if r.name.is_empty() {
+                        i.to_string()
+                    } else {
+                        r.name.clone()
+                    },
+                    subjects: r.subjects.clone(),
+                    headers: r.headers.clone().into_iter().collect(),
+                    to: r.action.map_or(To::Target, To::Skip),
+                },
+                target: own.map(|url| TargetSettings {
+                    url,
+                    ..target.clone()
+                }),
+            }
+        })
+        .collect()
 }
 
 /// Where a source of this kind gets its messages: the durable's topology, or the

@@ -22,6 +22,7 @@ use crate::ops::metrics::SettleLabel;
 use crate::ops::telemetry::chain;
 use crate::ops::traces::Active;
 use crate::policy::{Disposition, Outcome, backoff};
+use crate::route::To;
 use crate::seam::Ordering;
 use crate::seam::publish::{LetterFailure, Publish};
 use crate::seam::{Forward, Forwarded, HttpClass, NoAnswer, Offer, Settle};
@@ -53,36 +54,35 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         // One attempt runs under one config: a reload meanwhile applies to the next.
         let live = self.live();
         let mut sample = None;
-        let (outcome, status, http_ms, failure, published) = match d.invalid() {
-            Some(why) => {
+        let picked = crate::route::pick(&live.routes, &d.app_subject, &d.message.headers);
+        let (outcome, status, http_ms, failure, published) = match (d.invalid(), picked) {
+            (Some(why), _) => {
                 self.metrics.invalid(&why);
                 (Outcome::Invalid(why), None, None, None, None)
             }
-            None => {
-                let span = trace.map(|t| self.tracer.request(t, attempt));
-                let traceparent = span.as_ref().map(Active::traceparent);
-                let offer = Offer {
-                    offered: d.into(),
-                    attempt,
-                    trace: traceparent.as_deref().map(|tp| TraceHeaders {
-                        traceparent: tp,
-                        tracestate: trace.and_then(|t| t.tracestate.as_deref()),
-                    }),
+            (None, Some((_, r))) if let To::Skip(skip) = r.to => {
+                self.metrics.routed(&r.name, "skip");
+                (
+                    Outcome::Routed(skip, r.name.clone()),
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            }
+            (None, picked) => {
+                let forwarder = match picked {
+                    Some((i, r)) => {
+                        self.metrics.routed(&r.name, "app");
+                        live.route_forwarders
+                            .get(i)
+                            .and_then(Option::as_ref)
+                            .unwrap_or(&live.forwarder)
+                    }
+                    None => &live.forwarder,
                 };
-                let f = live.forwarder.forward(offer).await;
-                if let Some(span) = span {
-                    self.tracer.end_request(span, &f);
-                }
-                self.metrics.request(f.class, f.elapsed, f.skipped_headers);
-                self.metrics.trace_headers_dropped(&f.trace_dropped);
+                let f = self.request(forwarder, d, attempt, trace).await;
                 sample = Some(Sample::of(&f));
-                if f.bad_action {
-                    self.metrics.action_override("invalid");
-                    tracing::warn!(
-                        stream_seq = d.stream_seq(),
-                        "ignoring an unknown Jetrelay-Action value"
-                    );
-                }
                 let status = match f.class {
                     HttpClass::Status(s) => Some(s),
                     _ => None,
@@ -92,7 +92,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         };
         let reach = match (&outcome, &failure) {
-            (Outcome::Invalid(_), _) => Reach::NotAsked,
+            (Outcome::Invalid(_) | Outcome::Routed(..), _) => Reach::NotAsked,
             (Outcome::Unreachable, Some(f)) => Reach::Unreachable(f.kind),
             (Outcome::Unreachable, None) => Reach::Unreachable("cannot connect"),
             _ => Reach::Reached,
@@ -127,6 +127,40 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             .settle_decided(d, settler, disposition, status, &record, confirmed)
             .await;
         (step, reach, sample)
+    }
+
+    /// One request of `d` to `forwarder`, in its span, counted.
+    async fn request(
+        &self,
+        forwarder: &F,
+        d: &Delivery,
+        attempt: u32,
+        trace: Option<&SpanContext>,
+    ) -> Forwarded {
+        let span = trace.map(|t| self.tracer.request(t, attempt));
+        let traceparent = span.as_ref().map(Active::traceparent);
+        let offer = Offer {
+            offered: d.into(),
+            attempt,
+            trace: traceparent.as_deref().map(|tp| TraceHeaders {
+                traceparent: tp,
+                tracestate: trace.and_then(|t| t.tracestate.as_deref()),
+            }),
+        };
+        let f = forwarder.forward(offer).await;
+        if let Some(span) = span {
+            self.tracer.end_request(span, &f);
+        }
+        self.metrics.request(f.class, f.elapsed, f.skipped_headers);
+        self.metrics.trace_headers_dropped(&f.trace_dropped);
+        if f.bad_action {
+            self.metrics.action_override("invalid");
+            tracing::warn!(
+                stream_seq = d.stream_seq(),
+                "ignoring an unknown Jetrelay-Action value"
+            );
+        }
+        f
     }
 
     /// Carries out one message's disposition: ack (`confirmed`: waiting for the

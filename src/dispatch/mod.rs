@@ -56,6 +56,7 @@ use crate::ops::readiness::{SourceReadiness, State};
 use crate::ops::traces::Tracer;
 use crate::pace::PaceSettings;
 use crate::policy::Policy;
+use crate::route::Route;
 use crate::seam::Ordering;
 use crate::seam::publish::Publish;
 use crate::seam::time::{Alarm, Deadline, bounded};
@@ -146,6 +147,11 @@ pub struct Live<F> {
     pub limits: Limits,
     /// Whether acks wait for the server's confirmation (`delivery.ack`).
     pub confirmed_acks: bool,
+    /// The source's routes, first match first (a message none matches goes to
+    /// `forwarder`).
+    pub routes: Vec<Route>,
+    /// Each route's forwarder, when it sends (`To::Target`): aligned with `routes`.
+    pub route_forwarders: Vec<Option<F>>,
 }
 
 /// Why the loop ended.

@@ -459,6 +459,7 @@ struct Rig {
     /// What a reload sends the dispatcher.
     live: watch::Sender<Arc<super::Live<FakeApp>>>,
     readiness: SourceReadiness,
+    metrics: crate::ops::metrics::SourceMetrics,
     shutdown: CancellationToken,
     run: tokio::task::JoinHandle<Result<Ended, super::DispatchError>>,
 }
@@ -482,6 +483,8 @@ struct Knobs {
     letters: Option<PublishScript>,
     outputs: Option<PublishScript>,
     tracer: Tracer,
+    /// The source's routes (their targets are the app itself here).
+    routes: Vec<crate::route::Route>,
 }
 
 impl Default for Knobs {
@@ -501,6 +504,7 @@ impl Default for Knobs {
             letters: None,
             outputs: None,
             tracer: Tracer::off(),
+            routes: Vec::new(),
         }
     }
 }
@@ -575,6 +579,8 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             max_bytes: 64 << 20,
         },
         confirmed_acks: false,
+        routes: knobs.routes.clone(),
+        route_forwarders: Vec::new(),
     };
     let (live_tx, live) = watch::channel(Arc::new(live));
     let dispatch = Arc::new(Dispatch {
@@ -586,7 +592,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             tries: Mutex::default(),
             stored: Arc::clone(&stored),
         },
-        metrics,
+        metrics: metrics.clone(),
         readiness: readiness.clone(),
         max_buffered: 256,
         pinned_mode: false,
@@ -608,6 +614,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let token = shutdown.clone();
     let run = tokio::spawn(async move { dispatch.run(source, token).await });
     Rig {
+        metrics,
         batches,
         events,
         log,
@@ -710,6 +717,8 @@ impl Rig {
             app_healthy: old.app_healthy.clone(),
             limits: old.limits,
             confirmed_acks: old.confirmed_acks,
+            routes: Vec::new(),
+            route_forwarders: Vec::new(),
         };
         change(&mut live);
         self.live.send_replace(Arc::new(live));
@@ -2153,6 +2162,57 @@ async fn the_rate_limit_spaces_starts_and_waiting_messages_stay_alive() {
     assert_eq!(r.seen().len(), 30);
     for seq in 1..=30 {
         assert_eq!(r.settled(seq), [Told::Ack], "no attempt spent waiting");
+    }
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_skip_route_settles_without_a_request_and_counts_per_route() {
+    use crate::route::{Route, Skip, To};
+    let route = |name: &str, subject: &str, skip: Skip| Route {
+        name: name.into(),
+        subjects: vec![subject.into()],
+        headers: Vec::new(),
+        to: To::Skip(skip),
+    };
+    let r = rig(
+        Knobs {
+            dead_letters: true,
+            routes: vec![
+                route("noise", "noise.>", Skip::Ack),
+                route("bad", "bad.*", Skip::Dlq),
+            ],
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "noise.a.b");
+    r.send(2, "bad.x");
+    r.send(3, "orders.x");
+    wait(S).await;
+    let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(
+        seen,
+        [3],
+        "only the message no skip route took reached the app"
+    );
+    assert_eq!(r.settled(1), [Told::Ack]);
+    assert_eq!(r.settled(2), [Told::Letter, Told::Term]);
+    assert_eq!(r.settled(3), [Told::Ack]);
+    let m = &r.metrics;
+    for (series, n) in [
+        (
+            "jetrelay_routed_total{route=\"noise\",source=\"default\",target=\"skip\"}",
+            1.0,
+        ),
+        (
+            "jetrelay_routed_total{route=\"bad\",source=\"default\",target=\"skip\"}",
+            1.0,
+        ),
+        ("jetrelay_messages_settled_total{action=\"ack\"}", 2.0),
+        ("jetrelay_http_requests_total", 1.0),
+    ] {
+        assert_eq!(m.sample(series), Some(n), "{series}");
     }
     r.stop().await;
 }

@@ -425,11 +425,14 @@ impl ConsumerCollectors {
     }
 }
 
-/// A source's dead letters.
+/// A source's dead letters, and where its routes sent its messages.
 #[derive(Debug, Clone)]
 struct LetterCollectors {
     dlq_failures: IntCounter,
     dead_letters_waiting: IntGauge,
+    /// By route (its name, or index) and target (`app` or `skip`): label values
+    /// from the source's config, a closed set.
+    routed: IntCounterVec,
 }
 
 impl LetterCollectors {
@@ -443,6 +446,13 @@ impl LetterCollectors {
                 "jetrelay_dead_letters_waiting",
                 "Messages kept on their last delivery because the DLQ does not store their dead letter yet (at most a quarter of delivery.max_buffered)",
             )?,
+            routed: r.register(IntCounterVec::new(
+                r.opts(
+                    "jetrelay_routed_total",
+                    "Messages a route took, by route and target: app (its path or URL) or skip (settled by its action, never sent)",
+                ),
+                &["route", "target"],
+            )?)?,
         })
     }
 }
@@ -881,6 +891,14 @@ impl SourceMetrics {
     /// A dead letter was not stored (the message is retried or kept instead).
     pub fn dead_letter_failed(&self) {
         self.letters.dlq_failures.inc();
+    }
+
+    /// A route took a message: to its target (`app`) or its action (`skip`).
+    pub fn routed(&self, route: &str, target: &str) {
+        self.letters
+            .routed
+            .with_label_values(&[route, target])
+            .inc();
     }
 
     /// How many messages wait on their last delivery for their dead letter.

@@ -14,6 +14,7 @@ use crate::http::forward::TargetSettings;
 use crate::http::probe::HealthProbe;
 use crate::pace::PaceSettings;
 use crate::policy::Policy;
+use crate::route::Route;
 use crate::seam::Ordering;
 use crate::topology::{OnMissing, StreamSpec, TopologyRequest};
 
@@ -94,6 +95,17 @@ pub struct SourceSettings {
     pub batch: Option<Batching>,
     /// What the app's answers may publish (`None`: publishing is off).
     pub outputs: Option<OutputRules>,
+    /// Its routes, first match first; a message none matches goes to `target`.
+    pub routes: Vec<RouteSettings>,
+}
+
+/// One route: what it matches and does, and its target when it sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteSettings {
+    /// The match and where it goes.
+    pub route: Route,
+    /// Its target (`route.to` is `To::Target`): the source's with its path or URL.
+    pub target: Option<TargetSettings>,
 }
 
 impl SourceSettings {

@@ -308,6 +308,8 @@ async fn instance(
             max_bytes: 1 << 20,
         },
         confirmed_acks: false,
+        routes: Vec::new(),
+        route_forwarders: Vec::new(),
     };
     let (_live_tx, live) = tokio::sync::watch::channel(std::sync::Arc::new(live));
     let dispatch = Dispatch {

@@ -193,3 +193,115 @@ async fn a_source_that_cannot_run_never_stops_another_and_ready_says_which() {
     assert!(!relay.handle.is_finished(), "the process runs on");
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn routes_send_to_their_target_or_settle_by_their_action_first_match_first() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let stream = unique("R");
+    create_stream(&js, &stream, &["o.>"]).await;
+    let main_app = MockApp::start(|_, _| Reply::status(200)).await;
+    let created = MockApp::start(|_, _| Reply::status(200)).await;
+    let relay = Relay::ready(sources_config(
+        &nats,
+        &main_app,
+        &format!(
+            r#"
+            [sources.orders]
+            stream = "{stream}"
+            kind = "durable"
+            durable = "orders"
+            [[sources.orders.routes]]
+            name = "created"
+            subjects = ["o.*.created"]
+            url = "{}"
+            [[sources.orders.routes]]
+            subjects = ["o.noise.>", "o.*.created"]
+            action = "ack"
+            "#,
+            created.url()
+        ),
+    ))
+    .await;
+    publish_each(
+        &js,
+        &[
+            ("o.1.created", "c1"),
+            ("o.noise.x", "n1"),
+            ("o.1.updated", "u1"),
+            ("o.2.created", "c2"),
+            ("o.noise.y.z", "n2"),
+        ],
+    )
+    .await;
+    created.wait_for("2 created", T, |r| r.len() == 2).await;
+    main_app.wait_for("1 updated", T, |r| r.len() == 1).await;
+    eventually("every message settled", T, || async {
+        consumer_drained(&js, &stream, "orders").await
+    })
+    .await;
+    let bodies = |app: &MockApp| -> Vec<String> {
+        app.requests()
+            .iter()
+            .map(|r| String::from_utf8_lossy(&r.body).to_string())
+            .collect()
+    };
+    assert_eq!(bodies(&created), ["c1", "c2"], "the first match wins");
+    assert_eq!(bodies(&main_app), ["u1"], "no route: the source's url");
+    for (series, n) in [
+        (
+            "jetrelay_routed_total{route=\"created\",source=\"orders\",target=\"app\"}",
+            2.0,
+        ),
+        (
+            "jetrelay_routed_total{route=\"1\",source=\"orders\",target=\"skip\"}",
+            2.0,
+        ),
+        (
+            "jetrelay_messages_settled_total{action=\"ack\",source=\"orders\"}",
+            5.0,
+        ),
+        ("jetrelay_http_requests_total{source=\"orders\"}", 3.0),
+    ] {
+        assert_eq!(relay.metric(series).await, n, "{series}");
+    }
+    relay.stop().await.unwrap();
+}
+
+#[test]
+fn a_broken_route_is_refused_at_load_naming_it() {
+    let text = r#"
+        [http]
+        url = "http://127.0.0.1:1/m"
+        [sources.orders]
+        stream = "S"
+        kind = "durable"
+        durable = "d"
+        [[sources.orders.routes]]
+        subjects = ["o.>"]
+        path = "/x"
+        [[sources.orders.routes]]
+        subjects = ["o.>"]
+        path = "/x"
+        action = "ack"
+        [[sources.orders.routes]]
+        action = "ack"
+        [[sources.orders.routes]]
+        subjects = ["o..x"]
+        url = "ftp://h/x"
+    "#;
+    let err = Config::from_figment(Figment::from(Toml::string(text))).unwrap_err();
+    let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+    assert!(!keys.contains(&"sources.orders.routes[0]"), "{err}");
+    for key in [
+        "sources.orders.routes[1]",
+        "sources.orders.routes[2]",
+        "sources.orders.routes[3]",
+    ] {
+        assert!(keys.contains(&key), "{key} missing: {err}");
+    }
+    let text = err.to_string();
+    assert!(text.contains("beside a target"), "{text}");
+    assert!(text.contains("an empty match"), "{text}");
+    assert!(text.contains("ftp://"), "{text}");
+}
