@@ -202,3 +202,60 @@ impl Config {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::ConfigError;
+    use crate::seam::jetstream::BadOrdering;
+
+    const MINIMAL: &str = "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n\
+                           [http]\nurl = \"http://127.0.0.1:1/x\"\n";
+
+    fn with_ordering(value: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(&[MINIMAL, &format!("[delivery]\nordering = {value:?}\n")])
+    }
+
+    #[test]
+    fn every_ordering_is_read_at_load_and_a_bad_one_is_a_problem_of_its_key() {
+        for text in ["subject", "none", "token:1", "token:2", "header:X-Key"] {
+            let c = with_ordering(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(Ordering::parse(text).map(Some), Ok(c.delivery.ordering));
+            assert_eq!(c.ordering().to_string(), text);
+        }
+        for (text, why) in [
+            ("token:0", BadOrdering::Token("token:0".into())),
+            ("token:x", BadOrdering::Token("token:x".into())),
+            ("header:", BadOrdering::Header("header:".into())),
+            ("header:X Key", BadOrdering::Header("header:X Key".into())),
+            ("key", BadOrdering::Unknown("key".into())),
+        ] {
+            let err = with_ordering(text).unwrap_err();
+            let found: Vec<(&str, &str)> = err
+                .problems()
+                .iter()
+                .map(|p| (p.key.as_str(), p.message.as_str()))
+                .collect();
+            assert_eq!(found, [("delivery.ordering", why.to_string().as_str())]);
+        }
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail fixes the closure's error type.
+    fn an_ordering_from_the_environment_is_read_and_refused_alike() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("c.toml", MINIMAL)?;
+            jail.set_env("JETRELAY_DELIVERY__ORDERING", "header:x-tenant");
+            let c = Config::load(Some(Path::new("c.toml"))).unwrap();
+            assert_eq!(c.ordering(), Ordering::parse("header:x-tenant").unwrap());
+            jail.set_env("JETRELAY_DELIVERY__ORDERING", "token:0");
+            let err = Config::load(Some(Path::new("c.toml"))).unwrap_err();
+            let p = &err.problems()[0];
+            assert_eq!(p.key, "delivery.ordering");
+            assert_eq!(p.env.as_deref(), Some("JETRELAY_DELIVERY__ORDERING"));
+            Ok(())
+        });
+    }
+}

@@ -2,14 +2,28 @@
 //! order they arrived (stream order); different lanes run in parallel. In `none`
 //! mode every message is its own lane, so the scheduler is a plain FIFO.
 //!
+//! A message's lane is its ordering key ([`LaneKey::of`], pure): the partition, the
+//! subject, a subject token (`token:N`) or a header's value (`header:NAME`). A key
+//! value longer than [`MAX_KEY_LEN`] bytes is keyed on a hash of it, so that a huge
+//! header value never becomes a huge key.
+//!
 //! The dispatcher pushes message ids, asks for the next runnable one when it has a
 //! free slot, and reports when a message is finished. No I/O, no clocks.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hasher};
+use std::num::NonZeroU8;
 use std::sync::Arc;
 
 use crate::message::Delivery;
 use crate::seam::Ordering;
+
+/// The longest key value (a `token:N` token, a `header:NAME` value) a lane is keyed
+/// on as it is. A longer one is keyed on a 64-bit hash of it ([`LaneKey::Hashed`]):
+/// a key is held once per held message and once per lane, and a header value may be
+/// as long as a message. Two values whose hashes collide share a lane: their
+/// messages wait for each other, but none runs out of order.
+pub const MAX_KEY_LEN: usize = 256;
 
 /// Which lane a message belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -19,20 +33,57 @@ pub enum LaneKey {
     /// One lane per partition number.
     Partition(u32),
     /// One lane per subject (partition token stripped); shared, because the key is
-    /// kept in several places per held message.
+    /// kept in several places per held message. Also the key of a message the
+    /// `token:N` or `header:NAME` key is missing from.
     Subject(Arc<str>),
+    /// One lane per value of a `token:N` or `header:NAME` key of at most
+    /// [`MAX_KEY_LEN`] bytes.
+    Value(Arc<str>),
+    /// One lane per longer value, by its hash (SipHash with fixed keys: the same
+    /// value gets the same lane for the life of the process).
+    Hashed(u64),
 }
 
 impl LaneKey {
     /// The lane of a delivery under `mode`. A message without the key its mode needs
-    /// (no partition token) runs unordered: it is terminated anyway.
+    /// (no partition token) runs unordered: it is terminated anyway. Under `token:N`
+    /// a subject with fewer than N tokens, and under `header:NAME` a message without
+    /// the header or with an empty value, is keyed on its subject, as under
+    /// `subject`. Tokens count on the subject with the partition token stripped, as
+    /// `subject` keys on; a header repeated counts by its last value, its name
+    /// matched case-insensitively.
     pub fn of(mode: Ordering, d: &Delivery) -> LaneKey {
+        let subject = || LaneKey::Subject(Arc::from(d.app_subject.as_str()));
         match mode {
             Ordering::None => LaneKey::Free,
             Ordering::Partition => d.partition.map_or(LaneKey::Free, LaneKey::Partition),
-            Ordering::Subject => LaneKey::Subject(Arc::from(d.app_subject.as_str())),
+            Ordering::Subject => subject(),
+            Ordering::Token(n) => token(&d.app_subject, n).map_or_else(subject, LaneKey::value),
+            Ordering::Header(name) => d
+                .header(name.as_str())
+                .filter(|v| !v.is_empty())
+                .map_or_else(subject, LaneKey::value),
         }
     }
+
+    /// A key value, bounded: as it is up to [`MAX_KEY_LEN`] bytes, else its hash.
+    fn value(v: &str) -> LaneKey {
+        if v.len() <= MAX_KEY_LEN {
+            LaneKey::Value(Arc::from(v))
+        } else {
+            let mut h = DefaultHasher::new();
+            h.write(v.as_bytes());
+            LaneKey::Hashed(h.finish())
+        }
+    }
+}
+
+/// The subject's `n`-th token, counted from 1; `None` when it has fewer.
+fn token(subject: &str, n: NonZeroU8) -> Option<&str> {
+    subject
+        .split('.')
+        .nth(usize::from(n.get()) - 1)
+        .filter(|t| !t.is_empty())
 }
 
 /// The scheduler. `T` is the message id.
@@ -170,6 +221,7 @@ impl<T> Lanes<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Message;
     use proptest::prelude::*;
 
     fn k(s: &str) -> LaneKey {
@@ -249,6 +301,209 @@ mod tests {
         // A message that does not fit stays.
         assert_eq!(l.pop_run(10, |id| *id != 5), None);
         assert_eq!(l.pop(), Some((k("a"), 5)));
+    }
+
+    // === the key of a delivery ===
+
+    /// A delivery of `subject` (a group's when `partition` is set: its subject then
+    /// carries the partition token) with these headers.
+    fn delivery(subject: &str, partition: Option<u32>, headers: &[(&str, &str)]) -> Delivery {
+        Delivery {
+            message: Message {
+                subject: partition.map_or(subject.to_string(), |p| format!("{p}.{subject}")),
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                payload: bytes::Bytes::new(),
+            },
+            meta: Err("not needed".into()),
+            partition,
+            app_subject: subject.to_string(),
+            origin: None,
+            flaw: None,
+        }
+    }
+
+    fn mode(text: &str) -> Ordering {
+        Ordering::parse(text).unwrap()
+    }
+
+    fn value(v: &str) -> LaneKey {
+        LaneKey::Value(v.into())
+    }
+
+    #[test]
+    fn each_mode_keys_a_delivery_on_its_key_and_on_the_subject_when_that_is_missing() {
+        let long = "v".repeat(MAX_KEY_LEN);
+        let longer = "v".repeat(MAX_KEY_LEN + 1);
+        let plain = delivery("orders.eu.1", None, &[]);
+        let grouped = delivery("orders.eu.1", Some(3), &[]);
+        let keyed = |headers: &[(&str, &str)]| delivery("orders.eu.1", None, headers);
+        for (text, d, expected) in [
+            ("none", &plain, LaneKey::Free),
+            ("partition", &plain, LaneKey::Free),
+            ("partition", &grouped, LaneKey::Partition(3)),
+            ("subject", &plain, k("orders.eu.1")),
+            ("subject", &grouped, k("orders.eu.1")),
+            ("token:1", &plain, value("orders")),
+            ("token:2", &plain, value("eu")),
+            ("token:3", &plain, value("1")),
+            // Fewer tokens: the whole subject.
+            ("token:4", &plain, k("orders.eu.1")),
+            ("token:255", &plain, k("orders.eu.1")),
+            // The partition token is not counted.
+            ("token:1", &grouped, value("orders")),
+            ("token:4", &grouped, k("orders.eu.1")),
+            ("header:X-Key", &keyed(&[("X-Key", "k1")]), value("k1")),
+            // Names match case-insensitively, both ways.
+            ("header:X-Key", &keyed(&[("x-key", "k1")]), value("k1")),
+            ("header:x-key", &keyed(&[("X-KEY", "k1")]), value("k1")),
+            // A repeated header counts by its last value.
+            (
+                "header:X-Key",
+                &keyed(&[("X-Key", "k1"), ("X-Key", "k2")]),
+                value("k2"),
+            ),
+            // Absent or empty: the subject.
+            (
+                "header:X-Key",
+                &keyed(&[("X-Other", "k1")]),
+                k("orders.eu.1"),
+            ),
+            ("header:X-Key", &keyed(&[("X-Key", "")]), k("orders.eu.1")),
+            ("header:X-Key", &plain, k("orders.eu.1")),
+            // Up to the bound as it is.
+            ("header:X-Key", &keyed(&[("X-Key", &long)]), value(&long)),
+        ] {
+            assert_eq!(LaneKey::of(mode(text), d), expected, "{text} {d:?}");
+        }
+        // Past the bound: a hash, the same for the same value, another for another.
+        let hashed = |v: &str| LaneKey::of(mode("header:X-Key"), &keyed(&[("X-Key", v)]));
+        assert!(matches!(hashed(&longer), LaneKey::Hashed(_)));
+        assert_eq!(hashed(&longer), hashed(&longer.clone()));
+        assert_ne!(hashed(&longer), hashed(&format!("{longer}w")));
+        assert_ne!(hashed(&longer), hashed(&long));
+    }
+
+    #[test]
+    fn messages_of_different_keys_run_at_once_and_those_of_one_key_wait() {
+        let m = mode("header:X-Key");
+        let of =
+            |subject: &str, key: &str| LaneKey::of(m, &delivery(subject, None, &[("X-Key", key)]));
+        let mut l = Lanes::default();
+        // One subject, two keys; one key over two subjects.
+        l.push(of("s.1", "a"), 1);
+        l.push(of("s.1", "b"), 2);
+        l.push(of("s.2", "a"), 3);
+        assert_eq!(l.pop(), Some((value("a"), 1)));
+        assert_eq!(l.pop(), Some((value("b"), 2)), "another key runs beside it");
+        assert_eq!(l.pop(), None, "key a is busy, whatever the subject");
+        l.done(&value("a"));
+        assert_eq!(l.pop(), Some((value("a"), 3)));
+    }
+
+    /// A delivery for the property tests: a subject of 1 to 3 tokens from a small
+    /// set, maybe grouped, maybe with the key header (its name in any case).
+    fn arb_delivery() -> impl Strategy<Value = Delivery> {
+        let subject =
+            proptest::collection::vec(prop_oneof!["a", "b", "c"], 1..4).prop_map(|t| t.join("."));
+        let value = prop_oneof![
+            Just(String::new()),
+            "[kK][0-3]",
+            "[x]{250,260}",
+            "[xy]{300}",
+        ];
+        let name = prop_oneof!["x-key", "X-Key", "X-KEY"];
+        (
+            subject,
+            proptest::option::of(0u32..3),
+            proptest::option::of((name, value)),
+        )
+            .prop_map(|(subject, partition, header)| {
+                let headers: Vec<(String, String)> = header.into_iter().collect();
+                let headers: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                delivery(&subject, partition, &headers)
+            })
+    }
+
+    /// The key a delivery has under `mode`, as the documentation says it, unbounded.
+    fn said_key(mode: Ordering, d: &Delivery) -> String {
+        let subject = format!("subject {}", d.app_subject);
+        match mode {
+            Ordering::Token(n) => d
+                .app_subject
+                .split('.')
+                .nth(usize::from(n.get()) - 1)
+                .map_or(subject, |t| format!("value {t}")),
+            Ordering::Header(_) => d
+                .header("x-key")
+                .filter(|v| !v.is_empty())
+                .map_or(subject, |v| format!("value {v}")),
+            _ => unreachable!("only the value modes"),
+        }
+    }
+
+    fn arb_value_mode() -> impl Strategy<Value = Ordering> {
+        prop_oneof![
+            (1u8..5).prop_map(|n| mode(&format!("token:{n}"))),
+            Just(mode("header:X-Key")),
+        ]
+    }
+
+    proptest! {
+        /// Same key, same lane; another key, another lane (but for a hash
+        /// collision); a key never longer than the bound.
+        #[test]
+        fn a_lane_is_its_key_bounded(m in arb_value_mode(), a in arb_delivery(), b in arb_delivery()) {
+            let (ka, kb) = (LaneKey::of(m, &a), LaneKey::of(m, &b));
+            prop_assert_eq!(said_key(m, &a) == said_key(m, &b), ka == kb, "{:?} {:?}", ka, kb);
+            if let LaneKey::Value(v) = &ka {
+                prop_assert!(v.len() <= MAX_KEY_LEN);
+            }
+        }
+
+        /// Deliveries keyed by a value mode through the lanes, taken in runs (batches)
+        /// and finished in any order: within a key, messages start in stream order and
+        /// never two runs of it at once.
+        #[test]
+        fn each_keys_order_holds_through_runs(
+            m in arb_value_mode(),
+            deliveries in proptest::collection::vec(arb_delivery(), 1..40),
+            ops in proptest::collection::vec((0u8..2, 1usize..4), 1..200),
+        ) {
+            let said: Vec<String> = deliveries.iter().map(|d| said_key(m, d)).collect();
+            let mut l = Lanes::default();
+            for (id, d) in deliveries.iter().enumerate() {
+                l.push(LaneKey::of(m, d), id);
+            }
+            let mut running: Vec<(LaneKey, Vec<usize>)> = Vec::new();
+            let mut started: Vec<usize> = Vec::new();
+            for (op, n) in ops {
+                if op == 0 {
+                    if let Some((key, run)) = l.pop_run(n, |_| true) {
+                        for id in &run {
+                            prop_assert!(
+                                !running.iter().flat_map(|(_, r)| r).any(|o| said[*o] == said[*id]),
+                                "two runs of {} at once", said[*id]
+                            );
+                        }
+                        started.extend(&run);
+                        running.push((key, run));
+                    }
+                } else if !running.is_empty() {
+                    let (key, _) = running.remove(n % running.len());
+                    l.done(&key);
+                }
+            }
+            for key in said.iter().collect::<std::collections::HashSet<_>>() {
+                let of_key: Vec<usize> = started.iter().copied().filter(|id| said[*id] == *key).collect();
+                prop_assert!(of_key.windows(2).all(|w| w[0] < w[1]), "{} out of order: {:?}", key, of_key);
+            }
+        }
     }
 
     proptest! {

@@ -91,7 +91,7 @@ pub struct Dispatch<F, P> {
     pub max_buffered: usize,
     /// Whether the source is a pinned consumer (standby until pinned).
     pub pinned_mode: bool,
-    /// Lanes: `partition`, `subject` or `none`.
+    /// Lanes: `partition`, `subject`, `token:N`, `header:NAME` or `none`.
     pub ordering: Ordering,
     /// How often a held message gets `+WPI` (half the ack wait).
     pub progress_every: Duration,

@@ -1312,6 +1312,44 @@ async fn a_key_retried_in_a_batch_holds_back_its_later_messages_which_come_again
 }
 
 #[tokio::test(start_paused = true)]
+async fn under_header_ordering_a_batch_holds_back_a_keys_later_messages_whatever_their_subjects() {
+    let r = batch_rig(
+        Knobs {
+            ordering: Ordering::parse("header:X-Key").unwrap(),
+            max_in_flight: 1,
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            ..Knobs::default()
+        },
+        // The first time: seq 1 (key a) is retried, the rest would be acked.
+        Box::new(|carried| {
+            let answer = if carried[0] == (1, 1) {
+                Answer::Results(vec![ItemResult {
+                    id: "S:1".into(),
+                    action: crate::policy::AppAction::Retry,
+                    retry_after: None,
+                    outputs: None,
+                }])
+            } else {
+                Answer::AllAcked
+            };
+            (status(200), Some(answer), 10 * MS)
+        }),
+    );
+    // Key a on three subjects (the header's name in any case), key b on a's subject.
+    let key = |name: &str, v: &str| vec![(name.to_string(), v.to_string())];
+    r.send_full(1, "s.1", 1, key("X-Key", "a"));
+    r.send_full(2, "s.2", 1, key("x-key", "a"));
+    r.send_full(3, "s.3", 1, key("X-KEY", "a"));
+    r.send_full(4, "s.1", 1, key("X-Key", "b"));
+    wait(5 * S).await;
+    assert_eq!(r.batches(), [vec![1, 2, 3, 4], vec![1], vec![2, 3]]);
+    assert_eq!(r.told(4), [Told::Ack], "the other key flows");
+    let acked_at = |seq| r.told_at(seq, &Told::Ack)[0];
+    assert!(acked_at(1) < acked_at(2) && acked_at(2) <= acked_at(3));
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_batch_gives_every_message_what_it_would_get_alone() {
     let r = batch_rig(
         Knobs {

@@ -89,6 +89,16 @@ fn mistakes_are_explained_plainly() {
         err.contains("JETRELAY_DELIVERY__MAX_INFLIGHT (delivery.max_inflight): unknown key; did you mean JETRELAY_DELIVERY__MAX_IN_FLIGHT?"),
         "{err}"
     );
+    // A bad ordering key, refused at load like any other value.
+    let (code, err) = run(
+        &["check", "--config", &path],
+        &[("JETRELAY_DELIVERY__ORDERING", "token:0")],
+    );
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains("JETRELAY_DELIVERY__ORDERING (delivery.ordering): \"token:0\": N must be a whole number from 1 to 255"),
+        "{err}"
+    );
     // A TOML syntax error: the file, the line, the column.
     let bad = write_config(&dir, "[source]\nstream = \"S\"\n[http\n");
     let (code, err) = run(&["run", "--config", bad.to_str().unwrap()], &[]);

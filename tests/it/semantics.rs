@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::app::Recorded;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(30);
@@ -67,6 +68,147 @@ async fn per_key_order_is_exact_while_keys_run_in_parallel() {
         1,
         "one message in flight per lane"
     );
+    assert!(app.max_in_flight() > 1, "keys overlapped in time");
+    assert!(app.max_in_flight() <= 16);
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+/// Per key (what `key` says of a request), its requests came in stream order, each
+/// after the one before it was answered; returns how many requests each key had.
+fn one_at_a_time_in_order(
+    app: &MockApp,
+    key: impl Fn(&Recorded) -> String,
+) -> HashMap<String, usize> {
+    let mut reqs = app.requests();
+    reqs.sort_by_key(|r| r.at);
+    let mut last: HashMap<String, Recorded> = HashMap::new();
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for r in reqs {
+        let k = key(&r);
+        if let Some(prev) = last.get(&k) {
+            assert!(
+                prev.seq() < r.seq(),
+                "{k}: {} after {}",
+                r.seq(),
+                prev.seq()
+            );
+            assert!(
+                r.at >= prev.done,
+                "{k}: {} started before {} was answered",
+                r.seq(),
+                prev.seq()
+            );
+        }
+        *counts.entry(k.clone()).or_default() += 1;
+        last.insert(k, r);
+    }
+    counts
+}
+
+#[tokio::test]
+async fn header_ordering_keeps_each_keys_order_across_subjects_while_keys_run_in_parallel() {
+    // 1–5 ms of app latency, pseudo-random per sequence.
+    let app = MockApp::start(|r, _| {
+        Reply::status(200).after(Duration::from_millis(r.seq() * 7919 % 5 + 1))
+    })
+    .await;
+    let env = Env::start(&["h.>"]).await;
+    // The name in another case than the messages': header names match either way.
+    let cfg = env.config(
+        &app,
+        "[delivery]\nordering = \"header:x-key\"\nmax_in_flight = 16\nmax_buffered = 256\n",
+    );
+    let relay = Relay::ready(cfg).await;
+    // 8 keys × 30 messages spread over 7 subjects (each subject carries every key,
+    // each key many subjects), and 30 without the header on one subject.
+    let mut acks = Vec::new();
+    for i in 0..30u32 {
+        for key in 0..9u32 {
+            let (subject, headers) = if key == 8 {
+                ("h.unkeyed".to_string(), async_nats::HeaderMap::new())
+            } else {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert("X-Key", format!("k{key}").as_str());
+                (format!("h.{}", (i * 8 + key) % 7), h)
+            };
+            let body = format!("{key}-{i}");
+            acks.push(
+                env.js
+                    .publish_with_headers(subject, headers, body.into())
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+    app.wait_for("270 requests", Duration::from_secs(60), |r| r.len() >= 270)
+        .await;
+    let counts = one_at_a_time_in_order(&app, |r| {
+        r.header("x-key").map_or_else(
+            || r.header("nats-subject").unwrap().to_string(),
+            str::to_string,
+        )
+    });
+    assert_eq!(counts.len(), 9, "{counts:?}");
+    assert!(counts.values().all(|n| *n == 30), "{counts:?}");
+    assert!(
+        app.max_subject_in_flight() > 1,
+        "one subject's keys overlapped in time"
+    );
+    assert!(app.max_in_flight() <= 16);
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn token_ordering_keys_on_one_subject_token_and_a_shorter_subject_on_itself() {
+    let app =
+        MockApp::start(|r, _| Reply::status(200).after(Duration::from_millis(r.seq() * 7919 % 6)))
+            .await;
+    let env = Env::start(&["t.>", "short"]).await;
+    let cfg = env.config(
+        &app,
+        "[delivery]\nordering = \"token:2\"\nmax_in_flight = 16\nmax_buffered = 256\n",
+    );
+    let relay = Relay::ready(cfg).await;
+    // 8 keys × 30 messages, each on a subject of its own (`t.<key>.<i>`), and 30 on
+    // a subject of one token.
+    let mut acks = Vec::new();
+    for i in 0..30 {
+        for key in 0..9 {
+            let subject = if key == 8 {
+                "short".to_string()
+            } else {
+                format!("t.k{key}.{i}")
+            };
+            acks.push(
+                env.js
+                    .publish(subject, format!("{key}-{i}").into())
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+    app.wait_for("270 requests", Duration::from_secs(60), |r| r.len() >= 270)
+        .await;
+    let counts = one_at_a_time_in_order(&app, |r| {
+        let subject = r.header("nats-subject").unwrap();
+        subject.split('.').nth(1).unwrap_or(subject).to_string()
+    });
+    assert_eq!(counts.len(), 9, "{counts:?}");
+    assert!(counts.values().all(|n| *n == 30), "{counts:?}");
     assert!(app.max_in_flight() > 1, "keys overlapped in time");
     assert!(app.max_in_flight() <= 16);
     eventually("all acked", T, || {

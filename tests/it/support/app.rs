@@ -17,6 +17,8 @@ pub struct Recorded {
     pub headers: HashMap<String, Vec<String>>,
     pub body: Bytes,
     pub at: Instant,
+    /// When it was answered (after the reply's delay, before the answer is written).
+    pub done: Instant,
     /// When it arrived, by the wall clock (to compare with server timestamps).
     pub wall: time::OffsetDateTime,
     /// The status the app answered (set after the delay).
@@ -284,6 +286,7 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
         headers: map,
         body,
         at: Instant::now(),
+        done: Instant::now(),
         wall: time::OffsetDateTime::now_utc(),
         status: 0,
     };
@@ -311,6 +314,7 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
         tokio::time::sleep(reply.delay).await;
     }
     rec.status = reply.status;
+    rec.done = Instant::now();
     {
         let mut inner = s.inner.lock().unwrap();
         inner.in_flight -= 1;
