@@ -98,6 +98,9 @@ struct PauseTarget {
     /// NATS server URL(s), comma-separated; overrides `nats.servers`.
     #[arg(long)]
     server: Option<String>,
+    /// Only this source (`[sources.<name>]`); every source of the config when omitted.
+    #[arg(long, value_name = "NAME")]
+    source: Option<String>,
     /// Every member of the source's group, not only this member.
     #[arg(long)]
     all_members: bool,
@@ -413,6 +416,7 @@ fn pause(target: PauseTarget, request: Request) -> ExitCode {
         &config,
         target.server.as_deref(),
         request,
+        target.source.as_deref(),
         target.all_members,
         target.json,
     ));

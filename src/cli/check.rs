@@ -90,7 +90,11 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
         lines: Vec::new(),
         ok: true,
     };
+    let several = settings.sources.len() > 1;
     for source in &settings.sources {
+        if several {
+            whole.lines.push(format!("source {}:", source.name));
+        }
         let mut one = match &source.binding {
             Binding::Durable(request) => {
                 let (report, plan) = report(&nats, request, source.retry.on_missing).await;

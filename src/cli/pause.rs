@@ -275,10 +275,24 @@ pub async fn run(
     config: &Config,
     server: Option<&str>,
     request: Request,
+    source: Option<&str>,
     all_members: bool,
     json: bool,
 ) -> Result<PauseReport, PauseError> {
     let settings = Settings::from_config(config)?;
+    let chosen: Vec<_> = match source {
+        None => settings.sources.iter().collect(),
+        Some(name) => match settings.source(name) {
+            Some(s) => vec![s],
+            None => {
+                let names: Vec<&str> = settings.sources.iter().map(|s| s.name.as_str()).collect();
+                return Err(PauseError::Usage(format!(
+                    "--source {name:?}: the config has no such source (it has {})",
+                    crate::printable::list(&names, 16)
+                )));
+            }
+        },
+    };
     let mut connection = settings.nats.clone();
     if let Some(server) = server {
         let mut cfg = config.nats.clone();
@@ -290,11 +304,14 @@ pub async fn run(
     // Consumer pause came with 2.11; older servers time out on it.
     nats.check_server_version()?;
     let mut targets = Vec::new();
-    for source in &settings.sources {
-        if all_members {
+    let several = chosen.len() > 1;
+    for source in chosen {
+        // Of several sources, --all-members is for the groups among them.
+        let members = all_members && (source.pinned() || !several);
+        if members {
             group_wide(&nats, &source.binding, &request).await?;
         }
-        targets.extend(self::targets(&nats, &source.binding, all_members).await?);
+        targets.extend(self::targets(&nats, &source.binding, members).await?);
     }
     let mode = config.topology.consumer;
     let mut outcomes = Vec::new();

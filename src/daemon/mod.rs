@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use crate::config::{Config, ConfigError};
 use crate::daemon::apps::{Apps, SourceApp};
-use crate::daemon::reload::Reloader;
+use crate::daemon::reload::{Reloader, SourceChange};
 use crate::daemon::settings::Settings;
 use crate::dispatch::{DispatchError, Live};
 use crate::group::member::JoinError;
@@ -293,11 +293,17 @@ impl Daemon {
             admin_stop.clone(),
         ));
         let deadline = self.deadline;
+        let (changes_tx, changes) = mpsc::channel(64);
         let reloads = Reloads::start(
             &self.settings,
             &self.app,
-            &self.metrics,
-            &deadline,
+            reload::Fleet {
+                readiness: self.readiness.clone(),
+                metrics: self.metrics.clone(),
+                tracer: self.tracer.clone(),
+                deadline: deadline.clone(),
+                changes: changes_tx,
+            },
             self.config,
             self.reloads,
             shown_tx,
@@ -332,6 +338,7 @@ impl Daemon {
             metrics: self.metrics,
             readiness: self.readiness.clone(),
             runners,
+            changes,
             rules: reloads.rules.clone(),
             deadline: deadline.clone(),
             publish: self.publish,
@@ -389,8 +396,7 @@ impl Reloads {
     fn start(
         settings: &Settings,
         app: &(Apps, Vec<SourceApp>),
-        metrics: &Metrics,
-        deadline: &Deadline,
+        fleet: reload::Fleet,
         config: Config,
         requests: mpsc::Receiver<Result<Config, ConfigError>>,
         shown: watch::Sender<String>,
@@ -415,8 +421,9 @@ impl Reloads {
                 live: senders,
                 rules: rules_tx,
                 shown,
-                deadline: deadline.clone(),
-                metrics: metrics.clone(),
+                deadline: fleet.deadline.clone(),
+                metrics: fleet.metrics.clone(),
+                fleet,
             },
             requests,
             stop.clone(),
@@ -446,6 +453,8 @@ struct Supervisor {
     readiness: Readiness,
     /// One per source.
     runners: Vec<Runner>,
+    /// Sources a reload starts or removes.
+    changes: mpsc::Receiver<SourceChange>,
     /// The publish rules, for the endpoint.
     rules: watch::Receiver<Rules>,
     deadline: Deadline,
@@ -464,7 +473,7 @@ impl Supervisor {
             .take()
             .map(|(l, token)| self.serve_publish(l, token, &nats));
         let runners = std::mem::take(&mut self.runners);
-        let result = Self::consume(runners, &nats, shutdown).await;
+        let result = self.consume(runners, &nats, shutdown).await;
         mirror.abort();
         // The app may publish until its messages are drained.
         if let Some((stop, served)) = endpoint {
@@ -532,38 +541,37 @@ impl Supervisor {
     /// source that fails for good (a topology conflict, a group it cannot join) ends
     /// alone: it says so in its readiness, which stays not ready, and the others run
     /// on; the process ends with the first failure once no source runs (unless it
-    /// was asked to stop).
+    /// was asked to stop). A reload's changes start sources and drain removed ones.
     async fn consume(
+        &mut self,
         runners: Vec<Runner>,
         nats: &Nats,
         shutdown: &CancellationToken,
     ) -> Result<(), DaemonError> {
-        let mut running = tokio::task::JoinSet::new();
+        let mut fleet = Running::default();
         for runner in runners {
-            let (name, readiness) = (runner.settings.name.clone(), runner.readiness.clone());
-            let span = tracing::info_span!("source", source = %name);
-            let run = runner.run(nats.clone(), shutdown.clone());
-            running.spawn(
-                async move {
-                    let ended = run.await;
-                    if let Err(e) = &ended {
-                        let why = chain(e);
-                        tracing::error!(error = %why, "the source stopped: it cannot run until it is fixed (the other sources go on)");
-                        readiness.set(State::NotReady, format!("stopped: {why}"));
-                    }
-                    ended
-                }
-                .instrument(span),
-            );
+            fleet.start(runner, nats, shutdown);
         }
         let mut first = None;
-        while let Some(ended) = running.join_next().await {
-            let failed = match ended {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => DaemonError::from(e),
-                Err(e) => DaemonError::SourceTask(e),
-            };
-            first.get_or_insert(failed);
+        loop {
+            tokio::select! {
+                ended = fleet.tasks.join_next(), if !fleet.tasks.is_empty() => {
+                    let Some(ended) = ended else { continue };
+                    if let Some(failed) = fleet.ended(ended, &self.readiness, &self.metrics) {
+                        first.get_or_insert(failed);
+                    }
+                }
+                change = self.changes.recv(), if !shutdown.is_cancelled() => match change {
+                    Some(SourceChange::Add(runner)) => fleet.start(*runner, nats, shutdown),
+                    Some(SourceChange::Remove(name)) => fleet.stop(&name),
+                    None => {}
+                },
+            }
+            // No source runs: a reload adds a source only beside running ones (its Add
+            // comes before any Remove), so nothing more can start.
+            if fleet.tasks.is_empty() {
+                break;
+            }
         }
         // Asked to stop: what failed before was said (its log line, its readiness),
         // and the others drained; the stop itself went as asked.
@@ -571,6 +579,73 @@ impl Supervisor {
             Some(e) if !shutdown.is_cancelled() => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+/// The sources running: their tasks, and how to stop each.
+#[derive(Default)]
+struct Running {
+    tasks: tokio::task::JoinSet<(String, SourceMetrics, Result<(), SourceError>)>,
+    /// Each running source's own stop (a child of the process's shutdown).
+    stops: std::collections::HashMap<String, CancellationToken>,
+    /// Sources a reload removed, draining now.
+    removed: std::collections::HashSet<String>,
+}
+
+impl Running {
+    /// Starts a source in its own task and span.
+    fn start(&mut self, runner: Runner, nats: &Nats, shutdown: &CancellationToken) {
+        let name = runner.settings.name.clone();
+        let (readiness, metrics) = (runner.readiness.clone(), runner.metrics.clone());
+        let stop = shutdown.child_token();
+        self.stops.insert(name.clone(), stop.clone());
+        self.removed.remove(&name);
+        let span = tracing::info_span!("source", source = %name);
+        let run = runner.run(nats.clone(), stop);
+        self.tasks.spawn(
+            async move {
+                let ended = run.await;
+                if let Err(e) = &ended {
+                    let why = chain(e);
+                    tracing::error!(error = %why, "the source stopped: it cannot run until it is fixed (the other sources go on)");
+                    readiness.set(State::NotReady, format!("stopped: {why}"));
+                }
+                (name, metrics, ended)
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Drains a source a reload removed: it stops pulling, finishes and settles what
+    /// it holds, and ends.
+    fn stop(&mut self, name: &str) {
+        if let Some(stop) = self.stops.get(name) {
+            tracing::info!(source = name, "source removed by a reload: draining it");
+            self.removed.insert(name.to_string());
+            stop.cancel();
+        }
+    }
+
+    /// A source's task ended: a removed one leaves readiness and the metrics; a
+    /// failure is returned.
+    fn ended(
+        &mut self,
+        ended: Result<(String, SourceMetrics, Result<(), SourceError>), tokio::task::JoinError>,
+        readiness: &Readiness,
+        metrics: &Metrics,
+    ) -> Option<DaemonError> {
+        let (name, own, result) = match ended {
+            Ok(done) => done,
+            Err(e) => return Some(DaemonError::SourceTask(e)),
+        };
+        self.stops.remove(&name);
+        if self.removed.remove(&name) {
+            readiness.remove(&name);
+            metrics.remove_source(&own);
+            tracing::info!(source = %name, "source removed: drained");
+            return None;
+        }
+        result.err().map(DaemonError::from)
     }
 }
 

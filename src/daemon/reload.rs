@@ -20,9 +20,12 @@ use crate::daemon::settings::Settings;
 use crate::dispatch::Live;
 use crate::http::forward::Forwarder;
 use crate::ops::metrics::Metrics;
+use crate::ops::readiness::Readiness;
 use crate::ops::telemetry::chain;
+use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
 use crate::seam::time::Deadline;
+use crate::source::Runner;
 use crate::source::settings::SourceSettings;
 
 /// Asks the running daemon to reload: what SIGHUP does. Cheap to clone.
@@ -81,6 +84,8 @@ pub(super) struct Running {
     pub(super) shown: watch::Sender<String>,
     pub(super) deadline: Deadline,
     pub(super) metrics: Metrics,
+    /// Starting and stopping sources.
+    pub(super) fleet: Fleet,
 }
 
 /// What `/config` shows of a config.
@@ -131,7 +136,23 @@ impl Running {
         let new = loaded.map_err(|e| Refused::Invalid(chain(&e)))?;
         let running: BTreeMap<String, Value> = flatten(&self.config);
         let changes = diff(&running, &flatten(&new));
-        let fixed: Vec<Change> = changes.iter().filter(|c| !c.live).cloned().collect();
+        // A source added or removed whole is the fleet's to start or drain.
+        let (old_names, new_names) = (self.config.sources.keys(), new.sources.keys());
+        let moved: Vec<&String> = old_names
+            .filter(|n| !new.sources.contains_key(*n))
+            .chain(new_names.filter(|n| !self.config.sources.contains_key(*n)))
+            .collect();
+        let whole = |key: &str| {
+            moved.iter().any(|n| {
+                key.strip_prefix("sources.")
+                    .and_then(|k| k.strip_prefix(n.as_str()))
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            })
+        };
+        let fixed: Vec<Change> = (changes.iter())
+            .filter(|c| !c.live && !whole(&c.key))
+            .cloned()
+            .collect();
         if !fixed.is_empty() {
             return Err(Refused::NotLive(fixed));
         }
@@ -139,26 +160,48 @@ impl Running {
             return Ok(changes);
         }
         let settings = Settings::from_config(&new).map_err(|e| Refused::Invalid(chain(&e)))?;
-        let names = |s: &Settings| s.sources.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
-        if names(&settings) != names(&self.settings) {
-            return Err(Refused::Invalid(
-                "the sources changed: adding or removing a source needs a restart".into(),
-            ));
-        }
         let (apps, per_source) = Apps::build(&settings.sources, &self.metrics, &self.apps)
             .map_err(|e| Refused::Invalid(chain(&e)))?;
-        // Every source's new live settings are made before any is sent.
+        // Every source's new live settings, and every source to start, are made before
+        // anything is sent: a collector that cannot be registered refuses the reload.
         let mut sends = Vec::new();
-        for ((source, app), (_, live)) in settings.sources.iter().zip(per_source).zip(&self.live) {
-            // A source whose settings, client and probe are as they were keeps its
-            // live settings: its dispatcher sees nothing.
-            if !app.rebuilt && self.settings.source(&source.name) == Some(source) {
-                continue;
+        let mut live = Vec::with_capacity(settings.sources.len());
+        let mut started = Vec::new();
+        for (source, app) in settings.sources.iter().zip(per_source) {
+            match self.live.iter().position(|(n, _)| *n == source.name) {
+                Some(at) => {
+                    let kept = self.live.swap_remove(at);
+                    // A source whose settings, client and probe are as they were keeps
+                    // its live settings: its dispatcher sees nothing.
+                    if app.rebuilt || self.settings.source(&source.name) != Some(source) {
+                        sends.push((kept.1.clone(), live_of(source, &app)));
+                    }
+                    live.push(kept);
+                }
+                None => {
+                    let (tx, rx) = watch::channel(Arc::new(live_of(source, &app)));
+                    let runner = self.fleet.runner(source, rx).map_err(|e| {
+                        for r in &started {
+                            self.fleet.forget(r);
+                        }
+                        Refused::Invalid(chain(&e))
+                    })?;
+                    started.push(runner);
+                    live.push((source.name.clone(), tx));
+                }
             }
-            sends.push((live, live_of(source, &app)));
         }
-        for (live, now) in sends {
-            live.send_replace(Arc::new(now));
+        // What is left of the running sources was removed.
+        let stopped: Vec<String> = self.live.drain(..).map(|(n, _)| n).collect();
+        self.live = live;
+        for (tx, now) in sends {
+            tx.send_replace(Arc::new(now));
+        }
+        for runner in started {
+            self.fleet.change(SourceChange::Add(Box::new(runner)));
+        }
+        for name in stopped {
+            self.fleet.change(SourceChange::Remove(name));
         }
         self.rules.send_replace(settings.publish.rules.clone());
         self.deadline.set_grace(settings.shutdown_grace);
@@ -167,6 +210,63 @@ impl Running {
         self.settings = settings;
         self.apps = apps;
         Ok(changes)
+    }
+}
+
+/// A change a reload makes to the set of running sources.
+#[derive(Debug)]
+pub(super) enum SourceChange {
+    /// Start this source.
+    Add(Box<Runner>),
+    /// Drain this source and end it.
+    Remove(String),
+}
+
+/// What a reload needs to start a source and to hand it (or a removal) to the
+/// daemon's source loop.
+#[derive(Debug)]
+pub(super) struct Fleet {
+    pub(super) readiness: Readiness,
+    pub(super) metrics: Metrics,
+    pub(super) tracer: Tracer,
+    /// The shutdown's deadline, which a source started now shares.
+    pub(super) deadline: Deadline,
+    pub(super) changes: mpsc::Sender<SourceChange>,
+}
+
+impl Fleet {
+    /// A runner for a source a reload adds: its collectors registered and its
+    /// readiness added (not ready until it runs).
+    fn runner(
+        &self,
+        source: &SourceSettings,
+        live: watch::Receiver<Arc<Live<Forwarder>>>,
+    ) -> Result<Runner, crate::ops::metrics::MetricsError> {
+        let metrics = self.metrics.source(&source.name)?;
+        Ok(Runner {
+            settings: source.clone(),
+            readiness: self
+                .readiness
+                .source(&source.name, source.member(), metrics.clone()),
+            metrics,
+            live,
+            tracer: self.tracer.clone(),
+            deadline: self.deadline.clone(),
+        })
+    }
+
+    /// Undoes [`Fleet::runner`] for a runner that will not run.
+    fn forget(&self, runner: &Runner) {
+        self.readiness.remove(&runner.settings.name);
+        self.metrics.remove_source(&runner.metrics);
+    }
+
+    /// Hands a change to the source loop; a loop that is gone (the process stops)
+    /// takes none.
+    fn change(&self, change: SourceChange) {
+        if let Err(e) = self.changes.try_send(change) {
+            tracing::error!(error = %e, "a source change could not be handed on: it takes effect at the next restart");
+        }
     }
 }
 

@@ -164,11 +164,16 @@ struct Registrar<'a> {
     registry: &'a Registry,
     /// The source whose collectors these are (`None`: the process's).
     source: Option<&'a str>,
+    /// What was registered for a source, to unregister when it is removed.
+    kept: std::cell::RefCell<Vec<Box<dyn Collector>>>,
 }
 
 impl Registrar<'_> {
     fn register<C: Collector + Clone + 'static>(&self, c: C) -> Result<C, prometheus::Error> {
         self.registry.register(Box::new(c.clone()))?;
+        if self.source.is_some() {
+            self.kept.borrow_mut().push(Box::new(c.clone()));
+        }
         Ok(c)
     }
 
@@ -556,6 +561,19 @@ pub struct SourceMetrics {
     /// The process's, for what is not the source's own (the outputs published, the
     /// app's health).
     process: Metrics,
+    /// Every collector registered for it, for [`Metrics::remove_source`].
+    registered: Registered,
+}
+
+/// A source's registered collectors (shown in `Debug` by their count).
+#[derive(Clone, Default)]
+struct Registered(Arc<std::sync::Mutex<Vec<Box<dyn Collector>>>>);
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |v| v.len());
+        write!(f, "{n} collectors")
+    }
 }
 
 /// A count as a gauge value (saturating).
@@ -573,6 +591,7 @@ impl Metrics {
         let r = Registrar {
             registry: &registry,
             source: None,
+            kept: Default::default(),
         };
         let build_info = r.register(IntGaugeVec::new(
             Opts::new("jetrelay_build_info", "Build information"),
@@ -598,14 +617,50 @@ impl Metrics {
         let r = Registrar {
             registry: &self.registry,
             source: Some(name),
+            kept: Default::default(),
+        };
+        let built = (|| {
+            Ok::<_, prometheus::Error>((
+                MessageCollectors::new(&r)?,
+                AppCollectors::new(&r)?,
+                ConsumerCollectors::new(&r)?,
+                LetterCollectors::new(&r)?,
+            ))
+        })();
+        let registered = Registered(Arc::new(std::sync::Mutex::new(r.kept.into_inner())));
+        let (flow, app, consumer, letters) = match built {
+            Ok(b) => b,
+            Err(e) => {
+                // Half registered: none of it stays (the name can be tried again).
+                self.unregister(&registered);
+                return Err(e.into());
+            }
         };
         Ok(SourceMetrics {
-            flow: MessageCollectors::new(&r)?,
-            app: AppCollectors::new(&r)?,
-            consumer: ConsumerCollectors::new(&r)?,
-            letters: LetterCollectors::new(&r)?,
+            flow,
+            app,
+            consumer,
+            letters,
             process: self.clone(),
+            registered,
         })
+    }
+
+    /// Unregisters a source's collectors (a reload removed it): its series leave
+    /// the exposition, and its name may be registered again.
+    pub fn remove_source(&self, source: &SourceMetrics) {
+        self.unregister(&source.registered);
+    }
+
+    fn unregister(&self, registered: &Registered) {
+        let taken = match registered.0.lock() {
+            Ok(mut kept) => std::mem::take(&mut *kept),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        for c in taken {
+            // Only this module registers them: each is there once.
+            self.registry.unregister(c).ok();
+        }
     }
 
     /// `n` spans were not exported.
@@ -1068,5 +1123,16 @@ mod tests {
             Some(3.0)
         );
         assert!(process.source("orders").is_err(), "a second orders");
+        // Removed, its series go, and the name may come back.
+        process.remove_source(&a);
+        let text = process.render();
+        assert!(!text.contains("source=\"orders\""), "{text}");
+        assert!(text.contains("source=\"audit\""), "{text}");
+        let again = process.source("orders").unwrap();
+        again.received(false);
+        assert_eq!(
+            process.sample("jetrelay_messages_received_total{source=\"orders\"}"),
+            Some(1.0)
+        );
     }
 }

@@ -250,8 +250,8 @@ pub struct Readiness {
 #[derive(Debug, Clone)]
 pub struct SourceReadiness {
     tx: Arc<watch::Sender<Status>>,
-    /// Its place in [`Status::sources`].
-    index: usize,
+    /// Its name in [`Status::sources`].
+    name: Arc<str>,
     metrics: SourceMetrics,
 }
 
@@ -276,19 +276,33 @@ impl Readiness {
         member: Option<String>,
         metrics: SourceMetrics,
     ) -> SourceReadiness {
-        let mut index = 0;
         self.tx.send_modify(|s| {
-            index = s.sources.len();
             let own = Status::starting(member, s.facts.nats_down.clone());
+            s.sources.retain(|(n, _)| n != name);
             s.sources.push((name.to_string(), own));
             s.resummarize();
         });
         self.metrics.ready(self.tx.borrow().ready);
         SourceReadiness {
             tx: Arc::clone(&self.tx),
-            index,
+            name: name.into(),
             metrics,
         }
+    }
+
+    /// Removes a source that has ended (a reload removed it): `/ready` no longer
+    /// waits for it.
+    pub fn remove(&self, name: &str) {
+        self.tx.send_if_modified(|s| {
+            let before = s.sources.len();
+            s.sources.retain(|(n, _)| n != name);
+            let changed = s.sources.len() != before;
+            if changed {
+                s.resummarize();
+            }
+            changed
+        });
+        self.metrics.ready(self.tx.borrow().ready);
     }
 
     /// The current status.
@@ -375,7 +389,8 @@ impl SourceReadiness {
     pub fn status(&self) -> Status {
         let s = self.tx.borrow();
         s.sources
-            .get(self.index)
+            .iter()
+            .find(|(n, _)| **n == *self.name)
             .map_or_else(|| s.clone(), |(_, own)| own.clone())
     }
 
@@ -437,7 +452,7 @@ impl SourceReadiness {
     /// status and derives the process's again.
     fn modify(&self, change: impl FnOnce(&mut Status) -> bool) {
         self.tx.send_if_modified(|s| {
-            let Some((_, own)) = s.sources.get_mut(self.index) else {
+            let Some((_, own)) = s.sources.iter_mut().find(|(n, _)| **n == *self.name) else {
                 return false;
             };
             if !change(own) {

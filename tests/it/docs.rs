@@ -304,3 +304,20 @@ fn a_line_marked_default_that_is_not_is_found() {
         .collect();
     assert_eq!(changes, [8], "max_in_flight = 8 is not the default");
 }
+
+/// Every TOML block of the README is a config that loads: what a reader copies works.
+#[test]
+fn every_config_the_readme_shows_loads() {
+    let text = read(&repo().join("README.md"));
+    let mut blocks = 0;
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find("```toml\n") {
+        let body = &rest[start + 8..];
+        let end = body.find("```").expect("a closed block");
+        Config::from_toml(&[&body[..end]])
+            .unwrap_or_else(|e| panic!("a README config does not load: {e}\n{}", &body[..end]));
+        blocks += 1;
+        rest = &body[end..];
+    }
+    assert!(blocks >= 1, "no TOML block in the README");
+}

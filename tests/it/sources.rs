@@ -305,3 +305,101 @@ fn a_broken_route_is_refused_at_load_naming_it() {
     assert!(text.contains("an empty match"), "{text}");
     assert!(text.contains("ftp://"), "{text}");
 }
+
+/// The `[sources.<name>]` table of a durable source on `stream`.
+fn durable_table(name: &str, stream: &str) -> String {
+    format!("[sources.{name}]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{name}\"\n")
+}
+
+#[tokio::test]
+async fn a_reload_starts_an_added_source_and_drains_a_removed_one_and_the_other_sees_nothing() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (a, b) = (unique("A"), unique("B"));
+    create_stream(&js, &a, &["a.>"]).await;
+    create_stream(&js, &b, &["b.>"]).await;
+    let app = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(5))).await;
+    let only_a = sources_config(&nats, &app, &durable_table("a", &a));
+    let relay = Relay::ready(only_a.clone()).await;
+    // Load on a throughout.
+    let load = {
+        let js = js.clone();
+        tokio::spawn(async move {
+            for _ in 0..20 {
+                publish(&js, "a.x", 10).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let both = sources_config(
+        &nats,
+        &app,
+        &format!("{}{}", durable_table("a", &a), durable_table("b", &b)),
+    );
+    relay.reloader.request(Ok(both));
+    eventually("b starts", T, || async {
+        relay
+            .health
+            .status()
+            .sources
+            .iter()
+            .any(|(n, s)| n == "b" && s.state == State::Consuming)
+    })
+    .await;
+    publish(&js, "b.y", 30).await;
+    load.await.unwrap();
+    eventually("all of a and b delivered", T, || async {
+        consumer_drained(&js, &a, "a").await && consumer_drained(&js, &b, "b").await
+    })
+    .await;
+    // Remove a: it drains and leaves readiness and the metrics; b goes on.
+    let only_b = sources_config(&nats, &app, &durable_table("b", &b));
+    relay.reloader.request(Ok(only_b));
+    eventually("a is gone", T, || async {
+        let s = relay.health.status();
+        s.sources.len() == 1 && s.sources[0].0 == "b" && s.ready
+    })
+    .await;
+    publish(&js, "b.z", 10).await;
+    eventually("b delivers on", T, || async {
+        consumer_drained(&js, &b, "b").await
+            && relay
+                .metric("jetrelay_messages_settled_total{action=\"ack\",source=\"b\"}")
+                .await
+                == 40.0
+    })
+    .await;
+    let (_, text) = relay.get("/metrics").await;
+    assert!(
+        !text.contains("source=\"a\""),
+        "a's series are gone:\n{text}"
+    );
+    for source in ["b"] {
+        assert_eq!(
+            relay
+                .metric(&format!(
+                    "jetrelay_redeliveries_total{{source=\"{source}\"}}"
+                ))
+                .await,
+            0.0,
+            "no redelivery for {source}"
+        );
+    }
+    // Every message once: a's 200 and b's 40.
+    let seqs: std::collections::BTreeSet<(String, u64)> = app
+        .requests()
+        .iter()
+        .map(|r| {
+            (
+                r.header("nats-stream").unwrap_or_default().to_string(),
+                r.seq(),
+            )
+        })
+        .collect();
+    assert_eq!(seqs.len(), 240);
+    assert_eq!(app.requests().len(), 240, "nothing twice");
+    // a's consumer is kept, with its position.
+    assert!(consumer_drained(&js, &a, "a").await);
+    relay.stop().await.unwrap();
+}

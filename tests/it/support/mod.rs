@@ -219,6 +219,8 @@ pub struct Relay {
     /// The publish endpoint, when `publish.listen` is set.
     pub publish: Option<SocketAddr>,
     pub health: Readiness,
+    /// What SIGHUP does: hands the daemon a config to reload.
+    pub reloader: jetrelay::daemon::reload::Reloader,
     pub shutdown: CancellationToken,
     pub handle: JoinHandle<Result<(), DaemonError>>,
 }
@@ -238,6 +240,7 @@ impl Relay {
             admin: app.admin_addr().unwrap(),
             publish: app.publish_addr(),
             health: app.readiness(),
+            reloader: app.reloader(),
             handle: tokio::spawn(app.run(shutdown.clone())),
             shutdown,
         }
