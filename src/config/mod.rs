@@ -6,6 +6,7 @@
 //! validation collects all problems rather than stopping at the first.
 //! Secrets are never read here: only their file paths are, so `Debug` cannot leak them.
 
+mod budget;
 mod consumer;
 mod delivery;
 mod http;
@@ -26,6 +27,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
+pub use self::budget::BudgetConfig;
 pub use self::consumer::{ConsumerConfig, DeliverPolicy};
 pub use self::delivery::{AckMode, Concurrency, DeliveryConfig};
 pub use self::http::HttpConfig;
@@ -67,6 +69,8 @@ pub struct Config {
     pub log: LogConfig,
     /// Tracing: spans exported to an OpenTelemetry collector.
     pub otel: OtelConfig,
+    /// Requests in flight across all sources.
+    pub budget: BudgetConfig,
     /// Several sources (`[sources.<name>]`), each over the tables above key by key
     /// (`Config::source_views`); empty: the one `[source]`.
     pub sources: BTreeMap<String, figment::value::Dict>,

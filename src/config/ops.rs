@@ -1,5 +1,5 @@
 //! `[dlq]`, `[admin]` and `[log]`: where dead letters go, where the admin endpoints
-//! listen, and how the daemon logs.
+//! listen, and how the daemon logs; their checks also run `[budget]`'s.
 
 use std::net::SocketAddr;
 
@@ -71,6 +71,8 @@ impl Default for LogConfig {
 
 impl Config {
     pub(super) fn check_ops(&self, p: &mut Problems) {
+        // `[budget]` is the process's, as `[admin]` and `[log]` are.
+        self.check_budget(p);
         let d = &self.dlq;
         if !d.subject.is_empty()
             && let Err(e) = subject::validate_publish_subject(&d.subject)

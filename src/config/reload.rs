@@ -43,7 +43,8 @@ impl Change {
 
 /// Whether `key` (dotted) may change live: everything in `[delivery]` except
 /// `ordering` and `max_buffered`, everything in `[http]`, `publish.allowed_subjects`,
-/// `publish.max_messages`, `publish.max_bytes`, `log.level`.
+/// `publish.max_messages`, `publish.max_bytes`, `log.level`, `budget.max_in_flight`
+/// (a lower total lets what runs finish: `admission::Budget::set_total`).
 pub fn is_live(key: &str) -> bool {
     let (top, rest) = key.split_once('.').unwrap_or((key, ""));
     match top {
@@ -57,6 +58,7 @@ pub fn is_live(key: &str) -> bool {
             _ => false,
         },
         "delivery" => !matches!(rest, "ordering" | "max_buffered"),
+        "budget" => rest == "max_in_flight",
         "http" => true,
         "publish" => {
             rest == "max_messages" || rest == "max_bytes" || rest.starts_with("allowed_subjects")
@@ -233,6 +235,7 @@ mod tests {
             ("publish.atomic", false),
             ("log.level", true),
             ("log.format", false),
+            ("budget.max_in_flight", true),
             ("source.stream", false),
             ("nats.servers", false),
             ("consumer.ack_wait_ms", false),

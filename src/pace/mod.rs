@@ -1,11 +1,14 @@
 //! How fast work may start at the app: the concurrency limit in force (fixed at
 //! `max_in_flight`, or adaptive between `min_in_flight` and it: `adaptive`), the rate
-//! limit on request starts (`bucket`), and how much a limit lets the pull engine
-//! buffer. Pure: the caller's monotonic nanoseconds come in; the dispatcher owns the
-//! one [`Pacer`] and feeds it one [`Observation`] per finished request.
+//! limit on request starts (`bucket`), the process's budget across sources
+//! (`budget`: who may start one more when they compete), and how much a limit lets
+//! the pull engine buffer. Pure: the caller's monotonic nanoseconds come in; the
+//! dispatcher owns the one [`Pacer`] and feeds it one [`Observation`] per finished
+//! request.
 
 pub mod adaptive;
 pub mod bucket;
+pub mod budget;
 
 pub use adaptive::{Observation, Signal};
 

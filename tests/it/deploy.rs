@@ -961,6 +961,7 @@ fn every_example_config_passes_the_checks_and_the_reference_shows_every_section(
         "[admin]",
         "[log]",
         "[otel]",
+        "[budget]",
     ] {
         assert!(
             reference.lines().any(|l| l.starts_with(section)),
