@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::admission::Budget;
 use crate::config::{Config, ConfigError};
 use crate::daemon::apps::{Apps, SourceApp};
 use crate::daemon::reload::{Reloader, SourceChange};
@@ -293,7 +294,10 @@ impl Daemon {
             admin_stop.clone(),
         ));
         let deadline = self.deadline;
+        let export_stop = CancellationToken::new();
+        let exporter = export(self.collector, &self.tracer, &export_stop, &deadline);
         let (changes_tx, changes) = mpsc::channel(64);
+        let budget = Budget::new(self.settings.budget);
         let reloads = Reloads::start(
             &self.settings,
             &self.app,
@@ -302,28 +306,18 @@ impl Daemon {
                 metrics: self.metrics.clone(),
                 tracer: self.tracer.clone(),
                 deadline: deadline.clone(),
+                budget: budget.clone(),
                 changes: changes_tx,
             },
             self.config,
             self.reloads,
             shown_tx,
         );
-        // Spans go out off the delivery path; at shutdown what is queued is sent
-        // within the grace, after the drain.
-        let export_stop = CancellationToken::new();
-        let exporter = self.collector.map(|c| {
-            let d = deadline.clone();
-            tokio::spawn(crate::ops::traces::export(
-                self.tracer.clone(),
-                c,
-                export_stop.clone(),
-                move || d.get(),
-            ))
-        });
         let runners = (self.settings.sources.iter().cloned())
             .zip(self.sources)
             .zip(reloads.live.iter().cloned())
             .map(|((settings, (readiness, metrics)), live)| Runner {
+                budget: budget.member(&settings.name, settings.weight),
                 settings,
                 readiness,
                 metrics,
@@ -380,6 +374,25 @@ impl Daemon {
         }
         result
     }
+}
+
+/// The span exporter's task, with `[otel]` on: spans go out off the delivery path;
+/// at shutdown what is queued is sent within the grace, after the drain.
+fn export(
+    collector: Option<Collector>,
+    tracer: &Tracer,
+    stop: &CancellationToken,
+    deadline: &Deadline,
+) -> Option<JoinHandle<()>> {
+    collector.map(|c| {
+        let d = deadline.clone();
+        tokio::spawn(crate::ops::traces::export(
+            tracer.clone(),
+            c,
+            stop.clone(),
+            move || d.get(),
+        ))
+    })
 }
 
 /// What a reload changes (the dispatcher's live settings, the endpoint's rules),
@@ -548,7 +561,7 @@ impl Supervisor {
         nats: &Nats,
         shutdown: &CancellationToken,
     ) -> Result<(), DaemonError> {
-        let mut fleet = Running::default();
+        let mut fleet = SourceTasks::default();
         for runner in runners {
             fleet.start(runner, nats, shutdown);
         }
@@ -584,7 +597,7 @@ impl Supervisor {
 
 /// The sources running: their tasks, and how to stop each.
 #[derive(Default)]
-struct Running {
+struct SourceTasks {
     tasks: tokio::task::JoinSet<(String, SourceMetrics, Result<(), SourceError>)>,
     /// Each running source's own stop (a child of the process's shutdown).
     stops: std::collections::HashMap<String, CancellationToken>,
@@ -592,7 +605,7 @@ struct Running {
     removed: std::collections::HashSet<String>,
 }
 
-impl Running {
+impl SourceTasks {
     /// Starts a source in its own task and span.
     fn start(&mut self, runner: Runner, nats: &Nats, shutdown: &CancellationToken) {
         let name = runner.settings.name.clone();

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::Budget;
 use crate::config::reload::{Change, diff, flatten};
 use crate::config::{Config, ConfigError};
 use crate::daemon::apps::{Apps, SourceApp};
@@ -204,6 +205,7 @@ impl Running {
             self.fleet.change(SourceChange::Remove(name));
         }
         self.rules.send_replace(settings.publish.rules.clone());
+        self.fleet.budget.set_total(settings.budget);
         self.deadline.set_grace(settings.shutdown_grace);
         self.shown.send_replace(shown(&new));
         self.config = new;
@@ -231,6 +233,8 @@ pub(super) struct Fleet {
     pub(super) tracer: Tracer,
     /// The shutdown's deadline, which a source started now shares.
     pub(super) deadline: Deadline,
+    /// Requests in flight across all sources: a source started now takes a share.
+    pub(super) budget: Budget,
     pub(super) changes: mpsc::Sender<SourceChange>,
 }
 
@@ -252,6 +256,7 @@ impl Fleet {
             live,
             tracer: self.tracer.clone(),
             deadline: self.deadline.clone(),
+            budget: self.budget.member(&source.name, source.weight),
         })
     }
 

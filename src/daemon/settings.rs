@@ -50,8 +50,10 @@ pub struct Settings {
     pub nats: Connection,
     /// Span export (`[otel]` with an endpoint), or none.
     pub tracing: Option<Tracing>,
-    /// The sources, in the config's order (today one, named `default`).
+    /// The sources, in the config's order (one, named `default`, for `[source]`).
     pub sources: Vec<SourceSettings>,
+    /// Requests in flight across all sources (`budget.max_in_flight`; 0: off).
+    pub budget: u32,
     /// The drain's grace.
     pub shutdown_grace: Duration,
     /// What the app may publish through jetrelay.
@@ -89,6 +91,7 @@ impl Settings {
             .filter_map(|v| {
                 let mut s = source(&v.config, &v.name, &mut p)?;
                 s.routes = routes(v, &s.target, &mut p);
+                s.weight = v.weight;
                 Some(s)
             })
             .collect();
@@ -102,6 +105,7 @@ impl Settings {
             nats: connection(&c.nats),
             tracing,
             sources,
+            budget: c.budget.max_in_flight,
             shutdown_grace: Duration::from_millis(c.delivery.shutdown_grace_ms),
             publish: publishing(c),
         })
@@ -184,6 +188,7 @@ fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings
         })
         .filter(|o| o.rules.enabled()),
         routes: Vec::new(),
+        weight: 1,
     })
 }
 

@@ -48,7 +48,7 @@ use self::lanes::LaneKey;
 pub use self::outputs::OutputRules;
 use self::timers::Due;
 use self::watched::Watched;
-use crate::admission::{Pacing, Reach};
+use crate::admission::{BudgetPermit, BudgetShare, Pacing, Reach};
 use crate::capacity::Limits;
 use crate::message::Delivery;
 use crate::ops::metrics::{AgeStage, SettleLabel, SourceMetrics};
@@ -105,6 +105,9 @@ pub struct Dispatch<F, P> {
     pub deadline: Deadline,
     /// Records the spans of deliveries, requests and publishes (export off: nothing).
     pub tracer: Tracer,
+    /// This source's part of the requests in flight across all sources (`[budget]`;
+    /// off, it only counts).
+    pub budget: BudgetShare,
     /// At most this many messages are kept on their last delivery while the DLQ does
     /// not store their dead letters; one more is terminated without one (it stays in
     /// its stream), so that letters that cannot be stored never stall the consumer.
@@ -199,6 +202,8 @@ struct Run<S: Source, F> {
     batch_since: Option<Instant>,
     /// The limit in force and the rate limit.
     pacing: Pacing,
+    /// The budget held back work that could start: wake when a slot frees.
+    budget_blocked: bool,
 }
 
 /// What an event asks of the loop.
@@ -263,6 +268,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 pause = run.server_pause.next(), if !run.draining => self.paused(&mut run, pause),
                 now = run.live.next(), if !run.draining => self.reloaded(&mut run, &now),
                 () = run.handover.ring(), if !run.draining => self.step_down(&mut run).await,
+                () = self.budget.freed(), if run.budget_blocked => Flow::Go,
                 ev = run.source.next(held) => {
                     let flow = self.event(&mut run, ev).await;
                     self.take_ready(&mut run, flow).await
@@ -302,6 +308,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             alarm: Alarm::default(),
             batch_since: None,
             pacing: Pacing::new(now.pace),
+            budget_blocked: false,
         };
         run.source.set_paused(!run.gate.app.serviceable());
         self.metrics.paused(run.gate.paused.is_some());
@@ -352,9 +359,12 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             run.source.quiesced().await;
             run.quiescing = false;
         }
+        run.budget_blocked = false;
+        let mut filled = false;
         if run.draining {
             // Only dead letters still to publish remain held.
-            self.fill(&mut run.book, &mut run.pacing, Fill::All, true);
+            run.budget_blocked = self.fill(&mut run.book, &mut run.pacing, Fill::All, true);
+            filled = true;
         } else if run.gate.app.health.is_healthy() && !run.quiescing && run.gate.paused.is_none() {
             let mode = if run.gate.app.unreachable.is_some() {
                 Fill::Probe
@@ -366,10 +376,16 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 run.batch_since.get_or_insert_with(Instant::now);
             }
             let partial = self.batch_due(run).is_none_or(|due| Instant::now() >= due);
-            self.fill(&mut run.book, &mut run.pacing, mode, partial);
+            run.budget_blocked = self.fill(&mut run.book, &mut run.pacing, mode, partial);
+            filled = true;
             if run.book.startable() == 0 {
                 run.batch_since = None;
             }
+        }
+        if !filled {
+            // Held back by its gate (unhealthy, paused, quiescing): no share is kept
+            // for it while it cannot use one.
+            self.budget.set_waiting(false);
         }
         let held = run.book.held();
         let limit = run.pacing.limit();
@@ -669,47 +685,83 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// Starts what may start under the limit in force and the rate limit: due
     /// retries first, then lanes; one message per task, or batches of them
     /// (`partial`: a batch that is not full may go). What waits for a slot or a start
-    /// stays held (kept alive), with no attempt counted.
+    /// stays held (kept alive), with no attempt counted. Returns whether the budget
+    /// (`[budget]`, shared with the other sources) held back what could start: the
+    /// source then waits for a slot to free.
     fn fill<T: Settle>(
         self: &Arc<Self>,
         book: &mut Book<T>,
         pacing: &mut Pacing,
         mode: Fill,
         partial: bool,
-    ) {
+    ) -> bool {
         let limit = match mode {
             Fill::All => pacing.limit(),
             Fill::Probe => 1,
         };
+        self.budget.set_limit(limit);
+        let blocked = self.start_some(book, pacing, mode, partial, limit);
+        // Waiting for the budget, or with work held back by its own limit: its share
+        // is kept for it (a share above its own limit is lent anyway), so that a
+        // neighbour cannot take the slots its finishing requests free.
+        let backlog = book.tasks.len() >= limit && book.startable() > 0;
+        self.budget.set_waiting(blocked || backlog);
+        blocked
+    }
+
+    /// [`Dispatch::fill`]'s starts; returns whether the budget refused one.
+    fn start_some<T: Settle>(
+        self: &Arc<Self>,
+        book: &mut Book<T>,
+        pacing: &mut Pacing,
+        mode: Fill,
+        partial: bool,
+        limit: usize,
+    ) -> bool {
         let Some(b) = self.live().batch else {
             while book.tasks.len() < limit && book.startable_in(mode) {
+                // The budget first: a refused permit costs nothing, a rate-limit
+                // token would be spent.
+                let Some(permit) = self.budget.try_start() else {
+                    return true;
+                };
                 if !pacing.may_start() {
-                    return;
+                    return false;
                 }
                 let Some(id) = book.next_startable(mode, limit) else {
-                    return;
+                    return false;
                 };
-                self.spawn(book, pacing, vec![id]);
+                self.spawn(book, pacing, vec![id], permit);
             }
-            return;
+            return false;
         };
         while book.tasks.len() < limit
             && book.startable() > 0
             && (partial || book.startable() >= b.size)
         {
+            let Some(permit) = self.budget.try_start() else {
+                return true;
+            };
             if !pacing.may_start() {
-                return;
+                return false;
             }
             let ids = book.next_batch(b.size, b.max_bytes);
             if ids.is_empty() {
-                return;
+                return false;
             }
-            self.spawn(book, pacing, ids);
+            self.spawn(book, pacing, ids, permit);
         }
+        false
     }
 
     /// Spawns one task for `ids`: one attempt, or a batch.
-    fn spawn<T: Settle>(self: &Arc<Self>, book: &mut Book<T>, pacing: &mut Pacing, ids: Vec<u64>) {
+    fn spawn<T: Settle>(
+        self: &Arc<Self>,
+        book: &mut Book<T>,
+        pacing: &mut Pacing,
+        ids: Vec<u64>,
+        permit: BudgetPermit,
+    ) {
         let items: Vec<BatchItem<T>> = ids
             .iter()
             .filter_map(|&id| {
@@ -739,6 +791,9 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         // In the source's span: its lines name the source.
         let task = book.tasks.spawn(Box::pin(
             async move {
+                // The budget's slot, held for the whole task (returned on its end,
+                // panic or abort).
+                let _permit = permit;
                 if batched {
                     let (steps, reach, sample) = this.attempt_batch(items).await;
                     return Done {

@@ -485,6 +485,8 @@ struct Knobs {
     tracer: Tracer,
     /// The source's routes (their targets are the app itself here).
     routes: Vec<crate::route::Route>,
+    /// Its share of a budget other rigs share (`None`: a budget that is off).
+    budget: Option<crate::admission::BudgetShare>,
 }
 
 impl Default for Knobs {
@@ -505,6 +507,7 @@ impl Default for Knobs {
             outputs: None,
             tracer: Tracer::off(),
             routes: Vec::new(),
+            budget: None,
         }
     }
 }
@@ -594,6 +597,10 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         },
         metrics: metrics.clone(),
         readiness: readiness.clone(),
+        budget: knobs
+            .budget
+            .clone()
+            .unwrap_or_else(|| crate::admission::Budget::off().member("default", 1)),
         max_buffered: 256,
         pinned_mode: false,
         ordering: knobs.ordering,
@@ -2253,4 +2260,60 @@ async fn a_skip_route_settles_without_a_request_and_counts_per_route() {
         assert_eq!(m.sample(series), Some(n), "{series}");
     }
     r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_whose_app_hangs_cannot_take_the_budget_from_another() {
+    use crate::admission::Budget;
+    let budget = Budget::new(8);
+    // "slow": every request takes 2 s (an app path that hangs until its timeout);
+    // "fine": 10 ms. Equal weights: 4 slots each when both have work.
+    let slow = rig(
+        Knobs {
+            max_in_flight: 8,
+            budget: Some(budget.member("slow", 1)),
+            ..Knobs::default()
+        },
+        ok_after(2 * S),
+    );
+    for seq in 1..=1000 {
+        slow.send(seq, "s");
+    }
+    wait(S).await;
+    assert_eq!(
+        budget.in_flight(),
+        8,
+        "alone, slow borrows the whole budget"
+    );
+    let fine = rig(
+        Knobs {
+            max_in_flight: 8,
+            budget: Some(budget.member("fine", 1)),
+            ..Knobs::default()
+        },
+        ok_after(10 * MS),
+    );
+    for seq in 1..=400 {
+        fine.send(seq, "f");
+    }
+    // Slow's first requests end at 2 s: from then on fine keeps its 4 slots (even
+    // between its own requests, when a waiting slow could take them), 400 requests a
+    // second, while slow is held to 4.
+    for _ in 0..30 {
+        wait(100 * MS).await;
+        assert!(budget.in_flight() <= 8, "never past the total");
+    }
+    let acked = (1..=400)
+        .filter(|seq| fine.told(*seq) == [Told::Ack])
+        .count();
+    assert_eq!(acked, 400, "fine got its share as slow's slots turned over");
+    let slow_acked = (1..=1000)
+        .filter(|seq| slow.told(*seq) == [Told::Ack])
+        .count();
+    assert!(
+        slow_acked <= 16,
+        "slow was held to its share meanwhile: {slow_acked}"
+    );
+    slow.stop().await;
+    fine.stop().await;
 }

@@ -18,6 +18,7 @@ use self::error::SourceError;
 use self::gauges::{Gauges, heartbeats};
 use self::settings::{Binding, SourceSettings};
 use self::wait::{Waits, wait_connected};
+use crate::admission::BudgetShare;
 use crate::dispatch::{Dispatch, DispatchError, Ended, Live};
 use crate::group::autojoin::AutoJoin;
 use crate::group::model::Flavour;
@@ -46,6 +47,8 @@ pub struct Runner {
     pub tracer: Tracer,
     /// The shutdown's deadline, shared with the process.
     pub deadline: Deadline,
+    /// Its part of the requests in flight across all sources.
+    pub budget: BudgetShare,
 }
 
 /// How one run of the dispatcher over a bound consumer ended.
@@ -158,6 +161,7 @@ impl Runner {
             server_pause,
             letters_waiting_max: set.letters_waiting_max(),
             tracer: self.tracer.clone(),
+            budget: self.budget.clone(),
         })
     }
 

@@ -95,6 +95,8 @@ pub struct SourceSettings {
     pub batch: Option<Batching>,
     /// What the app's answers may publish (`None`: publishing is off).
     pub outputs: Option<OutputRules>,
+    /// Its share of `[budget]` when sources compete (`weight`).
+    pub weight: u32,
     /// Its routes, first match first; a message none matches goes to `target`.
     pub routes: Vec<RouteSettings>,
 }

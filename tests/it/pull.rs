@@ -317,6 +317,7 @@ async fn instance(
         publisher: connect(nats).await.publisher(),
         metrics,
         readiness: health.clone(),
+        budget: jetrelay::admission::Budget::off().member("default", 1),
         max_buffered: 8,
         deadline: jetrelay::seam::time::Deadline::new(Duration::from_secs(5)),
         letters_waiting_max: 4,
