@@ -3,6 +3,7 @@
 //! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last).
 
 mod apps;
+mod fleet;
 pub mod reload;
 pub mod settings;
 pub mod shutdown;
@@ -15,7 +16,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::admission::Budget;
 use crate::config::{Config, ConfigError};
@@ -29,8 +29,7 @@ use crate::http::collector::Collector;
 use crate::http::forward::Forwarder;
 use crate::nats::{Nats, NatsError, TopologyError};
 use crate::ops::metrics::{Metrics, SourceMetrics};
-use crate::ops::readiness::{Readiness, SourceReadiness, State};
-use crate::ops::telemetry::chain;
+use crate::ops::readiness::{Readiness, SourceReadiness};
 use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
 use crate::seam::time::{Deadline, bounded};
@@ -486,7 +485,19 @@ impl Supervisor {
             .take()
             .map(|(l, token)| self.serve_publish(l, token, &nats));
         let runners = std::mem::take(&mut self.runners);
-        let result = self.consume(runners, &nats, shutdown).await;
+        let result = fleet::consume(
+            runners,
+            &nats,
+            shutdown,
+            &mut self.changes,
+            &self.readiness,
+            &self.metrics,
+        )
+        .await
+        .map_err(|failed| match failed {
+            fleet::Failed::Source(e) => DaemonError::from(e),
+            fleet::Failed::Task(e) => DaemonError::SourceTask(e),
+        });
         mirror.abort();
         // The app may publish until its messages are drained.
         if let Some((stop, served)) = endpoint {
@@ -548,117 +559,6 @@ impl Supervisor {
                 }
             }
         })
-    }
-
-    /// Runs every source, each in its own task and span, until all have ended. A
-    /// source that fails for good (a topology conflict, a group it cannot join) ends
-    /// alone: it says so in its readiness, which stays not ready, and the others run
-    /// on; the process ends with the first failure once no source runs (unless it
-    /// was asked to stop). A reload's changes start sources and drain removed ones.
-    async fn consume(
-        &mut self,
-        runners: Vec<Runner>,
-        nats: &Nats,
-        shutdown: &CancellationToken,
-    ) -> Result<(), DaemonError> {
-        let mut fleet = SourceTasks::default();
-        for runner in runners {
-            fleet.start(runner, nats, shutdown);
-        }
-        let mut first = None;
-        loop {
-            tokio::select! {
-                ended = fleet.tasks.join_next(), if !fleet.tasks.is_empty() => {
-                    let Some(ended) = ended else { continue };
-                    if let Some(failed) = fleet.ended(ended, &self.readiness, &self.metrics) {
-                        first.get_or_insert(failed);
-                    }
-                }
-                change = self.changes.recv(), if !shutdown.is_cancelled() => match change {
-                    Some(SourceChange::Add(runner)) => fleet.start(*runner, nats, shutdown),
-                    Some(SourceChange::Remove(name)) => fleet.stop(&name),
-                    None => {}
-                },
-            }
-            // No source runs: a reload adds a source only beside running ones (its Add
-            // comes before any Remove), so nothing more can start.
-            if fleet.tasks.is_empty() {
-                break;
-            }
-        }
-        // Asked to stop: what failed before was said (its log line, its readiness),
-        // and the others drained; the stop itself went as asked.
-        match first {
-            Some(e) if !shutdown.is_cancelled() => Err(e),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The sources running: their tasks, and how to stop each.
-#[derive(Default)]
-struct SourceTasks {
-    tasks: tokio::task::JoinSet<(String, SourceMetrics, Result<(), SourceError>)>,
-    /// Each running source's own stop (a child of the process's shutdown).
-    stops: std::collections::HashMap<String, CancellationToken>,
-    /// Sources a reload removed, draining now.
-    removed: std::collections::HashSet<String>,
-}
-
-impl SourceTasks {
-    /// Starts a source in its own task and span.
-    fn start(&mut self, runner: Runner, nats: &Nats, shutdown: &CancellationToken) {
-        let name = runner.settings.name.clone();
-        let (readiness, metrics) = (runner.readiness.clone(), runner.metrics.clone());
-        let stop = shutdown.child_token();
-        self.stops.insert(name.clone(), stop.clone());
-        self.removed.remove(&name);
-        let span = tracing::info_span!("source", source = %name);
-        let run = runner.run(nats.clone(), stop);
-        self.tasks.spawn(
-            async move {
-                let ended = run.await;
-                if let Err(e) = &ended {
-                    let why = chain(e);
-                    tracing::error!(error = %why, "the source stopped: it cannot run until it is fixed (the other sources go on)");
-                    readiness.set(State::NotReady, format!("stopped: {why}"));
-                }
-                (name, metrics, ended)
-            }
-            .instrument(span),
-        );
-    }
-
-    /// Drains a source a reload removed: it stops pulling, finishes and settles what
-    /// it holds, and ends.
-    fn stop(&mut self, name: &str) {
-        if let Some(stop) = self.stops.get(name) {
-            tracing::info!(source = name, "source removed by a reload: draining it");
-            self.removed.insert(name.to_string());
-            stop.cancel();
-        }
-    }
-
-    /// A source's task ended: a removed one leaves readiness and the metrics; a
-    /// failure is returned.
-    fn ended(
-        &mut self,
-        ended: Result<(String, SourceMetrics, Result<(), SourceError>), tokio::task::JoinError>,
-        readiness: &Readiness,
-        metrics: &Metrics,
-    ) -> Option<DaemonError> {
-        let (name, own, result) = match ended {
-            Ok(done) => done,
-            Err(e) => return Some(DaemonError::SourceTask(e)),
-        };
-        self.stops.remove(&name);
-        if self.removed.remove(&name) {
-            readiness.remove(&name);
-            metrics.remove_source(&own);
-            tracing::info!(source = %name, "source removed: drained");
-            return None;
-        }
-        result.err().map(DaemonError::from)
     }
 }
 
