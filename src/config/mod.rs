@@ -169,10 +169,42 @@ impl Config {
             return p.0;
         }
         let set_at_top = |key: &str| figment.find_value(key).is_ok();
-        if let Err(mut found) = self.views(&set_at_top) {
-            p.0.append(&mut found);
+        match self.views(&set_at_top) {
+            Ok(views) => self.check_shares(&views, &mut p),
+            Err(mut found) => p.0.append(&mut found),
         }
         p.0
+    }
+
+    /// With a budget, every source must have a slot of its own when all compete: a
+    /// weight too small for the total would leave it only what others lend.
+    fn check_shares(&self, views: &[SourceView], p: &mut Problems) {
+        let total = self.budget.max_in_flight;
+        if total == 0 {
+            return;
+        }
+        let claims: Vec<crate::pace::budget::Claim> = views
+            .iter()
+            .map(|v| crate::pace::budget::Claim {
+                weight: v.weight,
+                in_flight: 0,
+                limit: v.config.delivery.max_in_flight,
+                waiting: true,
+            })
+            .collect();
+        let shares = crate::pace::budget::shares(total, &claims);
+        for (v, share) in views.iter().zip(shares) {
+            if share == 0 {
+                p.add(
+                    format!("sources.{}.weight", v.name),
+                    format!(
+                        "{} of {} weight in all leaves this source no slot of budget.max_in_flight = {total} when every source has work: raise its weight or the budget",
+                        v.weight,
+                        views.iter().map(|v| u64::from(v.weight)).sum::<u64>()
+                    ),
+                );
+            }
+        }
     }
 
     /// Every rule broken by this config, in key order of the file.

@@ -421,4 +421,23 @@ mod tests {
             assert_eq!(valid_name(name), ok, "{name:?}");
         }
     }
+
+    #[test]
+    fn a_weight_that_leaves_a_source_no_slot_of_the_budget_is_refused() {
+        let text = |budget: u32| {
+            format!(
+                "[http]\nurl = \"http://127.0.0.1:1/x\"\n[budget]\nmax_in_flight = {budget}\n\
+                 [sources.big]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"b\"\nweight = 100\n\
+                 [sources.small]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"s\"\n"
+            )
+        };
+        let err = Config::from_toml(&[&text(10)]).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["sources.small.weight"], "{err}");
+        assert!(Config::from_toml(&[&text(101)]).is_ok());
+        assert!(
+            Config::from_toml(&[&text(0)]).is_ok(),
+            "no budget, no shares"
+        );
+    }
 }

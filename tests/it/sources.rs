@@ -403,3 +403,59 @@ async fn a_reload_starts_an_added_source_and_drains_a_removed_one_and_the_other_
     assert!(consumer_drained(&js, &a, "a").await);
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn with_a_budget_a_source_whose_app_hangs_leaves_the_other_its_share() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (slow, fast) = (unique("SLOW"), unique("FAST"));
+    create_stream(&js, &slow, &["slow.>"]).await;
+    create_stream(&js, &fast, &["fast.>"]).await;
+    let hung = slow.clone();
+    // The slow stream's requests hang past the timeout (1 s); the fast one's take 5 ms.
+    let app = MockApp::start(move |r, _| {
+        if r.header("nats-stream") == Some(hung.as_str()) {
+            Reply::status(200).after(Duration::from_secs(30))
+        } else {
+            Reply::status(200).after(Duration::from_millis(5))
+        }
+    })
+    .await;
+    let relay = Relay::ready(sources_config(
+        &nats,
+        &app,
+        &format!(
+            "[budget]\nmax_in_flight = 4\n[delivery]\nmax_in_flight = 4\n\
+             {}[sources.slow.http]\ntimeout_ms = 1000\n{}",
+            durable_table("slow", &slow),
+            durable_table("fast", &fast)
+        ),
+    ))
+    .await;
+    publish(&js, "slow.x", 40).await;
+    // Slow alone borrows the whole budget; then fast comes.
+    eventually("slow holds the budget", T, || async {
+        relay.metric("jetrelay_in_flight{source=\"slow\"}").await == 4.0
+    })
+    .await;
+    publish(&js, "fast.y", 200).await;
+    let most = std::sync::Mutex::new(0.0f64);
+    eventually("fast drains beside the hung source", T, || async {
+        let total = relay.metric("jetrelay_in_flight").await;
+        let mut m = most.lock().unwrap();
+        *m = m.max(total);
+        drop(m);
+        consumer_drained(&js, &fast, "fast").await
+    })
+    .await;
+    let most = *most.lock().unwrap();
+    assert!(most <= 4.0, "never past the budget: {most}");
+    assert!(
+        relay
+            .metric("jetrelay_http_requests_total{class=\"timeout\",source=\"slow\"}")
+            .await
+            >= 4.0,
+        "slow's requests timed out meanwhile"
+    );
+    relay.stop().await.unwrap();
+}
