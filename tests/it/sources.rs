@@ -442,9 +442,10 @@ async fn with_a_budget_a_source_whose_app_hangs_leaves_the_other_its_share() {
     let most = std::sync::Mutex::new(0.0f64);
     eventually("fast drains beside the hung source", T, || async {
         let total = relay.metric("jetrelay_in_flight").await;
-        let mut m = most.lock().unwrap();
-        *m = m.max(total);
-        drop(m);
+        {
+            let mut m = most.lock().unwrap();
+            *m = m.max(total);
+        }
         consumer_drained(&js, &fast, "fast").await
     })
     .await;
