@@ -28,8 +28,8 @@ use crate::nats::{Nats, Publisher, PullerConfig};
 use crate::ops::metrics::SourceMetrics;
 use crate::ops::readiness::{SourceReadiness, State};
 use crate::ops::traces::Tracer;
-use crate::seam::ServerPause;
 use crate::seam::time::Deadline;
+use crate::seam::{ServerPause, Source};
 use crate::topology::TopologyRequest;
 
 /// What one source runs with.
@@ -177,9 +177,8 @@ impl Runner {
         let Turning {
             waits,
             nats,
-            dispatch,
-            pause,
             shutdown,
+            ..
         } = *at;
         let auto = match member.auto_join {
             Some(timeout) => {
@@ -202,11 +201,7 @@ impl Runner {
             return Ok(None);
         };
         let (stream, consumer) = member.consumer();
-        let gauges = self
-            .gauges()
-            .consumer_gauges(nats, &stream, &consumer, pause);
-        let ended = dispatch.run(source, shutdown.clone()).await;
-        drop(gauges);
+        let ended = self.run_bound(at, source, &stream, &consumer).await;
         drop(beats);
         // Drained: out of the membership before the process ends.
         if matches!(ended, Ok(Ended::Shutdown | Ended::GroupEnded(_))) {
@@ -225,20 +220,34 @@ impl Runner {
         let Turning {
             waits,
             nats,
-            dispatch,
-            pause,
             shutdown,
+            ..
         } = *at;
         if !waits.bind_topology(nats, request, shutdown).await? {
             return Ok(None);
         }
         let puller = nats.puller(self.puller_config(request)).await?;
-        let gauges =
-            self.gauges()
-                .consumer_gauges(nats, &request.stream, &request.consumer.name, pause);
-        let ended = dispatch.run(puller, shutdown.clone()).await;
-        drop(gauges);
+        let ended = self
+            .run_bound(at, puller, &request.stream, &request.consumer.name)
+            .await;
         Ok(Some(ended))
+    }
+
+    /// Runs the dispatcher over a bound consumer, the task that reads its info
+    /// beside it (stopped, its gauges withdrawn, when the run ends).
+    async fn run_bound<S: Source>(
+        &self,
+        at: &Turning<'_>,
+        source: S,
+        stream: &str,
+        consumer: &str,
+    ) -> Result<Ended, DispatchError> {
+        let gauges = self
+            .gauges()
+            .consumer_gauges(at.nats, stream, consumer, at.pause);
+        let ended = at.dispatch.run(source, at.shutdown.clone()).await;
+        drop(gauges);
+        ended
     }
 
     fn puller_config(&self, request: &TopologyRequest) -> PullerConfig {
