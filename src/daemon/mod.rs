@@ -317,11 +317,11 @@ impl Daemon {
             .zip(reloads.live.iter().cloned())
             .map(|((settings, (readiness, metrics)), live)| Runner {
                 budget: budget.member(&settings.name, settings.weight),
+                tracer: self.tracer.for_source(settings.trace.clone()),
                 settings,
                 readiness,
                 metrics,
                 live,
-                tracer: self.tracer.clone(),
                 deadline: deadline.clone(),
             })
             .collect();

@@ -254,7 +254,7 @@ impl Fleet {
                 .source(&source.name, source.member(), metrics.clone()),
             metrics,
             live,
-            tracer: self.tracer.clone(),
+            tracer: self.tracer.for_source(source.trace.clone()),
             deadline: self.deadline.clone(),
             budget: self.budget.member(&source.name, source.weight),
         })

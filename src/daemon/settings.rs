@@ -30,7 +30,7 @@ use crate::http::credentials::CredentialFiles;
 use crate::http::forward::{AnswerLimits, TargetSettings};
 use crate::http::probe::HealthProbe;
 use crate::nats::{Auth, Connection, Tls};
-use crate::ops::traces::{AppTarget, TraceSettings};
+use crate::ops::traces::{AppTarget, SourceTrace, TraceSettings};
 use crate::outputs::Rules;
 use crate::pace::PaceSettings;
 use crate::policy::{Policy, StatusSet};
@@ -148,6 +148,11 @@ fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings
     let confirmed_acks = d.ack == AckMode::Confirmed || kind == SourceKind::Elastic;
     Some(SourceSettings {
         name: name.to_string(),
+        trace: SourceTrace {
+            name: name.to_string(),
+            consumer_group: consumer_group(c),
+            app: app_target(&target.url),
+        },
         binding: binding(c, kind, limits, confirmed_acks),
         target,
         client,
@@ -347,29 +352,15 @@ fn tracing(c: &Config, app_url: &Url, p: &mut Vec<Problem>) -> Option<Tracing> {
         return None;
     }
     let endpoint = url(p, "otel.endpoint", &o.endpoint)?;
-    let consumer_group = match c.source.kind {
-        Some(SourceKind::Durable) | None => c.source.durable.clone(),
-        Some(_) => format!("{}/{}", c.source.group, c.source.member),
-    };
-    let mut shown = app_url.clone();
-    // Never credentials in a span (a user:password in `http.url` is sent to the app as
-    // Basic authorization, never shown).
-    // Err only for a URL that cannot carry credentials: then it has none to clear.
-    shown.set_username("").unwrap_or_default();
-    shown.set_password(None).unwrap_or_default();
     Some(Tracing {
         settings: TraceSettings {
             sample_ratio: o.sample_ratio,
-            consumer_group,
+            consumer_group: consumer_group(c),
             resource: Resource {
                 service_name: o.service_name.clone(),
                 instance_id: c.nats.name.clone(),
             },
-            app: AppTarget {
-                url: shown.to_string(),
-                host: app_url.host_str().unwrap_or("").to_string(),
-                port: app_url.port_or_known_default().unwrap_or(0),
-            },
+            app: app_target(app_url),
         },
         collector: CollectorSettings {
             endpoint,
@@ -384,6 +375,30 @@ fn tracing(c: &Config, app_url: &Url, p: &mut Vec<Problem>) -> Option<Tracing> {
             },
         },
     })
+}
+
+/// `messaging.consumer.group.name` of a source's spans: the durable, or
+/// `<group>/<member>`.
+fn consumer_group(c: &Config) -> String {
+    match c.source.kind {
+        Some(SourceKind::Durable) | None => c.source.durable.clone(),
+        Some(_) => format!("{}/{}", c.source.group, c.source.member),
+    }
+}
+
+/// The app as a source's request spans name it.
+fn app_target(app_url: &Url) -> AppTarget {
+    let mut shown = app_url.clone();
+    // Never credentials in a span (a user:password in `http.url` is sent to the app as
+    // Basic authorization, never shown).
+    // Err only for a URL that cannot carry credentials: then it has none to clear.
+    shown.set_username("").unwrap_or_default();
+    shown.set_password(None).unwrap_or_default();
+    AppTarget {
+        url: shown.to_string(),
+        host: app_url.host_str().unwrap_or("").to_string(),
+        port: app_url.port_or_known_default().unwrap_or(0),
+    }
 }
 
 /// `http.health_url` and its timing, parsed.

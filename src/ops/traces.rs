@@ -59,9 +59,21 @@ pub struct AppTarget {
     pub port: u16,
 }
 
-/// Records spans. Cheap to clone; [`Tracer::off`] records nothing.
+/// Records spans. Cheap to clone; [`Tracer::off`] records nothing. A source's
+/// ([`Tracer::for_source`]) names the source on its spans, with its consumer and app.
 #[derive(Debug, Clone, Default)]
-pub struct Tracer(Option<Arc<Inner>>);
+pub struct Tracer(Option<Arc<Inner>>, Option<Arc<SourceTrace>>);
+
+/// What a source's spans say of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTrace {
+    /// `jetrelay.source`.
+    pub name: String,
+    /// `messaging.consumer.group.name`: the durable, or `<group>/<member>`.
+    pub consumer_group: String,
+    /// The app, as its request spans name it.
+    pub app: AppTarget,
+}
 
 #[derive(Debug)]
 struct Inner {
@@ -122,22 +134,30 @@ impl Active {
 impl Tracer {
     /// No export: nothing is recorded, trace headers pass as they came (bounded).
     pub fn off() -> Tracer {
-        Tracer(None)
+        Tracer(None, None)
     }
 
     /// Records spans for export.
     pub fn new(settings: TraceSettings, metrics: Metrics) -> Tracer {
-        Tracer(Some(Arc::new(Inner {
-            settings,
-            queue: Mutex::new(Queue::default()),
-            wake: Notify::new(),
-            metrics,
-        })))
+        Tracer(
+            Some(Arc::new(Inner {
+                settings,
+                queue: Mutex::new(Queue::default()),
+                wake: Notify::new(),
+                metrics,
+            })),
+            None,
+        )
     }
 
     /// Whether spans are exported.
     pub fn is_on(&self) -> bool {
         self.0.is_some()
+    }
+
+    /// This tracer for one source: its spans name it, its consumer and its app.
+    pub fn for_source(&self, source: SourceTrace) -> Tracer {
+        Tracer(self.0.clone(), Some(Arc::new(source)))
     }
 
     /// The CONSUMER span of one delivery, begun at receipt: a child of the message's
@@ -183,8 +203,14 @@ impl Tracer {
         a.set("messaging.destination.name", d.app_subject.clone());
         a.set(
             "messaging.consumer.group.name",
-            inner.settings.consumer_group.clone(),
+            self.1.as_ref().map_or_else(
+                || inner.settings.consumer_group.clone(),
+                |s| s.consumer_group.clone(),
+            ),
         );
+        if let Some(source) = &self.1 {
+            a.set("jetrelay.source", source.name.clone());
+        }
         if let Some(id) = d.header("Nats-Msg-Id") {
             a.set("messaging.message.id", id.to_string());
         }
@@ -348,7 +374,7 @@ impl Tracer {
     /// What a request span says of the app.
     fn http_attributes(&self, a: &mut Active) {
         if let Some(inner) = &self.0 {
-            let app = &inner.settings.app;
+            let app = self.1.as_ref().map_or(&inner.settings.app, |s| &s.app);
             a.set("http.request.method", "POST");
             a.set("url.full", app.url.clone());
             a.set("server.address", app.host.clone());

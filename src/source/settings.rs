@@ -12,6 +12,7 @@ use crate::group::spec::Member;
 use crate::http::app::ClientSettings;
 use crate::http::forward::TargetSettings;
 use crate::http::probe::HealthProbe;
+use crate::ops::traces::SourceTrace;
 use crate::pace::PaceSettings;
 use crate::policy::Policy;
 use crate::route::Route;
@@ -57,6 +58,8 @@ pub struct DeadLetters {
 pub struct SourceSettings {
     /// Its name: `default` for a config's `[source]`.
     pub name: String,
+    /// What its spans say of it (its name, consumer and app).
+    pub trace: SourceTrace,
     /// Where its messages come from.
     pub binding: Binding,
     /// Where its messages go: the app's URL, the format, the timeout.

@@ -139,6 +139,7 @@ async fn a_delivery_is_a_consumer_span_under_the_publishers_context_and_its_outp
         ("jetrelay.stream", env.stream.as_str()),
         ("jetrelay.stream_sequence", "1"),
         ("jetrelay.outcome", "ack"),
+        ("jetrelay.source", "default"),
     ] {
         assert_eq!(attr(a, k).as_deref(), Some(v), "{k}");
     }
