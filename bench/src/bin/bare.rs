@@ -3,6 +3,9 @@
 //!
 //!     bare <nats-url> <stream> <durable> <http-url> <in-flight> [<partitions>]
 //!
+//! With `<http-url>` `none`, each message is acked at once, without a request: the
+//! bare pull → ack loop (what a route that settles without a request is held to).
+//!
 //! With `<partitions>`, the consumer filters on `0.>` … `<partitions-1>.>` like a
 //! group member owning every partition (but not pinned): the server-side cost of
 //! the group's consumer shape without jetrelay.
@@ -55,12 +58,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let permit = slots.clone().acquire_owned().await?;
             let (http, target) = (http.clone(), target.clone());
             tokio::spawn(async move {
-                let ok = http
-                    .post(&target)
-                    .body(msg.payload.clone())
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
+                let ok = target == "none"
+                    || http
+                        .post(&target)
+                        .body(msg.payload.clone())
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success());
                 if ok {
                     let _ = msg.ack().await;
                 }
