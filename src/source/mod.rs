@@ -174,17 +174,12 @@ impl Runner {
         member: &Member,
         joined: &mut Option<AutoJoin>,
     ) -> Result<Turn, SourceError> {
-        let Turning {
-            waits,
-            nats,
-            shutdown,
-            ..
-        } = *at;
         let auto = match member.auto_join {
             Some(timeout) => {
                 let kept = joined.take();
-                match waits
-                    .auto_join(nats, member, timeout, kept, shutdown)
+                match at
+                    .waits
+                    .auto_join(at.nats, member, timeout, kept, at.shutdown)
                     .await?
                 {
                     Some(a) => Some(a),
@@ -195,9 +190,9 @@ impl Runner {
         };
         joined.clone_from(&auto);
         let beats = auto.as_ref().map(heartbeats);
-        let Some(source) = waits.join_group(nats, member, shutdown).await? else {
+        let Some(source) = at.waits.join_group(at.nats, member, at.shutdown).await? else {
             drop(beats);
-            waits.leave(auto.as_ref()).await;
+            at.waits.leave(auto.as_ref()).await;
             return Ok(None);
         };
         let (stream, consumer) = member.consumer();
@@ -205,7 +200,7 @@ impl Runner {
         drop(beats);
         // Drained: out of the membership before the process ends.
         if matches!(ended, Ok(Ended::Shutdown | Ended::GroupEnded(_))) {
-            waits.leave(auto.as_ref()).await;
+            at.waits.leave(auto.as_ref()).await;
         }
         Ok(Some(ended))
     }
@@ -217,16 +212,14 @@ impl Runner {
         at: &Turning<'_>,
         request: &TopologyRequest,
     ) -> Result<Turn, SourceError> {
-        let Turning {
-            waits,
-            nats,
-            shutdown,
-            ..
-        } = *at;
-        if !waits.bind_topology(nats, request, shutdown).await? {
+        if !at
+            .waits
+            .bind_topology(at.nats, request, at.shutdown)
+            .await?
+        {
             return Ok(None);
         }
-        let puller = nats.puller(self.puller_config(request)).await?;
+        let puller = at.nats.puller(self.puller_config(request)).await?;
         let ended = self
             .run_bound(at, puller, &request.stream, &request.consumer.name)
             .await;
