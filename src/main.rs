@@ -326,8 +326,8 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
 async fn check(config: Config) -> anyhow::Result<ExitCode> {
     // What needs no server first: a config that is fine says so even when NATS is
     // not there.
-    jetrelay::cli::check::offline(&config)?;
-    println!("{}", jetrelay::cli::check::config_ok(&config));
+    let settings = jetrelay::cli::check::offline(&config)?;
+    println!("{}", jetrelay::cli::check::config_ok(&settings));
     let report = jetrelay::cli::check::check(&config).await?;
     Ok(reported(&report))
 }
@@ -336,9 +336,7 @@ async fn check(config: Config) -> anyhow::Result<ExitCode> {
 /// is a config error (64).
 #[allow(clippy::print_stdout)] // `check` reports to the terminal.
 async fn check_offline(config: Config) -> anyhow::Result<ExitCode> {
-    let line = jetrelay::cli::check::without_nats(&config).await?;
-    println!("{}", jetrelay::cli::check::config_ok(&config));
-    println!("{line}");
+    println!("{}", jetrelay::cli::check::without_nats(&config).await?);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,13 +1,14 @@
 //! `jetrelay check`: the config checked, then the topology plan (a durable) or the
 //! member's share of its group, as text, changing nothing.
 
-use crate::config::{Config, OnMissing, SourceKind};
+use crate::config::{Config, OnMissing};
 use crate::daemon::settings::Settings;
 use crate::group::manage::GroupAdmin;
 use crate::group::spec::Member;
 use crate::nats::{Nats, NatsError};
 use crate::outputs::{self, Capture, Needs};
-use crate::source::settings::{Binding, DeadLetters};
+use crate::route::To;
+use crate::source::settings::{Binding, DeadLetters, SourceSettings};
 use crate::subject;
 use crate::topology::{
     ConsumerPlan, StreamAction, StreamMode, StreamPlan, StreamSpec, Table, TopologyRequest,
@@ -52,19 +53,68 @@ pub fn offline(config: &Config) -> Result<Settings, CheckError> {
 pub async fn without_nats(config: &Config) -> Result<String, CheckError> {
     let settings = offline(config)?;
     Nats::check_offline(&settings.nats).await?;
-    Ok(
-        "offline: every file the config names is readable; NATS was not contacted (`jetrelay check` where it is reachable prints the topology plan)"
-            .to_string(),
-    )
+    Ok(format!(
+        "{}\noffline: every file the config names is readable; NATS was not contacted (`jetrelay check` where it is reachable prints the topology plan)",
+        config_ok(&settings)
+    ))
 }
 
-/// The line that says the config passed [`offline`].
-pub fn config_ok(config: &Config) -> String {
-    format!(
-        "config: ok (source.kind = {}, stream {})",
-        config.source.kind.map_or("?", SourceKind::name),
-        config.source.stream
-    )
+/// The lines that say the config passed [`offline`]: what each source consumes, and
+/// its routes in the order they are tried.
+pub fn config_ok(settings: &Settings) -> String {
+    let [one] = settings.sources.as_slice() else {
+        let mut out = format!("config: ok ({} sources)", settings.sources.len());
+        for source in &settings.sources {
+            out.push_str(&format!("\nsource {}: {}", source.name, consumes(source)));
+            out.push_str(&routes(source));
+        }
+        return out;
+    };
+    format!("config: ok ({}){}", consumes(one), routes(one))
+}
+
+/// What a source consumes, as the config says it.
+fn consumes(source: &SourceSettings) -> String {
+    match &source.binding {
+        Binding::Durable(request) => format!("source.kind = durable, stream {}", request.stream),
+        Binding::Group(member) => format!(
+            "source.kind = {}, stream {}, group {}, member {}",
+            member.flavour.name(),
+            member.stream,
+            member.group,
+            member.member
+        ),
+    }
+}
+
+/// A source's routes, one line each (none: nothing).
+fn routes(source: &SourceSettings) -> String {
+    let mut out = String::new();
+    for r in &source.routes {
+        let subjects = match r.route.subjects.as_slice() {
+            [] => "any subject".to_string(),
+            s => s.join(", "),
+        };
+        let headers: String = r
+            .route
+            .headers
+            .iter()
+            .map(|(n, v)| format!(" and {n}: {v}"))
+            .collect();
+        let to = match (&r.route.to, &r.target) {
+            (To::Skip(skip), _) => format!("{} without a request", skip.name()),
+            // A user:password in the URL is never printed.
+            (To::Target, Some(target)) => {
+                format!("POST {}", crate::config::redact(target.url.as_str()))
+            }
+            (To::Target, None) => "the source's url".to_string(),
+        };
+        out.push_str(&format!(
+            "\n  route {}: {subjects}{headers} -> {to}",
+            r.route.name
+        ));
+    }
+    out
 }
 
 /// Connects (once, no retry) and reports what `run` would find: the source's

@@ -26,6 +26,14 @@ pub enum Flavour {
 }
 
 impl Flavour {
+    /// Its name, as `source.kind` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavour::Static => "static",
+            Flavour::Elastic => "elastic",
+        }
+    }
+
     /// The KV bucket of this flavour's group configs.
     pub fn bucket(self) -> &'static str {
         match self {

@@ -663,6 +663,26 @@ fn check_offline_validates_the_config_and_its_files_without_nats() {
         "{out}"
     );
     assert!(out.contains("NATS was not contacted"), "{out}");
+    // Several sources: one line each, and each route where it goes (no password of
+    // a URL shown).
+    let two = "[nats]\nservers = [\"nats://127.0.0.1:1\"]\n[http]\nurl = \"http://u:s3cret@127.0.0.1:1/x\"\n\
+         [sources.orders]\nstream = \"O\"\nkind = \"durable\"\ndurable = \"d\"\n\
+         [[sources.orders.routes]]\nname = \"made\"\nsubjects = [\"o.*.created\"]\nheaders = { Tier = \"gold\" }\npath = \"/created\"\n\
+         [[sources.orders.routes]]\nsubjects = [\"o.*.viewed\"]\naction = \"ack\"\n\
+         [sources.pay]\nstream = \"P\"\nkind = \"elastic\"\ngroup = \"g\"\nmember = \"m1\"\n";
+    let (code, out, err) = check(&write_config(&dir, two), &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.starts_with(
+            "config: ok (2 sources)\n\
+             source orders: source.kind = durable, stream O\n  \
+             route made: o.*.created and Tier: gold -> POST http://***@127.0.0.1:1/created\n  \
+             route 1: o.*.viewed -> ack without a request\n\
+             source pay: source.kind = elastic, stream P, group g, member m1\n"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("s3cret"), "{out}");
     // A file the NATS table names and nobody can read: 64, naming the key.
     let path = write_config(&dir, &config(&dir.path().join("missing")));
     let (code, out, err) = check(&path, &[]);
