@@ -6,7 +6,10 @@
 //!    Rust sink answering 200 at once: aggregate throughput (messages acked a second,
 //!    from the first arrival at the app until every consumer has nothing pending and
 //!    nothing unacked) and memory (the largest sum of the processes' VmRSS sampled
-//!    every 50 ms, and the sum of their VmHWM at the end).
+//!    every 50 ms, and the sum of their VmHWM at the end). A third arm runs the one
+//!    process under `[budget] max_in_flight = --budget` (64: one source's worth):
+//!    memory follows the requests in flight (one HTTP/1.1 connection each), not the
+//!    number of sources.
 //! 2. `--only=skip`: a source whose only route settles everything (`action = "ack"` on
 //!    the stream's subjects) against the bare pull → ack loop (`bare` with no request),
 //!    and beside it `bare` posting to the sink: acks a second, first delivery to drained
@@ -22,7 +25,8 @@
 //! timing.
 //!
 //!   sources --nats-server=PATH --relay=PATH --bare=PATH [--out=DIR] [--messages=20000]
-//!           [--streams=8] [--rounds=1] [--only=fleet,skip,stall] [--stall-timeout-ms=2000]
+//!           [--streams=8] [--budget=64] [--rounds=1] [--only=fleet,skip,stall]
+//!           [--stall-timeout-ms=2000]
 //!           [--stall-sleep-ms=10000] [--stall-messages=100000]
 
 use std::path::{Path, PathBuf};
@@ -204,14 +208,22 @@ async fn stop_all(relays: Vec<Running>) {
     futures::future::join_all(relays.into_iter().map(|r| stop(r.child))).await;
 }
 
-/// Part 1, one arm: `together` (one process, every stream a source) or one process per
-/// stream; durables `<tag>`.
+/// Part 1's arms.
+#[derive(Clone, Copy, Debug)]
+enum Fleet {
+    /// One process, every stream a source; under `[budget] max_in_flight` if given.
+    Together(Option<u32>),
+    /// One process per stream.
+    Apart,
+}
+
+/// Part 1, one arm; durables `<tag>`.
 async fn fleet_arm(
     env: &Env,
     sink: &Sink,
     streams: &[String],
     n: u64,
-    together: bool,
+    arm: Fleet,
     tag: &str,
 ) -> Result<Figures, Error> {
     sink.reset();
@@ -221,13 +233,17 @@ async fn fleet_arm(
         durable: tag.to_string(),
         extra: String::new(),
     };
-    let configs: Vec<(String, u16)> = if together {
+    let configs: Vec<(String, u16)> = if let Fleet::Together(budget) = arm {
         let all: Vec<SourceText> = streams
             .iter()
             .enumerate()
             .map(|(i, s)| source(i, s))
             .collect();
-        vec![config(env, &sink.url(), &all)]
+        let (mut text, admin) = config(env, &sink.url(), &all);
+        if let Some(b) = budget {
+            text.push_str(&format!("[budget]\nmax_in_flight = {b}\n"));
+        }
+        vec![(text, admin)]
     } else {
         streams
             .iter()
@@ -449,59 +465,65 @@ fn mib(kib: u64) -> f64 {
 
 async fn fleet(env: &Env, args: &Args, n: u64, rounds: usize) -> Result<String, Error> {
     let count: usize = args.num("streams", 8)?;
+    let budget: u32 = args.num("budget", IN_FLIGHT as u32)?;
     let streams: Vec<String> = (0..count).map(|i| format!("F{i}")).collect();
     for s in &streams {
         filled(env, s, n).await?;
     }
     let sink = Sink::start().await?;
-    let (mut one, mut many) = (Vec::new(), Vec::new());
+    let arms = [
+        (Fleet::Together(None), format!("one process, {count} sources")),
+        (
+            Fleet::Together(Some(budget)),
+            format!("one process, {count} sources, `[budget] max_in_flight = {budget}`"),
+        ),
+        (Fleet::Apart, format!("{count} processes, one source each")),
+    ];
+    let mut figures = vec![Vec::new(); arms.len()];
     for round in 0..rounds {
-        let a = fleet_arm(env, &sink, &streams, n, true, &format!("one{round}")).await?;
-        eprintln!(
-            "fleet round {round}: one process {:.0} msg/s, RSS {:.1} MiB (HWM {:.1})",
-            a.rate,
-            mib(a.rss_kib),
-            mib(a.hwm_kib)
-        );
-        let b = fleet_arm(env, &sink, &streams, n, false, &format!("many{round}")).await?;
-        eprintln!(
-            "fleet round {round}: {count} processes {:.0} msg/s, RSS {:.1} MiB (HWM {:.1})",
-            b.rate,
-            mib(b.rss_kib),
-            mib(b.hwm_kib)
-        );
-        one.push(a);
-        many.push(b);
+        for (i, (arm, label)) in arms.iter().enumerate() {
+            let f = fleet_arm(env, &sink, &streams, n, *arm, &format!("f{round}x{i}")).await?;
+            eprintln!(
+                "fleet round {round}, {label}: {:.0} msg/s, RSS {:.1} MiB (HWM {:.1})",
+                f.rate,
+                mib(f.rss_kib),
+                mib(f.hwm_kib)
+            );
+            figures[i].push(f);
+        }
     }
     let med =
         |v: &[Figures], f: fn(&Figures) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
-    let row = |label: &str, v: &[Figures]| {
-        format!(
+    let mut md = format!(
+        "## 1. {count} sources in one process against {count} processes\n\n{count} streams of {n} messages of 128 B, a durable source on each (`max_in_flight = {IN_FLIGHT}`, one message a request, `ordering = \"none\"`), the fast Rust sink answering 200 at once. msg/s: {} messages over the time from the first arrival at the sink until every consumer has nothing pending and nothing unacked. RSS: the largest sum of the jetrelay processes' VmRSS sampled every 50 ms; HWM: the sum of their VmHWM at the end. Other cores: busy with processes other than jetrelay, nats-server and this driver (the sink) meanwhile.\n\n| arm | msg/s | RSS MiB | HWM MiB | other cores |\n|---|---|---|---|---|\n",
+        n * count as u64
+    );
+    for ((_, label), v) in arms.iter().zip(&figures) {
+        md.push_str(&format!(
             "| {label} | {:.0} | {:.1} | {:.1} | {:.2} |\n",
             med(v, |f| f.rate),
             mib(med(v, |f| f.rss_kib as f64) as u64),
             mib(med(v, |f| f.hwm_kib as f64) as u64),
             med(v, |f| f.others)
-        )
-    };
-    let ratios: Vec<f64> = one
-        .iter()
-        .zip(&many)
-        .map(|(a, b)| a.rate / b.rate.max(1e-9))
-        .collect();
-    let mut md = format!(
-        "## 1. {count} sources in one process against {count} processes\n\n{count} streams of {n} messages of 128 B, a durable source on each (`max_in_flight = {IN_FLIGHT}`, one message a request, `ordering = \"none\"`), the fast Rust sink answering 200 at once. msg/s: {} messages over the time from the first arrival at the sink until every consumer has nothing pending and nothing unacked. RSS: the largest sum of the jetrelay processes' VmRSS sampled every 50 ms; HWM: the sum of their VmHWM at the end. Other cores: busy with processes other than jetrelay, nats-server and this driver (the sink) meanwhile.\n\n| arm | msg/s | RSS MiB | HWM MiB | other cores |\n|---|---|---|---|---|\n",
-        n * count as u64
-    );
-    md.push_str(&row(&format!("one process, {count} sources"), &one));
-    md.push_str(&row(&format!("{count} processes, one source each"), &many));
-    md.push_str(&format!(
-        "\nThroughput, one process ÷ {count} processes: {:.2}× (per round {}; target ≥ 0.95×). Memory: {:.1} MiB against {:.1} MiB (target ≤ 30 MiB against {count} × ~20).\n\n",
-        median(&mut ratios.clone()),
-        ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
-        mib(med(&one, |f| f.rss_kib as f64) as u64),
-        mib(med(&many, |f| f.rss_kib as f64) as u64),
-    ));
+        ));
+    }
+    let apart = &figures[2];
+    md.push('\n');
+    for (i, name) in [(0, "one process"), (1, "one process under the budget")] {
+        let ratios: Vec<f64> = figures[i]
+            .iter()
+            .zip(apart)
+            .map(|(a, b)| a.rate / b.rate.max(1e-9))
+            .collect();
+        md.push_str(&format!(
+            "Throughput, {name} ÷ {count} processes: {:.2}× (per round {}; target ≥ 0.95×); memory {:.1} MiB against {:.1} MiB (target ≤ 30 MiB).\n",
+            median(&mut ratios.clone()),
+            ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
+            mib(med(&figures[i], |f| f.rss_kib as f64) as u64),
+            mib(med(apart, |f| f.rss_kib as f64) as u64),
+        ));
+    }
+    md.push('\n');
     Ok(md)
 }
 
