@@ -11,7 +11,6 @@ use crate::http::app::{AppClient, ClientSettings};
 use crate::http::client::ClientError;
 use crate::http::forward::Forwarder;
 use crate::http::probe::HealthProbe;
-use crate::ops::metrics::Metrics;
 use crate::seam::Health;
 use crate::source::settings::SourceSettings;
 
@@ -66,7 +65,6 @@ impl Apps {
     /// [`ClientError`] when a client or a target cannot be built.
     pub(super) fn build(
         sources: &[SourceSettings],
-        metrics: &Metrics,
         previous: &Apps,
     ) -> Result<(Apps, Vec<SourceApp>), ClientError> {
         let mut apps = Apps::default();
@@ -105,7 +103,7 @@ impl Apps {
             let client = apps.clients[at].client.clone();
             let key = shared_key(&s.client);
             let (health, probe_rebuilt) =
-                apps.probe(&client, &key, s, metrics, previous, rebuilt[at]);
+                apps.probe(&client, &key, s, previous, rebuilt[at]);
             let route_forwarders = (s.routes.iter())
                 .map(|r| {
                     r.target
@@ -132,7 +130,6 @@ impl Apps {
         client: &AppClient,
         key: &ClientSettings,
         source: &SourceSettings,
-        metrics: &Metrics,
         previous: &Apps,
         client_rebuilt: bool,
     ) -> (watch::Receiver<Health>, bool) {
@@ -150,7 +147,7 @@ impl Apps {
             .find(|p| p.probe.is_some() && p.probe == source.health)
             .map(|p| *p.health.borrow());
         let health =
-            crate::http::probe::watch(client.clone(), source.health.clone(), metrics.clone(), seed);
+            crate::http::probe::watch(client.clone(), source.health.clone(), seed);
         self.probes.push(Probe {
             client: key.clone(),
             probe: source.health.clone(),

@@ -205,7 +205,7 @@ impl Daemon {
             )),
             None => None,
         };
-        let app = Apps::build(&settings.sources, &metrics, &Apps::default())?;
+        let app = Apps::build(&settings.sources, &Apps::default())?;
         let (tracer, collector) = match &settings.tracing {
             Some(t) => (
                 Tracer::new(t.settings.clone(), metrics.clone()),

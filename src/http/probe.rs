@@ -8,7 +8,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::http::app::AppClient;
-use crate::ops::metrics::Metrics;
 use crate::seam::Health;
 
 /// `http.health_url` and its timing, parsed.
@@ -31,7 +30,6 @@ pub struct HealthProbe {
 pub fn watch(
     client: AppClient,
     probe: Option<HealthProbe>,
-    metrics: Metrics,
     seed: Option<Health>,
 ) -> watch::Receiver<Health> {
     let first = match (&probe, seed) {
@@ -40,7 +38,6 @@ pub fn watch(
         (Some(_), None) => Health::Waiting,
     };
     let (tx, rx) = watch::channel(first);
-    metrics.app_healthy(first.is_healthy());
     let Some(probe) = probe else {
         return rx;
     };
@@ -57,7 +54,6 @@ pub fn watch(
             let ok = client.healthy(&probe.url, timeout).await;
             if let Some(health) = tracker.observe(ok) {
                 tracing::info!(health = health.name(), "app health changed");
-                metrics.app_healthy(health.is_healthy());
                 if tx.send(health).is_err() {
                     return; // the dispatcher is gone
                 }

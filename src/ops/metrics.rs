@@ -400,6 +400,7 @@ struct ConsumerCollectors {
     consumer_ack_pending: KnownGauge,
     group_backlog: KnownGauge,
     paused: IntGauge,
+    app_healthy: IntGauge,
 }
 
 impl ConsumerCollectors {
@@ -425,6 +426,10 @@ impl ConsumerCollectors {
             paused: r.gauge(
                 "jetrelay_paused",
                 "1 while the consumer is paused on the server (jetrelay pause)",
+            )?,
+            app_healthy: r.gauge(
+                "jetrelay_app_healthy",
+                "1 when the source's app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
             )?,
         })
     }
@@ -468,7 +473,6 @@ impl LetterCollectors {
 struct ProcessCollectors {
     nats_connected: IntGauge,
     ready: IntGauge,
-    healthy: IntGauge,
     reloads: [IntCounter; 2],
     spans_dropped: IntCounter,
     log_lines_dropped: IntCounter,
@@ -482,10 +486,6 @@ impl ProcessCollectors {
         Ok(ProcessCollectors {
             nats_connected: r.gauge("jetrelay_nats_connected", "1 when connected to NATS")?,
             ready: r.gauge("jetrelay_ready", "1 when ready (every source is)")?,
-            healthy: r.gauge(
-                "jetrelay_app_healthy",
-                "1 when the app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
-            )?,
             reloads: r.counters(
                 "jetrelay_config_reloads_total",
                 "Config reloads (SIGHUP): applied, or refused (the running config stays)",
@@ -673,11 +673,6 @@ impl Metrics {
     pub fn log_lines_dropped(&self, total: u64) {
         let counter = &self.process.log_lines_dropped;
         counter.inc_by(total.saturating_sub(counter.get()));
-    }
-
-    /// Whether the app is healthy (reachable, and its health URL answers).
-    pub fn app_healthy(&self, healthy: bool) {
-        self.process.healthy.set(i64::from(healthy));
     }
 
     /// A request to the app left out a message's trace headers: over the W3C
@@ -891,10 +886,9 @@ impl SourceMetrics {
         }
     }
 
-    /// Whether the app is healthy (reachable, and its health URL answers): the
-    /// process's gauge.
+    /// Whether the source's app is healthy (reachable, and its health URL answers).
     pub fn app_healthy(&self, healthy: bool) {
-        self.process.app_healthy(healthy);
+        self.consumer.app_healthy.set(i64::from(healthy));
     }
 
     // === the source ===

@@ -460,3 +460,51 @@ async fn with_a_budget_a_source_whose_app_hangs_leaves_the_other_its_share() {
     );
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn each_source_says_whether_its_own_app_is_healthy() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (up, down) = (unique("U"), unique("D"));
+    create_stream(&js, &up, &["u.>"]).await;
+    create_stream(&js, &down, &["d.>"]).await;
+    let app = MockApp::start(|_, _| Reply::status(200)).await;
+    // `down` sends to a port nobody listens on; `up` to the app.
+    let relay = Relay::start(sources_config(
+        &nats,
+        &app,
+        &format!(
+            r#"
+            [sources.up]
+            stream = "{up}"
+            kind = "durable"
+            durable = "up"
+            [sources.down]
+            stream = "{down}"
+            kind = "durable"
+            durable = "down"
+            [sources.down.http]
+            url = "http://127.0.0.1:1/x"
+            "#
+        ),
+    ))
+    .await;
+    publish(&js, "d.x", 2).await;
+    publish(&js, "u.x", 2).await;
+    app.wait_for("the up source's 2", T, |r| r.len() == 2).await;
+    let healthy = |text: &str, source: &str| {
+        sample_of(text, &format!("jetrelay_app_healthy{{source=\"{source}\"}}"))
+    };
+    eventually("down's app is unreachable, up's is fine", T, || async {
+        let (_, text) = relay.get("/metrics").await;
+        healthy(&text, "down") == Some(0.0) && healthy(&text, "up") == Some(1.0)
+    })
+    .await;
+    // More traffic on `up` while `down` keeps failing: neither writes the other's.
+    publish(&js, "u.x", 4).await;
+    app.wait_for("6 in all", T, |r| r.len() == 6).await;
+    let (_, text) = relay.get("/metrics").await;
+    assert_eq!(healthy(&text, "down"), Some(0.0), "{text}");
+    assert_eq!(healthy(&text, "up"), Some(1.0), "{text}");
+    relay.stop().await.unwrap();
+}
