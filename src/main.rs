@@ -86,6 +86,33 @@ enum Command {
         #[command(flatten)]
         target: PauseTarget,
     },
+    /// Deliver again, in place, everything from a time or a stream sequence on: the
+    /// source's consumer is moved back on the server (nats-server 2.14+), not deleted
+    /// or renamed.
+    Replay {
+        /// The TOML config file of the jetrelay whose consumer it is (environment
+        /// variables JETRELAY_* override it).
+        #[arg(long, env = "JETRELAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// NATS server URL(s), comma-separated; overrides `nats.servers`.
+        #[arg(long)]
+        server: Option<String>,
+        /// Only this source (`[sources.<name>]`); every source of the config when omitted.
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
+        /// From this long ago (2h, 90m, 1d) or this RFC 3339 time (2026-12-01T14:00:00Z).
+        #[arg(long, value_name = "DURATION|TIME", conflicts_with = "seq")]
+        since: Option<String>,
+        /// From this stream sequence.
+        #[arg(long, value_name = "N")]
+        seq: Option<u64>,
+        /// Print how many messages would come again; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Every member's consumer of the source's group, not only this member's.
+        #[arg(long)]
+        all_members: bool,
+    },
 }
 
 /// Which consumers `pause` and `resume` act on, and how they print.
@@ -178,6 +205,23 @@ fn main() -> ExitCode {
             }
         }
         Command::Resume { target } => pause(target, Request::Resume),
+        Command::Replay {
+            config,
+            server,
+            source,
+            since,
+            seq,
+            dry_run,
+            all_members,
+        } => replay(config.as_deref(), |now| {
+            Ok(jetrelay::cli::replay::ReplayRequest {
+                point: jetrelay::cli::replay::point(since.as_deref(), seq, now)?,
+                source: source.as_deref(),
+                all_members,
+                dry_run,
+                server: server.as_deref(),
+            })
+        }),
     }
 }
 
@@ -419,6 +463,59 @@ fn pause(target: PauseTarget, request: Request) -> ExitCode {
         target.json,
     ));
     match result {
+        Ok(done) => {
+            println!("{}", done.text);
+            if done.failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
+            if e.is_usage() {
+                ExitCode::from(EX_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// `jetrelay replay`: 0 done (or counted), 64 usage or config, 1 refused (nothing
+/// changed) or NATS failing.
+#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
+fn replay<'a>(
+    file: Option<&std::path::Path>,
+    request: impl FnOnce(
+        time::OffsetDateTime,
+    ) -> Result<
+        jetrelay::cli::replay::ReplayRequest<'a>,
+        jetrelay::cli::consumers::TargetError,
+    >,
+) -> ExitCode {
+    jetrelay::ops::telemetry::init(
+        jetrelay::ops::telemetry::LogFormat::Text,
+        "warn,async_nats=off",
+    );
+    let config = match Config::load(file) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jetrelay: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let request = match request(time::OffsetDateTime::now_utc()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("jetrelay: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(jetrelay::cli::replay::run(&config, &request)) {
         Ok(done) => {
             println!("{}", done.text);
             if done.failed {

@@ -1,12 +1,15 @@
 //! The command-line tools besides the daemon: `jetrelay check` (the topology plan,
 //! changing nothing), `jetrelay group …` (consumer-group administration) and
 //! `jetrelay dlq …` (dead letters: browse, replay, purge), `jetrelay pause` and
-//! `jetrelay resume` (the consumer paused on the server).
+//! `jetrelay resume` (the consumer paused on the server), `jetrelay replay` (the
+//! consumer moved back in place).
 
 pub mod check;
+pub mod consumers;
 pub mod dlq;
 pub mod group;
 pub mod pause;
+pub mod replay;
 pub mod running;
 
 use clap::Args;

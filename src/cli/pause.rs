@@ -8,6 +8,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use super::consumers::{self, TargetError};
 use crate::config::{Config, ConfigError};
 use crate::daemon::settings::Settings;
 use crate::group::manage::{AdminError, GroupAdmin};
@@ -47,6 +48,17 @@ pub enum PauseError {
     /// The group's membership cannot be read (exit 1).
     #[error("cannot read the group's members")]
     Group(#[source] AdminError),
+}
+
+impl From<TargetError> for PauseError {
+    fn from(e: TargetError) -> PauseError {
+        match e {
+            TargetError::Usage(why) => PauseError::Usage(why),
+            TargetError::Config(e) => PauseError::Config(e),
+            TargetError::Nats(e) => PauseError::Nats(e),
+            TargetError::Group(e) => PauseError::Group(e),
+        }
+    }
 }
 
 impl PauseError {
@@ -115,7 +127,7 @@ pub fn request(
             return Err(PauseError::Usage("give --for or --until, not both".into()));
         }
         (Some(d), None) => now
-            .checked_add(parse_duration(d)?)
+            .checked_add(parse_duration("--for", d)?)
             .ok_or_else(|| too_far(format!("--for {d:?}")))?,
         (None, Some(t)) => OffsetDateTime::parse(t, &Rfc3339)
             .map_err(|e| {
@@ -141,14 +153,14 @@ pub fn request(
     })
 }
 
-/// A duration such as `30m`, `90s`, `1h30m`, `2d` or `500ms`.
+/// A duration such as `30m`, `90s`, `1h30m`, `2d` or `500ms`, given as `flag`.
 ///
 /// # Errors
-/// [`PauseError::Usage`] naming what does not parse.
-pub fn parse_duration(text: &str) -> Result<time::Duration, PauseError> {
+/// [`PauseError::Usage`] naming the flag and what does not parse.
+pub fn parse_duration(flag: &str, text: &str) -> Result<time::Duration, PauseError> {
     let bad = |why: &str| {
         PauseError::Usage(format!(
-            "--for {text:?}: {why} (a number and a unit: ms, s, m, h, d; as in 30m or 1h30m)"
+            "{flag} {text:?}: {why} (a number and a unit: ms, s, m, h, d; as in 30m or 1h30m)"
         ))
     };
     let mut total = time::Duration::ZERO;
@@ -191,32 +203,6 @@ pub fn parse_duration(text: &str) -> Result<time::Duration, PauseError> {
 
 fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
-}
-
-/// The consumers the command is about: `(member, stream, consumer)`.
-async fn targets(
-    nats: &Nats,
-    source: &Binding,
-    all_members: bool,
-) -> Result<Vec<(Option<String>, String, String)>, PauseError> {
-    match source {
-        Binding::Durable(r) if all_members => Err(PauseError::Usage(format!(
-            "--all-members is for a group source; source.kind is durable (consumer {})",
-            r.consumer.name
-        ))),
-        Binding::Durable(r) => Ok(vec![(None, r.stream.clone(), r.consumer.name.clone())]),
-        Binding::Group(m) if all_members => Ok(GroupAdmin::new(nats.clone())
-            .member_consumers(m.flavour, &m.stream, &m.group)
-            .await
-            .map_err(PauseError::Group)?
-            .into_iter()
-            .map(|(member, s, c)| (Some(member), s, c))
-            .collect()),
-        Binding::Group(m) => {
-            let (s, c) = m.consumer();
-            Ok(vec![(Some(m.member.clone()), s, c)])
-        }
-    }
 }
 
 /// With `--all-members`: the group-wide pause recorded (before the members' consumers
@@ -280,27 +266,8 @@ pub async fn run(
     json: bool,
 ) -> Result<PauseReport, PauseError> {
     let settings = Settings::from_config(config)?;
-    let chosen: Vec<_> = match source {
-        None => settings.sources.iter().collect(),
-        Some(name) => match settings.source(name) {
-            Some(s) => vec![s],
-            None => {
-                let names: Vec<&str> = settings.sources.iter().map(|s| s.name.as_str()).collect();
-                return Err(PauseError::Usage(format!(
-                    "--source {name:?}: the config has no such source (it has {})",
-                    crate::printable::list(&names, 16)
-                )));
-            }
-        },
-    };
-    let mut connection = settings.nats.clone();
-    if let Some(server) = server {
-        let mut cfg = config.nats.clone();
-        cfg.servers = crate::config::split_servers(server);
-        cfg.validate()?;
-        connection = crate::daemon::settings::connection(&cfg);
-    }
-    let nats = Nats::connect(&connection, false).await?;
+    let chosen = consumers::chosen(&settings, source)?;
+    let nats = consumers::connect(config, &settings, server).await?;
     // Consumer pause came with 2.11; older servers time out on it.
     nats.check_server_version()?;
     let mut targets = Vec::new();
@@ -311,7 +278,7 @@ pub async fn run(
         if members {
             group_wide(&nats, &source.binding, &request).await?;
         }
-        targets.extend(self::targets(&nats, &source.binding, members).await?);
+        targets.extend(consumers::of(&nats, &source.binding, members).await?);
     }
     let mode = config.topology.consumer;
     let mut outcomes = Vec::new();
@@ -405,7 +372,7 @@ mod tests {
             (" 1h ", time::Duration::hours(1)),
         ];
         for (text, want) in ok {
-            assert_eq!(parse_duration(text).unwrap(), want, "{text}");
+            assert_eq!(parse_duration("--for", text).unwrap(), want, "{text}");
         }
         for bad in [
             "",
@@ -417,7 +384,7 @@ mod tests {
             "-5m",
             "99999999999999999999s",
         ] {
-            let e = parse_duration(bad).unwrap_err();
+            let e = parse_duration("--for", bad).unwrap_err();
             assert!(e.is_usage(), "{bad}: {e}");
             assert!(e.to_string().contains("--for"), "{bad}: {e}");
         }

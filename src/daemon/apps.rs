@@ -102,8 +102,7 @@ impl Apps {
         for (s, at) in sources.iter().zip(of) {
             let client = apps.clients[at].client.clone();
             let key = shared_key(&s.client);
-            let (health, probe_rebuilt) =
-                apps.probe(&client, &key, s, previous, rebuilt[at]);
+            let (health, probe_rebuilt) = apps.probe(&client, &key, s, previous, rebuilt[at]);
             let route_forwarders = (s.routes.iter())
                 .map(|r| {
                     r.target
@@ -146,8 +145,7 @@ impl Apps {
             .iter()
             .find(|p| p.probe.is_some() && p.probe == source.health)
             .map(|p| *p.health.borrow());
-        let health =
-            crate::http::probe::watch(client.clone(), source.health.clone(), seed);
+        let health = crate::http::probe::watch(client.clone(), source.health.clone(), seed);
         self.probes.push(Probe {
             client: key.clone(),
             probe: source.health.clone(),

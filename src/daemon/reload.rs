@@ -161,8 +161,8 @@ impl Running {
             return Ok(changes);
         }
         let settings = Settings::from_config(&new).map_err(|e| Refused::Invalid(chain(&e)))?;
-        let (apps, per_source) = Apps::build(&settings.sources, &self.apps)
-            .map_err(|e| Refused::Invalid(chain(&e)))?;
+        let (apps, per_source) =
+            Apps::build(&settings.sources, &self.apps).map_err(|e| Refused::Invalid(chain(&e)))?;
         // Every source's new live settings, and every source to start, are made before
         // anything is sent: a collector that cannot be registered refuses the reload.
         let mut sends = Vec::new();

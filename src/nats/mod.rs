@@ -31,6 +31,7 @@ mod outputs;
 mod pause;
 mod publisher;
 mod pull;
+mod replay;
 mod settle;
 mod streams;
 
@@ -45,5 +46,6 @@ pub use outputs::{OutputError, OutputPublisher};
 pub use pause::PauseAnswer;
 pub use publisher::Publisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
+pub use replay::ReplayFacts;
 pub use settle::Settler;
 pub use streams::{Bound, ConsumerCounts, GroupConsumer, Listed, Tail};

@@ -199,7 +199,7 @@ impl Nats {
 
     /// A stream's info (config and state, one request); `None` when there is no such
     /// stream.
-    async fn stream_info(
+    pub(super) async fn stream_info(
         &self,
         name: &str,
     ) -> Result<Option<async_nats::jetstream::stream::Info>, TopologyError> {

@@ -340,6 +340,238 @@ async fn pause_refuses_bad_usage_and_names_what_is_wrong() {
     );
 }
 
+/// The consumer's ack floor (stream sequence) once it reaches `want`.
+async fn acked_to(env: &Env, want: u64) {
+    eventually(
+        &format!("acked up to {want}"),
+        Duration::from_secs(10),
+        || async {
+            consumer_info(&env.js, &env.stream, &env.durable)
+                .await
+                .is_some_and(|i| i.ack_floor.stream_sequence == want)
+        },
+    )
+    .await;
+}
+
+/// The stream sequences of the app's requests after the first `skip`.
+fn seqs_after(app: &MockApp, skip: usize) -> Vec<u64> {
+    app.requests().iter().skip(skip).map(|r| r.seq()).collect()
+}
+
+#[tokio::test]
+async fn replay_delivers_again_in_place_from_a_sequence_or_a_time_and_a_dry_run_changes_nothing() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let file = ConfigFile::new(durable_text(&env.nats, &app, &env.stream, &env.durable));
+    let relay = Relay::ready(file.config()).await;
+    publish(&env.js, "p.a", 10).await;
+    app.wait_for("the first ten", Duration::from_secs(10), |r| r.len() == 10)
+        .await;
+    acked_to(&env, 10).await;
+    let who = format!("{} > {}", env.stream, env.durable);
+
+    // A dry run counts and changes nothing.
+    let out = ok(&file.path(), &["replay", "--seq", "4", "--dry-run"]).await;
+    assert_eq!(
+        out.trim(),
+        format!("would replay {who}: 7 messages from stream seq 4 (>: 7)"),
+    );
+    nothing_more(&app, Duration::from_millis(500)).await;
+    acked_to(&env, 10).await;
+
+    // From a sequence: 4..=10 again, in order, to the running relay; same consumer.
+    let out = ok(&file.path(), &["replay", "--seq", "4"]).await;
+    assert_eq!(
+        out.trim(),
+        format!("replayed {who}: 7 messages from stream seq 4 (>: 7) are delivered again"),
+    );
+    app.wait_for("4..=10 again", Duration::from_secs(10), |r| r.len() == 17)
+        .await;
+    assert_eq!(seqs_after(&app, 10), (4..=10).collect::<Vec<u64>>());
+    // A new delivery to the server: its count starts again.
+    let counts: Vec<String> = app.requests()[10..]
+        .iter()
+        .map(|r| r.header("nats-delivered").unwrap_or("?").to_string())
+        .collect();
+    assert!(counts.iter().all(|c| c == "1"), "{counts:?}");
+    acked_to(&env, 10).await;
+
+    // From a time: what was published after it.
+    let mid = time::OffsetDateTime::now_utc();
+    publish(&env.js, "p.b", 5).await;
+    app.wait_for("11..=15", Duration::from_secs(10), |r| r.len() == 22)
+        .await;
+    acked_to(&env, 15).await;
+    let since = mid
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let out = ok(&file.path(), &["replay", "--since", &since]).await;
+    assert!(
+        out.contains("5 messages from stream seq 11 (>: 5)"),
+        "{out}"
+    );
+    app.wait_for("11..=15 again", Duration::from_secs(10), |r| r.len() == 27)
+        .await;
+    assert_eq!(seqs_after(&app, 22), (11..=15).collect::<Vec<u64>>());
+    // A duration back reaches the same point: everything from 1 (the stream lost
+    // nothing).
+    let out = ok(&file.path(), &["replay", "--since", "1h", "--dry-run"]).await;
+    assert!(
+        out.contains("15 messages from stream seq 1 (>: 15)"),
+        "{out}"
+    );
+    let info = consumer_info(&env.js, &env.stream, &env.durable)
+        .await
+        .unwrap();
+    assert_eq!(info.name, env.durable, "the same consumer, moved back");
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn replay_refuses_what_it_cannot_give_or_would_skip_and_changes_nothing() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let file = ConfigFile::new(durable_text(&env.nats, &app, &env.stream, &env.durable));
+    let relay = Relay::ready(file.config()).await;
+    publish(&env.js, "p.a", 6).await;
+    app.wait_for("six", Duration::from_secs(10), |r| r.len() == 6)
+        .await;
+    acked_to(&env, 6).await;
+    relay.stop().await.unwrap();
+    // Not delivered yet: 7..=9. A point past the ack floor would skip them.
+    publish(&env.js, "p.a", 3).await;
+    let (code, out, err) = jetrelay(&file.path(), &["replay", "--seq", "9"]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("REFUSED") && out.contains("past the consumer's ack floor"),
+        "{out}"
+    );
+    assert!(out.contains("nothing was changed"), "{out}");
+    // What came before the stream's first message is gone.
+    env.js
+        .get_stream(&env.stream)
+        .await
+        .unwrap()
+        .purge()
+        .sequence(4)
+        .await
+        .unwrap();
+    let (code, out, _) = jetrelay(&file.path(), &["replay", "--seq", "2"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("before the stream's first message (seq 4 at "),
+        "{out}"
+    );
+    let info = consumer_info(&env.js, &env.stream, &env.durable)
+        .await
+        .unwrap();
+    assert_eq!(info.ack_floor.stream_sequence, 6, "nothing changed");
+    assert_eq!(info.num_pending, 3, "nothing changed");
+    // A work-queue stream keeps nothing acked.
+    let wq = crate::support::unique("W");
+    env.js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: wq.clone(),
+            subjects: vec!["w.>".into()],
+            retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let wq_file = ConfigFile::new(durable_text(&env.nats, &app, &wq, "wq"));
+    let relay = Relay::ready(wq_file.config()).await;
+    relay.stop().await.unwrap();
+    let (code, out, _) = jetrelay(&wq_file.path(), &["replay", "--seq", "1"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("work-queue stream"), "{out}");
+    // Usage: 64, naming what is wrong.
+    for (args, why) in [
+        (vec!["replay"], "say from where"),
+        (vec!["replay", "--since", "yesterday"], "neither a duration"),
+        (
+            vec!["replay", "--seq", "3", "--source", "nope"],
+            "no such source",
+        ),
+        (
+            vec!["replay", "--seq", "3", "--all-members"],
+            "--all-members is for a group source",
+        ),
+    ] {
+        let (code, out, err) = jetrelay(&file.path(), &args).await;
+        assert_eq!(code, Some(64), "{args:?}: {out}{err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn replay_all_members_moves_back_every_member_of_a_static_group_and_refuses_an_elastic_one() {
+    let (nats, js, stream, _admin) = static_group(2, &["m1", "m2"]).await;
+    let app = MockApp::ok().await;
+    let files: Vec<ConfigFile> = ["m1", "m2"]
+        .iter()
+        .map(|m| ConfigFile::new(member_text(&nats, &app, "static", &stream, "cg", m)))
+        .collect();
+    let mut relays = Vec::new();
+    for f in &files {
+        relays.push(Relay::ready(f.config()).await);
+    }
+    crate::support::groups::publish_keys(&js, "o", 4, 5).await;
+    app.wait_for("all twenty", Duration::from_secs(15), |r| r.len() == 20)
+        .await;
+    for m in ["m1", "m2"] {
+        let name = jetrelay::group::static_consumer("cg", m);
+        eventually(
+            &format!("{m} acked all"),
+            Duration::from_secs(10),
+            || async {
+                consumer_info(&js, &stream, &name)
+                    .await
+                    .is_some_and(|i| i.num_ack_pending == 0 && i.num_pending == 0)
+            },
+        )
+        .await;
+    }
+    // This member only: its share comes again, the other's not.
+    let out = ok(&files[0].path(), &["replay", "--seq", "1"]).await;
+    assert!(
+        out.starts_with("replayed ") && out.contains("(member m1)"),
+        "{out}"
+    );
+    assert!(!out.contains("member m2"), "{out}");
+    let (_, share) = out.trim().split_once(": ").unwrap();
+    let mine: usize = share.split(' ').next().unwrap().parse().unwrap();
+    assert!(mine > 0 && mine < 20, "{out}");
+    app.wait_for("m1's share again", Duration::from_secs(15), |r| {
+        r.len() == 20 + mine
+    })
+    .await;
+    // Every member: all twenty again.
+    let out = ok(&files[1].path(), &["replay", "--seq", "1", "--all-members"]).await;
+    assert!(
+        out.contains("(member m1)") && out.contains("(member m2)"),
+        "{out}"
+    );
+    app.wait_for("all twenty again", Duration::from_secs(15), |r| {
+        r.len() == 40 + mine
+    })
+    .await;
+    for r in relays {
+        r.stop().await.unwrap();
+    }
+    // An elastic member consumes a work-queue stream: nothing acked is left.
+    let (nats, _js, stream, _admin) = elastic_group(2, &["e1"]).await;
+    let file = ConfigFile::new(member_text(&nats, &app, "elastic", &stream, "eg", "e1"));
+    let relay = Relay::ready(file.config()).await;
+    let (code, out, _) = jetrelay(&file.path(), &["replay", "--seq", "1"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("work-queue stream") && out.contains("nothing was changed"),
+        "{out}"
+    );
+    relay.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_pause_until_the_last_second_of_year_9999_is_held_and_reported_as_that_time() {
     let env = Env::start(&["p.>"]).await;

@@ -493,7 +493,10 @@ async fn each_source_says_whether_its_own_app_is_healthy() {
     publish(&js, "u.x", 2).await;
     app.wait_for("the up source's 2", T, |r| r.len() == 2).await;
     let healthy = |text: &str, source: &str| {
-        sample_of(text, &format!("jetrelay_app_healthy{{source=\"{source}\"}}"))
+        sample_of(
+            text,
+            &format!("jetrelay_app_healthy{{source=\"{source}\"}}"),
+        )
     };
     eventually("down's app is unreachable, up's is fine", T, || async {
         let (_, text) = relay.get("/metrics").await;
