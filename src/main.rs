@@ -69,6 +69,12 @@ enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// Every jetrelay on the account that answers NATS service discovery within a
+    /// second: one row per instance and source.
+    Ps {
+        #[command(flatten)]
+        options: ConnectOptions,
+    },
     /// Pause the source's consumer on the server: every instance stops receiving
     /// (held messages are kept alive), restarts included, until it resumes.
     Pause {
@@ -166,6 +172,15 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Group { options, command } => group(options, command),
         Command::Dlq { options, command } => dlq(options, command),
+        Command::Ps { options } => {
+            let json = options.json;
+            admin(&options, |nats| async move {
+                jetrelay::cli::ps::run(&nats, json)
+                    .await
+                    .map(|text| (text, false))
+                    .map_err(|e| (jetrelay::ops::telemetry::chain(&e), false))
+            })
+        }
         Command::Run { config } => {
             let file = config.clone();
             with_config(config.as_deref(), Logs::Daemon, move |c| run(c, file))

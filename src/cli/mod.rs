@@ -2,13 +2,15 @@
 //! changing nothing), `jetrelay group …` (consumer-group administration) and
 //! `jetrelay dlq …` (dead letters: browse, replay, purge), `jetrelay pause` and
 //! `jetrelay resume` (the consumer paused on the server), `jetrelay replay` (the
-//! consumer moved back in place).
+//! consumer moved back in place), `jetrelay ps` (every instance, from NATS service
+//! discovery).
 
 pub mod check;
 pub mod consumers;
 pub mod dlq;
 pub mod group;
 pub mod pause;
+pub mod ps;
 pub mod replay;
 pub mod running;
 

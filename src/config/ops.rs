@@ -40,12 +40,15 @@ impl Default for DlqConfig {
 pub struct AdminConfig {
     /// Where `/healthz`, `/ready` and `/metrics` listen.
     pub listen: String,
+    /// Answer NATS service discovery (`$SRV`, ADR-32) as service `jetrelay`.
+    pub announce: bool,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: "0.0.0.0:9090".into(),
+            announce: true,
         }
     }
 }

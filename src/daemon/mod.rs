@@ -2,6 +2,7 @@
 //! connect → topology (with a stop-aware retry) → consume, and the ordered shutdown
 //! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last).
 
+mod announce;
 mod apps;
 mod fleet;
 pub mod reload;
@@ -480,6 +481,19 @@ impl Supervisor {
     async fn run(mut self, shutdown: &CancellationToken) -> Result<(), DaemonError> {
         let nats = Nats::connect(&self.settings.nats, true).await?;
         let mirror = self.mirror_connection(&nats);
+        let announced = CancellationToken::new();
+        if self.settings.announce
+            && let Err(e) = announce::start(
+                &nats,
+                &self.settings.nats.name,
+                self.readiness.clone(),
+                self.metrics.clone(),
+                announced.clone(),
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "cannot answer NATS service discovery ($SRV): jetrelay ps will not list this instance");
+        }
         let endpoint = self
             .publish
             .take()
@@ -499,6 +513,7 @@ impl Supervisor {
             fleet::Failed::Task(e) => DaemonError::SourceTask(e),
         });
         mirror.abort();
+        announced.cancel();
         // The app may publish until its messages are drained.
         if let Some((stop, served)) = endpoint {
             stop.cancel();

@@ -58,6 +58,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// What the app may publish through jetrelay.
     pub publish: Publishing,
+    /// Whether to answer NATS service discovery (`admin.announce`).
+    pub announce: bool,
 }
 
 /// `[publish]`, parsed.
@@ -108,6 +110,7 @@ impl Settings {
             budget: c.budget.max_in_flight,
             shutdown_grace: Duration::from_millis(c.delivery.shutdown_grace_ms),
             publish: publishing(c),
+            announce: c.admin.announce,
         })
     }
 

@@ -22,6 +22,7 @@
 mod connect;
 mod dead_letters;
 mod direct;
+mod discovery;
 mod error;
 mod fast;
 mod groups;

@@ -549,6 +549,27 @@ pub struct Metrics {
     publishing: PublishCollectors,
 }
 
+/// A source's counts since the process started, as `$SRV.STATS` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceCounts {
+    /// Messages received from JetStream.
+    pub received: u64,
+    /// Acked.
+    pub acked: u64,
+    /// Naked (retried later, or released).
+    pub retried: u64,
+    /// Terminated.
+    pub terminated: u64,
+    /// Dead-lettered.
+    pub dead_lettered: u64,
+    /// Time from receipt to the final action, summed over `processed` messages.
+    pub processing: Duration,
+    /// Messages whose final action completed.
+    pub processed: u64,
+    /// Requests to the app in flight now.
+    pub in_flight: u64,
+}
+
 /// One source's collectors: every series about its messages, its requests to the
 /// app, its consumer or group and its dead letters carries `source="<name>"`. Cheap
 /// to clone.
@@ -724,6 +745,42 @@ impl Metrics {
     #[cfg(test)]
     pub(crate) fn sample(&self, series: &str) -> Option<f64> {
         sum_of(&self.render(), series)
+    }
+
+    /// Each source's counts, by source name, read from the registry (sources a
+    /// reload added or removed included).
+    pub fn source_counts(&self) -> std::collections::BTreeMap<String, SourceCounts> {
+        let mut out: std::collections::BTreeMap<String, SourceCounts> = Default::default();
+        for family in self.registry.gather() {
+            for m in family.get_metric() {
+                let label = |name: &str| {
+                    m.get_label()
+                        .iter()
+                        .find(|l| l.name() == name)
+                        .map(|l| l.value().to_string())
+                };
+                let Some(source) = label("source") else {
+                    continue;
+                };
+                let c = out.entry(source).or_default();
+                let counter = m.get_counter().get_value() as u64;
+                match (family.name(), label("action").as_deref()) {
+                    ("jetrelay_messages_received_total", _) => c.received = counter,
+                    ("jetrelay_messages_settled_total", Some("ack")) => c.acked = counter,
+                    ("jetrelay_messages_settled_total", Some("nak")) => c.retried = counter,
+                    ("jetrelay_messages_settled_total", Some("term")) => c.terminated = counter,
+                    ("jetrelay_messages_settled_total", Some("dlq")) => c.dead_lettered = counter,
+                    ("jetrelay_message_duration_seconds", _) => {
+                        let h = m.get_histogram();
+                        c.processing = Duration::from_secs_f64(h.get_sample_sum().max(0.0));
+                        c.processed = h.get_sample_count();
+                    }
+                    ("jetrelay_in_flight", _) => c.in_flight = m.get_gauge().get_value() as u64,
+                    _ => {}
+                }
+            }
+        }
+        out
     }
 
     /// The text exposition of every metric.

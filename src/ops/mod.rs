@@ -2,6 +2,7 @@
 //! (`metrics`, the only module that names `prometheus` types) and logging
 //! (`telemetry`). Their endpoints are served by `crate::serve`.
 
+pub mod announce;
 pub mod metrics;
 pub mod readiness;
 pub mod telemetry;

@@ -81,6 +81,19 @@ pub struct Facts {
     pub pinned: bool,
     /// Who holds the pin (pinned consumers).
     pub pin_holder: PinHolder,
+    /// What the source consumes (for discovery; never in `/ready`).
+    pub consumes: Option<Consumes>,
+}
+
+/// What a source consumes, as its config says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Consumes {
+    /// The stream it reads (an elastic member: the group's work-queue stream).
+    pub stream: String,
+    /// Its consumer.
+    pub consumer: String,
+    /// The group, in group sources.
+    pub group: Option<String>,
 }
 
 /// The state and reason `/ready` shows for these facts. Draining wins (it is final);
@@ -435,6 +448,15 @@ impl SourceReadiness {
         self.modify(|own| std::mem::replace(&mut own.concurrency_limit, limit) != limit);
     }
 
+    /// Records what the source consumes (for discovery).
+    pub fn set_consumes(&self, consumes: Consumes) {
+        self.update(|f| {
+            let changed = f.consumes.as_ref() != Some(&consumes);
+            f.consumes = Some(consumes);
+            changed
+        });
+    }
+
     /// Records whether this instance holds the pin.
     pub fn set_pinned(&self, pinned: bool) {
         self.metrics.pinned(pinned);
@@ -490,6 +512,7 @@ mod tests {
             nats_down: nats_down.map(String::from),
             pinned,
             pin_holder: holder,
+            consumes: None,
         }
     }
 

@@ -26,7 +26,7 @@ use crate::group::spec::Member;
 use crate::http::forward::Forwarder;
 use crate::nats::{Nats, Publisher, PullerConfig};
 use crate::ops::metrics::SourceMetrics;
-use crate::ops::readiness::{SourceReadiness, State};
+use crate::ops::readiness::{Consumes, SourceReadiness, State};
 use crate::ops::traces::Tracer;
 use crate::seam::time::Deadline;
 use crate::seam::{ServerPause, Source};
@@ -69,6 +69,25 @@ struct Turning<'a> {
 }
 
 impl Runner {
+    /// What it consumes, for discovery.
+    fn consumes(&self) -> Consumes {
+        match &self.settings.binding {
+            Binding::Durable(r) => Consumes {
+                stream: r.stream.clone(),
+                consumer: r.consumer.name.clone(),
+                group: None,
+            },
+            Binding::Group(m) => {
+                let (stream, consumer) = m.consumer();
+                Consumes {
+                    stream,
+                    consumer,
+                    group: Some(m.group.clone()),
+                }
+            }
+        }
+    }
+
     /// Runs the source until `shutdown` (drained) or its group ends (`Ok`), or until
     /// it fails for good.
     ///
@@ -77,6 +96,7 @@ impl Runner {
     pub async fn run(self, nats: Nats, shutdown: CancellationToken) -> Result<(), SourceError> {
         let nats = &nats;
         let shutdown = &shutdown;
+        self.readiness.set_consumes(self.consumes());
         let waits = self.waits();
         if !wait_connected(nats, shutdown).await? {
             return Ok(());

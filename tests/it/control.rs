@@ -573,6 +573,88 @@ async fn replay_all_members_moves_back_every_member_of_a_static_group_and_refuse
 }
 
 #[tokio::test]
+async fn ps_lists_every_instance_that_announces_itself_and_srv_answers_as_adr32_says() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let named = |durable: &str, pod: &str, announce: bool| {
+        durable_text(&env.nats, &app, &env.stream, durable)
+            .replacen("[nats]\n", &format!("[nats]\nname = \"{pod}\"\n"), 1)
+            .replacen("[admin]\n", &format!("[admin]\nannounce = {announce}\n"), 1)
+    };
+    let files = [
+        ConfigFile::new(named("da", "pod-a", true)),
+        ConfigFile::new(named("db", "pod-b", true)),
+        ConfigFile::new(named("dc", "pod-c", false)),
+    ];
+    let mut relays = Vec::new();
+    for f in &files {
+        relays.push(Relay::ready(f.config()).await);
+    }
+    publish(&env.js, "p.a", 5).await;
+    app.wait_for("five to each", Duration::from_secs(10), |r| r.len() == 15)
+        .await;
+    let out = ok(&files[0].path(), &["ps"]).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("INSTANCE  SOURCE"), "{out}");
+    assert_eq!(lines.len(), 3, "a header and the two that announce: {out}");
+    assert!(
+        lines[1].starts_with("pod-a") && lines[2].starts_with("pod-b"),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains(&format!("{} > da", env.stream)) && lines[1].contains("consuming"),
+        "{out}"
+    );
+    let out = ok(&files[2].path(), &["ps", "--json"]).await;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(rows[1]["instance"], "pod-b");
+    assert_eq!(rows[1]["source"], "default");
+    assert_eq!(rows[1]["state"], "consuming");
+    assert!(rows[1]["limit"].as_u64().unwrap() > 0, "{out}");
+    // Any ADR-32 client sees the same: PING, INFO and STATS of service jetrelay.
+    let client = async_nats::connect(env.nats.url()).await.unwrap();
+    for (verb, kind) in [("PING", "ping"), ("INFO", "info"), ("STATS", "stats")] {
+        let inbox = client.new_inbox();
+        let mut sub = client.subscribe(inbox.clone()).await.unwrap();
+        client
+            .publish_with_reply(format!("$SRV.{verb}.jetrelay"), inbox, "".into())
+            .await
+            .unwrap();
+        let mut answers = Vec::new();
+        while let Ok(Some(m)) = tokio::time::timeout(
+            Duration::from_millis(500),
+            futures::StreamExt::next(&mut sub),
+        )
+        .await
+        {
+            answers.push(String::from_utf8(m.payload.to_vec()).unwrap());
+        }
+        assert_eq!(answers.len(), 2, "{verb}: {answers:?}");
+        for a in &answers {
+            let v: serde_json::Value = serde_json::from_str(a).unwrap();
+            assert_eq!(
+                v["type"],
+                format!("io.nats.micro.v1.{kind}_response"),
+                "{a}"
+            );
+            assert_eq!(v["name"], "jetrelay", "{a}");
+            assert!(
+                !a.contains(&app.url()) && !a.contains("127.0.0.1"),
+                "no address: {a}"
+            );
+        }
+        if verb == "STATS" {
+            let v: serde_json::Value = serde_json::from_str(&answers[0]).unwrap();
+            assert_eq!(v["endpoints"][0]["data"]["acked"], 5, "{v}");
+        }
+    }
+    for r in relays {
+        r.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn a_pause_until_the_last_second_of_year_9999_is_held_and_reported_as_that_time() {
     let env = Env::start(&["p.>"]).await;
     let app = MockApp::ok().await;

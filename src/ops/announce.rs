@@ -1,0 +1,209 @@
+//! What a jetrelay says of itself to NATS service discovery (ADR-32, service
+//! `jetrelay`): the answers to `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS`, built from
+//! the instance and each source's readiness and counts. Each source is an endpoint
+//! named after it (its subject: the stream it consumes), so that `nats micro` lists
+//! them too. No payload, header, URL or secret is ever in an answer.
+
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::metrics::SourceCounts;
+use super::readiness::{Consumes, Status};
+
+/// The service name every jetrelay answers as.
+pub const SERVICE: &str = "jetrelay";
+
+/// Which discovery request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// `$SRV.PING…`
+    Ping,
+    /// `$SRV.INFO…`
+    Info,
+    /// `$SRV.STATS…`
+    Stats,
+}
+
+impl Ask {
+    /// Every request, with its verb in the subjects.
+    pub const ALL: [(Ask, &'static str); 3] = [
+        (Ask::Ping, "PING"),
+        (Ask::Info, "INFO"),
+        (Ask::Stats, "STATS"),
+    ];
+}
+
+/// This process.
+#[derive(Debug, Clone)]
+pub struct Instance {
+    /// Unique per process.
+    pub id: String,
+    /// The NATS connection's name (the pod's, in Kubernetes).
+    pub name: String,
+    /// jetrelay's version.
+    pub version: String,
+    /// When the process started.
+    pub started: OffsetDateTime,
+}
+
+/// One source as discovery shows it.
+#[derive(Debug, Clone)]
+pub struct Announced {
+    /// Its name.
+    pub name: String,
+    /// What it consumes.
+    pub consumes: Consumes,
+    /// Its readiness.
+    pub status: Status,
+    /// Its counts.
+    pub counts: SourceCounts,
+}
+
+/// The answer to `ask`.
+pub fn answer(ask: Ask, me: &Instance, sources: &[Announced]) -> Value {
+    let mut v = json!({
+        "name": SERVICE,
+        "id": me.id,
+        "version": me.version,
+        "metadata": { "connection": me.name, "jetrelay.version": me.version },
+    });
+    match ask {
+        Ask::Ping => v["type"] = json!("io.nats.micro.v1.ping_response"),
+        Ask::Info => {
+            v["type"] = json!("io.nats.micro.v1.info_response");
+            v["description"] = json!("NATS JetStream to HTTP: the consumers this jetrelay runs");
+            v["endpoints"] = sources.iter().map(info_endpoint).collect();
+        }
+        Ask::Stats => {
+            v["type"] = json!("io.nats.micro.v1.stats_response");
+            v["started"] = json!(me.started.format(&Rfc3339).unwrap_or_default());
+            v["endpoints"] = sources.iter().map(stats_endpoint).collect();
+        }
+    }
+    v
+}
+
+fn info_endpoint(s: &Announced) -> Value {
+    let st = &s.status;
+    let mut metadata = json!({
+        "stream": s.consumes.stream,
+        "consumer": s.consumes.consumer,
+        "state": st.state.name(),
+        "ready": st.ready.to_string(),
+        "pinned": st.pinned.to_string(),
+        "paused": st.paused.to_string(),
+        "concurrency_limit": st.concurrency_limit.to_string(),
+    });
+    if let Some(g) = &s.consumes.group {
+        metadata["group"] = json!(g);
+    }
+    if let Some(m) = &st.member {
+        metadata["member"] = json!(m);
+    }
+    json!({
+        "name": s.name,
+        "subject": s.consumes.stream,
+        "queue_group": "",
+        "metadata": metadata,
+    })
+}
+
+fn stats_endpoint(s: &Announced) -> Value {
+    let c = &s.counts;
+    let total = u64::try_from(c.processing.as_nanos()).unwrap_or(u64::MAX);
+    let average = total.checked_div(c.processed).unwrap_or(0);
+    json!({
+        "name": s.name,
+        "subject": s.consumes.stream,
+        "queue_group": "",
+        "num_requests": c.received,
+        "num_errors": c.dead_lettered + c.terminated,
+        "last_error": "",
+        "processing_time": total,
+        "average_processing_time": average,
+        "data": {
+            "received": c.received,
+            "acked": c.acked,
+            "retried": c.retried,
+            "terminated": c.terminated,
+            "dead_lettered": c.dead_lettered,
+            "in_flight": c.in_flight,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::readiness::State;
+
+    fn view() -> Announced {
+        Announced {
+            name: "orders".into(),
+            consumes: Consumes {
+                stream: "ORDERS".into(),
+                consumer: "cg-m1".into(),
+                group: Some("cg".into()),
+            },
+            status: Status {
+                ready: true,
+                state: State::Consuming,
+                reason: String::new(),
+                member: Some("m1".into()),
+                pinned: true,
+                partitions: vec![0, 1],
+                concurrency_limit: 32,
+                paused: false,
+                facts: Default::default(),
+                sources: vec![],
+            },
+            counts: SourceCounts {
+                received: 10,
+                acked: 7,
+                retried: 1,
+                terminated: 1,
+                dead_lettered: 1,
+                processing: std::time::Duration::from_millis(90),
+                processed: 9,
+                in_flight: 1,
+            },
+        }
+    }
+
+    fn me() -> Instance {
+        Instance {
+            id: "ID1".into(),
+            name: "pod-a".into(),
+            version: "0.1.0".into(),
+            started: OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn answers_have_the_adr32_shapes() {
+        let ping = answer(Ask::Ping, &me(), &[view()]);
+        assert_eq!(ping["type"], "io.nats.micro.v1.ping_response");
+        assert_eq!(ping["name"], "jetrelay");
+        assert_eq!(ping["id"], "ID1");
+        assert!(ping.get("endpoints").is_none());
+        let info = answer(Ask::Info, &me(), &[view()]);
+        assert_eq!(info["type"], "io.nats.micro.v1.info_response");
+        assert_eq!(info["metadata"]["connection"], "pod-a");
+        let e = &info["endpoints"][0];
+        assert_eq!(e["name"], "orders");
+        assert_eq!(e["metadata"]["state"], "consuming");
+        assert_eq!(e["metadata"]["member"], "m1");
+        assert_eq!(e["metadata"]["group"], "cg");
+        assert_eq!(e["metadata"]["pinned"], "true");
+        assert_eq!(e["metadata"]["concurrency_limit"], "32");
+        let stats = answer(Ask::Stats, &me(), &[view()]);
+        assert_eq!(stats["type"], "io.nats.micro.v1.stats_response");
+        assert_eq!(stats["started"], "1970-01-01T00:00:00Z");
+        let e = &stats["endpoints"][0];
+        assert_eq!(e["num_requests"], 10);
+        assert_eq!(e["num_errors"], 2);
+        assert_eq!(e["average_processing_time"], 10_000_000);
+        assert_eq!(e["data"]["acked"], 7);
+    }
+}
