@@ -485,6 +485,20 @@ async fn replay_refuses_what_it_cannot_give_or_would_skip_and_changes_nothing() 
     let (code, out, _) = jetrelay(&wq_file.path(), &["replay", "--seq", "1"]).await;
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("work-queue stream"), "{out}");
+    // A server without the consumer reset (2.12).
+    let old = NatsServer::start_2_12().await;
+    let old_js = async_nats::jetstream::new(async_nats::connect(old.url()).await.unwrap());
+    crate::support::create_stream(&old_js, "OLD", &["o.>"]).await;
+    let old_file = ConfigFile::new(durable_text(&old, &app, "OLD", "old"));
+    let relay = Relay::ready(old_file.config()).await;
+    relay.stop().await.unwrap();
+    let (code, out, _) = jetrelay(&old_file.path(), &["replay", "--since", "1h"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the consumer reset needs 2.14 or later")
+            && out.contains("nothing was changed"),
+        "{out}"
+    );
     // Usage: 64, naming what is wrong.
     for (args, why) in [
         (vec!["replay"], "say from where"),
@@ -581,37 +595,53 @@ async fn ps_lists_every_instance_that_announces_itself_and_srv_answers_as_adr32_
             .replacen("[nats]\n", &format!("[nats]\nname = \"{pod}\"\n"), 1)
             .replacen("[admin]\n", &format!("[admin]\nannounce = {announce}\n"), 1)
     };
+    // Three instances of two configs (two share durable `da`), and one that does
+    // not announce itself.
     let files = [
         ConfigFile::new(named("da", "pod-a", true)),
         ConfigFile::new(named("db", "pod-b", true)),
         ConfigFile::new(named("dc", "pod-c", false)),
     ];
     let mut relays = Vec::new();
-    for f in &files {
+    for f in [&files[0], &files[0], &files[1], &files[2]] {
         relays.push(Relay::ready(f.config()).await);
     }
     publish(&env.js, "p.a", 5).await;
-    app.wait_for("five to each", Duration::from_secs(10), |r| r.len() == 15)
-        .await;
+    app.wait_for("five to each durable", Duration::from_secs(10), |r| {
+        r.len() == 15
+    })
+    .await;
     let out = ok(&files[0].path(), &["ps"]).await;
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("INSTANCE  SOURCE"), "{out}");
-    assert_eq!(lines.len(), 3, "a header and the two that announce: {out}");
+    assert_eq!(
+        lines.len(),
+        4,
+        "a header and the three that announce: {out}"
+    );
     assert!(
-        lines[1].starts_with("pod-a") && lines[2].starts_with("pod-b"),
+        lines[1].starts_with("pod-a")
+            && lines[2].starts_with("pod-a")
+            && lines[3].starts_with("pod-b"),
         "{out}"
     );
     assert!(
-        lines[1].contains(&format!("{} > da", env.stream)) && lines[1].contains("consuming"),
+        lines[1..3]
+            .iter()
+            .all(|l| l.contains(&format!("{} > da", env.stream))),
         "{out}"
     );
     let out = ok(&files[2].path(), &["ps", "--json"]).await;
     let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
-    assert_eq!(rows.len(), 2, "{out}");
-    assert_eq!(rows[1]["instance"], "pod-b");
-    assert_eq!(rows[1]["source"], "default");
-    assert_eq!(rows[1]["state"], "consuming");
-    assert!(rows[1]["limit"].as_u64().unwrap() > 0, "{out}");
+    assert_eq!(rows.len(), 3, "{out}");
+    assert_ne!(
+        rows[0]["id"], rows[1]["id"],
+        "two instances of one config: {out}"
+    );
+    assert_eq!(rows[2]["instance"], "pod-b");
+    assert_eq!(rows[2]["source"], "default");
+    assert_eq!(rows[2]["state"], "consuming");
+    assert!(rows[2]["limit"].as_u64().unwrap() > 0, "{out}");
     // Any ADR-32 client sees the same: PING, INFO and STATS of service jetrelay.
     let client = async_nats::connect(env.nats.url()).await.unwrap();
     for (verb, kind) in [("PING", "ping"), ("INFO", "info"), ("STATS", "stats")] {
@@ -630,7 +660,7 @@ async fn ps_lists_every_instance_that_announces_itself_and_srv_answers_as_adr32_
         {
             answers.push(String::from_utf8(m.payload.to_vec()).unwrap());
         }
-        assert_eq!(answers.len(), 2, "{verb}: {answers:?}");
+        assert_eq!(answers.len(), 3, "{verb}: {answers:?}");
         for a in &answers {
             let v: serde_json::Value = serde_json::from_str(a).unwrap();
             assert_eq!(
@@ -645,8 +675,13 @@ async fn ps_lists_every_instance_that_announces_itself_and_srv_answers_as_adr32_
             );
         }
         if verb == "STATS" {
-            let v: serde_json::Value = serde_json::from_str(&answers[0]).unwrap();
-            assert_eq!(v["endpoints"][0]["data"]["acked"], 5, "{v}");
+            // The two instances of `da` share its five; `db` acked its own five.
+            let acked: u64 = answers
+                .iter()
+                .map(|a| serde_json::from_str::<serde_json::Value>(a).unwrap())
+                .map(|v| v["endpoints"][0]["data"]["acked"].as_u64().unwrap())
+                .sum();
+            assert_eq!(acked, 10, "{answers:?}");
         }
     }
     for r in relays {

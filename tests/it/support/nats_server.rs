@@ -13,6 +13,16 @@ pub struct NatsServer {
     /// The cluster port the server took (a clustered node's), from its ports file.
     cluster_port: Option<u16>,
     extra: Vec<String>,
+    bin: PathBuf,
+}
+
+/// nats-server 2.12, for what a server older than 2.14 must be told (scripts/setup
+/// installs it beside the current one).
+fn binary_2_12() -> PathBuf {
+    std::env::var("NATS_SERVER_2_12_BIN").map_or_else(
+        |_| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/nats-2.12/bin/nats-server"),
+        PathBuf::from,
+    )
 }
 
 fn binary() -> PathBuf {
@@ -38,9 +48,18 @@ impl NatsServer {
 
     /// On a given client port (`None`: any free one), with extra options.
     pub async fn start_on(port: Option<u16>, extra: &[&str]) -> NatsServer {
+        Self::start_bin(binary(), port, extra).await
+    }
+
+    /// nats-server 2.12 (no consumer reset).
+    pub async fn start_2_12() -> NatsServer {
+        Self::start_bin(binary_2_12(), None, &[]).await
+    }
+
+    async fn start_bin(bin: PathBuf, port: Option<u16>, extra: &[&str]) -> NatsServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let started = spawn(dir.path(), port, &extra).await;
+        let started = spawn(&bin, dir.path(), port, &extra).await;
         NatsServer {
             child: started.child,
             dir,
@@ -48,6 +67,7 @@ impl NatsServer {
             port: started.port,
             cluster_port: started.cluster_port,
             extra,
+            bin,
         }
     }
 
@@ -81,7 +101,7 @@ impl NatsServer {
         if let Some(p) = self.cluster_port {
             self.set_option("--cluster", &format!("nats://127.0.0.1:{p}"));
         }
-        let started = spawn(self.dir.path(), Some(self.port), &self.extra).await;
+        let started = spawn(&self.bin, self.dir.path(), Some(self.port), &self.extra).await;
         self.child = started.child;
         self.url = started.url;
     }
@@ -122,15 +142,14 @@ fn port_of(url: &str) -> Option<u16> {
     url.rsplit(':').next()?.parse().ok()
 }
 
-async fn spawn(dir: &Path, port: Option<u16>, extra: &[String]) -> Started {
-    let bin = binary();
+async fn spawn(bin: &Path, dir: &Path, port: Option<u16>, extra: &[String]) -> Started {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("nats.log"))
         .expect("log file");
     let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
-    let mut child = Command::new(&bin)
+    let mut child = Command::new(bin)
         .args(["-a", "127.0.0.1", "-p", &port_arg, "-js"])
         .arg("-sd")
         .arg(dir.join("js"))
