@@ -453,53 +453,23 @@ fn dlq(options: ConnectOptions, command: DlqCommand) -> ExitCode {
 
 /// `jetrelay pause|resume`: 0 done, 64 usage or config, 1 a consumer not paused
 /// (resumed) or NATS failing.
-#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
 fn pause(target: PauseTarget, request: Request) -> ExitCode {
-    jetrelay::ops::telemetry::init(
-        jetrelay::ops::telemetry::LogFormat::Text,
-        "warn,async_nats=off",
-    );
-    let config = match Config::load(target.config.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("jetrelay: {e}");
-            return ExitCode::from(EX_USAGE);
-        }
-    };
-    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
-        return ExitCode::FAILURE;
-    };
-    let result = runtime.block_on(jetrelay::cli::pause::run(
-        &config,
-        target.server.as_deref(),
-        request,
-        target.source.as_deref(),
-        target.all_members,
-        target.json,
-    ));
-    match result {
-        Ok(done) => {
-            println!("{}", done.text);
-            if done.failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(e) => {
-            eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
-            if e.is_usage() {
-                ExitCode::from(EX_USAGE)
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-    }
+    on_config(target.config.as_deref(), move |config| async move {
+        let done = jetrelay::cli::pause::run(
+            &config,
+            target.server.as_deref(),
+            request,
+            target.source.as_deref(),
+            target.all_members,
+            target.json,
+        )
+        .await?;
+        Ok((done.text, done.failed))
+    })
 }
 
 /// `jetrelay replay`: 0 done (or counted), 64 usage or config, 1 refused (nothing
 /// changed) or NATS failing.
-#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
 fn replay<'a>(
     file: Option<&std::path::Path>,
     request: impl FnOnce(
@@ -509,6 +479,22 @@ fn replay<'a>(
         jetrelay::cli::consumers::TargetError,
     >,
 ) -> ExitCode {
+    on_config(file, move |config| async move {
+        let request = request(time::OffsetDateTime::now_utc())?;
+        let done = jetrelay::cli::replay::run(&config, &request).await?;
+        Ok((done.text, done.failed))
+    })
+}
+
+/// Runs a command about the consumers of the config in `file`: `job` answers
+/// `Ok((text, failed))` (exit 1 when failed), or why it could not run (64 for the
+/// user's command line or config, else 1).
+#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
+fn on_config<F, Fut>(file: Option<&std::path::Path>, job: F) -> ExitCode
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: Future<Output = Result<(String, bool), jetrelay::cli::consumers::TargetError>>,
+{
     jetrelay::ops::telemetry::init(
         jetrelay::ops::telemetry::LogFormat::Text,
         "warn,async_nats=off",
@@ -520,20 +506,13 @@ fn replay<'a>(
             return ExitCode::from(EX_USAGE);
         }
     };
-    let request = match request(time::OffsetDateTime::now_utc()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("jetrelay: {e}");
-            return ExitCode::from(EX_USAGE);
-        }
-    };
     let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
         return ExitCode::FAILURE;
     };
-    match runtime.block_on(jetrelay::cli::replay::run(&config, &request)) {
-        Ok(done) => {
-            println!("{}", done.text);
-            if done.failed {
+    match runtime.block_on(job(config)) {
+        Ok((text, failed)) => {
+            println!("{text}");
+            if failed {
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS

@@ -9,10 +9,10 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::consumers::{self, TargetError};
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::daemon::settings::Settings;
-use crate::group::manage::{AdminError, GroupAdmin};
-use crate::nats::{Nats, NatsError, TopologyError};
+use crate::group::manage::GroupAdmin;
+use crate::nats::{Nats, TopologyError};
 use crate::ops::telemetry::chain;
 use crate::seam::ServerPause;
 use crate::source::settings::Binding;
@@ -33,44 +33,9 @@ pub enum Request {
     Resume,
 }
 
-/// Why the command could not run at all.
-#[derive(Debug, thiserror::Error)]
-pub enum PauseError {
-    /// The command line is wrong (exit 64).
-    #[error("{0}")]
-    Usage(String),
-    /// The config is wrong (exit 64).
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// NATS cannot be reached, or is too old (exit 1).
-    #[error(transparent)]
-    Nats(#[from] NatsError),
-    /// The group's membership cannot be read (exit 1).
-    #[error("cannot read the group's members")]
-    Group(#[source] AdminError),
-}
-
-impl From<TargetError> for PauseError {
-    fn from(e: TargetError) -> PauseError {
-        match e {
-            TargetError::Usage(why) => PauseError::Usage(why),
-            TargetError::Config(e) => PauseError::Config(e),
-            TargetError::Nats(e) => PauseError::Nats(e),
-            TargetError::Group(e) => PauseError::Group(e),
-        }
-    }
-}
-
-impl PauseError {
-    /// Whether the user's command line or config is at fault (exit 64).
-    pub fn is_usage(&self) -> bool {
-        match self {
-            PauseError::Usage(_) | PauseError::Config(_) => true,
-            PauseError::Nats(e) => e.is_config(),
-            PauseError::Group(_) => false,
-        }
-    }
-}
+/// Why the command could not run at all: as for every command about a config's
+/// consumers.
+pub type PauseError = TargetError;
 
 /// One consumer's result.
 #[derive(Debug, Clone, Serialize)]

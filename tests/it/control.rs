@@ -61,6 +61,24 @@ fn member_text(
     )
 }
 
+/// A config file and a ready relay for each of `members` of static group `cg`.
+async fn static_members(
+    nats: &NatsServer,
+    app: &MockApp,
+    stream: &str,
+    members: &[&str],
+) -> (Vec<ConfigFile>, Vec<Relay>) {
+    let files: Vec<ConfigFile> = members
+        .iter()
+        .map(|m| ConfigFile::new(member_text(nats, app, "static", stream, "cg", m)))
+        .collect();
+    let mut relays = Vec::new();
+    for f in &files {
+        relays.push(Relay::ready(f.config()).await);
+    }
+    (files, relays)
+}
+
 /// `jetrelay <args> --config <file>`: exit code, stdout, stderr.
 async fn jetrelay(config: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     let out = tokio::process::Command::new(BIN)
@@ -225,14 +243,7 @@ async fn a_pause_survives_a_restart_of_jetrelay_and_of_the_server() {
 async fn all_members_pauses_and_resumes_a_whole_static_group() {
     let (nats, js, stream, _admin) = static_group(2, &["m1", "m2"]).await;
     let app = MockApp::ok().await;
-    let files: Vec<ConfigFile> = ["m1", "m2"]
-        .iter()
-        .map(|m| ConfigFile::new(member_text(&nats, &app, "static", &stream, "cg", m)))
-        .collect();
-    let mut relays = Vec::new();
-    for f in &files {
-        relays.push(Relay::ready(f.config()).await);
-    }
+    let (files, relays) = static_members(&nats, &app, &stream, &["m1", "m2"]).await;
     let out = ok(&files[0].path(), &["pause", "--all-members", "--json"]).await;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let paused: BTreeSet<&str> = v["consumers"]
@@ -522,14 +533,7 @@ async fn replay_refuses_what_it_cannot_give_or_would_skip_and_changes_nothing() 
 async fn replay_all_members_moves_back_every_member_of_a_static_group_and_refuses_an_elastic_one() {
     let (nats, js, stream, _admin) = static_group(2, &["m1", "m2"]).await;
     let app = MockApp::ok().await;
-    let files: Vec<ConfigFile> = ["m1", "m2"]
-        .iter()
-        .map(|m| ConfigFile::new(member_text(&nats, &app, "static", &stream, "cg", m)))
-        .collect();
-    let mut relays = Vec::new();
-    for f in &files {
-        relays.push(Relay::ready(f.config()).await);
-    }
+    let (files, relays) = static_members(&nats, &app, &stream, &["m1", "m2"]).await;
     crate::support::groups::publish_keys(&js, "o", 4, 5).await;
     app.wait_for("all twenty", Duration::from_secs(15), |r| r.len() == 20)
         .await;
