@@ -1,10 +1,12 @@
 //! The command-line tools besides the daemon: `jetrelay check` (the topology plan,
 //! changing nothing), `jetrelay group …` (consumer-group administration) and
 //! `jetrelay dlq …` (dead letters: browse, replay, purge), `jetrelay pause` and
-//! `jetrelay resume` (the consumer paused on the server).
+//! `jetrelay resume` (the consumer paused on the server), `jetrelay drain` (the
+//! local jetrelay drained before the app stops).
 
 pub mod check;
 pub mod dlq;
+pub mod drain;
 pub mod group;
 pub mod pause;
 pub mod running;

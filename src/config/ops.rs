@@ -38,14 +38,18 @@ impl Default for DlqConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Where `/healthz`, `/ready` and `/metrics` listen.
+    /// Where `/healthz`, `/ready`, `/metrics` and `/drain` listen.
     pub listen: String,
+    /// The bearer token `/drain` requires (and nothing else); empty: `/drain` is
+    /// served to loopback only.
+    pub token_file: String,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: "0.0.0.0:9090".into(),
+            token_file: String::new(),
         }
     }
 }

@@ -58,6 +58,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// What the app may publish through jetrelay.
     pub publish: Publishing,
+    /// The file of the bearer token `/drain` requires (`admin.token_file`), when set.
+    pub admin_token_file: Option<String>,
 }
 
 /// `[publish]`, parsed.
@@ -108,6 +110,7 @@ impl Settings {
             budget: c.budget.max_in_flight,
             shutdown_grace: Duration::from_millis(c.delivery.shutdown_grace_ms),
             publish: publishing(c),
+            admin_token_file: (!c.admin.token_file.is_empty()).then(|| c.admin.token_file.clone()),
         })
     }
 
