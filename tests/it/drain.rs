@@ -379,3 +379,76 @@ async fn the_drain_command_drains_the_running_jetrelay_then_a_sigterm_exits_at_o
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The app container's preStop hook in a shipped manifest: its shell command (the
+/// folded lines after `- >-`), and the pod's grace in seconds.
+fn shipped_hook(path: &str) -> (String, u64) {
+    let text = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("preStop:"))
+        .unwrap_or_else(|| panic!("{path} has no preStop hook"));
+    let start = at + lines[at..].iter().position(|l| l.trim() == "- >-").unwrap() + 1;
+    let mut command = Vec::new();
+    for line in &lines[start..] {
+        command.push(line.trim());
+        if line.trim().ends_with("fi") {
+            break;
+        }
+    }
+    let grace = lines
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("terminationGracePeriodSeconds:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (command.join(" "), grace)
+}
+
+#[tokio::test]
+async fn the_shipped_prestop_hook_drains_a_running_jetrelay_within_the_pods_grace() {
+    let (hook, grace) = shipped_hook("deploy/kubernetes/deployment.yaml");
+    assert_eq!(
+        shipped_hook("deploy/keda/elastic.yaml").0,
+        hook,
+        "the two manifests' hooks differ"
+    );
+    assert!(hook.contains("127.0.0.1:9090/drain?wait=20s"), "{hook}");
+    // The drain's wait, the app's own stop after it and a margin fit in the grace.
+    assert!(grace >= 20 + 15, "terminationGracePeriodSeconds {grace}");
+
+    let app = MockApp::ok().await;
+    let env = Env::start(&["s.>"]).await;
+    let relay = env.relay(&app, "").await;
+    publish(&env.js, "s.x", 2).await;
+    app.wait_for("2 delivered", T, |r| r.len() == 2).await;
+    // As the kubelet runs it inside the pod: on loopback, no token.
+    let hook = hook.replace("127.0.0.1:9090", &relay.admin.to_string());
+    let out = tokio::process::Command::new("/bin/sh")
+        .args(["-c", &hook])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["drained"], true, "{said}");
+    assert_eq!(relay.get("/ready").await.0, 503);
+    // An image with wget and no curl (busybox): the same answer (a second drain).
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/usr/bin/wget", bin.path().join("wget")).unwrap();
+    let out = tokio::process::Command::new("/bin/sh")
+        .args(["-c", &hook])
+        .env("PATH", bin.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap(), said);
+    relay.stop().await.unwrap();
+}
