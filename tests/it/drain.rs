@@ -448,7 +448,83 @@ async fn the_shipped_prestop_hook_drains_a_running_jetrelay_within_the_pods_grac
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap(), said);
     relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_drain_whose_wait_runs_out_answers_503_and_leaves_the_rest_to_redelivery() {
+    let stuck = MockApp::start(|_, _| Reply::status(200).after(Duration::from_secs(20))).await;
+    let env = Env::start(&["s.>"]).await;
+    let extra = "[delivery]\nmax_in_flight = 2\nmax_buffered = 6\n";
+    let relay = env.relay(&stuck, extra).await;
+    publish(&env.js, "s.x", 10).await;
+    eventually("2 in flight, 6 held", T, || async {
+        stuck.arrivals() == 2 && relay.metric("jetrelay_messages_received_total").await >= 6.0
+    })
+    .await;
+    let (code, answer) = drain(&relay.admin.to_string(), "?wait=500ms", true, None).await;
+    assert_eq!(code, 503, "{answer}");
+    let received = relay.metric("jetrelay_messages_received_total").await as u64;
+    assert_eq!(
+        answer,
+        json!({"drained": false, "settled": 0, "released": received - 2})
+    );
+    let (code, ready) = relay.get("/ready").await;
+    assert_eq!(code, 503);
+    assert!(ready.contains("left for redelivery"), "{ready}");
+    relay.stop().await.unwrap();
+}
+
+#[test]
+fn a_missing_admin_token_file_is_a_config_error_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetrelay.toml");
+    std::fs::write(
+        &path,
+        "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n[http]\nurl = \"http://127.0.0.1:1/x\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"/nonexistent/admin-token\"\n",
+    )
+    .unwrap();
+    for args in [&["run"][..], &["check", "--offline"][..]] {
+        let out = std::process::Command::new(crate::support::daemon::BIN)
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .env_remove("JETRELAY_CONFIG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains("admin.token_file"), "{args:?}: {err}");
+        assert!(err.contains("/nonexistent/admin-token"), "{args:?}: {err}");
+    }
+    // The key itself is known: with a readable file the config is fine.
+    let token = dir.path().join("admin-token");
+    std::fs::write(&token, "t0k3n").unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("/nonexistent/admin-token", &token.display().to_string()),
+    )
+    .unwrap();
+    let out = std::process::Command::new(crate::support::daemon::BIN)
+        .args(["check", "--offline", "--config"])
+        .arg(&path)
+        .env_remove("JETRELAY_CONFIG")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!said.contains("t0k3n"), "{said}");
 }
