@@ -76,16 +76,31 @@ pub fn parse_wait(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// Who asks `/drain`, as its request says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller<'a> {
+    /// The `Authorization` header as it came.
+    pub authorization: Option<&'a str>,
+    /// The connection comes from a loopback address.
+    pub loopback: bool,
+    /// A browser says the request is cross-site (`Origin`, `Sec-Fetch-Site`).
+    pub browser: bool,
+    /// `Host` is an address or `localhost` (not a name a page could rebind).
+    pub local_host: bool,
+}
+
 /// Whether a caller may drain: with `admin.token_file` set (`token`), only one
 /// that presents `Authorization: Bearer <token>` (compared in constant time),
-/// from anywhere; without it, only a caller from loopback. `authorization` is the
-/// request's header as it came.
-pub fn may_drain(token: Option<&str>, authorization: Option<&str>, peer_loopback: bool) -> bool {
+/// from anywhere; without it, only a caller from loopback that is no web page (a
+/// page a browser on the same host loads could otherwise send a GET there, or reach
+/// it through a DNS name rebound to 127.0.0.1).
+pub fn may_drain(token: Option<&str>, caller: Caller<'_>) -> bool {
     match token {
-        Some(token) => authorization
+        Some(token) => caller
+            .authorization
             .and_then(|v| v.strip_prefix("Bearer "))
             .is_some_and(|given| crate::secret::same(given.trim().as_bytes(), token.as_bytes())),
-        None => peer_loopback,
+        None => caller.loopback && !caller.browser && caller.local_host,
     }
 }
 
@@ -211,6 +226,12 @@ mod tests {
 
     #[test]
     fn who_may_drain_table() {
+        let plain = |authorization, loopback| Caller {
+            authorization,
+            loopback,
+            browser: false,
+            local_host: true,
+        };
         // (token file, Authorization, from loopback, allowed)
         let cases = [
             (None, None, true, true),
@@ -228,11 +249,29 @@ mod tests {
         ];
         for (token, auth, loopback, want) in cases {
             assert_eq!(
-                may_drain(token, auth, loopback),
+                may_drain(token, plain(auth, loopback)),
                 want,
                 "{token:?} {auth:?} {loopback}"
             );
         }
+        // A web page on the same host: refused without a token, whatever it sends.
+        let page = Caller {
+            browser: true,
+            ..plain(None, true)
+        };
+        assert!(!may_drain(None, page));
+        let rebound = Caller {
+            local_host: false,
+            ..plain(None, true)
+        };
+        assert!(!may_drain(None, rebound));
+        // With the token, where it comes from does not matter.
+        let far = Caller {
+            browser: true,
+            local_host: false,
+            ..plain(Some("Bearer s3cret"), false)
+        };
+        assert!(may_drain(Some("s3cret"), far));
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Peer;
-use crate::ops::drain::{Drain, MAX_WAIT, may_drain, parse_wait};
+use crate::ops::drain::{Caller, Drain, MAX_WAIT, may_drain, parse_wait};
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::Readiness;
 use crate::secret::SecretFile;
@@ -68,15 +68,22 @@ async fn drain(
     headers: HeaderMap,
 ) -> Response {
     let token = s.token.as_ref().map(|t| t.value());
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let loopback = peer.is_some_and(|Peer(addr)| addr.ip().is_loopback());
-    if !may_drain(token.as_deref(), authorization, loopback) {
+    // A value that is not text is kept as one that matches nothing.
+    let get =
+        |name: header::HeaderName| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    let caller = Caller {
+        authorization: get(header::AUTHORIZATION),
+        loopback: peer.is_some_and(|Peer(addr)| addr.ip().is_loopback()),
+        browser: headers.contains_key(header::ORIGIN)
+            || get(header::HeaderName::from_static("sec-fetch-site"))
+                .is_some_and(|s| s != "same-origin" && s != "none"),
+        local_host: super::endpoint::local_host(get(header::HOST).unwrap_or("")),
+    };
+    if !may_drain(token.as_deref(), caller) {
         let why = if token.is_some() {
             "/drain requires Authorization: Bearer <token> (admin.token_file)\n"
         } else {
-            "/drain is served to loopback only (set admin.token_file to drain from elsewhere)\n"
+            "/drain is served to loopback only, never to a web page (set admin.token_file to drain from elsewhere)\n"
         };
         return (StatusCode::FORBIDDEN, why).into_response();
     }

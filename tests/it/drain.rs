@@ -259,6 +259,21 @@ async fn a_reload_after_a_drain_starts_nothing_again() {
     let relay = Relay::ready(config(&table("a", &a))).await;
     publish(&js, "a.x", 2).await;
     app.wait_for("2 delivered", T, |r| r.len() == 2).await;
+    // Without a token file, from loopback, but as a web page would ask: refused.
+    let url = format!("http://{}/drain", relay.admin);
+    for (name, value) in [
+        ("Origin", "http://evil.example"),
+        ("Sec-Fetch-Site", "cross-site"),
+        ("Host", "rebound.example:9090"),
+    ] {
+        let resp = http().get(&url).header(name, value).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 403, "{name}: {value}");
+    }
+    assert_eq!(
+        relay.get("/ready").await.0,
+        200,
+        "not drained by a web page"
+    );
     let (code, answer) = drain(&relay.admin.to_string(), "", true, None).await;
     assert_eq!(code, 200, "{answer}");
 
