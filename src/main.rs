@@ -1,6 +1,6 @@
 //! The process edge: command line, config loading, logging, the runtime, signals and
-//! exit codes (0 clean stop, 64 bad config or usage, 1 runtime failure). The only
-//! place that reads argv or exits.
+//! exit codes (0 clean stop, 64 bad config or usage, 1 runtime failure; `drain`: 69
+//! when the admin port does not answer). The only place that reads argv or exits.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -119,6 +119,19 @@ enum Command {
         #[arg(long)]
         all_members: bool,
     },
+    /// Drain the jetrelay running with this config (its admin port's /drain), as a
+    /// preStop exec hook: it stops pulling, settles what is in flight, releases what
+    /// it holds. 0 drained, 1 not within the wait, 69 admin port unreachable.
+    Drain {
+        /// The TOML config file of the running jetrelay (`admin.listen`,
+        /// `admin.token_file`; environment variables JETRELAY_* override it).
+        #[arg(long, env = "JETRELAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// How long the in-flight requests may take: 25s, 500ms, 2m
+        /// (`delivery.shutdown_grace_ms` when omitted).
+        #[arg(long, value_name = "DURATION")]
+        wait: Option<String>,
+    },
 }
 
 /// Which consumers `pause` and `resume` act on, and how they print.
@@ -143,6 +156,9 @@ struct PauseTarget {
 }
 
 const EX_USAGE: u8 = 64;
+
+/// `jetrelay drain`: the admin port did not answer.
+const EX_UNAVAILABLE: u8 = 69;
 
 /// A second SIGTERM or SIGINT ended the process without the drain.
 const EXIT_FORCED: u8 = 1;
@@ -237,6 +253,7 @@ fn main() -> ExitCode {
                 server: server.as_deref(),
             })
         }),
+        Command::Drain { config, wait } => drain(config.as_deref(), wait.as_deref()),
     }
 }
 
@@ -524,6 +541,43 @@ where
                 ExitCode::from(EX_USAGE)
             } else {
                 ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// `jetrelay drain`: 0 drained, 1 not within the wait (or another answer), 64 usage,
+/// config or a refused token, 69 the admin port does not answer.
+#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
+fn drain(file: Option<&Path>, wait: Option<&str>) -> ExitCode {
+    use jetrelay::cli::drain::DrainError;
+    let config = match Config::load(file) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jetrelay: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(jetrelay::cli::drain::run(&config, wait)) {
+        Ok(done) => {
+            println!("{}", done.text);
+            if done.drained {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
+            match e {
+                DrainError::Usage(_) | DrainError::Secret(_) | DrainError::Refused { .. } => {
+                    ExitCode::from(EX_USAGE)
+                }
+                DrainError::Unreachable(_) => ExitCode::from(EX_UNAVAILABLE),
+                DrainError::Failed { .. } => ExitCode::FAILURE,
             }
         }
     }

@@ -38,6 +38,9 @@ pub fn offline(config: &Config) -> Result<Settings, CheckError> {
     if let Some(path) = &settings.publish.token_file {
         crate::secret::SecretFile::load("publish.token_file", path)?;
     }
+    if let Some(path) = &settings.admin_token_file {
+        crate::secret::SecretFile::load("admin.token_file", path)?;
+    }
     if let Some(tracing) = &settings.tracing {
         crate::http::collector::Collector::new(&tracing.collector)?;
     }

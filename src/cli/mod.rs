@@ -3,11 +3,12 @@
 //! `jetrelay dlq …` (dead letters: browse, replay, purge), `jetrelay pause` and
 //! `jetrelay resume` (the consumer paused on the server), `jetrelay replay` (the
 //! consumer moved back in place), `jetrelay ps` (every instance, from NATS service
-//! discovery).
+//! discovery), `jetrelay drain` (the local jetrelay drained before the app stops).
 
 pub mod check;
 pub mod consumers;
 pub mod dlq;
+pub mod drain;
 pub mod group;
 pub mod pause;
 pub mod ps;

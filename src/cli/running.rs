@@ -1,6 +1,7 @@
 //! `jetrelay check --diff-running`: what a reload (SIGHUP) of this config would change
 //! in the jetrelay that runs, read from its admin port (`/config`), key by key, and
-//! whether the reload would be applied or refused.
+//! whether the reload would be applied or refused; where a config's admin port is
+//! (`admin_base`, which `jetrelay drain` asks too).
 
 use std::collections::BTreeMap;
 
@@ -16,6 +17,12 @@ pub fn url_for(config: &Config, url: Option<&str>) -> String {
     if let Some(u) = url.filter(|u| !u.is_empty()) {
         return u.to_string();
     }
+    format!("{}/config", admin_base(config))
+}
+
+/// The admin port of `config` as a base URL (`http://host:port`): `admin.listen`, a
+/// wildcard address asked on loopback.
+pub fn admin_base(config: &Config) -> String {
     let listen = &config.admin.listen;
     let (host, port) = listen.rsplit_once(':').unwrap_or((listen.as_str(), "9090"));
     let host = match host {
@@ -23,7 +30,7 @@ pub fn url_for(config: &Config, url: Option<&str>) -> String {
         "[::]" => "[::1]",
         h => h,
     };
-    format!("http://{host}:{port}/config")
+    format!("http://{host}:{port}")
 }
 
 /// Compares `config` with the running one at `url`.

@@ -38,10 +38,13 @@ impl Default for DlqConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Where `/healthz`, `/ready` and `/metrics` listen.
+    /// Where `/healthz`, `/ready`, `/metrics` and `/drain` listen.
     pub listen: String,
     /// Answer NATS service discovery (`$SRV`, ADR-32) as service `jetrelay`.
     pub announce: bool,
+    /// The bearer token `/drain` requires (and nothing else); empty: `/drain` is
+    /// served to loopback only.
+    pub token_file: String,
 }
 
 impl Default for AdminConfig {
@@ -49,6 +52,7 @@ impl Default for AdminConfig {
         Self {
             listen: "0.0.0.0:9090".into(),
             announce: true,
+            token_file: String::new(),
         }
     }
 }

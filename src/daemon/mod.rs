@@ -1,6 +1,9 @@
 //! The supervisor: builds everything from a [`Config`], then runs the phases
 //! connect → topology (with a stop-aware retry) → consume, and the ordered shutdown
-//! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last).
+//! (readiness off, stop pulling, drain in-flight work, flush NATS, admin last). A
+//! drain (`/drain`) is that shutdown of the sources alone, within its own wait: the
+//! connection, the publish endpoint and the admin port stay up until the process
+//! stops, which then takes no grace.
 
 mod announce;
 mod apps;
@@ -29,7 +32,8 @@ use crate::http::client::ClientError;
 use crate::http::collector::Collector;
 use crate::http::forward::Forwarder;
 use crate::nats::{Nats, NatsError, TopologyError};
-use crate::ops::metrics::{Metrics, SourceMetrics};
+use crate::ops::drain::{Drain, DrainOutcome};
+use crate::ops::metrics::{Metrics, SourceMetrics, Tallied};
 use crate::ops::readiness::{Readiness, SourceReadiness};
 use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
@@ -147,6 +151,10 @@ pub struct Daemon {
     /// The shutdown's deadline, started by the first signal or the first component
     /// that sees the shutdown begin.
     deadline: Deadline,
+    /// The drain `/drain` asks for.
+    drain: Drain,
+    /// `admin.token_file`, read now: the token `/drain` requires.
+    admin_token: Option<Arc<SecretFile>>,
 }
 
 /// The publish endpoint's token file (`publish.token_file`), read now: a missing or
@@ -207,6 +215,10 @@ impl Daemon {
             None => None,
         };
         let app = Apps::build(&settings.sources, &Apps::default())?;
+        let admin_token = match &settings.admin_token_file {
+            Some(path) => Some(Arc::new(SecretFile::load("admin.token_file", path)?)),
+            None => None,
+        };
         let (tracer, collector) = match &settings.tracing {
             Some(t) => (
                 Tracer::new(t.settings.clone(), metrics.clone()),
@@ -229,7 +241,14 @@ impl Daemon {
             config,
             reloader,
             reloads,
+            drain: Drain::default(),
+            admin_token,
         })
+    }
+
+    /// The process's drain (what `/drain` asks).
+    pub fn drain(&self) -> Drain {
+        self.drain.clone()
     }
 
     /// The shutdown's deadline: the process edge starts it at the first signal and
@@ -272,6 +291,18 @@ impl Daemon {
         self.metrics.clone()
     }
 
+    /// What the admin endpoints show and take (`config`: the running config).
+    fn admin_shown(&self, config: watch::Receiver<String>) -> crate::serve::admin::Shown {
+        crate::serve::admin::Shown {
+            readiness: self.readiness.clone(),
+            metrics: self.metrics.clone(),
+            config,
+            drain: self.drain.clone(),
+            token: self.admin_token.clone(),
+            default_wait: self.settings.shutdown_grace,
+        }
+    }
+
     /// Runs until `shutdown` is cancelled (then drains and returns `Ok`) or a fatal
     /// error. Once cancelled it returns within `delivery.shutdown_grace_ms` (plus a
     /// moment), whatever NATS does: every step of the shutdown is bounded by the one
@@ -283,13 +314,10 @@ impl Daemon {
         let admin_stop = CancellationToken::new();
         let (admin_cap, publish_cap) = self.connection_caps();
         let (shown_tx, shown_rx) = watch::channel(reload::shown(&self.config));
+        let shown = self.admin_shown(shown_rx);
         let admin = tokio::spawn(crate::serve::admin::serve(
             self.admin,
-            crate::serve::admin::Shown {
-                readiness: self.readiness.clone(),
-                metrics: self.metrics.clone(),
-                config: shown_rx,
-            },
+            shown,
             admin_cap,
             admin_stop.clone(),
         ));
@@ -308,6 +336,7 @@ impl Daemon {
                 deadline: deadline.clone(),
                 budget: budget.clone(),
                 changes: changes_tx,
+                drain: self.drain.clone(),
             },
             self.config,
             self.reloads,
@@ -337,14 +366,17 @@ impl Daemon {
             deadline: deadline.clone(),
             publish: self.publish,
             publish_cap,
+            drain: self.drain,
         };
         let run = supervisor.run(&shutdown);
         tokio::pin!(run);
         // The backstop: the steps bound themselves; anything that still runs a moment
-        // after the deadline (a NATS call this code forgot to bound) is abandoned.
+        // after the deadline (a NATS call this code forgot to bound) is abandoned. After
+        // a drain the deadline is over already: the moment counts from the signal.
         let backstop = async {
             shutdown.cancelled().await;
-            tokio::time::sleep_until(deadline.start() + BACKSTOP).await;
+            let at = deadline.start().max(tokio::time::Instant::now());
+            tokio::time::sleep_until(at + BACKSTOP).await;
         };
         let result = tokio::select! {
             result = &mut run => result,
@@ -475,7 +507,13 @@ struct Supervisor {
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
     /// The publish endpoint's connection cap.
     publish_cap: usize,
+    /// The drain `/drain` asks for.
+    drain: Drain,
 }
+
+/// How long the publish endpoint's requests in progress may take to finish when the
+/// process stops after a drain (its grace was the drain's).
+const AFTER_DRAIN: Duration = Duration::from_millis(100);
 
 impl Supervisor {
     async fn run(mut self, shutdown: &CancellationToken) -> Result<(), DaemonError> {
@@ -499,10 +537,13 @@ impl Supervisor {
             .take()
             .map(|(l, token)| self.serve_publish(l, token, &nats));
         let runners = std::mem::take(&mut self.runners);
+        // The sources stop at the shutdown, or before it at a drain.
+        let sources_stop = shutdown.child_token();
+        let started = self.stop_on_drain(&sources_stop);
         let result = fleet::consume(
             runners,
             &nats,
-            shutdown,
+            &sources_stop,
             &mut self.changes,
             &self.readiness,
             &self.metrics,
@@ -512,23 +553,92 @@ impl Supervisor {
             fleet::Failed::Source(e) => DaemonError::from(e),
             fleet::Failed::Task(e) => DaemonError::SourceTask(e),
         });
+        let drained = self.drain.is_asked();
+        self.flush(&nats).await;
+        self.finish_drain(started, result.is_ok()).await;
+        if drained {
+            // Probes, metrics and the publish endpoint go on until the process stops.
+            shutdown.cancelled().await;
+        }
         mirror.abort();
         announced.cancel();
         // The app may publish until its messages are drained.
         if let Some((stop, served)) = endpoint {
             stop.cancel();
-            let deadline = self.deadline.or_from_now();
+            let deadline = if drained {
+                tokio::time::Instant::now() + AFTER_DRAIN
+            } else {
+                self.deadline.or_from_now()
+            };
             if let Some(Ok(Err(e))) = bounded(deadline, "stop the publish endpoint", served).await {
                 tracing::warn!(error = %e, "the publish endpoint failed");
             }
         }
-        // Acks are fire-and-forget publishes: flush them, but never wait on a
-        // connection that is down past the grace.
+        if !drained {
+            self.flush(&nats).await;
+        }
+        result
+    }
+
+    /// Acks are fire-and-forget publishes: flushes them, but never waits on a
+    /// connection that is down past the grace.
+    async fn flush(&self, nats: &Nats) {
         if let Some(Err(e)) = bounded(self.deadline.or_from_now(), "flush NATS", nats.flush()).await
         {
             tracing::warn!(error = %e, "cannot flush NATS at shutdown");
         }
-        result
+    }
+
+    /// Stops the sources (`stop`) when a drain is asked, their grace the drain's
+    /// wait. The task returns the tally when the sources began to stop (a drain, or
+    /// the shutdown).
+    fn stop_on_drain(&self, stop: &CancellationToken) -> JoinHandle<Tallied> {
+        let (drain, deadline, metrics) = (
+            self.drain.clone(),
+            self.deadline.clone(),
+            self.metrics.clone(),
+        );
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                wait = drain.asked() => {
+                    let before = metrics.tally();
+                    deadline.start_within(wait);
+                    stop.cancel();
+                    before
+                }
+                () = stop.cancelled() => metrics.tally(),
+            }
+        })
+    }
+
+    /// Every source has ended (drained, or stopped): what they did since they began
+    /// to stop is the drain's answer, to whoever asks `/drain` now or later. After a
+    /// drain `/ready` says `drained`.
+    async fn finish_drain(&self, started: JoinHandle<Tallied>, ok: bool) {
+        started.abort();
+        let before = started.await.unwrap_or_else(|_| self.metrics.tally());
+        let did = self.metrics.tally().since(before);
+        let outcome = DrainOutcome {
+            drained: ok && did.abandoned == 0,
+            settled: did.settled,
+            released: did.released,
+        };
+        if self.drain.is_asked() {
+            self.readiness.set_drained(if outcome.drained {
+                "drained (/drain): only a restart resumes delivery"
+            } else {
+                "drained (/drain), some messages left for redelivery: only a restart resumes delivery"
+            });
+            tracing::info!(
+                drained = outcome.drained,
+                settled = outcome.settled,
+                released = outcome.released,
+                left = did.abandoned,
+                "drained: nothing is pulled any more; probes, metrics and the publish endpoint go on until the process stops"
+            );
+        }
+        self.drain.finish(outcome);
     }
 
     /// Serves the publish endpoint on `listener` until the returned token is

@@ -4,7 +4,8 @@
 //! the log level — or refused whole, the running config kept and every key that
 //! cannot change live named with why. In-flight and held messages are never dropped,
 //! failed or redelivered by it: the dispatcher takes the new settings for what
-//! starts next, and a request already sent finishes as it started.
+//! starts next, and a request already sent finishes as it started. After a drain
+//! (`/drain`) every reload is refused: only a restart resumes delivery.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::daemon::apps::{Apps, SourceApp};
 use crate::daemon::settings::Settings;
 use crate::dispatch::Live;
 use crate::http::forward::Forwarder;
+use crate::ops::drain::Drain;
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::Readiness;
 use crate::ops::telemetry::chain;
@@ -110,6 +112,12 @@ impl Running {
                 }
                 true
             }
+            Err(Refused::Drained) => {
+                tracing::error!(
+                    "config reload refused: this jetrelay was drained (/drain); only a restart resumes delivery"
+                );
+                false
+            }
             Err(Refused::Invalid(why)) => {
                 tracing::error!(error = %why, "config reload refused: the new config does not validate; the running config stays");
                 false
@@ -134,6 +142,9 @@ impl Running {
     }
 
     fn try_reload(&mut self, loaded: Result<Config, ConfigError>) -> Result<Vec<Change>, Refused> {
+        if self.fleet.drain.is_asked() {
+            return Err(Refused::Drained);
+        }
         let new = loaded.map_err(|e| Refused::Invalid(chain(&e)))?;
         let running: BTreeMap<String, Value> = flatten(&self.config);
         let changes = diff(&running, &flatten(&new));
@@ -236,6 +247,8 @@ pub(super) struct Fleet {
     /// Requests in flight across all sources: a source started now takes a share.
     pub(super) budget: Budget,
     pub(super) changes: mpsc::Sender<SourceChange>,
+    /// The process's drain: once asked, no reload starts or changes anything.
+    pub(super) drain: Drain,
 }
 
 impl Fleet {
@@ -277,6 +290,8 @@ impl Fleet {
 
 /// Why a reload was refused.
 enum Refused {
+    /// The process was drained: nothing starts again but by a restart.
+    Drained,
     /// It does not load or parse: why.
     Invalid(String),
     /// These keys changed and cannot change live.

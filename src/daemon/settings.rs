@@ -60,6 +60,8 @@ pub struct Settings {
     pub publish: Publishing,
     /// Whether to answer NATS service discovery (`admin.announce`).
     pub announce: bool,
+    /// The file of the bearer token `/drain` requires (`admin.token_file`), when set.
+    pub admin_token_file: Option<String>,
 }
 
 /// `[publish]`, parsed.
@@ -111,6 +113,7 @@ impl Settings {
             shutdown_grace: Duration::from_millis(c.delivery.shutdown_grace_ms),
             publish: publishing(c),
             announce: c.admin.announce,
+            admin_token_file: (!c.admin.token_file.is_empty()).then(|| c.admin.token_file.clone()),
         })
     }
 

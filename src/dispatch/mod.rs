@@ -490,6 +490,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// The grace is over: what still runs is abandoned (JetStream redelivers it).
     async fn grace_over<S: Source>(&self, run: &mut Run<S, F>) {
         let book = &mut run.book;
+        self.metrics.abandoned(book.held.len());
         tracing::warn!(
             unfinished = book.tasks.len(),
             "shutdown grace is over: unfinished messages are left for redelivery after ack_wait"

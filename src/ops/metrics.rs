@@ -5,7 +5,7 @@
 //! only here, each family in the group of collectors it belongs to.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus::core::{Collector, Desc};
@@ -547,6 +547,41 @@ pub struct Metrics {
     registry: Registry,
     process: ProcessCollectors,
     publishing: PublishCollectors,
+    /// Every source's settled, released and abandoned messages, not exported: what
+    /// a drain did is the difference of two readings ([`Metrics::tally`]).
+    tally: Arc<Tally>,
+}
+
+/// What every source settled, released and abandoned since the start (a drain's
+/// answer counts its part of them).
+#[derive(Debug, Default)]
+struct Tally {
+    settled: AtomicU64,
+    released: AtomicU64,
+    abandoned: AtomicU64,
+}
+
+/// A reading of the process's [`Tally`]: messages settled after a request,
+/// released without one, and left unfinished when a drain's grace ran out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tallied {
+    /// Settled after the app's answer (or its failure).
+    pub settled: u64,
+    /// Released (NAK without a decision).
+    pub released: u64,
+    /// Left unfinished when the grace ran out (redelivered after `ack_wait`).
+    pub abandoned: u64,
+}
+
+impl Tallied {
+    /// What happened between `before` and this reading.
+    pub fn since(self, before: Tallied) -> Tallied {
+        Tallied {
+            settled: self.settled.saturating_sub(before.settled),
+            released: self.released.saturating_sub(before.released),
+            abandoned: self.abandoned.saturating_sub(before.abandoned),
+        }
+    }
 }
 
 /// A source's counts since the process started, as `$SRV.STATS` reports them.
@@ -626,7 +661,17 @@ impl Metrics {
             registry,
             process,
             publishing,
+            tally: Arc::default(),
         })
+    }
+
+    /// Every source's settled, released and abandoned messages so far.
+    pub fn tally(&self) -> Tallied {
+        Tallied {
+            settled: self.tally.settled.load(Ordering::Acquire),
+            released: self.tally.released.load(Ordering::Acquire),
+            abandoned: self.tally.abandoned.load(Ordering::Acquire),
+        }
     }
 
     /// Registers the collectors of the source `name`, every series labelled
@@ -860,13 +905,22 @@ impl SourceMetrics {
 
     /// A message was settled with `action`, `since` after it was received.
     pub fn settled(&self, action: SettleLabel, since: Duration) {
+        self.process.tally.settled.fetch_add(1, Ordering::AcqRel);
         self.flow.settled[action as usize].inc();
         self.flow.message_duration.observe(since.as_secs_f64());
     }
 
     /// `n` messages were released (NAK) without a decision: at shutdown, a quiesce.
     pub fn released(&self, n: u64) {
+        self.process.tally.released.fetch_add(n, Ordering::AcqRel);
         self.flow.settled[SettleLabel::Nak as usize].inc_by(n);
+    }
+
+    /// `n` messages were left unfinished when the shutdown's (or a drain's) grace
+    /// ran out: JetStream redelivers them after `ack_wait`.
+    pub fn abandoned(&self, n: usize) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        self.process.tally.abandoned.fetch_add(n, Ordering::AcqRel);
     }
 
     /// `n` acks, naks or terms could not be sent.

@@ -1,8 +1,10 @@
-//! Operating the daemon: readiness (`readiness`), the Prometheus collectors
+//! Operating the daemon: readiness (`readiness`), the drain before the app stops
+//! (`drain`), the Prometheus collectors
 //! (`metrics`, the only module that names `prometheus` types) and logging
 //! (`telemetry`). Their endpoints are served by `crate::serve`.
 
 pub mod announce;
+pub mod drain;
 pub mod metrics;
 pub mod readiness;
 pub mod telemetry;

@@ -38,6 +38,9 @@ pub enum State {
     Paused,
     /// Shutting down: settling what it holds.
     Draining,
+    /// Drained (`/drain`): nothing is pulled or held any more, and only a restart
+    /// resumes delivery; probes, metrics and the publish endpoint still answer.
+    Drained,
 }
 
 impl State {
@@ -52,6 +55,7 @@ impl State {
             State::NoPartitions => "no_partitions",
             State::Paused => "paused",
             State::Draining => "draining",
+            State::Drained => "drained",
         }
     }
 }
@@ -96,12 +100,12 @@ pub struct Consumes {
     pub group: Option<String>,
 }
 
-/// The state and reason `/ready` shows for these facts. Draining wins (it is final);
-/// then a NATS connection that is down; an instance that reports standby says
+/// The state and reason `/ready` shows for these facts. Drained and draining win
+/// (they are final); then a NATS connection that is down; an instance that reports standby says
 /// whether another instance holds the pin or nobody does.
 pub fn present(f: &Facts) -> (State, String) {
-    if f.state == State::Draining {
-        return (State::Draining, f.reason.clone());
+    if matches!(f.state, State::Draining | State::Drained) {
+        return (f.state, f.reason.clone());
     }
     if let Some(why) = &f.nats_down {
         return (State::NotReady, why.clone());
@@ -328,15 +332,27 @@ impl Readiness {
         self.tx.subscribe()
     }
 
-    /// Every source drains (final): the process is stopping.
+    /// Every source drains (final): the process is stopping. A drained one stays
+    /// drained.
     pub fn set_draining(&self, reason: &str) {
+        self.set_final(State::Draining, reason);
+    }
+
+    /// Every source is drained (`/drain`, final): nothing resumes delivery but a
+    /// restart.
+    pub fn set_drained(&self, reason: &str) {
+        self.set_final(State::Drained, reason);
+    }
+
+    /// Every source is in `state` (draining, then drained), never back.
+    fn set_final(&self, state: State, reason: &str) {
         self.tx.send_if_modified(|s| {
             let mut changed = false;
             for (name, own) in &mut s.sources {
-                if own.facts.state == State::Draining {
+                if own.facts.state == state || own.facts.state == State::Drained {
                     continue;
                 }
-                own.facts.state = State::Draining;
+                own.facts.state = state;
                 reason.clone_into(&mut own.facts.reason);
                 if own.present() {
                     log_state(name, own);
@@ -407,11 +423,14 @@ impl SourceReadiness {
             .map_or_else(|| s.clone(), |(_, own)| own.clone())
     }
 
-    /// Sets what the source is doing and why. Draining is final.
+    /// Sets what the source is doing and why. Draining is final, and drained too
+    /// (only [`Readiness::set_drained`] sets it).
     pub fn set(&self, state: State, reason: impl AsRef<str>) {
         let reason = reason.as_ref();
         self.update(|f| {
-            if (f.state == State::Draining && state != State::Draining)
+            if f.state == State::Drained
+                || state == State::Drained
+                || (f.state == State::Draining && state != State::Draining)
                 || (f.state == state && f.reason == reason)
             {
                 return false;

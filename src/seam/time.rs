@@ -46,6 +46,12 @@ impl Deadline {
         *self.at.get_or_init(|| Instant::now() + self.grace())
     }
 
+    /// Starts the clock with `grace` instead of the configured one (a drain's
+    /// `wait`); only the first start counts. Returns the deadline.
+    pub fn start_within(&self, grace: Duration) -> Instant {
+        *self.at.get_or_init(|| Instant::now() + grace)
+    }
+
     /// The deadline, once started.
     pub fn get(&self) -> Option<Instant> {
         self.at.get().copied()

@@ -149,7 +149,7 @@ fn guard(headers: &HeaderMap, token: Option<&str>, kind: Kind) -> Result<(), (St
 }
 
 /// Whether a `Host` is an IP address or `localhost` (with or without a port).
-fn local_host(host: &str) -> bool {
+pub(super) fn local_host(host: &str) -> bool {
     let name = if let Some(rest) = host.strip_prefix('[') {
         // [v6]:port
         return rest

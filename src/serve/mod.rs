@@ -46,6 +46,10 @@ pub struct ServerBounds {
     pub request: Duration,
 }
 
+/// The address a request's connection came from (a request extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub std::net::SocketAddr);
+
 /// One open connection, oldest first in [`Open`].
 struct Conn {
     task: tokio::task::Id,
@@ -131,7 +135,7 @@ async fn serve(
                 Err(e) => open.forget(e.id()),
             }
         }
-        let (stream, _) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // Out of file descriptors and the like: pause rather than spin.
@@ -155,8 +159,9 @@ async fn serve(
         let service = TowerToHyperService::new(
             bounded
                 .clone()
-                .map_request(move |r: hyper::Request<hyper::body::Incoming>| {
+                .map_request(move |mut r: hyper::Request<hyper::body::Incoming>| {
                     starts.store(true, Ordering::Release);
+                    r.extensions_mut().insert(Some(Peer(peer)));
                     r.map(axum::body::Body::new)
                 })
                 .map_response(move |r| {

@@ -13,6 +13,7 @@ mod deploy;
 mod direct;
 mod dlq;
 mod docs;
+mod drain;
 mod endpoint;
 mod examples;
 mod fast;
