@@ -472,7 +472,10 @@ async fn fleet(env: &Env, args: &Args, n: u64, rounds: usize) -> Result<String, 
     }
     let sink = Sink::start().await?;
     let arms = [
-        (Fleet::Together(None), format!("one process, {count} sources")),
+        (
+            Fleet::Together(None),
+            format!("one process, {count} sources"),
+        ),
         (
             Fleet::Together(Some(budget)),
             format!("one process, {count} sources, `[budget] max_in_flight = {budget}`"),
