@@ -477,11 +477,21 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         run.end_reason = end_reason;
         self.readiness.set(State::Draining, why);
         run.source.stop();
-        let released = bounded(
-            deadline,
-            "release queued messages",
-            self.release_waiting(&mut run.book, true),
-        )
+        // The pulls still open on the server end first: a message released while one
+        // of them is open comes straight back here (a pinned instance is still the
+        // one served), to be released again behind newer ones, which the next
+        // instance would then see first. Then what is held goes back in stream order,
+        // and what the pulls brought meanwhile (newer still) after it.
+        let left = bounded(deadline, "retire the pulls", run.source.retire())
+            .await
+            .unwrap_or_default();
+        let released = bounded(deadline, "release queued messages", async {
+            let held = self.release_waiting(&mut run.book, true).await;
+            for settler in &left {
+                self.release(settler, Duration::ZERO).await;
+            }
+            held + left.len()
+        })
         .await;
         tracing::info!(in_flight = run.book.tasks.len(), released, "draining");
         run.grace.set(Some(deadline));

@@ -674,6 +674,13 @@ impl Source for GroupSource {
         }
     }
 
+    async fn retire(&mut self) -> Vec<Settler> {
+        match self.puller.as_mut() {
+            Some(p) => Source::retire(p).await,
+            None => Vec::new(),
+        }
+    }
+
     async fn step_down(&mut self) -> bool {
         match self.puller.as_mut() {
             Some(p) => p.step_down().await,

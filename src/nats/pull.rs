@@ -273,16 +273,26 @@ impl Puller {
     /// Moves to a fresh inbox: outstanding pulls lose their listener and die on the
     /// server; messages already delivered to the old inbox are released (NAK).
     async fn retire_pulls(&mut self) -> Result<(), NatsError> {
-        let (prefix, fresh) = pull_inbox(&self.client).await?;
-        let old = std::mem::replace(&mut self.sub, fresh);
-        self.prefix = prefix;
-        self.pulls.clear();
-        for settler in leftovers(&self.context, old).await {
+        for settler in self.retire().await? {
             if let Err(e) = settler.nak(std::time::Duration::ZERO).await {
                 tracing::warn!(error = %e, "cannot release a message");
             }
         }
         Ok(())
+    }
+
+    /// Moves to a fresh inbox, so that the outstanding pulls lose their listener and
+    /// die on the server; returns the settlers of the messages delivered to the old
+    /// one (every one the server sent before it dropped the pulls).
+    ///
+    /// # Errors
+    /// [`NatsError::Subscribe`] when the fresh inbox cannot be made.
+    pub async fn retire(&mut self) -> Result<Vec<Settler>, NatsError> {
+        let (prefix, fresh) = pull_inbox(&self.client).await?;
+        let old = std::mem::replace(&mut self.sub, fresh);
+        self.prefix = prefix;
+        self.pulls.clear();
+        Ok(leftovers(&self.context, old).await)
     }
 
     /// Unsubscribes and returns the settlers of messages that were already delivered
@@ -519,11 +529,16 @@ async fn pull_inbox(client: &Client) -> Result<(String, Subscriber), NatsError> 
 /// Unsubscribes a pull inbox and returns the settlers of the messages it had already
 /// received: after unsubscribe the subscription yields what it buffered, then ends.
 async fn leftovers(context: &Arc<SettleContext>, mut sub: Subscriber) -> Vec<Settler> {
-    if let Err(e) = sub.unsubscribe().await {
+    // Drained, not merely unsubscribed: the subscription stays until the server
+    // answered a PING sent after the UNSUB, so a message it sent before dropping the
+    // pulls still arrives here and is released, instead of being thrown away by the
+    // client and coming back only after the ack wait (out of order, to the next
+    // instance).
+    if let Err(e) = sub.drain().await {
         tracing::warn!(error = %e, "cannot unsubscribe the pull inbox");
     }
     let mut left = Vec::new();
-    let deadline = Instant::now() + std::time::Duration::from_millis(500);
+    let deadline = Instant::now() + std::time::Duration::from_secs(2);
     while let Ok(Some(m)) = tokio::time::timeout_at(deadline, sub.next()).await {
         if let (None, Some(reply)) = (m.status, m.reply) {
             left.push(Settler::new(Arc::clone(context), reply));
@@ -609,6 +624,16 @@ impl Source for Puller {
 
     fn reconfigure(&mut self, limits: crate::capacity::Limits, confirmed_acks: bool) {
         Puller::reconfigure(self, limits, confirmed_acks);
+    }
+
+    async fn retire(&mut self) -> Vec<Settler> {
+        match Puller::retire(self).await {
+            Ok(left) => left,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot retire the outstanding pulls");
+                Vec::new()
+            }
+        }
     }
 
     fn step_down(&mut self) -> impl Future<Output = bool> + Send {

@@ -256,6 +256,14 @@ pub trait Source: Send {
     /// not serve pulls that waited through a pause until a new one arrives).
     fn wake(&mut self) {}
 
+    /// Ends every request for messages still open on the server, so that nothing more
+    /// is delivered to this instance (a drain, before what it holds is released: a
+    /// released message must not come back to it). Returns the settlers of messages
+    /// that were delivered meanwhile, for the caller to release after what it holds.
+    fn retire(&mut self) -> impl Future<Output = Vec<Self::Settler>> + Send {
+        std::future::ready(Vec::new())
+    }
+
     /// Gives up being served (a pinned member's instance unpins) so that a healthy
     /// instance takes over; pulling stays paused. Returns whether anything was given up.
     fn step_down(&mut self) -> impl Future<Output = bool> + Send;
