@@ -33,3 +33,4 @@ mod support;
 mod tls;
 mod topology;
 mod traces;
+mod transports;
