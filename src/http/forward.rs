@@ -919,4 +919,28 @@ mod tests {
         assert_eq!(answer, None);
         assert_eq!(done.outcome, Outcome::Unreachable);
     }
+
+    /// A socket that is not there, or one left behind by an app that is gone (the file
+    /// stays, nothing listens), under each version: unreachable, as a refused port is.
+    #[tokio::test]
+    async fn a_missing_or_refusing_socket_is_an_unreachable_app() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale = dir.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        let cases = [
+            (dir.path().join("missing.sock"), "no socket"),
+            (stale, "connection refused"),
+        ];
+        for (path, kind) in cases {
+            for version in [HttpVersion::Http1, HttpVersion::H2c] {
+                let (mut client, target) = app("http://app.local/messages", "");
+                client.unix_socket = Some(path.clone());
+                client.version = version;
+                let m = orders(&[]);
+                let done = forwarder(&(client, target)).forward(first(&m)).await;
+                assert_eq!(done.outcome, Outcome::Unreachable, "{path:?} {version:?}");
+                assert_eq!(done.failure.map(|f| f.kind), Some(kind), "{version:?}");
+            }
+        }
+    }
 }
