@@ -79,7 +79,16 @@ pub fn check(pem: &[u8], kind: Pem) -> Result<(), TlsFileError> {
 /// [`TlsFileError`] for `ca_file`; [`TlsFileError::NoCertificate`] when there is no
 /// root at all to verify a server with.
 pub fn client_config(ca_file: &str) -> Result<ClientConfig, TlsFileError> {
-    client_config_for(ca_file, b"http/1.1")
+    client_config_for(ca_file, &[b"http/1.1"])
+}
+
+/// [`client_config`] offering HTTP/2 first, then HTTP/1.1 (ALPN `h2`, `http/1.1`):
+/// the app's requests under `http.version = "auto"`, in whichever the app agrees to.
+///
+/// # Errors
+/// As [`client_config`].
+pub fn client_config_auto(ca_file: &str) -> Result<ClientConfig, TlsFileError> {
+    client_config_for(ca_file, &[b"h2", b"http/1.1"])
 }
 
 /// [`client_config`] offering HTTP/2 (ALPN `h2`): the collector's gRPC client.
@@ -87,10 +96,10 @@ pub fn client_config(ca_file: &str) -> Result<ClientConfig, TlsFileError> {
 /// # Errors
 /// As [`client_config`].
 pub fn client_config_h2() -> Result<ClientConfig, TlsFileError> {
-    client_config_for("", b"h2")
+    client_config_for("", &[b"h2"])
 }
 
-fn client_config_for(ca_file: &str, alpn: &[u8]) -> Result<ClientConfig, TlsFileError> {
+fn client_config_for(ca_file: &str, alpn: &[&[u8]]) -> Result<ClientConfig, TlsFileError> {
     let mut roots = RootCertStore::empty();
     let system = rustls_native_certs::load_native_certs();
     let (added, _) = roots.add_parsable_certificates(system.certs);
@@ -114,7 +123,9 @@ fn client_config_for(ca_file: &str, alpn: &[u8]) -> Result<ClientConfig, TlsFile
         .map_err(|_| TlsFileError::NoCertificate)?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
+    // reqwest leaves a preconfigured config's ALPN as it is: what is offered here is
+    // what the app can agree to.
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
 }
 

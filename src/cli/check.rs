@@ -56,8 +56,10 @@ pub fn offline(config: &Config) -> Result<Settings, CheckError> {
 pub async fn without_nats(config: &Config) -> Result<String, CheckError> {
     let settings = offline(config)?;
     Nats::check_offline(&settings.nats).await?;
+    let app = app_lines(&settings, false).await.lines;
+    let app: String = app.iter().map(|l| format!("\n{l}")).collect();
     Ok(format!(
-        "{}\noffline: every file the config names is readable; NATS was not contacted (`jetrelay check` where it is reachable prints the topology plan)",
+        "{}{app}\noffline: every file the config names is readable; NATS was not contacted (`jetrelay check` where it is reachable prints the topology plan)",
         config_ok(&settings)
     ))
 }
@@ -120,6 +122,71 @@ fn routes(source: &SourceSettings) -> String {
     out
 }
 
+/// The app's transport, per source: its Unix socket (there, a socket, and — `online`
+/// — accepting a connection) and, under h2c and `online`, whether the app speaks
+/// HTTP/2. A socket that is missing or refuses is a warning (the app may not be up
+/// yet: `run` holds the messages until it is); an app that answers h2c's preface in
+/// anything but HTTP/2 is not (`run` would hold every message), so `ok` is false.
+async fn app_lines(settings: &Settings, online: bool) -> Report {
+    use crate::app::transport::HttpVersion;
+    use crate::http::h2c::{Spoken, speaks_h2};
+    let mut report = Report {
+        lines: Vec::new(),
+        ok: true,
+    };
+    let several = settings.sources.len() > 1;
+    for source in &settings.sources {
+        let of = if several {
+            format!(" (source {})", source.name)
+        } else {
+            String::new()
+        };
+        let socket = source.client.unix_socket.as_deref();
+        if let Some(path) = socket {
+            let state = socket_state(path, online).await;
+            report
+                .lines
+                .push(format!("app socket {}{of}: {state}", path.display()));
+        }
+        if online && source.client.version == HttpVersion::H2c {
+            let within = std::time::Duration::from_secs(2);
+            let line = match speaks_h2(socket, &source.target.url, within).await {
+                Spoken::Http2 => "speaks HTTP/2".to_string(),
+                Spoken::Unknown => "not reached: whether it speaks HTTP/2 is not known".into(),
+                Spoken::NotHttp2 => {
+                    report.ok = false;
+                    format!(
+                        "{}: run would hold every message",
+                        crate::http::h2c::NOT_HTTP2
+                    )
+                }
+            };
+            report.lines.push(format!("app (h2c){of}: {line}"));
+        }
+    }
+    report
+}
+
+/// Whether `path` is there, a socket and (`connect`) accepts a connection, as a line.
+async fn socket_state(path: &std::path::Path, connect: bool) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    const HELD: &str = "run holds the messages until the app is there";
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            format!("warning: missing (the app may not be up yet; {HELD})")
+        }
+        Err(e) => format!("warning: cannot be read ({e}; {HELD})"),
+        Ok(m) if !m.file_type().is_socket() => {
+            format!("warning: is not a socket ({HELD})")
+        }
+        Ok(_) if !connect => "exists and is a socket".into(),
+        Ok(_) => match tokio::net::UnixStream::connect(path).await {
+            Ok(_) => "exists, is a socket and accepts a connection".into(),
+            Err(e) => format!("warning: exists but refuses a connection ({e}; {HELD})"),
+        },
+    }
+}
+
 /// Connects (once, no retry) and reports what `run` would find: the source's
 /// topology (or the member's share of its group), the dead-letter stream, and the
 /// streams the allowed publish subjects go to, as they will be once `run` made its
@@ -130,6 +197,7 @@ fn routes(source: &SourceSettings) -> String {
 /// or is too old.
 pub async fn check(config: &Config) -> Result<Report, CheckError> {
     let settings = offline(config)?;
+    let app = app_lines(&settings, true).await;
     let nats = Nats::connect(&settings.nats, false)
         .await
         .map_err(|e| match e {
@@ -139,10 +207,7 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
     nats.check_server_version()?;
     // The streams run creates or extends, as they will be.
     let mut planned: Vec<StreamSpec> = Vec::new();
-    let mut whole = Report {
-        lines: Vec::new(),
-        ok: true,
-    };
+    let mut whole = app;
     let several = settings.sources.len() > 1;
     for source in &settings.sources {
         if several {

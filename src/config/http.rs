@@ -1,5 +1,6 @@
 //! `[http]`: the app's URL and timeout, extra headers and the bearer token file, the
-//! health probe, and which statuses retry or terminate.
+//! health probe, which statuses retry or terminate, and the transport (a Unix socket,
+//! HTTP/2).
 
 use std::collections::BTreeMap;
 
@@ -7,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Config, DAY, HOUR, Problems};
 use crate::app::headers::RequestFormat;
+use crate::app::transport::HttpVersion;
 use crate::policy::StatusSet;
 
 /// `[http]`
@@ -52,6 +54,12 @@ pub struct HttpConfig {
     /// If set, only these message headers pass through (`X-*`: a prefix); identity
     /// headers never do.
     pub pass_headers: Vec<String>,
+    /// A Unix socket every request and health probe goes over (the URL then gives
+    /// only the path and the `Host` header); empty = TCP.
+    pub unix_socket: String,
+    /// `"http1"`, `"h2c"` (HTTP/2 without TLS, prior knowledge) or `"auto"` (h2 via
+    /// ALPN for https, HTTP/1.1 otherwise).
+    pub version: HttpVersion,
 }
 
 impl Default for HttpConfig {
@@ -76,6 +84,8 @@ impl Default for HttpConfig {
             proxy_credentials_file: String::new(),
             tls_ca_file: String::new(),
             format: RequestFormat::Raw,
+            unix_socket: String::new(),
+            version: HttpVersion::Http1,
         }
     }
 }
@@ -128,6 +138,7 @@ impl Config {
             DAY,
         );
         self.check_http_headers(p);
+        self.check_transport(p);
         let retry = StatusSet::parse(&h.retry_statuses);
         let term = StatusSet::parse(&h.term_statuses);
         for (key, set) in [
@@ -139,6 +150,50 @@ impl Config {
                 Ok(s) if s.contains(200) => p.add(key, "cannot contain 2xx statuses: 2xx is ack"),
                 Ok(_) => {}
             }
+        }
+    }
+
+    /// `http.unix_socket` and `http.version`: a socket is an absolute path that fits
+    /// a socket address, carries no TLS and no proxy; h2c carries no TLS either.
+    fn check_transport(&self, p: &mut Problems) {
+        let h = &self.http;
+        let https = [&h.url, &h.health_url].iter().any(|u| {
+            u.get(..8)
+                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        });
+        if !h.unix_socket.is_empty() {
+            if !std::path::Path::new(&h.unix_socket).is_absolute() {
+                p.add(
+                    "http.unix_socket",
+                    format!("{:?} must be an absolute path", h.unix_socket),
+                );
+            } else if h.unix_socket.len() > MAX_SOCKET_PATH {
+                p.add(
+                    "http.unix_socket",
+                    format!(
+                        "{:?} is longer than the {MAX_SOCKET_PATH} bytes a socket's path can have",
+                        h.unix_socket
+                    ),
+                );
+            }
+            if https {
+                p.add(
+                    "http.unix_socket",
+                    "carries plain HTTP: use an http:// URL (and health URL) with it",
+                );
+            }
+            if !h.proxy.is_empty() {
+                p.add(
+                    "http.unix_socket",
+                    "and http.proxy cannot both be set: requests over the socket go to the app directly",
+                );
+            }
+        }
+        if h.version == HttpVersion::H2c && https {
+            p.add(
+                "http.version",
+                "\"h2c\" is HTTP/2 without TLS: for an https:// app use \"auto\" (h2 agreed by ALPN)",
+            );
         }
     }
 
@@ -184,6 +239,10 @@ impl Config {
     }
 }
 
+/// The longest path a Unix socket's address holds (`sun_path` is 108 bytes, one of
+/// them the terminating NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
 /// Static headers (`<key>.<name> = value`): each a valid HTTP name and value.
 pub(super) fn check_static_headers(
     p: &mut Problems,
@@ -209,4 +268,88 @@ pub(super) fn check_http_url(url: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n[http]\n";
+
+    /// The keys of the problems of `[http]` written as `http`, none when it loads.
+    fn problems(http: &str) -> Vec<(String, String)> {
+        match Config::from_toml(&[&format!("{BASE}{http}")]) {
+            Ok(_) => Vec::new(),
+            Err(e) => (e.problems().iter())
+                .map(|p| (p.key.clone(), p.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn transports_table() {
+        let long = format!("/{}", "s".repeat(MAX_SOCKET_PATH));
+        let cases: &[(&str, Option<(&str, &str)>)] = &[
+            ("url = \"http://app/m\"\n", None),
+            (
+                "url = \"http://app/m\"\nunix_socket = \"/run/app/app.sock\"\n",
+                None,
+            ),
+            (
+                "url = \"http://app/m\"\nunix_socket = \"/run/a.sock\"\nversion = \"h2c\"\n",
+                None,
+            ),
+            ("url = \"https://app/m\"\nversion = \"auto\"\n", None),
+            ("url = \"http://app/m\"\nversion = \"auto\"\n", None),
+            (
+                "url = \"http://app/m\"\nunix_socket = \"run/app.sock\"\n",
+                Some(("http.unix_socket", "absolute path")),
+            ),
+            (
+                "url = \"https://app/m\"\nunix_socket = \"/run/app.sock\"\n",
+                Some(("http.unix_socket", "http:// URL")),
+            ),
+            (
+                "url = \"http://app/m\"\nhealth_url = \"HTTPS://app/h\"\nunix_socket = \"/run/a.sock\"\n",
+                Some(("http.unix_socket", "http:// URL")),
+            ),
+            (
+                "url = \"http://app/m\"\nunix_socket = \"/run/a.sock\"\nproxy = \"http://p:3128\"\n",
+                Some(("http.unix_socket", "http.proxy")),
+            ),
+            (
+                "url = \"https://app/m\"\nversion = \"h2c\"\n",
+                Some(("http.version", "use \"auto\"")),
+            ),
+        ];
+        for (http, want) in cases {
+            let got = problems(http);
+            match want {
+                None => assert!(got.is_empty(), "{http}: {got:?}"),
+                Some((key, says)) => assert!(
+                    got.iter().any(|(k, m)| k == key && m.contains(says)),
+                    "{http}: {got:?}"
+                ),
+            }
+        }
+        let got = problems(&format!(
+            "url = \"http://app/m\"\nunix_socket = \"{long}\"\n"
+        ));
+        assert!(
+            got.iter()
+                .any(|(k, m)| k == "http.unix_socket" && m.contains("bytes")),
+            "{got:?}"
+        );
+        let got = problems("url = \"http://app/m\"\nversion = \"h3\"\n");
+        assert!(got.iter().any(|(k, _)| k == "http.version"), "{got:?}");
+    }
+
+    #[test]
+    fn the_defaults_are_tcp_and_http1() {
+        let h = HttpConfig::default();
+        assert_eq!(
+            (h.unix_socket.as_str(), h.version),
+            ("", HttpVersion::Http1)
+        );
+    }
 }

@@ -335,6 +335,40 @@ mod tests {
     }
 
     #[test]
+    fn the_transport_is_per_source_and_inherited_key_by_key() {
+        use crate::app::transport::HttpVersion;
+        let c = Config::from_toml(&[r#"
+            [http]
+            url = "http://app/messages"
+            version = "h2c"
+            [sources.a]
+            stream = "A"
+            kind = "durable"
+            durable = "a"
+            [sources.a.http]
+            unix_socket = "/run/app/app.sock"
+            [sources.b]
+            stream = "B"
+            kind = "durable"
+            durable = "b"
+            [sources.b.http]
+            version = "http1"
+        "#])
+        .unwrap();
+        let views = c.source_views().unwrap();
+        let (a, b) = (&views[0].config.http, &views[1].config.http);
+        assert_eq!(
+            (a.unix_socket.as_str(), a.version),
+            ("/run/app/app.sock", HttpVersion::H2c)
+        );
+        assert_eq!(
+            (b.unix_socket.as_str(), b.version),
+            ("", HttpVersion::Http1)
+        );
+        assert_eq!(b.url, "http://app/messages", "inherited beside its own key");
+    }
+
+    #[test]
     fn the_single_form_is_one_source_named_default() {
         let c = Config::from_toml(&[
             "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n\

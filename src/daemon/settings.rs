@@ -324,6 +324,8 @@ fn client(c: &Config, p: &mut Vec<Problem>) -> Option<ClientSettings> {
             header_files: h.header_files.clone(),
         },
         pool: c.delivery.max_in_flight as usize,
+        unix_socket: (!h.unix_socket.is_empty()).then(|| h.unix_socket.clone().into()),
+        version: h.version,
     })
 }
 

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::app::transport::HttpVersion;
 use crate::http::client::ClientError;
 use crate::http::credentials::{CredentialFiles, Credentials};
 
@@ -20,8 +21,13 @@ pub struct ClientSettings {
     pub proxy: Option<ProxySettings>,
     /// `http.headers`, `http.bearer_token_file`, `http.header_files`.
     pub credentials: CredentialFiles,
-    /// Idle connections kept per host (the sources' `delivery.max_in_flight`).
+    /// Idle connections kept per host (the sources' `delivery.max_in_flight`); an
+    /// HTTP/2 app needs one, its requests multiplexed on it.
     pub pool: usize,
+    /// `http.unix_socket`: every request and probe goes over it (TCP when `None`).
+    pub unix_socket: Option<std::path::PathBuf>,
+    /// `http.version`.
+    pub version: HttpVersion,
 }
 
 /// `http.proxy` and `http.proxy_credentials_file`.
@@ -39,6 +45,10 @@ pub struct ProxySettings {
 pub struct AppClient {
     pub(super) client: reqwest::Client,
     pub(super) credentials: Arc<Credentials>,
+    /// `http.version`: under h2c a broken request asks whether the app speaks HTTP/2.
+    pub(super) version: HttpVersion,
+    /// `http.unix_socket`, where that is asked.
+    pub(super) socket: Option<Arc<std::path::Path>>,
 }
 
 impl AppClient {
@@ -52,10 +62,16 @@ impl AppClient {
         // traffic, bearer token included: only `http.proxy` does.
         let ca_file = cfg.tls_ca_file.as_deref().unwrap_or("");
         let mut builder =
-            crate::http::client::builder(ca_file).map_err(|source| ClientError::TlsCa {
-                path: ca_file.to_string(),
-                source,
+            crate::http::client::builder_for(ca_file, cfg.version).map_err(|source| {
+                ClientError::TlsCa {
+                    path: ca_file.to_string(),
+                    source,
+                }
             })?;
+        if let Some(path) = &cfg.unix_socket {
+            // The URL still gives the request's path and its Host header.
+            builder = builder.unix_socket(path.as_path());
+        }
         if let Some(p) = &cfg.proxy {
             let mut proxy = reqwest::Proxy::all(p.url.clone())
                 .map_err(|e| ClientError::Proxy(p.url.to_string(), e))?;
@@ -76,6 +92,8 @@ impl AppClient {
         Ok(AppClient {
             client,
             credentials,
+            version: cfg.version,
+            socket: cfg.unix_socket.as_deref().map(Arc::from),
         })
     }
 

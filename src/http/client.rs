@@ -5,7 +5,8 @@
 //! plus a private CA when given), no proxy from the environment and no redirects.
 //! The daemon's app client, the examples and the test harness all start here.
 
-use crate::tls::{TlsFileError, client_config};
+use crate::app::transport::HttpVersion;
+use crate::tls::{TlsFileError, client_config, client_config_auto};
 
 /// A client builder with jetrelay's TLS (the system's roots, plus the certificates
 /// of `ca_file` when it is not empty), proxies from the environment ignored and
@@ -23,6 +24,35 @@ pub fn builder(ca_file: &str) -> Result<reqwest::ClientBuilder, TlsFileError> {
         // client does not speak (ALPN offers http/1.1); left on, every request is
         // cloned, headers included, in case it must be sent again.
         .retry(reqwest::retry::never().max_retries_per_request(0)))
+}
+
+/// A builder for the app's requests in `version` (`http.version`): HTTP/1.1 only
+/// (ALPN `http/1.1`); h2c by prior knowledge; or ALPN `h2`, `http/1.1` for `https://`
+/// and HTTP/1.1 for `http://`. Otherwise as [`builder`].
+///
+/// # Errors
+/// As [`builder`].
+pub fn builder_for(
+    ca_file: &str,
+    version: HttpVersion,
+) -> Result<reqwest::ClientBuilder, TlsFileError> {
+    let tls = match version {
+        HttpVersion::Http1 | HttpVersion::H2c => client_config(ca_file)?,
+        HttpVersion::Auto => client_config_auto(ca_file)?,
+    };
+    let b = reqwest::Client::builder()
+        .no_proxy()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        // Off for HTTP/2 too: a stream the app refused or a GOAWAY is an attempt
+        // like any other broken request, and nothing is cloned in case it is resent.
+        .retry(reqwest::retry::never().max_retries_per_request(0));
+    Ok(match version {
+        HttpVersion::Http1 => b.http1_only(),
+        // The config refuses h2c with an https:// URL, so TLS's ALPN is never asked.
+        HttpVersion::H2c => b.http2_prior_knowledge(),
+        HttpVersion::Auto => b,
+    })
 }
 
 /// A builder for HTTP/2 only (the collector's gRPC): `prior_knowledge` for an

@@ -20,8 +20,10 @@ use tokio::time::Instant;
 
 use crate::app::answer::KeptAnswer;
 use crate::app::headers::{Pass, RequestFormat, TraceHeaders};
+use crate::app::transport::HttpVersion;
 use crate::http::app::AppClient;
 use crate::http::client::ClientError;
+use crate::http::h2c::{NOT_HTTP2, Spoken, speaks_h2};
 
 use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
@@ -34,6 +36,9 @@ pub const ACTION_HEADER: &str = "jetrelay-action";
 
 /// At most this much of a response body is read before the connection is dropped.
 const MAX_BODY_DRAIN: usize = 64 * 1024;
+
+/// The longest an h2c app is asked whether it speaks HTTP/2 after a broken request.
+const H2C_ASK: Duration = Duration::from_secs(2);
 
 /// What one result of a batch answer takes besides its outputs (its id, action and
 /// retry delay, with room to spare).
@@ -366,7 +371,17 @@ impl Forwarder {
                 }
             }
             Err(e) => {
-                let (outcome, class, failure) = no_answer(&e);
+                let (mut outcome, class, mut failure) = no_answer(&e);
+                if outcome == Outcome::TransportError && self.client.version == HttpVersion::H2c {
+                    // An app that answers only HTTP/1 breaks every h2c request: it is
+                    // not there for us (held, no attempt spent), not the message's doing.
+                    let within = self.target.timeout.min(H2C_ASK);
+                    let socket = self.client.socket.as_deref();
+                    if speaks_h2(socket, &self.target.url, within).await == Spoken::NotHttp2 {
+                        outcome = Outcome::Unreachable;
+                        failure.kind = NOT_HTTP2;
+                    }
+                }
                 (outcome, class, false, Some(failure))
             }
         };
@@ -555,6 +570,8 @@ fn no_answer(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
         let kind = match io {
             _ if crate::tls::is_handshake_failure(e) => "tls handshake failed",
             Some(ErrorKind::ConnectionRefused) => "connection refused",
+            // A Unix socket that is not there (yet).
+            Some(ErrorKind::NotFound) => "no socket",
             _ => "cannot connect",
         };
         return (Outcome::Unreachable, HttpClass::Error, failure(kind));
@@ -598,6 +615,8 @@ mod tests {
             }),
             credentials: CredentialFiles::default(),
             pool: 4,
+            unix_socket: None,
+            version: Default::default(),
         };
         let target = TargetSettings {
             url: url.parse().unwrap(),
@@ -899,5 +918,29 @@ mod tests {
         let (done, answer) = f.exchange(&[], Bytes::new(), 1024).await;
         assert_eq!(answer, None);
         assert_eq!(done.outcome, Outcome::Unreachable);
+    }
+
+    /// A socket that is not there, or one left behind by an app that is gone (the file
+    /// stays, nothing listens), under each version: unreachable, as a refused port is.
+    #[tokio::test]
+    async fn a_missing_or_refusing_socket_is_an_unreachable_app() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale = dir.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        let cases = [
+            (dir.path().join("missing.sock"), "no socket"),
+            (stale, "connection refused"),
+        ];
+        for (path, kind) in cases {
+            for version in [HttpVersion::Http1, HttpVersion::H2c] {
+                let (mut client, target) = app("http://app.local/messages", "");
+                client.unix_socket = Some(path.clone());
+                client.version = version;
+                let m = orders(&[]);
+                let done = forwarder(&(client, target)).forward(first(&m)).await;
+                assert_eq!(done.outcome, Outcome::Unreachable, "{path:?} {version:?}");
+                assert_eq!(done.failure.map(|f| f.kind), Some(kind), "{version:?}");
+            }
+        }
     }
 }

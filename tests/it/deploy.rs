@@ -969,3 +969,45 @@ fn every_example_config_passes_the_checks_and_the_reference_shows_every_section(
         );
     }
 }
+
+/// deploy/kubernetes/unix-socket.yaml: its config passes `check`'s offline steps
+/// with the Secret's files, its socket is in an emptyDir both containers mount, and
+/// the app has no port.
+#[test]
+fn the_unix_socket_example_shares_a_socket_not_a_port_and_passes_the_checks() {
+    const SECRETS: &str = "/etc/jetrelay/secrets/";
+    let text = repo_file("deploy/kubernetes/unix-socket.yaml");
+    let toml = yaml_entries(&text, "data")
+        .into_iter()
+        .find(|(k, _)| k == "jetrelay.toml")
+        .expect("no jetrelay.toml in the ConfigMap")
+        .1;
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value) in yaml_entries(&repo_file("deploy/kubernetes/secret.yaml"), "stringData") {
+        std::fs::write(dir.path().join(key), value).unwrap();
+    }
+    let toml = toml.replace(SECRETS, &format!("{}/", dir.path().display()));
+    let config = jetrelay::config::Config::from_toml(&[&toml])
+        .unwrap_or_else(|e| panic!("the example's config does not load: {e}\n{toml}"));
+    jetrelay::cli::check::offline(&config)
+        .unwrap_or_else(|e| panic!("jetrelay check would refuse the example's config: {e}"));
+    let socket = std::path::Path::new(&config.http.unix_socket);
+    let shared = socket.parent().unwrap().display().to_string();
+    assert_eq!(shared, "/run/app");
+    let mounts = text
+        .matches(&format!("{{ name: app-socket, mountPath: {shared} }}"))
+        .count();
+    assert_eq!(
+        mounts, 2,
+        "jetrelay and the app mount the socket's directory"
+    );
+    assert!(
+        text.contains("- name: app-socket\n          emptyDir:"),
+        "an emptyDir"
+    );
+    let app = &text[text.find("      containers:").unwrap()..text.find("      volumes:").unwrap()];
+    assert!(
+        !app.contains("containerPort"),
+        "the app opens no port: {app}"
+    );
+}

@@ -34,3 +34,4 @@ mod support;
 mod tls;
 mod topology;
 mod traces;
+mod transports;

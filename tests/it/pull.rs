@@ -269,6 +269,8 @@ async fn instance(
         proxy: None,
         credentials: CredentialFiles::default(),
         pool: 4,
+        unix_socket: None,
+        version: Default::default(),
     })
     .unwrap();
     let http = TargetSettings {

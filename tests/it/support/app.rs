@@ -1,5 +1,6 @@
-//! A real HTTP app on 127.0.0.1:0 that records every request and answers from a
-//! script, so tests observe exactly what the daemon sent.
+//! A real HTTP app on 127.0.0.1:0 (or a Unix socket; HTTP/1.1, h2c, or TLS with
+//! ALPN) that records every request and answers from a script, so tests observe
+//! exactly what the daemon sent.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,6 +24,8 @@ pub struct Recorded {
     pub wall: time::OffsetDateTime,
     /// The status the app answered (set after the delay).
     pub status: u16,
+    /// The HTTP version it came in (`HTTP/1.1`, `HTTP/2.0`).
+    pub version: String,
 }
 
 impl Recorded {
@@ -95,6 +98,30 @@ pub struct MockApp {
     inner: Arc<Mutex<Inner>>,
     notify: Arc<tokio::sync::Notify>,
     health: Arc<Health>,
+    /// Connections accepted (by the servers below that count them: h2c, TLS, Unix).
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// The Unix socket server, when it serves one: stopped and started again by
+    /// [`MockApp::close`] and [`MockApp::reopen`].
+    unix: Option<Arc<UnixServer>>,
+}
+
+/// How the app is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http {
+    /// HTTP/1.1 only.
+    One,
+    /// HTTP/2 only, without TLS (h2c by prior knowledge); over TLS: ALPN h2 or
+    /// http/1.1, as the client offers.
+    Two,
+}
+
+/// An app on a Unix socket: its path, the router and the task that accepts (its
+/// connections die with it).
+pub struct UnixServer {
+    path: std::path::PathBuf,
+    http: Http,
+    router: axum::Router,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// The app's health endpoint: answers 200 while `ok`, 503 otherwise; counts probes.
@@ -125,7 +152,7 @@ impl MockApp {
         port: u16,
         script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> MockApp {
-        Self::start_with(port, None, script).await
+        Self::start_with(port, Listen::Tcp, script).await
     }
 
     /// Over https with this certificate and key (PEM files); `url()` says https.
@@ -134,12 +161,45 @@ impl MockApp {
         key: &std::path::Path,
         script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> MockApp {
-        Self::start_with(0, Some((cert, key)), script).await
+        Self::start_with(0, Listen::Tls(cert, key, Http::One), script).await
+    }
+
+    /// HTTP/2 without TLS (h2c) on a loopback port: nothing but HTTP/2.
+    pub async fn start_h2c(
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
+        Self::start_with(0, Listen::Plain(Http::Two), script).await
+    }
+
+    /// HTTP/1.1 and nothing else on a loopback port (`MockApp::start`'s server also
+    /// answers h2c's preface in HTTP/2).
+    pub async fn start_http1_only(
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
+        Self::start_with(0, Listen::Plain(Http::One), script).await
+    }
+
+    /// Over https, ALPN `h2` and `http/1.1`: HTTP/2 when the client offers it.
+    pub async fn start_tls_h2(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
+        Self::start_with(0, Listen::Tls(cert, key, Http::Two), script).await
+    }
+
+    /// On the Unix socket `path` in `http`; `url()` is `http://app.local/messages`.
+    pub async fn start_unix(
+        path: &std::path::Path,
+        http: Http,
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
+        Self::start_with(0, Listen::Unix(path, http), script).await
     }
 
     async fn start_with(
         port: u16,
-        tls: Option<(&std::path::Path, &std::path::Path)>,
+        listen: Listen<'_>,
         script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> MockApp {
         let inner = Arc::new(Mutex::new(Inner::default()));
@@ -176,19 +236,51 @@ impl MockApp {
                     }
                 }),
             );
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        if let Listen::Unix(path, http) = listen {
+            let server = Arc::new(UnixServer {
+                path: path.to_path_buf(),
+                http,
+                router,
+                task: Mutex::new(None),
+            });
+            let app = MockApp {
+                scheme: "http",
+                addr: ([127, 0, 0, 1], 0).into(),
+                inner,
+                notify,
+                health,
+                connections,
+                unix: Some(server),
+            };
+            app.reopen();
+            return app;
+        }
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .unwrap();
         let addr = listener.local_addr().unwrap();
-        let scheme = match tls {
-            None => {
+        let scheme = match listen {
+            Listen::Tcp => {
                 tokio::spawn(async move { axum::serve(listener, router).await });
                 "http"
             }
-            Some((cert, key)) => {
-                serve_tls(listener, router, cert, key);
+            Listen::Plain(http) => {
+                let count = connections.clone();
+                tokio::spawn(async move {
+                    let mut conns = tokio::task::JoinSet::new();
+                    while let Ok((tcp, _)) = listener.accept().await {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        conns.spawn(serve_connection(tcp, router.clone(), http));
+                    }
+                });
+                "http"
+            }
+            Listen::Tls(cert, key, http) => {
+                serve_tls(listener, router, cert, key, http, connections.clone());
                 "https"
             }
+            Listen::Unix(..) => unreachable!("served above"),
         };
         MockApp {
             scheme,
@@ -196,11 +288,55 @@ impl MockApp {
             inner,
             notify,
             health,
+            connections,
+            unix: None,
         }
     }
 
+    /// Connections accepted so far (h2c, TLS and Unix-socket apps count them).
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A Unix-socket app stops: its socket is removed and its connections closed.
+    pub fn close(&self) {
+        let server = self.unix.as_ref().expect("a Unix-socket app");
+        if let Some(task) = server.task.lock().unwrap().take() {
+            task.abort();
+        }
+        // Gone already is fine: the app is closed either way.
+        std::fs::remove_file(&server.path).ok();
+    }
+
+    /// A Unix-socket app serves again: its socket is made anew.
+    pub fn reopen(&self) {
+        let server = self.unix.as_ref().expect("a Unix-socket app").clone();
+        // A socket left by a close that did not remove it is made anew.
+        std::fs::remove_file(&server.path).ok();
+        let listener = tokio::net::UnixListener::bind(&server.path).unwrap();
+        let count = self.connections.clone();
+        let (router, http) = (server.router.clone(), server.http);
+        let task = tokio::spawn(async move {
+            // Dropped with the task: every connection ends with it.
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                conns.spawn(serve_connection(stream, router.clone(), http));
+            }
+        });
+        *server.task.lock().unwrap() = Some(task);
+    }
+
     pub fn health_url(&self) -> String {
-        format!("{}://{}/health", self.scheme, self.addr)
+        format!("{}://{}/health", self.scheme, self.authority())
+    }
+
+    /// `host:port`; for a Unix-socket app the name its URL gives as `Host`.
+    fn authority(&self) -> String {
+        match self.unix {
+            Some(_) => "app.local".into(),
+            None => self.addr.to_string(),
+        }
     }
 
     pub fn set_healthy(&self, ok: bool) {
@@ -234,7 +370,7 @@ impl MockApp {
     }
 
     pub fn url(&self) -> String {
-        format!("{}://{}/messages", self.scheme, self.addr)
+        format!("{}://{}/messages", self.scheme, self.authority())
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -275,7 +411,12 @@ impl MockApp {
     }
 }
 
-async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(s): State<AppState>,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let mut map: HashMap<String, Vec<String>> = HashMap::new();
     for (k, v) in &headers {
         map.entry(k.as_str().to_string())
@@ -289,6 +430,7 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
         done: Instant::now(),
         wall: time::OffsetDateTime::now_utc(),
         status: 0,
+        version: format!("{version:?}"),
     };
     let (reply, seen) = {
         let mut inner = s.inner.lock().unwrap();
@@ -332,12 +474,46 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
     resp
 }
 
-/// Serves `router` over TLS (rustls) on `listener`.
+/// Where and how [`MockApp::start_with`] serves.
+enum Listen<'a> {
+    /// HTTP/1.1 on a loopback port.
+    Tcp,
+    /// HTTP/1.1 only, or HTTP/2 only (h2c), on a loopback port.
+    Plain(Http),
+    /// TLS with this certificate and key: HTTP/1.1 only, or ALPN h2 and http/1.1.
+    Tls(&'a std::path::Path, &'a std::path::Path, Http),
+    /// On a Unix socket.
+    Unix(&'a std::path::Path, Http),
+}
+
+/// Serves one connection of `router` in `http`.
+async fn serve_connection<I>(io: I, router: axum::Router, http: Http)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(io);
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    match http {
+        Http::One => hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, service)
+            .await
+            .ok(),
+        Http::Two => hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .serve_connection(io, service)
+            .await
+            .ok(),
+    };
+}
+
+/// Serves `router` over TLS (rustls) on `listener`: HTTP/1.1 only, or (`Http::Two`)
+/// ALPN `h2` then `http/1.1`, each connection in what the handshake agreed.
 fn serve_tls(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     cert: &std::path::Path,
     key: &std::path::Path,
+    http: Http,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -346,7 +522,7 @@ fn serve_tls(
         .map(Result::unwrap)
         .collect();
     let key = PrivateKeyDer::from_pem_file(key).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
@@ -354,23 +530,27 @@ fn serve_tls(
     .with_no_client_auth()
     .with_single_cert(certs, key)
     .unwrap();
+    if http == Http::Two {
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    }
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
+            connections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let (acceptor, router) = (acceptor.clone(), router.clone());
             tokio::spawn(async move {
                 // A client that refuses the certificate ends here.
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
-                let service = hyper_util::service::TowerToHyperService::new(router);
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await
-                    .ok();
+                let agreed = match tls.get_ref().1.alpn_protocol() {
+                    Some(b"h2") => Http::Two,
+                    _ => Http::One,
+                };
+                serve_connection(tls, router, agreed).await;
             });
         }
     });
