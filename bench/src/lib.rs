@@ -162,6 +162,7 @@ impl Answer {
 pub struct Sink {
     addr: SocketAddr,
     pub state: Arc<Mutex<SinkState>>,
+    socket: Option<PathBuf>,
 }
 
 impl Sink {
@@ -171,6 +172,12 @@ impl Sink {
     }
 
     pub async fn start_with(answer: Answer) -> Result<Sink, Error> {
+        Sink::serve(answer, None).await
+    }
+
+    /// Serves on loopback TCP, or on the Unix socket `socket`; HTTP/1.1 and h2c (prior
+    /// knowledge) alike.
+    async fn serve(answer: Answer, socket: Option<PathBuf>) -> Result<Sink, Error> {
         let state = Arc::new(Mutex::new(SinkState::default()));
         let s = state.clone();
         let answer = Arc::new(answer);
@@ -220,10 +227,36 @@ impl Sink {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok(Sink { addr, state })
+        let (addr, socket) = match socket {
+            None => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                let addr = listener.local_addr()?;
+                tokio::spawn(async move { axum::serve(listener, router).await });
+                (addr, None)
+            }
+            Some(path) => {
+                let _ = std::fs::remove_file(&path);
+                let listener = tokio::net::UnixListener::bind(&path)?;
+                tokio::spawn(async move { axum::serve(listener, router).await });
+                (SocketAddr::from(([127, 0, 0, 1], 80)), Some(path))
+            }
+        };
+        Ok(Sink {
+            addr,
+            state,
+            socket,
+        })
+    }
+
+    /// A sink answering a plain 200 on the Unix socket `path` (HTTP/1.1 or h2c); its
+    /// [`Sink::url`] names the host the requests carry.
+    pub async fn start_unix(path: PathBuf) -> Result<Sink, Error> {
+        Sink::serve(Answer::Plain, Some(path)).await
+    }
+
+    /// The Unix socket it serves on, if it does.
+    pub fn socket(&self) -> Option<&Path> {
+        self.socket.as_deref()
     }
 
     pub fn url(&self) -> String {

@@ -1,0 +1,215 @@
+//! The transports benchmark (`bench/transports`): the same jetrelay, the same app
+//! (the fast Rust sink answering 200 at once, serving HTTP/1.1 and h2c alike), reached
+//! four ways: HTTP/1.1 over loopback TCP, HTTP/1.1 over a Unix socket, h2c over TCP,
+//! h2c over the socket. Per message size (`--sizes`, 128 B and 16 KiB), a stream of
+//! `--messages` is drained by each arm on a fresh durable (64 in flight, one message a
+//! request, no ordering): messages a second (first arrival to the last), jetrelay's
+//! CPU seconds per 10k messages, its peak RSS; then publish → arrival latency (p50,
+//! p99) at a fixed 1000 msg/s. Arms interleaved, `--rounds`, medians. Never fails on
+//! timing.
+//!
+//!   transports --nats-server=PATH --relay=PATH [--out=DIR] [--messages=20000]
+//!              [--sizes=128,16384] [--rounds=3]
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use jetrelay_bench::{
+    Args, Delivery, Env, Error, KEYS, Sink, cpu_seconds, fill, latency_run, machine, median,
+    peak_rss_kib, relay_config, start_relay, stop, wait_for, write_report,
+};
+
+/// How the app is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Arm {
+    socket: bool,
+    h2c: bool,
+}
+
+impl Arm {
+    const ALL: [Arm; 4] = [
+        Arm {
+            socket: false,
+            h2c: false,
+        },
+        Arm {
+            socket: true,
+            h2c: false,
+        },
+        Arm {
+            socket: false,
+            h2c: true,
+        },
+        Arm {
+            socket: true,
+            h2c: true,
+        },
+    ];
+
+    fn label(self) -> &'static str {
+        match (self.socket, self.h2c) {
+            (false, false) => "HTTP/1.1, TCP",
+            (true, false) => "HTTP/1.1, Unix socket",
+            (false, true) => "h2c, TCP",
+            (true, true) => "h2c, Unix socket",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    rate: f64,
+    cpu_per_10k: f64,
+    rss_mib: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+async fn run_one(
+    env: &Env,
+    arm: Arm,
+    stream: &str,
+    prefix: &str,
+    size: usize,
+    durable: &str,
+) -> Result<Sample, Error> {
+    let sink = if arm.socket {
+        Sink::start_unix(env.dir.join(format!("{durable}.sock"))).await?
+    } else {
+        Sink::start().await?
+    };
+    let target = env
+        .js
+        .get_stream(stream)
+        .await?
+        .info()
+        .await?
+        .state
+        .messages;
+    let source = jetrelay_bench::durable_source(stream, durable);
+    let mut config = relay_config(env, &source, &Delivery::single("none"), &sink.url(), 30_000);
+    let mut http = String::from("[http]\n");
+    if let Some(path) = sink.socket() {
+        http.push_str(&format!("unix_socket = \"{}\"\n", path.display()));
+    }
+    http.push_str(&format!(
+        "version = \"{}\"\n",
+        if arm.h2c { "h2c" } else { "http1" }
+    ));
+    config.text = config.text.replacen("[http]\n", &http, 1);
+    let running = start_relay(env, &config, durable).await?;
+    let pid = running.child.id().unwrap_or(0);
+    let cpu0 = cpu_seconds(pid, env.ticks);
+    wait_for("the drain", Duration::from_secs(300), || {
+        sink.count() >= target
+    })
+    .await?;
+    let cpu = cpu_seconds(pid, env.ticks) - cpu0;
+    let rate = sink.rate();
+    let (p50_ms, p99_ms) =
+        latency_run(&env.js, &sink, |i| format!("{prefix}.k{}", i % KEYS), size).await?;
+    let rss_mib = peak_rss_kib(pid) as f64 / 1024.0;
+    stop(running.child).await;
+    let _ = env
+        .js
+        .get_stream(stream)
+        .await?
+        .delete_consumer(durable)
+        .await;
+    Ok(Sample {
+        rate,
+        cpu_per_10k: cpu / target as f64 * 10_000.0,
+        rss_mib,
+        p50_ms,
+        p99_ms,
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let args = Args::parse();
+    let env = Env::start(
+        args.required("nats-server")?,
+        args.required("relay")?.into(),
+    )
+    .await?;
+    let n: u64 = args.num("messages", 20_000)?;
+    let rounds: usize = args.num("rounds", 3)?;
+    let sizes: Vec<usize> = args
+        .list("sizes")
+        .unwrap_or_else(|| vec!["128".into(), "16384".into()])
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()?;
+    let mut md = format!(
+        "# The app over TCP or a Unix socket, HTTP/1.1 or h2c\n\n{}; nats-server {} on loopback. One durable source, `max_in_flight = 64`, one message a request, no ordering; the fast Rust sink (answers 200 at once) serves HTTP/1.1 and h2c, on loopback TCP or a Unix socket. msg/s: a stream of {n} messages drained, first arrival to last; CPU: jetrelay's seconds per 10k messages over the drain; RSS: jetrelay's peak; latency: publish → arrival of 3000 more at 1000 msg/s. Medians of {rounds} rounds, arms interleaved.\n\n",
+        machine(),
+        env.nats_version
+    );
+    for size in sizes {
+        let stream = format!("T{size}");
+        let prefix = format!("t{size}");
+        env.js
+            .create_stream(jetstream::stream::Config {
+                name: stream.clone(),
+                subjects: vec![format!("{prefix}.>")],
+                allow_batch_publish: true,
+                ..Default::default()
+            })
+            .await?;
+        fill(&env.js, |i| format!("{prefix}.k{}", i % KEYS), n, size).await?;
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); Arm::ALL.len()];
+        for round in 0..rounds {
+            for (i, arm) in Arm::ALL.iter().enumerate() {
+                let s = run_one(
+                    &env,
+                    *arm,
+                    &stream,
+                    &prefix,
+                    size,
+                    &format!("s{size}r{round}x{i}"),
+                )
+                .await?;
+                eprintln!(
+                    "{size} B, round {round}, {}: {:.0} msg/s, {:.3} CPU s/10k, {:.1} MiB, p50 {:.2} ms, p99 {:.2} ms",
+                    arm.label(),
+                    s.rate,
+                    s.cpu_per_10k,
+                    s.rss_mib,
+                    s.p50_ms,
+                    s.p99_ms
+                );
+                samples[i].push(s);
+            }
+        }
+        let med =
+            |v: &[Sample], f: fn(&Sample) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
+        let base_rate = med(&samples[0], |s| s.rate);
+        let base_cpu = med(&samples[0], |s| s.cpu_per_10k);
+        md.push_str(&format!(
+            "## {size} B\n\n| transport | msg/s | × HTTP/1.1 TCP | CPU s / 10k | × HTTP/1.1 TCP | peak RSS MiB | p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|\n"
+        ));
+        for (arm, v) in Arm::ALL.iter().zip(&samples) {
+            let rate = med(v, |s| s.rate);
+            let cpu = med(v, |s| s.cpu_per_10k);
+            md.push_str(&format!(
+                "| {} | {rate:.0} | {:.2} | {cpu:.3} | {:.2} | {:.1} | {:.2} | {:.2} |\n",
+                arm.label(),
+                rate / base_rate.max(1e-9),
+                cpu / base_cpu.max(1e-9),
+                med(v, |s| s.rss_mib),
+                med(v, |s| s.p50_ms),
+                med(v, |s| s.p99_ms),
+            ));
+        }
+        md.push('\n');
+    }
+    println!("{md}");
+    if let Some(out) = args.get("out") {
+        let path = write_report(Path::new(out), "transports-", None, &md)?;
+        eprintln!("written to {}", path.display());
+    }
+    env.close().await;
+    Ok(())
+}
