@@ -123,47 +123,16 @@ pub fn request(
 /// # Errors
 /// [`PauseError::Usage`] naming the flag and what does not parse.
 pub fn parse_duration(flag: &str, text: &str) -> Result<time::Duration, PauseError> {
-    let bad = |why: &str| {
-        PauseError::Usage(format!(
-            "{flag} {text:?}: {why} (a number and a unit: ms, s, m, h, d; as in 30m or 1h30m)"
-        ))
-    };
-    let mut total = time::Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad("empty"));
-    }
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return Err(bad("a number is missing"));
-        }
-        let (number, after) = rest.split_at(digits);
-        let n: i64 = number.parse().map_err(|_| bad("the number is too large"))?;
-        let unit_len = after.len()
-            - after
-                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
-                .len();
-        let (unit, after) = after.split_at(unit_len);
-        let one = match unit {
-            "ms" => time::Duration::MILLISECOND,
-            "s" => time::Duration::SECOND,
-            "m" => time::Duration::MINUTE,
-            "h" => time::Duration::HOUR,
-            "d" => time::Duration::DAY,
-            "" => return Err(bad("a unit is missing")),
-            _ => return Err(bad(&format!("unknown unit {unit:?}"))),
-        };
-        total = one
-            .checked_mul(i32::try_from(n).map_err(|_| bad("the number is too large"))?)
-            .and_then(|d| total.checked_add(d))
-            .ok_or_else(|| bad("too long"))?;
-        rest = after;
-    }
-    if total.is_zero() {
-        return Err(bad("must be longer than zero"));
-    }
-    Ok(total)
+    crate::duration::parse(text, true, std::time::Duration::MAX, "too long")
+        .and_then(|d| {
+            time::Duration::try_from(d).map_err(|_| crate::duration::BadDuration("too long".into()))
+        })
+        .map_err(|e| {
+            PauseError::Usage(format!(
+                "{flag} {text:?}: {} (a number and a unit: ms, s, m, h, d; as in 30m or 1h30m)",
+                e.0
+            ))
+        })
 }
 
 fn rfc3339(t: OffsetDateTime) -> String {

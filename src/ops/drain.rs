@@ -32,48 +32,13 @@ pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// # Errors
 /// What is wrong with it, naming `wait`.
 pub fn parse_wait(text: &str) -> Result<Duration, String> {
-    let bad = |why: &str| {
+    crate::duration::parse(text, false, MAX_WAIT, "longer than an hour").map_err(|e| {
         format!(
-            "wait={:?}: {why} (a number and a unit: ms, s, m, h; as in 25s or 1m30s)",
-            crate::printable::printable(text)
+            "wait={:?}: {} (a number and a unit: ms, s, m, h; as in 25s or 1m30s)",
+            crate::printable::printable(text),
+            e.0
         )
-    };
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad("empty"));
-    }
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return Err(bad("a number is missing"));
-        }
-        let (number, after) = rest.split_at(digits);
-        let n: u32 = number.parse().map_err(|_| bad("the number is too large"))?;
-        let unit_len = after.len()
-            - after
-                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
-                .len();
-        let (unit, after) = after.split_at(unit_len);
-        let one = match unit {
-            "ms" => Duration::from_millis(1),
-            "s" => Duration::from_secs(1),
-            "m" => Duration::from_secs(60),
-            "h" => Duration::from_secs(3600),
-            "" => return Err(bad("a unit is missing")),
-            _ => return Err(bad(&format!("unknown unit {unit:?}"))),
-        };
-        total = one
-            .checked_mul(n)
-            .and_then(|d| total.checked_add(d))
-            .filter(|d| *d <= MAX_WAIT)
-            .ok_or_else(|| bad("longer than an hour"))?;
-        rest = after;
-    }
-    if total.is_zero() {
-        return Err(bad("must be longer than zero"));
-    }
-    Ok(total)
+    })
 }
 
 /// Who asks `/drain`, as its request says.
