@@ -561,7 +561,7 @@ struct Tally {
     abandoned: AtomicU64,
 }
 
-/// A reading of the process's [`Tally`]: messages settled after a request,
+/// A reading of the process's tally (`Tally`): messages settled after a request,
 /// released without one, and left unfinished when a drain's grace ran out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tallied {
