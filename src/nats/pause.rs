@@ -75,19 +75,28 @@ impl Nats {
         name: &str,
     ) -> Result<ServerPause, TopologyError> {
         let s = self.stream_handle(stream).await?;
-        match s.consumer_info(name).await {
-            Ok(info) => Ok(pause_of(&info)),
-            Err(e) => Err(match e.kind() {
-                ConsumerInfoErrorKind::NotFound | ConsumerInfoErrorKind::StreamNotFound => {
-                    TopologyError::ConsumerMissing(name.to_string())
-                }
-                ConsumerInfoErrorKind::TimedOut
-                | ConsumerInfoErrorKind::NoResponders
-                | ConsumerInfoErrorKind::Offline
-                | ConsumerInfoErrorKind::Request => TopologyError::Unavailable(e.into()),
-                _ => refused("read the consumer", e),
-            }),
+        s.consumer_info(name)
+            .await
+            .map(|info| pause_of(&info))
+            .map_err(|e| consumer_info_error(name, e))
+    }
+}
+
+/// Why consumer `name`'s info could not be read: it is missing, JetStream did not
+/// answer, or it refused.
+pub(super) fn consumer_info_error(
+    name: &str,
+    e: async_nats::jetstream::context::ConsumerInfoError,
+) -> TopologyError {
+    match e.kind() {
+        ConsumerInfoErrorKind::NotFound | ConsumerInfoErrorKind::StreamNotFound => {
+            TopologyError::ConsumerMissing(name.to_string())
         }
+        ConsumerInfoErrorKind::TimedOut
+        | ConsumerInfoErrorKind::NoResponders
+        | ConsumerInfoErrorKind::Offline
+        | ConsumerInfoErrorKind::Request => TopologyError::Unavailable(e.into()),
+        _ => refused("read the consumer", e),
     }
 }
 

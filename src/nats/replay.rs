@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::response::Response;
 use async_nats::jetstream::stream::{ConsumerResetErrorKind, RetentionPolicy};
-use async_nats::jetstream::{ErrorCode, context::ConsumerInfoErrorKind};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -85,16 +85,7 @@ impl Nats {
             .await?
             .consumer_info(name)
             .await
-            .map_err(|e| match e.kind() {
-                ConsumerInfoErrorKind::NotFound | ConsumerInfoErrorKind::StreamNotFound => {
-                    TopologyError::ConsumerMissing(name.to_string())
-                }
-                ConsumerInfoErrorKind::TimedOut
-                | ConsumerInfoErrorKind::NoResponders
-                | ConsumerInfoErrorKind::Offline
-                | ConsumerInfoErrorKind::Request => unavailable(e),
-                _ => refused("read the consumer", e),
-            })?;
+            .map_err(|e| super::pause::consumer_info_error(name, e))?;
         let c = &consumer.config;
         let mut filters = c.filter_subjects.clone();
         if !c.filter_subject.is_empty() {
