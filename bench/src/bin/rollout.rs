@@ -27,9 +27,9 @@ use async_nats::jetstream;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use jetrelay_bench::{
-    Args, Env, Error, free_port, machine, median, signal, wait_for, write_report,
+    Args, Env, Error, RelayConfig, free_port, machine, median, signal, start_relay, wait_for,
+    write_report,
 };
-use tokio::process::Child;
 
 const STREAM: &str = "ROLL";
 const GROUP: &str = "g";
@@ -154,27 +154,6 @@ fn config(env: &Env, url: &str, admin: u16, ack_wait_ms: u64) -> String {
     )
 }
 
-async fn start(env: &Env, name: &str, text: &str, admin: u16) -> Result<Child, Error> {
-    let path = env.dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text)?;
-    let child = jetrelay_bench::spawn_relay(&env.relay_bin, &path, name)?;
-    let http = reqwest::Client::new();
-    let ready = format!("http://127.0.0.1:{admin}/ready");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !http
-        .get(&ready)
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        if Instant::now() > deadline {
-            return Err(format!("{name} did not become ready").into());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    Ok(child)
-}
-
 /// The requests to the app that got no answer (refused, cut, timed out) so far.
 async fn failed(admin: u16) -> f64 {
     jetrelay_bench::relay_metric(admin, "jetrelay_http_requests_total")
@@ -207,20 +186,16 @@ async fn round(env: &Env, args: &Args, arm: Arm, tag: &str) -> Result<Figures, E
     );
     let (app_a, app_b) = (App::start(app_ms).await?, App::start(app_ms).await?);
     let (admin_a, admin_b) = (free_port(), free_port());
-    let mut a = start(
-        env,
-        &format!("{tag}-a"),
-        &config(env, &app_a.url(), admin_a, ack_wait),
-        admin_a,
-    )
-    .await?;
-    let mut b = start(
-        env,
-        &format!("{tag}-b"),
-        &config(env, &app_b.url(), admin_b, ack_wait),
-        admin_b,
-    )
-    .await?;
+    let pod = |app: &App, admin: u16| RelayConfig {
+        text: config(env, &app.url(), admin, ack_wait),
+        admin,
+    };
+    let mut a = start_relay(env, &pod(&app_a, admin_a), &format!("{tag}-a"))
+        .await?
+        .child;
+    let mut b = start_relay(env, &pod(&app_b, admin_b), &format!("{tag}-b"))
+        .await?
+        .child;
     // The publisher: `rate` a second, ids counted up, keys in turn.
     let js = env.js.clone();
     let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
