@@ -86,9 +86,10 @@ impl Limits {
                         max_bytes: room_bytes.max(max_message),
                     };
                 }
+                let batch = room.clamp(1, batch);
                 return NextPull::Pull {
-                    batch: room.clamp(1, batch),
-                    max_bytes: room_bytes.max(1),
+                    batch,
+                    max_bytes: share(room_bytes, room, batch, max_message, refused).max(1),
                 };
             }
             if room == 0 {
@@ -101,23 +102,48 @@ impl Limits {
             if room_bytes == 0 || refused.is_some_and(|r| room_bytes <= r) {
                 return NextPull::KeepAlive;
             }
+            let batch = room.min(batch);
             return NextPull::Pull {
-                batch: room.min(batch),
-                max_bytes: room_bytes,
+                batch,
+                max_bytes: share(room_bytes, room, batch, max_message, refused),
             };
         }
         // Something is outstanding: top up only when a worthwhile batch fits, so that a
-        // busy daemon does not send one pull per settled message.
+        // busy daemon does not send one pull per settled message, and only when the
+        // largest message would fit, so that no pull is a sliver the server fills
+        // with one message and then refuses by size.
         let worthwhile = (batch.min(self.max_buffered) / 2).max(1);
-        if room >= worthwhile && room_bytes > 0 && refused.is_none_or(|r| room_bytes > r) {
+        if room >= worthwhile
+            && room_bytes >= max_message.min(self.max_bytes).max(1)
+            && refused.is_none_or(|r| room_bytes > r)
+        {
+            let batch = room.min(batch);
             NextPull::Pull {
-                batch: room.min(batch),
-                max_bytes: room_bytes,
+                batch,
+                max_bytes: share(room_bytes, room, batch, max_message, refused),
             }
         } else {
             NextPull::Wait
         }
     }
+}
+
+/// A pull's share of the free bytes: in proportion to the messages it asks for among
+/// those there is room for (`batch` of `room`), so that one pull does not claim every
+/// free byte and leave the next a sliver. A sliver is filled with one message and then
+/// refused by size, and nats-server answers that refusal by moving a redelivered
+/// message it had taken for the pull to the back of its redelivery queue: the next
+/// instance after a handover would see a key's messages out of order. Never less than
+/// the largest message when the room allows it; all of it after the server refused
+/// the next message as too large (that message needs the room).
+fn share(room_bytes: u64, room: u32, batch: u32, max_message: u64, refused: Option<u64>) -> u64 {
+    if room == 0 || refused.is_some() {
+        return room_bytes;
+    }
+    let proportional = u128::from(room_bytes) * u128::from(batch) / u128::from(room);
+    // At most `room_bytes`: batch ≤ room.
+    let proportional = u64::try_from(proportional).unwrap_or(room_bytes);
+    proportional.max(max_message).min(room_bytes)
 }
 
 /// How long pulls live and how often the server must show it is alive.
@@ -169,13 +195,13 @@ mod tests {
     fn pull_size_table() {
         let cases = [
             // held, requested, expected
-            (0, 0, pull(64, 64 * MIB)),
+            (0, 0, pull(64, 16 * MIB)), // a quarter of the room: a quarter of the bytes
             (250, 0, pull(6, 64 * MIB)),
-            (256, 0, pull(1, 64 * MIB)),    // full: keep the pin alive
-            (300, 0, pull(1, 64 * MIB)),    // over (acks in transit): still one pull
-            (0, 64, pull(64, 64 * MIB)),    // room for another whole batch
-            (100, 128, NextPull::Wait),     // room 28 < 32: wait
-            (100, 124, pull(32, 64 * MIB)), // room 32: worthwhile
+            (256, 0, pull(1, 64 * MIB)),     // full: keep the pin alive
+            (300, 0, pull(1, 64 * MIB)),     // over (acks in transit): still one pull
+            (0, 64, pull(64, 64 * MIB / 3)), // room for another whole batch
+            (100, 128, NextPull::Wait),      // room 28 < 32: wait
+            (100, 124, pull(32, 64 * MIB)),  // room 32: worthwhile
             (256, 1, NextPull::Wait),
         ];
         for (held, requested, want) in cases {
@@ -203,16 +229,32 @@ mod tests {
         };
         let cases = [
             // held, outstanding, refused, expected
-            (held(0, 0), held(0, 0), None, pull(64, 64 * MIB)),
-            (held(10, 60), held(0, 0), None, pull(64, 4 * MIB)),
+            (held(0, 0), held(0, 0), None, pull(64, 16 * MIB)),
+            (held(10, 60), held(0, 0), None, pull(64, 4 * MIB * 64 / 246)),
+            (held(10, 63), held(0, 0), None, pull(64, MIB)), // never under the largest message
             (held(10, 64), held(0, 0), None, NextPull::KeepAlive), // bytes full
             (held(10, 70), held(0, 0), None, NextPull::KeepAlive), // over
             // The server refused the next message at 4 MiB of room: until more is free,
             // pulling again would only be refused again.
             (held(10, 60), held(0, 0), Some(4 * MIB), NextPull::KeepAlive),
-            (held(10, 59), held(0, 0), Some(4 * MIB), pull(64, 5 * MIB)),
-            (held(10, 34), held(64, 30), None, NextPull::Wait), // no bytes left to ask
-            (held(10, 20), held(32, 30), None, pull(64, 14 * MIB)),
+            (held(10, 59), held(0, 0), Some(4 * MIB), pull(64, 5 * MIB)), // all: it needs it
+            (held(10, 34), held(64, 30), None, NextPull::Wait),           // no bytes left to ask
+            (
+                held(10, 20),
+                held(32, 30),
+                None,
+                pull(64, 14 * MIB * 64 / 214),
+            ),
+            // A sliver of bytes left: no top-up the largest message would not fit.
+            (
+                Held {
+                    messages: 10,
+                    bytes: 33 * MIB + MIB / 2,
+                },
+                held(32, 30),
+                None,
+                NextPull::Wait,
+            ),
             (held(10, 20), held(32, 30), Some(20 * MIB), NextPull::Wait),
             // Nothing held: a message bigger than the whole room goes alone.
             (held(0, 0), held(0, 0), Some(64 * MIB), pull(1, 64 * MIB)),
@@ -272,6 +314,7 @@ mod tests {
                     if requested > 0 {
                         prop_assert!(held + requested + b <= buffered);
                         prop_assert!(h.bytes + out.bytes + mb <= max_bytes);
+                        prop_assert!(mb >= max_message.min(max_bytes), "a top-up is never a sliver");
                     } else if held == 0 && refused.is_some() {
                         prop_assert_eq!(b, 1);
                         prop_assert!(mb <= max_bytes.max(max_message));

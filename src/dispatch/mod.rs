@@ -10,6 +10,7 @@
 //! - `attempt`: one message's (or one batch's) work, run as a task.
 //! - `fates`: what a batch answer means for each message, and the held-back rule (pure).
 //! - `outputs`: an answer's outputs published before the input's ack.
+//! - `handover`: a pinned instance hands what it holds to the next one in stream order.
 //! - `lanes`, `timers`: the ordered-lane scheduler and the one timer set (pure).
 //! - `watched`: a `watch` the loop follows until its sender is gone.
 //! - this file: the loop, which routes what happens to the part it concerns.
@@ -25,6 +26,7 @@ mod attempt;
 mod book;
 mod fates;
 mod gate;
+mod handover;
 pub mod lanes;
 mod outputs;
 #[cfg(test)]
@@ -61,6 +63,14 @@ use crate::seam::Ordering;
 use crate::seam::publish::Publish;
 use crate::seam::time::{Alarm, Deadline, bounded};
 use crate::seam::{Event, Forward, Health, ServerPause, Settle, Source};
+
+/// How long past the drain's grace a consumer frozen for a handover stays paused on
+/// the server when this process cannot thaw it (it was killed): the server resumes it.
+const FREEZE_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long a consumer frozen for an unhealthy app's handover stays paused at most
+/// (the handover itself takes a few round trips).
+const STEP_DOWN_FREEZE: Duration = Duration::from_secs(5);
 
 /// Batch delivery: many messages per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,6 +206,8 @@ struct Run<S: Source, F> {
     grace: Alarm,
     /// Set while the app cannot take work and this instance is pinned.
     handover: Alarm,
+    /// A drain froze the consumer to hand over: thawed when the run ends.
+    frozen: Option<handover::Frozen<S::Settler>>,
     /// The next timer, batch hold-back or pacing wait.
     alarm: Alarm,
     /// Batch delivery: since when a partial batch waits for more.
@@ -281,7 +293,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Flow::Fail(e) => return Err(e),
             }
         };
-        self.close(run.source).await;
+        self.close(run.source, run.frozen).await;
         Ok(ended)
     }
 
@@ -305,6 +317,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             end_reason: None,
             grace: Alarm::default(),
             handover: Alarm::default(),
+            frozen: None,
             alarm: Alarm::default(),
             batch_since: None,
             pacing: Pacing::new(now.pace),
@@ -481,16 +494,16 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         // of them is open comes straight back here (a pinned instance is still the
         // one served), to be released again behind newer ones, which the next
         // instance would then see first. Then what is held goes back in stream order,
-        // and what the pulls brought meanwhile (newer still) after it.
+        // and what the pulls brought meanwhile (newer still) after it; a pinned
+        // instance finishes the handover when the run ends (`close`).
         let left = bounded(deadline, "retire the pulls", run.source.retire())
             .await
             .unwrap_or_default();
+        let bound = deadline.saturating_duration_since(Instant::now()) + FREEZE_MARGIN;
         let released = bounded(deadline, "release queued messages", async {
-            let held = self.release_waiting(&mut run.book, true).await;
-            for settler in &left {
-                self.release(settler, Duration::ZERO).await;
-            }
-            held + left.len()
+            let (released, frozen) = self.begin_handover(run, left, bound).await;
+            run.frozen = frozen;
+            released
         })
         .await;
         tracing::info!(in_flight = run.book.tasks.len(), released, "draining");
@@ -519,11 +532,15 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// The app stayed unhealthy or unreachable: this instance steps down so that
     /// another instance of the member is served.
     async fn step_down<S: Source>(&self, run: &mut Run<S, F>) -> Flow {
-        if !run.source.step_down().await {
+        if !self.readiness.status().pinned {
             return Flow::Go;
         }
-        // What waits here would only wait: the next instance takes it.
-        self.release_waiting(&mut run.book, true).await;
+        // What waits here would only wait: the next instance takes it, in order.
+        let left = run.source.retire().await;
+        let (_, frozen) = self.begin_handover(run, left, STEP_DOWN_FREEZE).await;
+        if !self.finish_handover(&mut run.source, frozen, true).await {
+            return Flow::Go;
+        }
         tracing::warn!(
             unhealthy_for_ms = self.live().unhealthy_handover.as_millis(),
             "the app stayed unhealthy or unreachable: stepping down so that another instance is served"
@@ -641,14 +658,14 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     /// The end of a run: a pinned instance hands over, the source closes, what it
     /// had delivered but nobody took is released. Every step may talk to NATS, which
     /// may be gone: each is bounded by what is left of the grace.
-    async fn close<S: Source>(&self, mut source: S) {
+    async fn close<S: Source>(&self, mut source: S, frozen: Option<handover::Frozen<S::Settler>>) {
         let deadline = self.deadline.or_from_now();
-        if self.pinned_mode && self.readiness.status().pinned {
-            // Hand over at once: a standby instance of the member is served next,
-            // without waiting for the pin timeout.
-            if bounded(deadline, "unpin", source.step_down()).await == Some(true) {
-                tracing::info!("unpinned: a standby instance takes over");
-            }
+        // Hand over at once: a standby instance of the member is served next, without
+        // waiting for the pin timeout.
+        let pinned = self.pinned_mode && self.readiness.status().pinned;
+        let handover = self.finish_handover(&mut source, frozen, pinned);
+        if bounded(deadline, "unpin", handover).await == Some(true) {
+            tracing::info!("unpinned: a standby instance takes over");
         }
         if let Some(left) = bounded(deadline, "close the pull inbox", source.close()).await {
             bounded(deadline, "release undelivered messages", async {
@@ -1008,46 +1025,6 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 }
             }
         }
-    }
-
-    /// Releases what waits (queued, or waiting for a retry) at once; retries keep
-    /// their remaining delay. With `keep_verdicts`, messages whose dead letter is
-    /// still to be published stay (a NAK on their last delivery would lose them).
-    async fn release_waiting<T: Settle>(&self, book: &mut Book<T>, keep_verdicts: bool) -> usize {
-        let mut released = 0;
-        let now = Instant::now();
-        let mut waiting: Vec<u64> = book.lanes.drain();
-        waiting.extend(book.due.drain(..));
-        waiting.extend(
-            book.held
-                .iter()
-                .filter(|(_, e)| e.retry_at.is_some())
-                .map(|(id, _)| *id),
-        );
-        waiting.sort_unstable();
-        waiting.dedup();
-        for id in waiting {
-            if let Some(e) = book.held.get(&id)
-                && keep_verdicts
-                && e.verdict.is_some()
-            {
-                // Kept: one that was due (its timer already popped) is due again.
-                if e.retry_at.is_none() {
-                    book.due.push_back(id);
-                }
-                continue;
-            }
-            if let Some(e) = book.take(id) {
-                let delay = e.retry_at.map_or(Duration::ZERO, |at| {
-                    at.saturating_duration_since(now)
-                        .max(crate::policy::MIN_RETRY_DELAY)
-                });
-                self.release(&e.settler, delay).await;
-                self.finish(e, Settlement::RELEASED);
-                released += 1;
-            }
-        }
-        released
     }
 
     /// NAK: without delay for a message never offered to the app (it moves on at

@@ -53,6 +53,11 @@ enum Told {
     Published,
     /// An outputs publish that failed.
     PublishFailed,
+    /// The source (logged as sequence 0): the consumer frozen on the server for a
+    /// handover, the pin given up, the consumer thawed.
+    Frozen,
+    SteppedDown,
+    Thawed,
 }
 
 type Log = Arc<Mutex<Vec<(u64, Told, Instant)>>>;
@@ -114,6 +119,15 @@ struct SourceSide {
 struct FakeSource {
     events: mpsc::UnboundedReceiver<Event<FakeSettler>>,
     side: Arc<Mutex<SourceSide>>,
+    /// A pinned member's instance: it freezes, steps down and thaws (told to `log`).
+    pinned: bool,
+    log: Log,
+}
+
+impl FakeSource {
+    fn tell(&self, t: Told) {
+        self.log.lock().unwrap().push((0, t, Instant::now()));
+    }
 }
 
 impl Source for FakeSource {
@@ -148,7 +162,21 @@ impl Source for FakeSource {
     }
 
     async fn step_down(&mut self) -> bool {
-        false
+        if self.pinned {
+            self.tell(Told::SteppedDown);
+        }
+        std::mem::take(&mut self.pinned)
+    }
+
+    async fn freeze(&mut self, _bound: Duration) -> bool {
+        if self.pinned {
+            self.tell(Told::Frozen);
+        }
+        self.pinned
+    }
+
+    async fn thaw(&mut self) {
+        self.tell(Told::Thawed);
     }
 
     async fn quiesced(&mut self) {
@@ -487,6 +515,8 @@ struct Knobs {
     routes: Vec<crate::route::Route>,
     /// Its share of a budget other rigs share (`None`: a budget that is off).
     budget: Option<crate::admission::BudgetShare>,
+    /// A pinned member's instance (the source says it is pinned at the start).
+    pinned: bool,
 }
 
 impl Default for Knobs {
@@ -508,6 +538,7 @@ impl Default for Knobs {
             tracer: Tracer::off(),
             routes: Vec::new(),
             budget: None,
+            pinned: false,
         }
     }
 }
@@ -602,7 +633,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             .clone()
             .unwrap_or_else(|| crate::admission::Budget::off().member("default", 1)),
         max_buffered: 256,
-        pinned_mode: false,
+        pinned_mode: knobs.pinned,
         ordering: knobs.ordering,
         progress_every: knobs.progress_every,
         dead_letters: knobs.dead_letters.then(|| "dlq".to_string()),
@@ -616,7 +647,12 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let source = FakeSource {
         events: rx,
         side: Arc::clone(&side),
+        pinned: knobs.pinned,
+        log: Arc::clone(&log),
     };
+    if knobs.pinned {
+        events.send(Event::Pinned(true)).unwrap();
+    }
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let run = tokio::spawn(async move { dispatch.run(source, token).await });
@@ -874,6 +910,85 @@ async fn the_drain_finishes_in_flight_work_and_releases_what_waits() {
     assert!(Instant::now() - stopped >= 4 * S);
     let side = r.side.lock().unwrap();
     assert!(side.stopped && side.closed);
+}
+
+/// A pinned instance's drain: what waits goes back in stream order on a frozen
+/// consumer, the pin is given up once the work in flight is done, and the last
+/// release goes after the thaw (it is what makes the server serve the standby).
+#[tokio::test(start_paused = true)]
+async fn a_pinned_drain_releases_in_order_on_a_frozen_consumer_and_thaws_after_the_unpin() {
+    let mut r = rig(
+        Knobs {
+            max_in_flight: 1,
+            ordering: Ordering::Subject,
+            pinned: true,
+            ..Knobs::default()
+        },
+        ok_after(5 * S),
+    );
+    for seq in 1..=5 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    assert!(r.readiness.status().pinned);
+    r.shutdown.cancel();
+    assert_eq!((&mut r.run).await.unwrap().unwrap(), Ended::Shutdown);
+    let log: Vec<(u64, Told)> = r
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, t, _)| *t != Told::Progress)
+        .map(|(seq, t, _)| (*seq, t.clone()))
+        .collect();
+    let nak = Told::Nak(Duration::ZERO);
+    assert_eq!(
+        log,
+        [
+            (0, Told::Frozen),
+            (2, nak.clone()),
+            (3, nak.clone()),
+            (4, nak.clone()),
+            (1, Told::Ack),
+            (0, Told::SteppedDown),
+            (0, Told::Thawed),
+            (5, nak),
+        ]
+    );
+}
+
+/// Not pinned (a plain durable, or a standby): nothing is frozen, everything waiting
+/// is released at once.
+#[tokio::test(start_paused = true)]
+async fn a_drain_that_is_not_pinned_freezes_nothing() {
+    let mut r = rig(
+        Knobs {
+            max_in_flight: 1,
+            ordering: Ordering::Subject,
+            ..Knobs::default()
+        },
+        ok_after(5 * S),
+    );
+    for seq in 1..=3 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    r.shutdown.cancel();
+    assert_eq!((&mut r.run).await.unwrap().unwrap(), Ended::Shutdown);
+    let told: Vec<Told> = r
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, t, _)| t.clone())
+        .collect();
+    assert!(
+        !told
+            .iter()
+            .any(|t| matches!(t, Told::Frozen | Told::Thawed | Told::SteppedDown)),
+        "{told:?}"
+    );
+    assert_eq!(r.told(3), [Told::Nak(Duration::ZERO)]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -681,6 +681,19 @@ impl Source for GroupSource {
         }
     }
 
+    async fn freeze(&mut self, bound: std::time::Duration) -> bool {
+        match self.puller.as_mut() {
+            Some(p) => p.freeze(bound).await,
+            None => false,
+        }
+    }
+
+    async fn thaw(&mut self) {
+        if let Some(p) = self.puller.as_mut() {
+            p.thaw().await;
+        }
+    }
+
     async fn step_down(&mut self) -> bool {
         match self.puller.as_mut() {
             Some(p) => p.step_down().await,

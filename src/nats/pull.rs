@@ -117,6 +117,9 @@ pub struct Puller {
     keep_alive_wake: Option<Instant>,
     /// Send a pull on the next turn whatever is outstanding ([`Puller::wake`]).
     wake: bool,
+    /// This instance paused the consumer on the server for a handover
+    /// ([`Puller::freeze`]) and must resume it.
+    frozen: bool,
 }
 
 /// How the (patched) client marks a message whose header block did not parse.
@@ -158,6 +161,7 @@ impl Nats {
             keep_alive_sent: None,
             keep_alive_wake: None,
             wake: false,
+            frozen: false,
         })
     }
 }
@@ -270,6 +274,50 @@ impl Puller {
         true
     }
 
+    /// A pinned instance about to hand over: pauses the consumer on the server until
+    /// [`Puller::thaw`] (at most `bound`), so that what it releases meanwhile stays in
+    /// the redelivery queue in the order released (see [`Source::freeze`]). Leaves a
+    /// consumer that is paused already (`jetrelay pause`) as it is. Returns whether it
+    /// paused it.
+    pub async fn freeze(&mut self, bound: std::time::Duration) -> bool {
+        if self.cfg.group.is_none() || self.pin.is_none() || self.frozen {
+            return false;
+        }
+        let name = &self.cfg.consumer;
+        let paused = async {
+            let stream = self.js.get_stream_no_info(&self.cfg.stream).await?;
+            let info = stream.consumer_info(name).await?;
+            if info.paused {
+                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(false);
+            }
+            let until = time::OffsetDateTime::now_utc()
+                + time::Duration::try_from(bound).unwrap_or(time::Duration::SECOND);
+            Ok(stream.pause_consumer(name, until).await?.paused)
+        };
+        match paused.await {
+            Ok(frozen) => self.frozen = frozen,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot pause the consumer for the handover: the next instance may see what this one releases out of order");
+            }
+        }
+        self.frozen
+    }
+
+    /// Resumes the consumer [`Puller::freeze`] paused.
+    pub async fn thaw(&mut self) {
+        if !std::mem::take(&mut self.frozen) {
+            return;
+        }
+        let resumed = async {
+            let stream = self.js.get_stream_no_info(&self.cfg.stream).await?;
+            stream.resume_consumer(&self.cfg.consumer).await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        };
+        if let Err(e) = resumed.await {
+            tracing::warn!(error = %e, "cannot resume the consumer after the handover: the server resumes it when the pause it was given ends");
+        }
+    }
+
     /// Moves to a fresh inbox: outstanding pulls lose their listener and die on the
     /// server; messages already delivered to the old inbox are released (NAK).
     async fn retire_pulls(&mut self) -> Result<(), NatsError> {
@@ -309,8 +357,16 @@ impl Puller {
         // A wake (after a pause on the server) needs one new pull to arrive there,
         // whatever is outstanding: one message more than the room, at most.
         let mut wake = std::mem::take(&mut self.wake);
+        // A standby (a pinned consumer's instance without the pin) keeps one pull
+        // open: the server gives the pin to one request, and requests without its id
+        // are never served, so a second one would only sit there; worse, while it is
+        // the only one left the server takes a redelivered message for it and, unable
+        // to send it, moves that message to the back of its redelivery queue.
+        let standby = self.cfg.group.is_some() && self.pin.is_none();
         loop {
-            let next = if self.pulls.len() < MAX_OUTSTANDING {
+            let next = if standby && !self.pulls.is_empty() {
+                NextPull::Wait
+            } else if self.pulls.len() < MAX_OUTSTANDING {
                 self.cfg
                     .limits
                     .next_pull(held, self.requested(), self.max_message, self.refused)
@@ -634,6 +690,14 @@ impl Source for Puller {
                 Vec::new()
             }
         }
+    }
+
+    fn freeze(&mut self, bound: std::time::Duration) -> impl Future<Output = bool> + Send {
+        Puller::freeze(self, bound)
+    }
+
+    fn thaw(&mut self) -> impl Future<Output = ()> + Send {
+        Puller::thaw(self)
     }
 
     fn step_down(&mut self) -> impl Future<Output = bool> + Send {

@@ -268,6 +268,25 @@ pub trait Source: Send {
     /// instance takes over; pulling stays paused. Returns whether anything was given up.
     fn step_down(&mut self) -> impl Future<Output = bool> + Send;
 
+    /// A pinned instance is about to release what it holds and hand over: keeps the
+    /// server from delivering anything of this consumer (for at most `bound`) until
+    /// [`Source::thaw`]. nats-server moves a released message to the back of its
+    /// redelivery queue whenever it wakes with no request it may serve (this
+    /// instance's are retired, a standby's wait for the pin), so without this the
+    /// next instance would be served what this one held out of stream order. Returns
+    /// whether it froze the consumer (then `thaw` must follow); a source that is not
+    /// pinned, or a consumer already paused, is left as it is.
+    fn freeze(&mut self, bound: Duration) -> impl Future<Output = bool> + Send {
+        let _ = bound;
+        std::future::ready(false)
+    }
+
+    /// Ends a [`Source::freeze`]: the consumer delivers again. The server does not
+    /// look for work on a resume, so the caller sends one release after it.
+    fn thaw(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
     /// Everything held was settled or released after a `Quiesce`: the source may now
     /// replace its consumer.
     fn quiesced(&mut self) -> impl Future<Output = ()> + Send {

@@ -193,6 +193,9 @@ async fn a_rolling_restart_drains_the_pinned_instance_and_its_standby_serves_at_
         .map(|a| a.requests().iter().filter(|r| r.status != 200).count())
         .sum();
     assert_eq!(refused, 0, "no request refused or cut");
+    // Each key's order holds across the handover: what the drained instance held
+    // reaches the standby before what came after it.
+    assert_key_order_across(&[&app1, &app2]);
     i2.stop().await.unwrap();
 }
 

@@ -159,7 +159,13 @@ pub fn bodies(apps: &[&MockApp]) -> std::collections::BTreeSet<String> {
 
 /// Per key, the bodies' sequence numbers must be increasing in arrival order.
 pub fn assert_key_order(app: &MockApp) {
-    let mut reqs = app.requests();
+    assert_key_order_across(&[app]);
+}
+
+/// Per key, the bodies' sequence numbers must be increasing in arrival order across
+/// every app (one instance's, then the next one's after a handover).
+pub fn assert_key_order_across(apps: &[&MockApp]) {
+    let mut reqs: Vec<_> = apps.iter().flat_map(|a| a.requests()).collect();
     reqs.sort_by_key(|r| r.at);
     let mut last: std::collections::HashMap<String, u64> = Default::default();
     for r in reqs.iter().filter(|r| r.status == 200) {

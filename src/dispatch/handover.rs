@@ -1,0 +1,156 @@
+//! What a pinned instance holds goes to the next instance in stream order: on a drain
+//! or when the app stays unhealthy, the consumer is frozen on the server, what waits
+//! here is released (oldest first, then what the retired pulls brought), the pin is
+//! given up, and the consumer is thawed. nats-server moves a released message to the
+//! back of its redelivery queue whenever it wakes while none of the waiting requests
+//! may be served (this instance's are retired, a standby's wait for the pin), which
+//! would hand the next instance a key's later messages before its earlier ones; a
+//! frozen consumer does not look, and a resume does not wake it, so the last release
+//! is kept back and sent after the thaw.
+
+use std::time::Duration;
+
+use super::book::{Book, Settlement};
+use super::{Dispatch, Run};
+use crate::seam::publish::Publish;
+use crate::seam::{Forward, Settle, Source};
+
+/// A handover begun on a frozen consumer: the release kept back for after the thaw.
+pub(super) struct Frozen<T> {
+    poke: T,
+}
+
+/// Which of `releases` (in the order they go) is kept back for after the thaw: the
+/// last one released at once (one with a delay does not wake the server when it is
+/// sent). `None`: nothing would wake it, so there is no reason to freeze.
+fn poke_at<T>(releases: &[(T, Duration)]) -> Option<usize> {
+    releases.iter().rposition(|(_, delay)| delay.is_zero())
+}
+
+impl<F: Forward, P: Publish> Dispatch<F, P> {
+    /// Takes what waits out of the book (queued, or waiting for a retry) in the order
+    /// it arrived, with the delay each is released with: none for one never offered,
+    /// the rest of its backoff for a retry. With `keep_verdicts`, messages whose dead
+    /// letter is still to be published stay (a NAK on their last delivery would lose
+    /// them).
+    pub(super) fn take_waiting<T: Settle>(
+        &self,
+        book: &mut Book<T>,
+        keep_verdicts: bool,
+    ) -> Vec<(T, Duration)> {
+        let now = tokio::time::Instant::now();
+        let mut waiting: Vec<u64> = book.lanes.drain();
+        waiting.extend(book.due.drain(..));
+        waiting.extend(
+            book.held
+                .iter()
+                .filter(|(_, e)| e.retry_at.is_some())
+                .map(|(id, _)| *id),
+        );
+        waiting.sort_unstable();
+        waiting.dedup();
+        let mut taken = Vec::with_capacity(waiting.len());
+        for id in waiting {
+            if let Some(e) = book.held.get(&id)
+                && keep_verdicts
+                && e.verdict.is_some()
+            {
+                // Kept: one that was due (its timer already popped) is due again.
+                if e.retry_at.is_none() {
+                    book.due.push_back(id);
+                }
+                continue;
+            }
+            if let Some(e) = book.take(id) {
+                let delay = e.retry_at.map_or(Duration::ZERO, |at| {
+                    at.saturating_duration_since(now)
+                        .max(crate::policy::MIN_RETRY_DELAY)
+                });
+                let settler = e.settler.clone();
+                self.finish(e, Settlement::RELEASED);
+                taken.push((settler, delay));
+            }
+        }
+        taken
+    }
+
+    /// Releases what waits at once; retries keep their remaining delay.
+    pub(super) async fn release_waiting<T: Settle>(
+        &self,
+        book: &mut Book<T>,
+        keep_verdicts: bool,
+    ) -> usize {
+        let releases = self.take_waiting(book, keep_verdicts);
+        for (settler, delay) in &releases {
+            self.release(settler, *delay).await;
+        }
+        releases.len()
+    }
+
+    /// The first half of a handover: what waits here, then `left` (what the retired
+    /// pulls brought, newer still), goes back to the server in that order. A pinned
+    /// instance freezes the consumer first (for at most `bound`) and keeps the last
+    /// release back for [`Dispatch::finish_handover`]. Returns how many were (or will
+    /// be) released.
+    pub(super) async fn begin_handover<S: Source>(
+        &self,
+        run: &mut Run<S, F>,
+        left: Vec<S::Settler>,
+        bound: Duration,
+    ) -> (usize, Option<Frozen<S::Settler>>) {
+        let mut releases = self.take_waiting(&mut run.book, true);
+        releases.extend(left.into_iter().map(|s| (s, Duration::ZERO)));
+        let count = releases.len();
+        let pinned = self.pinned_mode && self.readiness.status().pinned;
+        let frozen = match poke_at(&releases) {
+            Some(at) if pinned && run.source.freeze(bound).await => {
+                let (poke, _) = releases.remove(at);
+                Some(Frozen { poke })
+            }
+            _ => None,
+        };
+        for (settler, delay) in &releases {
+            self.release(settler, *delay).await;
+        }
+        (count, frozen)
+    }
+
+    /// The second half: gives up the pin (with `step_down`), thaws the consumer and
+    /// sends the release kept back, which makes the server serve the next instance,
+    /// from the oldest released message on. Returns whether the pin was given up.
+    pub(super) async fn finish_handover<S: Source>(
+        &self,
+        source: &mut S,
+        frozen: Option<Frozen<S::Settler>>,
+        step_down: bool,
+    ) -> bool {
+        let stepped = step_down && source.step_down().await;
+        if let Some(Frozen { poke }) = frozen {
+            source.thaw().await;
+            self.release(&poke, Duration::ZERO).await;
+        }
+        stepped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_poke_is_the_last_release_sent_at_once() {
+        let cases: &[(&[Duration], Option<usize>)] = &[
+            (&[], None),
+            (&[Duration::ZERO], Some(0)),
+            (&[Duration::ZERO, Duration::ZERO, Duration::ZERO], Some(2)),
+            (&[Duration::ZERO, MS, Duration::ZERO, 5 * MS], Some(2)),
+            (&[MS, 2 * MS], None),
+        ];
+        for (delays, want) in cases {
+            let releases: Vec<((), Duration)> = delays.iter().map(|d| ((), *d)).collect();
+            assert_eq!(poke_at(&releases), *want, "{delays:?}");
+        }
+    }
+}
