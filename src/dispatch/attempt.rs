@@ -4,7 +4,7 @@
 //! back to the loop.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -21,7 +21,7 @@ use crate::message::Delivery;
 use crate::ops::metrics::SettleLabel;
 use crate::ops::telemetry::chain;
 use crate::ops::traces::Active;
-use crate::policy::{Disposition, Outcome, backoff};
+use crate::policy::{self, Disposition, Outcome, TermReason, backoff};
 use crate::route::To;
 use crate::seam::Ordering;
 use crate::seam::publish::{LetterFailure, Publish};
@@ -55,10 +55,14 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let live = self.live();
         let mut sample = None;
         let picked = crate::route::pick(&live.routes, &d.app_subject, &d.message.headers);
+        let expires = d.expires_at();
         let (outcome, status, http_ms, failure, published) = match (d.invalid(), picked) {
             (Some(why), _) => {
                 self.metrics.invalid(&why);
                 (Outcome::Invalid(why), None, None, None, None)
+            }
+            (None, _) if policy::is_expired(expires, SystemTime::now()) => {
+                (Outcome::Expired, None, None, None, None)
             }
             (None, Some((_, r))) if let To::Skip(skip) = r.to => {
                 self.metrics.routed(&r.name, "skip");
@@ -92,7 +96,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         };
         let reach = match (&outcome, &failure) {
-            (Outcome::Invalid(_) | Outcome::Routed(..), _) => Reach::NotAsked,
+            (Outcome::Invalid(_) | Outcome::Routed(..) | Outcome::Expired, _) => Reach::NotAsked,
             (Outcome::Unreachable, Some(f)) => Reach::Unreachable(f.kind),
             (Outcome::Unreachable, None) => Reach::Unreachable("cannot connect"),
             _ => Reach::Reached,
@@ -123,6 +127,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Commit::Instead(instead) => disposition = instead,
             }
         }
+        let disposition = policy::within_life(disposition, expires, SystemTime::now());
         let step = self
             .settle_decided(d, settler, disposition, status, &record, confirmed)
             .await;
@@ -211,6 +216,14 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Step::Hold
             }
             Disposition::Term { reason } => {
+                if reason == TermReason::Expired {
+                    self.metrics.expired(d.age(time::OffsetDateTime::now_utc()));
+                    tracing::warn!(
+                        stream_seq = d.stream_seq(),
+                        attempt = record.attempt,
+                        "the message's Nats-TTL passed (or would before its retry): dead-lettered as expired, not sent"
+                    );
+                }
                 let verdict = Verdict {
                     reason,
                     status,
@@ -471,6 +484,12 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let confirmed = self
             .commit_batch(&send, &lanes, &mut dispositions, &mut answer.outputs)
             .await;
+        let now = SystemTime::now();
+        let dispositions = send
+            .iter()
+            .zip(dispositions)
+            .map(|(i, d)| policy::within_life(d, i.delivery.expires_at(), now))
+            .collect();
         let fates = fates::fates(dispositions, &lanes, ordered);
         let f = &answer.forwarded;
         let status = match f.class {
@@ -527,7 +546,9 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     );
                     steps.push((item.id, step.await));
                 }
-                None if item.delivery.is_invalid() => {
+                None if item.delivery.is_invalid()
+                    || policy::is_expired(item.delivery.expires_at(), SystemTime::now()) =>
+                {
                     let (step, _, _) = self
                         .attempt(
                             &item.delivery,

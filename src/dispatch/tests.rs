@@ -2317,3 +2317,112 @@ async fn a_source_whose_app_hangs_cannot_take_the_budget_from_another() {
     slow.stop().await;
     fine.stop().await;
 }
+
+/// A message published `ago` before now (the wall clock: expiry is against it) with
+/// `Nats-TTL: <ttl>`.
+fn with_ttl(seq: u64, ttl: &str, ago: Duration) -> Delivery {
+    let mut d = delivery(seq, "a");
+    if let Ok(m) = &mut d.meta {
+        m.published = time::OffsetDateTime::now_utc() - ago;
+    }
+    d.message.headers = vec![("Nats-TTL".into(), ttl.into())];
+    d
+}
+
+impl Rig {
+    fn send_delivery(&self, d: Delivery) {
+        let settler = FakeSettler {
+            seq: d.stream_seq(),
+            log: Arc::clone(&self.log),
+        };
+        self.events
+            .send(Event::Message(Box::new(d), settler))
+            .unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_message_is_dead_lettered_without_a_request_alone_and_in_a_batch() {
+    for batch in [None, batching(10, 1 << 20, Duration::ZERO)] {
+        let knobs = || Knobs {
+            dead_letters: true,
+            batch,
+            ..Knobs::default()
+        };
+        let r = match batch {
+            None => rig(knobs(), ok_after(MS)),
+            Some(_) => batch_rig(knobs(), all_acked()),
+        };
+        r.send_delivery(with_ttl(1, "5s", 10 * S));
+        r.send_delivery(with_ttl(2, "1h", 10 * S));
+        r.send_delivery(with_ttl(3, "never", 10 * S));
+        r.send_delivery(with_ttl(4, "5", 10 * S));
+        wait(S).await;
+        let mut seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, [2, 3], "{batch:?}: the expired ones were not sent");
+        for seq in [1, 4] {
+            assert_eq!(r.settled(seq), [Told::Letter, Told::Term], "{batch:?}");
+        }
+        for seq in [2, 3] {
+            assert_eq!(r.settled(seq), [Told::Ack], "{batch:?}");
+        }
+        assert_eq!(r.metrics.sample("jetrelay_expired_total"), Some(2.0));
+        assert_eq!(
+            r.metrics
+                .sample("jetrelay_message_age_seconds_count{stage=\"expired\"}"),
+            Some(2.0)
+        );
+        r.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_would_come_after_the_expiry_is_no_retry() {
+    let busy = |after: u64| -> Script {
+        Box::new(move |_, _, _| {
+            (
+                Outcome::Answered {
+                    status: 503,
+                    retry_after: Some(Duration::from_secs(after)),
+                    action: None,
+                },
+                MS,
+            )
+        })
+    };
+    for ordering in [Ordering::None, Ordering::Subject] {
+        // Retry-After 30 s, 60 s left: retried (a NAK, or in its lane).
+        let r = rig(
+            Knobs {
+                ordering,
+                ..Knobs::default()
+            },
+            busy(30),
+        );
+        r.send_delivery(with_ttl(1, "70s", 10 * S));
+        wait(S).await;
+        if ordering == Ordering::None {
+            assert_eq!(r.settled(1), [Told::Nak(30 * S)]);
+        } else {
+            assert_eq!(r.settled(1), [], "kept in its lane for the retry");
+        }
+        assert_eq!(r.metrics.sample("jetrelay_expired_total"), Some(0.0));
+        r.stop().await;
+
+        // Retry-After 30 s, 20 s left: terminated as expired after the one request.
+        let r = rig(
+            Knobs {
+                ordering,
+                ..Knobs::default()
+            },
+            busy(30),
+        );
+        r.send_delivery(with_ttl(1, "30s", 10 * S));
+        wait(S).await;
+        assert_eq!(r.seen().len(), 1);
+        assert_eq!(r.settled(1), [Told::Term], "{ordering:?}");
+        assert_eq!(r.metrics.sample("jetrelay_expired_total"), Some(1.0));
+        r.stop().await;
+    }
+}
