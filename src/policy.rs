@@ -146,6 +146,9 @@ pub enum Outcome {
     Routed(Skip, String),
     /// Its `Nats-TTL` had passed when it was about to be sent: never sent.
     Expired,
+    /// Its idempotency marker exists: it was processed before, and is acked without
+    /// a request.
+    Duplicate,
 }
 
 /// Why a message is terminated; the text goes into `+TERM <reason>`.
@@ -274,7 +277,7 @@ impl Policy {
                     reason: TermReason::Invalid(why.clone()),
                 };
             }
-            Outcome::Routed(Skip::Ack, _) => return Disposition::Ack,
+            Outcome::Routed(Skip::Ack, _) | Outcome::Duplicate => return Disposition::Ack,
             Outcome::Routed(skip, route) => {
                 return Disposition::Term {
                     reason: TermReason::Routed(*skip, route.clone()),
@@ -741,6 +744,7 @@ mod tests {
         assert!(is_expired(Some(t0), t0));
         assert!(is_expired(Some(t0), t0 + s(1)));
         assert_eq!(policy().decide(&Outcome::Expired, 1), expired);
+        assert_eq!(policy().decide(&Outcome::Duplicate, 9), Disposition::Ack);
         assert_eq!(TermReason::Expired.to_string(), "jetrelay: expired");
     }
 

@@ -24,6 +24,7 @@ use crate::ops::traces::Active;
 use crate::policy::{self, Disposition, Outcome, TermReason, backoff};
 use crate::route::To;
 use crate::seam::Ordering;
+use crate::seam::markers::Markers;
 use crate::seam::publish::{LetterFailure, Publish};
 use crate::seam::{Forward, Forwarded, HttpClass, NoAnswer, Offer, Settle};
 use crate::trace::context::SpanContext;
@@ -40,7 +41,7 @@ pub(super) struct Record<'a> {
     received: Instant,
 }
 
-impl<F: Forward, P: Publish> Dispatch<F, P> {
+impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// One attempt: one request, one decision, then either one final action and one
     /// log line, or a retry in place, or a hold, reported back.
     pub(super) async fn attempt<T: Settle>(
@@ -56,11 +57,14 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let mut sample = None;
         let picked = crate::route::pick(&live.routes, &d.app_subject, &d.message.headers);
         let expires = d.expires_at();
+        let skipped = matches!(picked, Some((_, r)) if matches!(r.to, To::Skip(_)));
+        let duplicate = !skipped && !d.is_invalid() && self.processed_before(d).await;
         let (outcome, status, http_ms, failure, published) = match (d.invalid(), picked) {
             (Some(why), _) => {
                 self.metrics.invalid(&why);
                 (Outcome::Invalid(why), None, None, None, None)
             }
+            (None, _) if duplicate => (Outcome::Duplicate, None, None, None, None),
             (None, _) if policy::is_expired(expires, SystemTime::now()) => {
                 (Outcome::Expired, None, None, None, None)
             }
@@ -96,7 +100,10 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         };
         let reach = match (&outcome, &failure) {
-            (Outcome::Invalid(_) | Outcome::Routed(..) | Outcome::Expired, _) => Reach::NotAsked,
+            (
+                Outcome::Invalid(_) | Outcome::Routed(..) | Outcome::Expired | Outcome::Duplicate,
+                _,
+            ) => Reach::NotAsked,
             (Outcome::Unreachable, Some(f)) => Reach::Unreachable(f.kind),
             (Outcome::Unreachable, None) => Reach::Unreachable("cannot connect"),
             _ => Reach::Reached,
@@ -128,6 +135,7 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         }
         let disposition = policy::within_life(disposition, expires, SystemTime::now());
+        self.marked_or_duplicate(d, &outcome, &disposition).await;
         let step = self
             .settle_decided(d, settler, disposition, status, &record, confirmed)
             .await;
@@ -166,6 +174,31 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             );
         }
         f
+    }
+
+    /// A duplicate is counted; a message the app processed (answered, and to be
+    /// acked) gets its marker, after its outputs and before its ack.
+    async fn marked_or_duplicate(
+        &self,
+        d: &Delivery,
+        outcome: &Outcome,
+        disposition: &Disposition,
+    ) {
+        match (outcome, disposition) {
+            (Outcome::Duplicate, _) => {
+                self.metrics.duplicate_suppressed();
+                tracing::info!(
+                    stream_seq = d.stream_seq(),
+                    delivered = d.delivered(),
+                    "processed before (its idempotency marker exists): acked without a request"
+                );
+            }
+            (Outcome::Answered { .. }, Disposition::Ack) => {
+                self.mark_processed(self.marker_of(d).into_iter().collect())
+                    .await;
+            }
+            _ => {}
+        }
     }
 
     /// Carries out one message's disposition: ack (`confirmed`: waiting for the
@@ -458,7 +491,7 @@ struct BatchAnswer {
     outputs: Vec<Option<fates::Published>>,
 }
 
-impl<F: Forward, P: Publish> Dispatch<F, P> {
+impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// One batch: one request for the messages it can carry (a message that only
     /// waits for its dead letter, or cannot be offered at all, is settled on its own),
     /// then each message's fate from the answer, settled one by one with one log line
@@ -491,6 +524,16 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             .map(|(i, d)| policy::within_life(d, i.delivery.expires_at(), now))
             .collect();
         let fates = fates::fates(dispositions, &lanes, ordered);
+        let processed: Vec<String> = send
+            .iter()
+            .zip(&answer.outcomes)
+            .zip(&fates)
+            .filter(|((_, o), f)| {
+                matches!(o, Outcome::Answered { .. }) && **f == Fate::Decided(Disposition::Ack)
+            })
+            .filter_map(|((i, _), _)| self.marker_of(&i.delivery))
+            .collect();
+        self.mark_processed(processed).await;
         let f = &answer.forwarded;
         let status = match f.class {
             HttpClass::Status(s) => Some(s),
@@ -534,7 +577,21 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     ) -> (Vec<(u64, Step)>, Vec<BatchItem<T>>) {
         let mut steps = Vec::with_capacity(items.len());
         let mut send = Vec::with_capacity(items.len());
-        for item in items {
+        // The markers of the whole batch read at once.
+        let duplicates = futures::future::join_all(items.iter().map(|i| async {
+            i.verdict.is_none()
+                && !i.delivery.is_invalid()
+                && self.processed_before(&i.delivery).await
+        }))
+        .await;
+        for (item, duplicate) in items.into_iter().zip(duplicates) {
+            if duplicate {
+                let step = self
+                    .settle_duplicate(&item.delivery, &item.settler, item.attempt, item.received)
+                    .await;
+                steps.push((item.id, step));
+                continue;
+            }
             match item.verdict.clone() {
                 Some(v) => {
                     let step = self.dead_letter_again(
@@ -564,6 +621,29 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         }
         (steps, send)
+    }
+
+    /// A message of a batch whose marker exists: acked without a request.
+    async fn settle_duplicate<T: Settle>(
+        &self,
+        d: &Delivery,
+        settler: &T,
+        attempt: u32,
+        received: Instant,
+    ) -> Step {
+        self.marked_or_duplicate(d, &Outcome::Duplicate, &Disposition::Ack)
+            .await;
+        let record = Record {
+            trace: None,
+            attempt,
+            status: None,
+            http_ms: None,
+            action: None,
+            failure: None,
+            received,
+        };
+        self.settle_decided(d, settler, Disposition::Ack, None, &record, false)
+            .await
     }
 
     /// The one request, and what its answer says of each message.

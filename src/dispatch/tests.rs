@@ -53,6 +53,10 @@ enum Told {
     Published,
     /// An outputs publish that failed.
     PublishFailed,
+    /// Its idempotency marker was stored.
+    Marked,
+    /// A marker write that failed.
+    MarkFailed,
 }
 
 type Log = Arc<Mutex<Vec<(u64, Told, Instant)>>>;
@@ -280,6 +284,81 @@ impl Publish for FakePublisher {
     }
 }
 
+/// The markers: a set of keys, whose writes fail while `failing` is above 0 (each
+/// failed write takes one off) and take `delay` each.
+struct FakeMarkers {
+    log: Log,
+    keys: Arc<Mutex<std::collections::HashSet<String>>>,
+    failing: Arc<Mutex<u32>>,
+    /// Writes that failed or stored, as the sets of keys handed over.
+    writes: Arc<Mutex<Vec<usize>>>,
+    delay: Duration,
+}
+
+/// The stream sequence a marker key (`<scope>.s<base64 "S:<seq>">`) names; 0 for a
+/// message id's.
+fn seq_of_marker(key: &str) -> u64 {
+    use base64::Engine as _;
+    let id = key.split_once('.').unwrap().1;
+    match id.strip_prefix('s') {
+        Some(b) => {
+            let text = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(b)
+                .unwrap();
+            String::from_utf8(text)
+                .unwrap()
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        }
+        None => 0,
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the marker store is unavailable")]
+struct MarkerDown;
+
+impl crate::seam::markers::MarkerFailure for MarkerDown {}
+
+impl crate::seam::markers::Markers for FakeMarkers {
+    type Error = MarkerDown;
+
+    async fn marked(&self, key: &str) -> Result<bool, MarkerDown> {
+        tokio::time::sleep(self.delay).await;
+        Ok(self.keys.lock().unwrap().contains(key))
+    }
+
+    async fn mark(&self, keys: &[String]) -> Result<(), MarkerDown> {
+        tokio::time::sleep(self.delay).await;
+        self.writes.lock().unwrap().push(keys.len());
+        let failed = {
+            let mut f = self.failing.lock().unwrap();
+            let failed = *f > 0;
+            *f = f.saturating_sub(1);
+            failed
+        };
+        let told = if failed {
+            Told::MarkFailed
+        } else {
+            Told::Marked
+        };
+        for k in keys {
+            self.log
+                .lock()
+                .unwrap()
+                .push((seq_of_marker(k), told.clone(), Instant::now()));
+        }
+        if failed {
+            return Err(MarkerDown);
+        }
+        self.keys.lock().unwrap().extend(keys.iter().cloned());
+        Ok(())
+    }
+}
+
 /// Every publish stored, its PubAck after `d`.
 fn stored_after(d: Duration) -> PublishScript {
     Box::new(move |_, _| (Ok(()), d))
@@ -446,6 +525,10 @@ fn delivery(seq: u64, subject: &str) -> Delivery {
 
 /// A dispatcher, its fakes and the handles to drive and watch them.
 struct Rig {
+    /// The idempotency markers stored.
+    marker_keys: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Each marker write: how many keys it carried.
+    marker_writes: Arc<Mutex<Vec<usize>>>,
     batches: Arc<Mutex<Vec<Vec<u64>>>>,
     events: mpsc::UnboundedSender<Event<FakeSettler>>,
     log: Log,
@@ -487,6 +570,8 @@ struct Knobs {
     routes: Vec<crate::route::Route>,
     /// Its share of a budget other rigs share (`None`: a budget that is off).
     budget: Option<crate::admission::BudgetShare>,
+    /// Idempotency markers on: the keys already marked, and how many writes fail.
+    markers: Option<(Vec<String>, u32)>,
 }
 
 impl Default for Knobs {
@@ -508,6 +593,7 @@ impl Default for Knobs {
             tracer: Tracer::off(),
             routes: Vec::new(),
             budget: None,
+            markers: None,
         }
     }
 }
@@ -586,8 +672,26 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         route_forwarders: Vec::new(),
     };
     let (live_tx, live) = watch::channel(Arc::new(live));
+    let marker_keys: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let marker_writes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let markers = knobs.markers.clone().map(|(keys, failing)| {
+        marker_keys.lock().unwrap().extend(keys);
+        super::Marking {
+            store: FakeMarkers {
+                log: Arc::clone(&log),
+                keys: Arc::clone(&marker_keys),
+                failing: Arc::new(Mutex::new(failing)),
+                writes: Arc::clone(&marker_writes),
+                delay: MS,
+            },
+            key: crate::seam::markers::IdempotencyKey::MsgId,
+            scope: "d".into(),
+            patience: Duration::from_secs(30),
+        }
+    });
     let dispatch = Arc::new(Dispatch {
         live,
+        markers,
         publisher: FakePublisher {
             log: Arc::clone(&log),
             letters: knobs.letters.unwrap_or_else(|| stored_after(MS)),
@@ -621,6 +725,8 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let token = shutdown.clone();
     let run = tokio::spawn(async move { dispatch.run(source, token).await });
     Rig {
+        marker_keys,
+        marker_writes,
         metrics,
         batches,
         events,
@@ -2425,4 +2531,174 @@ async fn a_retry_that_would_come_after_the_expiry_is_no_retry() {
         assert_eq!(r.metrics.sample("jetrelay_expired_total"), Some(1.0));
         r.stop().await;
     }
+}
+
+/// The marker key of the test delivery `seq` (scope `d`, no message id).
+fn key_of(seq: u64) -> String {
+    crate::seam::markers::marker_key(
+        &delivery(seq, "a"),
+        crate::seam::markers::IdempotencyKey::MsgId,
+        "d",
+    )
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_processed_message_is_marked_after_its_outputs_and_before_its_ack_and_a_marked_one_is_not_sent()
+ {
+    let r = rig(
+        Knobs {
+            markers: Some((vec![key_of(2)], 0)),
+            publishes: true,
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "a");
+    r.send(2, "a");
+    r.send_delivered(3, "a", 2);
+    wait(S).await;
+    let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(!seen.contains(&2), "the marked one was not sent: {seen:?}");
+    for seq in [1, 3] {
+        assert_eq!(
+            r.settled(seq),
+            [Told::Published, Told::Marked, Told::AckConfirmed],
+            "{seq}: outputs, marker, ack"
+        );
+    }
+    assert_eq!(r.settled(2), [Told::Ack], "acked without a request");
+    assert!(r.marker_keys.lock().unwrap().contains(&key_of(1)));
+    let m = &r.metrics;
+    assert_eq!(m.sample("jetrelay_duplicates_suppressed_total"), Some(1.0));
+    assert_eq!(m.sample("jetrelay_idempotency_failures_total"), Some(0.0));
+    r.stop().await;
+
+    // A redelivery of 1 now finds its marker.
+    let r = rig(
+        Knobs {
+            markers: Some((vec![key_of(1)], 0)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send_delivered(1, "a", 2);
+    wait(S).await;
+    assert!(r.seen().is_empty());
+    assert_eq!(r.settled(1), [Told::Ack]);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_marker_that_cannot_be_written_is_tried_again_within_ack_wait_then_acked_anyway() {
+    // Two failed writes: the third stores it, then the ack.
+    let r = rig(
+        Knobs {
+            markers: Some((Vec::new(), 2)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "a");
+    wait(S).await;
+    assert_eq!(
+        r.settled(1),
+        [Told::MarkFailed, Told::MarkFailed, Told::Marked, Told::Ack]
+    );
+    assert_eq!(
+        r.metrics.sample("jetrelay_idempotency_failures_total"),
+        Some(0.0)
+    );
+    r.stop().await;
+
+    // Never written: acked anyway within ack_wait (30 s here), counted.
+    let r = rig(
+        Knobs {
+            markers: Some((Vec::new(), u32::MAX)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    let start = Instant::now();
+    r.send(1, "a");
+    wait(40 * S).await;
+    let told = r.settled(1);
+    assert_eq!(told.last(), Some(&Told::Ack), "{told:?}");
+    assert!(
+        told[..told.len() - 1]
+            .iter()
+            .all(|t| *t == Told::MarkFailed)
+    );
+    let acked = r.told_at(1, &Told::Ack)[0];
+    assert!(
+        acked - start < 30 * S,
+        "within ack_wait: {:?}",
+        acked - start
+    );
+    assert_eq!(
+        r.metrics.sample("jetrelay_idempotency_failures_total"),
+        Some(1.0)
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_a_batch_each_message_is_marked_in_one_write_and_a_marked_one_is_left_out() {
+    let r = batch_rig(
+        Knobs {
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            markers: Some((vec![key_of(2)], 0)),
+            ..Knobs::default()
+        },
+        all_acked(),
+    );
+    for seq in 1..=4 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    let carried: Vec<u64> = r.batches.lock().unwrap().concat();
+    assert!(!carried.contains(&2), "{carried:?}");
+    assert_eq!(carried.len(), 3, "{carried:?}");
+    for seq in [1, 3, 4] {
+        assert_eq!(r.settled(seq), [Told::Marked, Told::Ack], "{seq}");
+    }
+    assert_eq!(r.settled(2), [Told::Ack]);
+    let writes = r.marker_writes.lock().unwrap().clone();
+    assert_eq!(writes.iter().sum::<usize>(), 3);
+    assert!(
+        writes.len() <= r.batches.lock().unwrap().len(),
+        "one write per batch: {writes:?}"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_ordering_a_marked_message_is_acked_in_its_keys_turn() {
+    // 1 is answered 503 once (retried in its lane a second later); 2, marked, waits
+    // for it; 3 comes after both.
+    let r = rig(
+        Knobs {
+            ordering: Ordering::Subject,
+            markers: Some((vec![key_of(2)], 0)),
+            ..Knobs::default()
+        },
+        Box::new(|seq, attempt, _| {
+            if seq == 1 && attempt == 1 {
+                (status(503), MS)
+            } else {
+                (status(200), MS)
+            }
+        }),
+    );
+    for seq in 1..=3 {
+        r.send(seq, "a");
+    }
+    wait(5 * S).await;
+    let at = |seq| r.told_at(seq, &Told::Ack)[0];
+    assert!(at(1) <= at(2) && at(2) <= at(3), "in stream order");
+    assert!(at(2) - at(1) < S);
+    let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(seen, [1, 1, 3]);
+    r.stop().await;
 }
