@@ -177,6 +177,17 @@ impl Delivery {
         Some(std::time::Duration::try_from(now - m.published).unwrap_or_default())
     }
 
+    /// When the message expires, by its `Nats-TTL` ([`Ttl::parse`]) counted from its
+    /// publish time, as nats-server expires it; `None` without a TTL (or metadata), or
+    /// with `never`.
+    pub fn expires_at(&self) -> Option<std::time::SystemTime> {
+        let m = self.meta.as_ref().ok()?;
+        match Ttl::parse(self.header(TTL_HEADER)?)? {
+            Ttl::Never => None,
+            Ttl::After(ttl) => std::time::SystemTime::from(m.published).checked_add(ttl),
+        }
+    }
+
     /// Delivery count, 1 when the metadata is unreadable.
     pub fn delivered(&self) -> u32 {
         self.meta.as_ref().map_or(1, |m| m.delivered)
@@ -191,6 +202,108 @@ impl Delivery {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.message.header(name)
     }
+}
+
+/// A message's own lifetime, its `Nats-TTL` header (ADR-43) as nats-server reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    /// `never` (any case): the message never expires.
+    Never,
+    /// Whole seconds after its publish time.
+    After(std::time::Duration),
+}
+
+/// The header nats-server reads a message's TTL from.
+pub const TTL_HEADER: &str = "Nats-TTL";
+
+impl Ttl {
+    /// Reads a `Nats-TTL` value as nats-server does (`parseMessageTTL`): `never` in any
+    /// case; else a Go duration (`90s`, `1h30m`, `1.5m`) of at least one second,
+    /// truncated to whole seconds; else a plain number of seconds. `None` for what the
+    /// server refuses (and treats as no TTL when it expires messages): a duration
+    /// under a second, a negative or malformed value, and `0` (no TTL of its own).
+    pub fn parse(value: &str) -> Option<Ttl> {
+        if value.eq_ignore_ascii_case("never") {
+            return Some(Ttl::Never);
+        }
+        let secs = match go_duration_nanos(value) {
+            Some(n) if n < 1_000_000_000 => return None,
+            Some(n) => n / 1_000_000_000,
+            None if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                value.parse::<i64>().ok()?
+            }
+            None => return None,
+        };
+        let secs = u64::try_from(secs).ok().filter(|s| *s > 0)?;
+        Some(Ttl::After(std::time::Duration::from_secs(secs)))
+    }
+}
+
+/// Go's `time.ParseDuration` in nanoseconds: an optional sign, then one or more
+/// `<number><unit>` (`ns`, `us`, `µs`, `μs`, `ms`, `s`, `m`, `h`; the number may
+/// have a fraction), or a lone `0`; `None` on anything else or an overflow.
+fn go_duration_nanos(value: &str) -> Option<i64> {
+    let (negative, mut rest) = match value.as_bytes().first() {
+        Some(b'-') => (true, &value[1..]),
+        Some(b'+') => (false, &value[1..]),
+        _ => (false, value),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let whole_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (whole, after) = rest.split_at(whole_end);
+        let (frac, after) = match after.strip_prefix('.') {
+            Some(a) => {
+                let end = a.find(|c: char| !c.is_ascii_digit()).unwrap_or(a.len());
+                a.split_at(end)
+            }
+            None => ("", after),
+        };
+        if whole.is_empty() && frac.is_empty() {
+            return None;
+        }
+        let unit_end = after
+            .find(|c: char| c == '.' || c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_end);
+        let scale: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return None,
+        };
+        let mut n: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().ok()?
+        };
+        n = n.checked_mul(scale)?;
+        // The fraction, digit by digit, as Go does (what is below a nanosecond is
+        // dropped).
+        let mut place = scale;
+        for d in frac.bytes() {
+            place /= 10;
+            n += u128::from(d - b'0') * place;
+        }
+        total = total.checked_add(n)?;
+        if total > i64::MAX as u128 {
+            return None;
+        }
+        rest = next;
+    }
+    let total = i64::try_from(total).ok()?;
+    Some(if negative { -total } else { total })
 }
 
 /// What the app is offered: a JetStream delivery, or a plain message (a NATS
@@ -334,6 +447,81 @@ pub const MAX_HEADER_BLOCK: usize = 65_535;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ttl_is_read_as_nats_server_reads_it() {
+        let s = |n| Some(Ttl::After(std::time::Duration::from_secs(n)));
+        let cases = [
+            ("never", Some(Ttl::Never)),
+            ("NEVER", Some(Ttl::Never)),
+            ("5", s(5)),
+            ("90s", s(90)),
+            ("1h30m", s(5400)),
+            ("1.5m", s(90)),
+            ("1500ms", s(1)),
+            ("2999ms", s(2)),
+            ("+3s", s(3)),
+            (".5m", s(30)),
+            ("1s500ms", s(1)),
+            ("1000000us", s(1)),
+            ("1000000\u{b5}s", s(1)),
+            ("1000000\u{3bc}s", s(1)),
+            ("0", None),
+            ("0s", None),
+            ("999ms", None),
+            ("-5s", None),
+            ("-5", None),
+            ("", None),
+            (" 5", None),
+            ("5 ", None),
+            ("5x", None),
+            ("s", None),
+            (".s", None),
+            ("1.s", s(1)),
+            ("forever", None),
+            ("99999999999999999999h", None),
+            ("9223372036854775807", s(9_223_372_036_854_775_807)),
+            ("9223372036854775808", None),
+        ];
+        for (value, want) in cases {
+            assert_eq!(Ttl::parse(value), want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn a_delivery_expires_its_ttl_after_its_publish_time() {
+        let published = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        let d = |ttl: Option<&str>| Delivery {
+            message: Message {
+                subject: "a".into(),
+                headers: ttl
+                    .map(|t| vec![("nats-ttl".to_string(), t.to_string())])
+                    .unwrap_or_default(),
+                payload: Bytes::new(),
+            },
+            meta: Ok(Meta {
+                stream: "S".into(),
+                consumer: "c".into(),
+                stream_seq: 1,
+                consumer_seq: 1,
+                delivered: 1,
+                pending: 0,
+                published,
+            }),
+            partition: None,
+            app_subject: "a".into(),
+            origin: None,
+            flaw: None,
+        };
+        let at = std::time::SystemTime::from(published);
+        assert_eq!(
+            d(Some("30s")).expires_at(),
+            Some(at + std::time::Duration::from_secs(30))
+        );
+        assert_eq!(d(Some("never")).expires_at(), None);
+        assert_eq!(d(Some("bogus")).expires_at(), None);
+        assert_eq!(d(None).expires_at(), None);
+    }
 
     #[test]
     fn stream_source_table() {

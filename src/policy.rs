@@ -144,6 +144,11 @@ pub enum Outcome {
     Invalid(Invalid),
     /// A route settles the message without a request: its action, and its name.
     Routed(Skip, String),
+    /// Its `Nats-TTL` had passed when it was about to be sent: never sent.
+    Expired,
+    /// Its idempotency marker exists: it was processed before, and is acked without
+    /// a request.
+    Duplicate,
 }
 
 /// Why a message is terminated; the text goes into `+TERM <reason>`.
@@ -167,6 +172,8 @@ pub enum TermReason {
     PublishRefused(String),
     /// A route's `term` or `dlq`: the route's name.
     Routed(Skip, String),
+    /// Its `Nats-TTL` passed before it could be sent, or would before its retry.
+    Expired,
 }
 
 impl fmt::Display for TermReason {
@@ -182,6 +189,7 @@ impl fmt::Display for TermReason {
             TermReason::Routed(skip, route) => {
                 write!(f, "jetrelay: route {route} says {}", skip.name())
             }
+            TermReason::Expired => f.write_str("jetrelay: expired"),
         }
     }
 }
@@ -269,10 +277,15 @@ impl Policy {
                     reason: TermReason::Invalid(why.clone()),
                 };
             }
-            Outcome::Routed(Skip::Ack, _) => return Disposition::Ack,
+            Outcome::Routed(Skip::Ack, _) | Outcome::Duplicate => return Disposition::Ack,
             Outcome::Routed(skip, route) => {
                 return Disposition::Term {
                     reason: TermReason::Routed(*skip, route.clone()),
+                };
+            }
+            Outcome::Expired => {
+                return Disposition::Term {
+                    reason: TermReason::Expired,
                 };
             }
             Outcome::Unreachable => return Disposition::Hold,
@@ -384,6 +397,32 @@ impl Policy {
     /// deliveries, and stops at `max_deliver`.
     pub fn is_last_delivery(&self, delivered: u32) -> bool {
         self.max_attempts.is_some_and(|max| delivered >= max)
+    }
+}
+
+/// Whether a message that expires at `expires` (`None`: never) has expired at `now`:
+/// it is then not sent, neither first nor again.
+pub fn is_expired(expires: Option<SystemTime>, now: SystemTime) -> bool {
+    expires.is_some_and(|at| now >= at)
+}
+
+/// A retry that would come after the message expires (at `expires`, seen at `now`)
+/// is no retry: the message is terminated as expired instead. Every other
+/// disposition stands.
+pub fn within_life(
+    disposition: Disposition,
+    expires: Option<SystemTime>,
+    now: SystemTime,
+) -> Disposition {
+    match (&disposition, expires) {
+        (Disposition::Retry { delay }, Some(at))
+            if now.checked_add(*delay).is_none_or(|due| due > at) =>
+        {
+            Disposition::Term {
+                reason: TermReason::Expired,
+            }
+        }
+        _ => disposition,
     }
 }
 
@@ -670,6 +709,45 @@ mod tests {
         );
     }
 
+    #[test]
+    fn expiry_table() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let s = Duration::from_secs;
+        let expired = term(TermReason::Expired);
+        // (expires after t0, now after t0, disposition) → disposition
+        let cases: Vec<(Option<u64>, u64, Disposition, Disposition)> = vec![
+            (None, 100, retry(5000), retry(5000)),
+            (Some(60), 0, retry(5000), retry(5000)),
+            (Some(60), 55, retry(5000), retry(5000)),
+            (Some(60), 55, retry(5001), expired.clone()),
+            (Some(60), 59, retry(60_000), expired.clone()),
+            (Some(60), 61, retry(1000), expired.clone()),
+            (Some(60), 61, Disposition::Ack, Disposition::Ack),
+            (Some(60), 61, Disposition::Hold, Disposition::Hold),
+            (
+                Some(60),
+                61,
+                term(TermReason::Status(400)),
+                term(TermReason::Status(400)),
+            ),
+        ];
+        for (expires, now, given, want) in cases {
+            let expires = expires.map(|e| t0 + s(e));
+            assert_eq!(
+                within_life(given.clone(), expires, t0 + s(now)),
+                want,
+                "{expires:?} {now} {given:?}"
+            );
+        }
+        assert!(!is_expired(None, t0));
+        assert!(!is_expired(Some(t0 + s(1)), t0));
+        assert!(is_expired(Some(t0), t0));
+        assert!(is_expired(Some(t0), t0 + s(1)));
+        assert_eq!(policy().decide(&Outcome::Expired, 1), expired);
+        assert_eq!(policy().decide(&Outcome::Duplicate, 9), Disposition::Ack);
+        assert_eq!(TermReason::Expired.to_string(), "jetrelay: expired");
+    }
+
     proptest::proptest! {
         #[test]
         fn backoff_is_monotonic_and_capped(initial in 1u64..10_000, max in 1u64..1_000_000, a in 0u32..200) {
@@ -685,6 +763,17 @@ mod tests {
             let o = Outcome::Answered { status, retry_after: ra.map(Duration::from_secs), action: None };
             if let Disposition::Retry { delay } = p.decide(&o, attempt) {
                 proptest::prop_assert!(delay >= p.retry_initial);
+            }
+        }
+
+        #[test]
+        fn no_retry_ends_after_the_expiry(ttl in 0u64..100_000, now in 0u64..200_000, delay in 1u64..200_000) {
+            let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+            let at = t0 + Duration::from_millis(ttl);
+            let now = t0 + Duration::from_millis(now);
+            match within_life(retry(delay), Some(at), now) {
+                Disposition::Retry { delay } => proptest::prop_assert!(now + delay <= at),
+                d => proptest::prop_assert_eq!(d, term(TermReason::Expired)),
             }
         }
     }

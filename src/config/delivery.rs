@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::source::SourceKind;
 use super::{Config, DAY, HOUR, Problems};
 use crate::seam::Ordering;
+use crate::seam::markers::IdempotencyKey;
 
 /// `delivery.ack`
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -67,6 +68,13 @@ pub struct DeliveryConfig {
     pub rate_limit_per_s: u32,
     /// Starts at once after idle time; 0 = one second's worth.
     pub rate_limit_burst: u32,
+    /// The NATS KV bucket of "processed" markers; empty = off.
+    pub idempotency_bucket: String,
+    /// How long a marker lives (whole seconds on the server).
+    pub idempotency_ttl_ms: u64,
+    /// What identifies a message: its `Nats-Msg-Id` (else stream and sequence), or
+    /// its stream and sequence.
+    pub idempotency_key: IdempotencyKey,
 }
 
 impl Default for DeliveryConfig {
@@ -89,6 +97,9 @@ impl Default for DeliveryConfig {
             batch_size: 1,
             batch_max_bytes: 1024 * 1024,
             batch_wait_ms: 0,
+            idempotency_bucket: String::new(),
+            idempotency_ttl_ms: DAY,
+            idempotency_key: IdempotencyKey::MsgId,
         }
     }
 }
@@ -127,6 +138,31 @@ impl Config {
                 "needs delivery.rate_limit_per_s (0 = no rate limit)",
             );
         }
+    }
+
+    /// The markers' bucket name (a KV bucket's: letters, digits, `-`, `_`) and how
+    /// long a marker lives (at least a second: the server counts TTLs in seconds).
+    fn check_idempotency(&self, p: &mut Problems) {
+        let d = &self.delivery;
+        if d.idempotency_bucket.is_empty() {
+            return;
+        }
+        let valid = d.idempotency_bucket.len() <= 64
+            && d.idempotency_bucket
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid {
+            p.add(
+                "delivery.idempotency_bucket",
+                "must be a KV bucket name: letters, digits, '-' and '_', at most 64",
+            );
+        }
+        p.range(
+            "delivery.idempotency_ttl_ms",
+            d.idempotency_ttl_ms,
+            1000,
+            365 * DAY,
+        );
     }
 
     pub(super) fn check_delivery(&self, p: &mut Problems) {
@@ -175,6 +211,7 @@ impl Config {
             64 * 1024 * 1024,
         );
         p.range("delivery.batch_wait_ms", d.batch_wait_ms, 0, 60_000);
+        self.check_idempotency(p);
         if d.max_buffered < d.batch_size {
             p.add(
                 "delivery.max_buffered",
@@ -240,6 +277,36 @@ mod tests {
                 .collect();
             assert_eq!(found, [("delivery.ordering", why.to_string().as_str())]);
         }
+    }
+
+    #[test]
+    fn the_markers_bucket_and_ttl_are_checked_at_load() {
+        let with = |text: &str| Config::from_toml(&[MINIMAL, &format!("[delivery]\n{text}\n")]);
+        let c =
+            with("idempotency_bucket = \"relay-marks_1\"\nidempotency_key = \"sequence\"").unwrap();
+        assert_eq!(c.delivery.idempotency_key, IdempotencyKey::Sequence);
+        assert_eq!(c.delivery.idempotency_ttl_ms, DAY);
+        for (text, key) in [
+            (
+                "idempotency_bucket = \"a.b\"",
+                "delivery.idempotency_bucket",
+            ),
+            (
+                "idempotency_bucket = \"a b\"",
+                "delivery.idempotency_bucket",
+            ),
+            (
+                "idempotency_bucket = \"m\"\nidempotency_ttl_ms = 999",
+                "delivery.idempotency_ttl_ms",
+            ),
+        ] {
+            let err = with(text).unwrap_err();
+            let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+            assert_eq!(keys, [key], "{text}");
+        }
+        assert!(with("idempotency_key = \"hash\"").is_err());
+        // Off, the TTL is not read.
+        assert!(with("idempotency_ttl_ms = 5").is_ok());
     }
 
     #[test]

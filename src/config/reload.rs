@@ -42,7 +42,8 @@ impl Change {
 }
 
 /// Whether `key` (dotted) may change live: everything in `[delivery]` except
-/// `ordering` and `max_buffered`, everything in `[http]`, `publish.allowed_subjects`,
+/// `ordering`, `max_buffered` and the markers' (`idempotency_*`: the bucket is opened
+/// when the source starts), everything in `[http]`, `publish.allowed_subjects`,
 /// `publish.max_messages`, `publish.max_bytes`, `log.level`, `budget.max_in_flight`
 /// (a lower total lets what runs finish: `admission::Budget::set_total`).
 pub fn is_live(key: &str) -> bool {
@@ -57,7 +58,14 @@ pub fn is_live(key: &str) -> bool {
             }
             _ => false,
         },
-        "delivery" => !matches!(rest, "ordering" | "max_buffered"),
+        "delivery" => !matches!(
+            rest,
+            "ordering"
+                | "max_buffered"
+                | "idempotency_bucket"
+                | "idempotency_ttl_ms"
+                | "idempotency_key"
+        ),
         "budget" => rest == "max_in_flight",
         "http" => true,
         "publish" => {
@@ -224,6 +232,8 @@ mod tests {
             ("delivery.concurrency", true),
             ("delivery.ordering", false),
             ("delivery.max_buffered", false),
+            ("delivery.idempotency_bucket", false),
+            ("delivery.idempotency_key", false),
             ("http.url", true),
             ("http.headers.X-Team", true),
             ("http.health_url", true),

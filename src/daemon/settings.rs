@@ -36,7 +36,7 @@ use crate::pace::PaceSettings;
 use crate::policy::{Policy, StatusSet};
 use crate::route::{Route, To};
 use crate::source::settings::{
-    Binding, DeadLetters, Retry, RouteSettings, SourceSettings, dlq_duplicate_window,
+    Binding, DeadLetters, Idempotency, Retry, RouteSettings, SourceSettings, dlq_duplicate_window,
 };
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 use crate::topology::{Discard, Retention, Storage};
@@ -198,6 +198,7 @@ fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings
             atomic: c.publish.atomic,
         })
         .filter(|o| o.rules.enabled()),
+        idempotency: idempotency(c),
         routes: Vec::new(),
         weight: 1,
     })
@@ -387,6 +388,20 @@ fn tracing(c: &Config, app_url: &Url, p: &mut Vec<Problem>) -> Option<Tracing> {
 
 /// `messaging.consumer.group.name` of a source's spans: the durable, or
 /// `<group>/<member>`.
+/// `delivery.idempotency_*`, when a bucket is named.
+fn idempotency(c: &Config) -> Option<Idempotency> {
+    let d = &c.delivery;
+    (!d.idempotency_bucket.is_empty()).then(|| Idempotency {
+        bucket: d.idempotency_bucket.clone(),
+        ttl: Duration::from_millis(d.idempotency_ttl_ms),
+        key: d.idempotency_key,
+        scope: match c.source.kind {
+            Some(SourceKind::Durable) | None => c.source.durable.clone(),
+            Some(_) => c.source.group.clone(),
+        },
+    })
+}
+
 fn consumer_group(c: &Config) -> String {
     match c.source.kind {
         Some(SourceKind::Durable) | None => c.source.durable.clone(),

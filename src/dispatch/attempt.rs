@@ -4,7 +4,7 @@
 //! back to the loop.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -21,9 +21,10 @@ use crate::message::Delivery;
 use crate::ops::metrics::SettleLabel;
 use crate::ops::telemetry::chain;
 use crate::ops::traces::Active;
-use crate::policy::{Disposition, Outcome, backoff};
+use crate::policy::{self, Disposition, Outcome, TermReason, backoff};
 use crate::route::To;
 use crate::seam::Ordering;
+use crate::seam::markers::Markers;
 use crate::seam::publish::{LetterFailure, Publish};
 use crate::seam::{Forward, Forwarded, HttpClass, NoAnswer, Offer, Settle};
 use crate::trace::context::SpanContext;
@@ -40,7 +41,7 @@ pub(super) struct Record<'a> {
     received: Instant,
 }
 
-impl<F: Forward, P: Publish> Dispatch<F, P> {
+impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// One attempt: one request, one decision, then either one final action and one
     /// log line, or a retry in place, or a hold, reported back.
     pub(super) async fn attempt<T: Settle>(
@@ -55,10 +56,17 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let live = self.live();
         let mut sample = None;
         let picked = crate::route::pick(&live.routes, &d.app_subject, &d.message.headers);
+        let expires = d.expires_at();
+        let skipped = matches!(picked, Some((_, r)) if matches!(r.to, To::Skip(_)));
+        let duplicate = !skipped && !d.is_invalid() && self.processed_before(d).await;
         let (outcome, status, http_ms, failure, published) = match (d.invalid(), picked) {
             (Some(why), _) => {
                 self.metrics.invalid(&why);
                 (Outcome::Invalid(why), None, None, None, None)
+            }
+            (None, _) if duplicate => (Outcome::Duplicate, None, None, None, None),
+            (None, _) if policy::is_expired(expires, SystemTime::now()) => {
+                (Outcome::Expired, None, None, None, None)
             }
             (None, Some((_, r))) if let To::Skip(skip) = r.to => {
                 self.metrics.routed(&r.name, "skip");
@@ -92,7 +100,10 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         };
         let reach = match (&outcome, &failure) {
-            (Outcome::Invalid(_) | Outcome::Routed(..), _) => Reach::NotAsked,
+            (
+                Outcome::Invalid(_) | Outcome::Routed(..) | Outcome::Expired | Outcome::Duplicate,
+                _,
+            ) => Reach::NotAsked,
             (Outcome::Unreachable, Some(f)) => Reach::Unreachable(f.kind),
             (Outcome::Unreachable, None) => Reach::Unreachable("cannot connect"),
             _ => Reach::Reached,
@@ -123,6 +134,8 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Commit::Instead(instead) => disposition = instead,
             }
         }
+        let disposition = policy::within_life(disposition, expires, SystemTime::now());
+        self.marked_or_duplicate(d, &outcome, &disposition).await;
         let step = self
             .settle_decided(d, settler, disposition, status, &record, confirmed)
             .await;
@@ -161,6 +174,31 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             );
         }
         f
+    }
+
+    /// A duplicate is counted; a message the app processed (answered, and to be
+    /// acked) gets its marker, after its outputs and before its ack.
+    async fn marked_or_duplicate(
+        &self,
+        d: &Delivery,
+        outcome: &Outcome,
+        disposition: &Disposition,
+    ) {
+        match (outcome, disposition) {
+            (Outcome::Duplicate, _) => {
+                self.metrics.duplicate_suppressed();
+                tracing::info!(
+                    stream_seq = d.stream_seq(),
+                    delivered = d.delivered(),
+                    "processed before (its idempotency marker exists): acked without a request"
+                );
+            }
+            (Outcome::Answered { .. }, Disposition::Ack) => {
+                self.mark_processed(self.marker_of(d).into_iter().collect())
+                    .await;
+            }
+            _ => {}
+        }
     }
 
     /// Carries out one message's disposition: ack (`confirmed`: waiting for the
@@ -211,6 +249,14 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                 Step::Hold
             }
             Disposition::Term { reason } => {
+                if reason == TermReason::Expired {
+                    self.metrics.expired(d.age(time::OffsetDateTime::now_utc()));
+                    tracing::warn!(
+                        stream_seq = d.stream_seq(),
+                        attempt = record.attempt,
+                        "the message's Nats-TTL passed (or would before its retry): dead-lettered as expired, not sent"
+                    );
+                }
                 let verdict = Verdict {
                     reason,
                     status,
@@ -445,7 +491,7 @@ struct BatchAnswer {
     outputs: Vec<Option<fates::Published>>,
 }
 
-impl<F: Forward, P: Publish> Dispatch<F, P> {
+impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// One batch: one request for the messages it can carry (a message that only
     /// waits for its dead letter, or cannot be offered at all, is settled on its own),
     /// then each message's fate from the answer, settled one by one with one log line
@@ -471,7 +517,23 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
         let confirmed = self
             .commit_batch(&send, &lanes, &mut dispositions, &mut answer.outputs)
             .await;
+        let now = SystemTime::now();
+        let dispositions = send
+            .iter()
+            .zip(dispositions)
+            .map(|(i, d)| policy::within_life(d, i.delivery.expires_at(), now))
+            .collect();
         let fates = fates::fates(dispositions, &lanes, ordered);
+        let processed: Vec<String> = send
+            .iter()
+            .zip(&answer.outcomes)
+            .zip(&fates)
+            .filter(|((_, o), f)| {
+                matches!(o, Outcome::Answered { .. }) && **f == Fate::Decided(Disposition::Ack)
+            })
+            .filter_map(|((i, _), _)| self.marker_of(&i.delivery))
+            .collect();
+        self.mark_processed(processed).await;
         let f = &answer.forwarded;
         let status = match f.class {
             HttpClass::Status(s) => Some(s),
@@ -515,7 +577,21 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
     ) -> (Vec<(u64, Step)>, Vec<BatchItem<T>>) {
         let mut steps = Vec::with_capacity(items.len());
         let mut send = Vec::with_capacity(items.len());
-        for item in items {
+        // The markers of the whole batch read at once.
+        let duplicates = futures::future::join_all(items.iter().map(|i| async {
+            i.verdict.is_none()
+                && !i.delivery.is_invalid()
+                && self.processed_before(&i.delivery).await
+        }))
+        .await;
+        for (item, duplicate) in items.into_iter().zip(duplicates) {
+            if duplicate {
+                let step = self
+                    .settle_duplicate(&item.delivery, &item.settler, item.attempt, item.received)
+                    .await;
+                steps.push((item.id, step));
+                continue;
+            }
             match item.verdict.clone() {
                 Some(v) => {
                     let step = self.dead_letter_again(
@@ -527,7 +603,9 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
                     );
                     steps.push((item.id, step.await));
                 }
-                None if item.delivery.is_invalid() => {
+                None if item.delivery.is_invalid()
+                    || policy::is_expired(item.delivery.expires_at(), SystemTime::now()) =>
+                {
                     let (step, _, _) = self
                         .attempt(
                             &item.delivery,
@@ -543,6 +621,29 @@ impl<F: Forward, P: Publish> Dispatch<F, P> {
             }
         }
         (steps, send)
+    }
+
+    /// A message of a batch whose marker exists: acked without a request.
+    async fn settle_duplicate<T: Settle>(
+        &self,
+        d: &Delivery,
+        settler: &T,
+        attempt: u32,
+        received: Instant,
+    ) -> Step {
+        self.marked_or_duplicate(d, &Outcome::Duplicate, &Disposition::Ack)
+            .await;
+        let record = Record {
+            trace: None,
+            attempt,
+            status: None,
+            http_ms: None,
+            action: None,
+            failure: None,
+            received,
+        };
+        self.settle_decided(d, settler, Disposition::Ack, None, &record, false)
+            .await
     }
 
     /// The one request, and what its answer says of each message.

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use super::book::{Book, Settlement};
 use super::{Dispatch, Run};
+use crate::seam::markers::Markers;
 use crate::seam::publish::Publish;
 use crate::seam::{Forward, Settle, Source};
 
@@ -27,7 +28,7 @@ fn poke_at<T>(releases: &[(T, Duration)]) -> Option<usize> {
     releases.iter().rposition(|(_, delay)| delay.is_zero())
 }
 
-impl<F: Forward, P: Publish> Dispatch<F, P> {
+impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// Takes what waits out of the book (queued, or waiting for a retry) in the order
     /// it arrived, with the delay each is released with: none for one never offered,
     /// the rest of its backoff for a retry. With `keep_verdicts`, messages whose dead

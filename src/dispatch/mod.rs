@@ -11,6 +11,8 @@
 //! - `fates`: what a batch answer means for each message, and the held-back rule (pure).
 //! - `outputs`: an answer's outputs published before the input's ack.
 //! - `handover`: a pinned instance hands what it holds to the next one in stream order.
+//! - `markers`: a processed message's idempotency marker written before its ack, and
+//!   a delivery whose marker exists acked without a request.
 //! - `lanes`, `timers`: the ordered-lane scheduler and the one timer set (pure).
 //! - `watched`: a `watch` the loop follows until its sender is gone.
 //! - this file: the loop, which routes what happens to the part it concerns.
@@ -28,6 +30,7 @@ mod fates;
 mod gate;
 mod handover;
 pub mod lanes;
+mod markers;
 mod outputs;
 #[cfg(test)]
 mod tests;
@@ -60,6 +63,7 @@ use crate::pace::PaceSettings;
 use crate::policy::Policy;
 use crate::route::Route;
 use crate::seam::Ordering;
+use crate::seam::markers::{IdempotencyKey, Markers};
 use crate::seam::publish::Publish;
 use crate::seam::time::{Alarm, Deadline, bounded};
 use crate::seam::{Event, Forward, Health, ServerPause, Settle, Source};
@@ -83,15 +87,31 @@ pub struct Batching {
     pub wait: Duration,
 }
 
-/// What the dispatcher needs, shared with every message task. `F` is where messages
-/// go (the app's HTTP client), `P` where dead letters and outputs are published (NATS);
-/// fakes of both in tests.
+/// Processed-once markers: where they live, how a delivery's key is made, and how
+/// long a marker write is tried before the message is acked without it.
 #[derive(Debug)]
-pub struct Dispatch<F, P> {
+pub struct Marking<M> {
+    /// The store (a KV bucket).
+    pub store: M,
+    /// `delivery.idempotency_key`.
+    pub key: IdempotencyKey,
+    /// Whose markers: the durable, or the group.
+    pub scope: String,
+    /// How long a marker write is tried again (the consumer's `ack_wait`).
+    pub patience: Duration,
+}
+
+/// What the dispatcher needs, shared with every message task. `F` is where messages
+/// go (the app's HTTP client), `P` where dead letters and outputs are published (NATS),
+/// `M` where the idempotency markers live (a KV bucket); fakes of all in tests.
+#[derive(Debug)]
+pub struct Dispatch<F, P, M> {
     /// What a reload may change ([`Live`]), swapped whole.
     pub live: watch::Receiver<Arc<Live<F>>>,
     /// Dead letters and outputs.
     pub publisher: P,
+    /// Processed-once markers (`None`: off).
+    pub markers: Option<Marking<M>>,
     /// Collectors.
     pub metrics: SourceMetrics,
     /// Readiness.
@@ -227,7 +247,7 @@ enum Flow {
     Fail(DispatchError),
 }
 
-impl<F: Forward, P: Publish> Dispatch<F, P> {
+impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// The settings in force now.
     pub(crate) fn live(&self) -> Arc<Live<F>> {
         Arc::clone(&self.live.borrow())

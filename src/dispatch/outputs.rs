@@ -11,6 +11,7 @@ use crate::ops::telemetry::chain;
 use crate::outputs::{self, Output, Refusal, Rules};
 use crate::policy::{Disposition, TermReason};
 use crate::seam::Forward;
+use crate::seam::markers::Markers;
 use crate::seam::publish::{OutputFailure, Publish};
 use crate::trace::context::{self, SpanContext};
 
@@ -35,7 +36,7 @@ pub(super) enum Commit {
     Instead(Disposition),
 }
 
-impl<F: Forward, P: Publish> Dispatch<F, P> {
+impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// Publishes the outputs of a message the app acked on its `attempt`-th try.
     pub(super) async fn commit(
         &self,

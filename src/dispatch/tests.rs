@@ -58,6 +58,10 @@ enum Told {
     Frozen,
     SteppedDown,
     Thawed,
+    /// Its idempotency marker was stored.
+    Marked,
+    /// A marker write that failed.
+    MarkFailed,
 }
 
 type Log = Arc<Mutex<Vec<(u64, Told, Instant)>>>;
@@ -308,6 +312,81 @@ impl Publish for FakePublisher {
     }
 }
 
+/// The markers: a set of keys, whose writes fail while `failing` is above 0 (each
+/// failed write takes one off) and take `delay` each.
+struct FakeMarkers {
+    log: Log,
+    keys: Arc<Mutex<std::collections::HashSet<String>>>,
+    failing: Arc<Mutex<u32>>,
+    /// Writes that failed or stored, as the sets of keys handed over.
+    writes: Arc<Mutex<Vec<usize>>>,
+    delay: Duration,
+}
+
+/// The stream sequence a marker key (`<scope>.s<base64 "S:<seq>">`) names; 0 for a
+/// message id's.
+fn seq_of_marker(key: &str) -> u64 {
+    use base64::Engine as _;
+    let id = key.split_once('.').unwrap().1;
+    match id.strip_prefix('s') {
+        Some(b) => {
+            let text = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(b)
+                .unwrap();
+            String::from_utf8(text)
+                .unwrap()
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        }
+        None => 0,
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the marker store is unavailable")]
+struct MarkerDown;
+
+impl crate::seam::markers::MarkerFailure for MarkerDown {}
+
+impl crate::seam::markers::Markers for FakeMarkers {
+    type Error = MarkerDown;
+
+    async fn marked(&self, key: &str) -> Result<bool, MarkerDown> {
+        tokio::time::sleep(self.delay).await;
+        Ok(self.keys.lock().unwrap().contains(key))
+    }
+
+    async fn mark(&self, keys: &[String]) -> Result<(), MarkerDown> {
+        tokio::time::sleep(self.delay).await;
+        self.writes.lock().unwrap().push(keys.len());
+        let failed = {
+            let mut f = self.failing.lock().unwrap();
+            let failed = *f > 0;
+            *f = f.saturating_sub(1);
+            failed
+        };
+        let told = if failed {
+            Told::MarkFailed
+        } else {
+            Told::Marked
+        };
+        for k in keys {
+            self.log
+                .lock()
+                .unwrap()
+                .push((seq_of_marker(k), told.clone(), Instant::now()));
+        }
+        if failed {
+            return Err(MarkerDown);
+        }
+        self.keys.lock().unwrap().extend(keys.iter().cloned());
+        Ok(())
+    }
+}
+
 /// Every publish stored, its PubAck after `d`.
 fn stored_after(d: Duration) -> PublishScript {
     Box::new(move |_, _| (Ok(()), d))
@@ -474,6 +553,10 @@ fn delivery(seq: u64, subject: &str) -> Delivery {
 
 /// A dispatcher, its fakes and the handles to drive and watch them.
 struct Rig {
+    /// The idempotency markers stored.
+    marker_keys: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Each marker write: how many keys it carried.
+    marker_writes: Arc<Mutex<Vec<usize>>>,
     batches: Arc<Mutex<Vec<Vec<u64>>>>,
     events: mpsc::UnboundedSender<Event<FakeSettler>>,
     log: Log,
@@ -517,6 +600,8 @@ struct Knobs {
     budget: Option<crate::admission::BudgetShare>,
     /// A pinned member's instance (the source says it is pinned at the start).
     pinned: bool,
+    /// Idempotency markers on: the keys already marked, and how many writes fail.
+    markers: Option<(Vec<String>, u32)>,
 }
 
 impl Default for Knobs {
@@ -539,6 +624,7 @@ impl Default for Knobs {
             routes: Vec::new(),
             budget: None,
             pinned: false,
+            markers: None,
         }
     }
 }
@@ -617,8 +703,26 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         route_forwarders: Vec::new(),
     };
     let (live_tx, live) = watch::channel(Arc::new(live));
+    let marker_keys: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let marker_writes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let markers = knobs.markers.clone().map(|(keys, failing)| {
+        marker_keys.lock().unwrap().extend(keys);
+        super::Marking {
+            store: FakeMarkers {
+                log: Arc::clone(&log),
+                keys: Arc::clone(&marker_keys),
+                failing: Arc::new(Mutex::new(failing)),
+                writes: Arc::clone(&marker_writes),
+                delay: MS,
+            },
+            key: crate::seam::markers::IdempotencyKey::MsgId,
+            scope: "d".into(),
+            patience: Duration::from_secs(30),
+        }
+    });
     let dispatch = Arc::new(Dispatch {
         live,
+        markers,
         publisher: FakePublisher {
             log: Arc::clone(&log),
             letters: knobs.letters.unwrap_or_else(|| stored_after(MS)),
@@ -657,6 +761,8 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let token = shutdown.clone();
     let run = tokio::spawn(async move { dispatch.run(source, token).await });
     Rig {
+        marker_keys,
+        marker_writes,
         metrics,
         batches,
         events,
@@ -2431,4 +2537,283 @@ async fn a_source_whose_app_hangs_cannot_take_the_budget_from_another() {
     );
     slow.stop().await;
     fine.stop().await;
+}
+
+/// A message published `ago` before now (the wall clock: expiry is against it) with
+/// `Nats-TTL: <ttl>`.
+fn with_ttl(seq: u64, ttl: &str, ago: Duration) -> Delivery {
+    let mut d = delivery(seq, "a");
+    if let Ok(m) = &mut d.meta {
+        m.published = time::OffsetDateTime::now_utc() - ago;
+    }
+    d.message.headers = vec![("Nats-TTL".into(), ttl.into())];
+    d
+}
+
+impl Rig {
+    fn send_delivery(&self, d: Delivery) {
+        let settler = FakeSettler {
+            seq: d.stream_seq(),
+            log: Arc::clone(&self.log),
+        };
+        self.events
+            .send(Event::Message(Box::new(d), settler))
+            .unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_message_is_dead_lettered_without_a_request_alone_and_in_a_batch() {
+    for batch in [None, batching(10, 1 << 20, Duration::ZERO)] {
+        let knobs = || Knobs {
+            dead_letters: true,
+            batch,
+            ..Knobs::default()
+        };
+        let r = match batch {
+            None => rig(knobs(), ok_after(MS)),
+            Some(_) => batch_rig(knobs(), all_acked()),
+        };
+        r.send_delivery(with_ttl(1, "5s", 10 * S));
+        r.send_delivery(with_ttl(2, "1h", 10 * S));
+        r.send_delivery(with_ttl(3, "never", 10 * S));
+        r.send_delivery(with_ttl(4, "5", 10 * S));
+        wait(S).await;
+        let mut seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, [2, 3], "{batch:?}: the expired ones were not sent");
+        for seq in [1, 4] {
+            assert_eq!(r.settled(seq), [Told::Letter, Told::Term], "{batch:?}");
+        }
+        for seq in [2, 3] {
+            assert_eq!(r.settled(seq), [Told::Ack], "{batch:?}");
+        }
+        assert_eq!(r.metrics.sample("jetrelay_expired_total"), Some(2.0));
+        assert_eq!(
+            r.metrics
+                .sample("jetrelay_message_age_seconds_count{stage=\"expired\"}"),
+            Some(2.0)
+        );
+        r.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_would_come_after_the_expiry_is_no_retry() {
+    let busy = |after: u64| -> Script {
+        Box::new(move |_, _, _| {
+            (
+                Outcome::Answered {
+                    status: 503,
+                    retry_after: Some(Duration::from_secs(after)),
+                    action: None,
+                },
+                MS,
+            )
+        })
+    };
+    for ordering in [Ordering::None, Ordering::Subject] {
+        // Retry-After 30 s, 60 s left: retried (a NAK, or in its lane).
+        let r = rig(
+            Knobs {
+                ordering,
+                ..Knobs::default()
+            },
+            busy(30),
+        );
+        r.send_delivery(with_ttl(1, "70s", 10 * S));
+        wait(S).await;
+        if ordering == Ordering::None {
+            assert_eq!(r.settled(1), [Told::Nak(30 * S)]);
+        } else {
+            assert_eq!(r.settled(1), [], "kept in its lane for the retry");
+        }
+        assert_eq!(r.metrics.sample("jetrelay_expired_total"), Some(0.0));
+        r.stop().await;
+
+        // Retry-After 30 s, 20 s left: terminated as expired after the one request.
+        let r = rig(
+            Knobs {
+                ordering,
+                ..Knobs::default()
+            },
+            busy(30),
+        );
+        r.send_delivery(with_ttl(1, "30s", 10 * S));
+        wait(S).await;
+        assert_eq!(r.seen().len(), 1);
+        assert_eq!(r.settled(1), [Told::Term], "{ordering:?}");
+        assert_eq!(r.metrics.sample("jetrelay_expired_total"), Some(1.0));
+        r.stop().await;
+    }
+}
+
+/// The marker key of the test delivery `seq` (scope `d`, no message id).
+fn key_of(seq: u64) -> String {
+    crate::seam::markers::marker_key(
+        &delivery(seq, "a"),
+        crate::seam::markers::IdempotencyKey::MsgId,
+        "d",
+    )
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_processed_message_is_marked_after_its_outputs_and_before_its_ack_and_a_marked_one_is_not_sent()
+ {
+    let r = rig(
+        Knobs {
+            markers: Some((vec![key_of(2)], 0)),
+            publishes: true,
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "a");
+    r.send(2, "a");
+    r.send_delivered(3, "a", 2);
+    wait(S).await;
+    let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(!seen.contains(&2), "the marked one was not sent: {seen:?}");
+    for seq in [1, 3] {
+        assert_eq!(
+            r.settled(seq),
+            [Told::Published, Told::Marked, Told::AckConfirmed],
+            "{seq}: outputs, marker, ack"
+        );
+    }
+    assert_eq!(r.settled(2), [Told::Ack], "acked without a request");
+    assert!(r.marker_keys.lock().unwrap().contains(&key_of(1)));
+    let m = &r.metrics;
+    assert_eq!(m.sample("jetrelay_duplicates_suppressed_total"), Some(1.0));
+    assert_eq!(m.sample("jetrelay_idempotency_failures_total"), Some(0.0));
+    r.stop().await;
+
+    // A redelivery of 1 now finds its marker.
+    let r = rig(
+        Knobs {
+            markers: Some((vec![key_of(1)], 0)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send_delivered(1, "a", 2);
+    wait(S).await;
+    assert!(r.seen().is_empty());
+    assert_eq!(r.settled(1), [Told::Ack]);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_marker_that_cannot_be_written_is_tried_again_within_ack_wait_then_acked_anyway() {
+    // Two failed writes: the third stores it, then the ack.
+    let r = rig(
+        Knobs {
+            markers: Some((Vec::new(), 2)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "a");
+    wait(S).await;
+    assert_eq!(
+        r.settled(1),
+        [Told::MarkFailed, Told::MarkFailed, Told::Marked, Told::Ack]
+    );
+    assert_eq!(
+        r.metrics.sample("jetrelay_idempotency_failures_total"),
+        Some(0.0)
+    );
+    r.stop().await;
+
+    // Never written: acked anyway within ack_wait (30 s here), counted.
+    let r = rig(
+        Knobs {
+            markers: Some((Vec::new(), u32::MAX)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    let start = Instant::now();
+    r.send(1, "a");
+    wait(40 * S).await;
+    let told = r.settled(1);
+    assert_eq!(told.last(), Some(&Told::Ack), "{told:?}");
+    assert!(
+        told[..told.len() - 1]
+            .iter()
+            .all(|t| *t == Told::MarkFailed)
+    );
+    let acked = r.told_at(1, &Told::Ack)[0];
+    assert!(
+        acked - start < 30 * S,
+        "within ack_wait: {:?}",
+        acked - start
+    );
+    assert_eq!(
+        r.metrics.sample("jetrelay_idempotency_failures_total"),
+        Some(1.0)
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_a_batch_each_message_is_marked_in_one_write_and_a_marked_one_is_left_out() {
+    let r = batch_rig(
+        Knobs {
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            markers: Some((vec![key_of(2)], 0)),
+            ..Knobs::default()
+        },
+        all_acked(),
+    );
+    for seq in 1..=4 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    let carried: Vec<u64> = r.batches.lock().unwrap().concat();
+    assert!(!carried.contains(&2), "{carried:?}");
+    assert_eq!(carried.len(), 3, "{carried:?}");
+    for seq in [1, 3, 4] {
+        assert_eq!(r.settled(seq), [Told::Marked, Told::Ack], "{seq}");
+    }
+    assert_eq!(r.settled(2), [Told::Ack]);
+    let writes = r.marker_writes.lock().unwrap().clone();
+    assert_eq!(writes.iter().sum::<usize>(), 3);
+    assert!(
+        writes.len() <= r.batches.lock().unwrap().len(),
+        "one write per batch: {writes:?}"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_ordering_a_marked_message_is_acked_in_its_keys_turn() {
+    // 1 is answered 503 once (retried in its lane a second later); 2, marked, waits
+    // for it; 3 comes after both.
+    let r = rig(
+        Knobs {
+            ordering: Ordering::Subject,
+            markers: Some((vec![key_of(2)], 0)),
+            ..Knobs::default()
+        },
+        Box::new(|seq, attempt, _| {
+            if seq == 1 && attempt == 1 {
+                (status(503), MS)
+            } else {
+                (status(200), MS)
+            }
+        }),
+    );
+    for seq in 1..=3 {
+        r.send(seq, "a");
+    }
+    wait(5 * S).await;
+    let at = |seq| r.told_at(seq, &Told::Ack)[0];
+    assert!(at(1) <= at(2) && at(2) <= at(3), "in stream order");
+    assert!(at(2) - at(1) < S);
+    let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(seen, [1, 1, 3]);
+    r.stop().await;
 }

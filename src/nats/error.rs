@@ -162,6 +162,22 @@ pub enum NatsError {
         #[source]
         source: Cause,
     },
+    /// The idempotency bucket cannot be opened or made, or a marker read or written.
+    #[error("idempotency bucket {bucket}: cannot {step}")]
+    Markers {
+        /// The bucket.
+        bucket: String,
+        /// What we tried.
+        step: &'static str,
+        /// Why.
+        #[source]
+        source: Cause,
+    },
+    /// The idempotency bucket does not take per-key TTLs.
+    #[error(
+        "the idempotency bucket {0} does not take per-key TTLs: it needs nats-server 2.11 or newer and a bucket made with them (allow_msg_ttl; delete it to let jetrelay make it, or name another)"
+    )]
+    MarkersNoTtl(String),
     /// The elastic group's stream name is taken by a stream with another configuration.
     #[error("stream {0} exists with another configuration")]
     GroupStreamExists(String),

@@ -8,6 +8,8 @@
 //! - `groups`: the consumer-group streams, member consumer states and unpin.
 //! - `kv`: the group config buckets (compare-and-set writes, watch).
 //! - `liveness`: auto-joined members' heartbeats (per-key TTLs) and markers.
+//! - `markers`: the idempotency markers ([`MarkerStore`], per-key TTLs), behind
+//!   `crate::seam::markers`.
 //! - `pull`: the pull engine ([`Puller`]): own pull requests with `group` and pin `id`,
 //!   sized by `crate::capacity`, on one wildcard inbox.
 //! - `settle`: [`Settler`], the one handle that acks, naks, terms or sends progress.
@@ -28,6 +30,7 @@ mod fast;
 mod groups;
 mod kv;
 mod liveness;
+mod markers;
 mod outputs;
 mod pause;
 mod publisher;
@@ -43,6 +46,7 @@ pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
 pub use liveness::{LIVENESS_BUCKET, LivenessStore};
+pub use markers::MarkerStore;
 pub use outputs::{OutputError, OutputPublisher};
 pub use pause::PauseAnswer;
 pub use publisher::Publisher;

@@ -155,6 +155,8 @@ pub enum AgeStage {
     Received,
     /// When its action completes.
     Settled,
+    /// When it is found expired (its `Nats-TTL` passed, or would before its retry).
+    Expired,
 }
 
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
@@ -264,7 +266,7 @@ struct MessageCollectors {
     retries_in_place: IntCounter,
     progress_sent: IntCounter,
     invalid: [IntCounter; 3],
-    age: [Histogram; 2],
+    age: [Histogram; 3],
 }
 
 impl MessageCollectors {
@@ -329,9 +331,9 @@ impl MessageCollectors {
             )?,
             age: r.histograms(
                 "jetrelay_message_age_seconds",
-                "Now minus the message's publish time (its stream timestamp), when jetrelay receives it and when its action completes",
+                "Now minus the message's publish time (its stream timestamp), when jetrelay receives it, when its action completes, and when it is found expired",
                 "stage",
-                ["received", "settled"],
+                ["received", "settled", "expired"],
                 AGE_BUCKETS,
             )?,
         })
@@ -430,6 +432,34 @@ impl ConsumerCollectors {
             app_healthy: r.gauge(
                 "jetrelay_app_healthy",
                 "1 when the source's app is healthy: reachable (a request got through), and its health URL answers (when http.health_url is set)",
+            )?,
+        })
+    }
+}
+
+/// Processed once: what the markers suppressed and what they could not record, and
+/// the messages that expired.
+#[derive(Debug, Clone)]
+struct OnceCollectors {
+    duplicates: IntCounter,
+    marker_failures: IntCounter,
+    expired: IntCounter,
+}
+
+impl OnceCollectors {
+    fn new(r: &Registrar<'_>) -> Result<OnceCollectors, prometheus::Error> {
+        Ok(OnceCollectors {
+            duplicates: r.counter(
+                "jetrelay_duplicates_suppressed_total",
+                "Deliveries whose idempotency marker was found: acked without a request",
+            )?,
+            marker_failures: r.counter(
+                "jetrelay_idempotency_failures_total",
+                "Idempotency markers that could not be written or read within ack_wait: the message was acked (or sent) anyway",
+            )?,
+            expired: r.counter(
+                "jetrelay_expired_total",
+                "Messages whose Nats-TTL passed before they could be sent, or would before their retry: dead-lettered (reason expired), never sent",
             )?,
         })
     }
@@ -614,6 +644,7 @@ pub struct SourceMetrics {
     app: AppCollectors,
     consumer: ConsumerCollectors,
     letters: LetterCollectors,
+    once: OnceCollectors,
     /// The process's, for what is not the source's own (the outputs published, the
     /// app's health).
     process: Metrics,
@@ -691,10 +722,11 @@ impl Metrics {
                 AppCollectors::new(&r)?,
                 ConsumerCollectors::new(&r)?,
                 LetterCollectors::new(&r)?,
+                OnceCollectors::new(&r)?,
             ))
         })();
         let registered = Registered(Arc::new(std::sync::Mutex::new(r.kept.into_inner())));
-        let (flow, app, consumer, letters) = match built {
+        let (flow, app, consumer, letters, once) = match built {
             Ok(b) => b,
             Err(e) => {
                 // Half registered: none of it stays (the name can be tried again).
@@ -707,6 +739,7 @@ impl Metrics {
             app,
             consumer,
             letters,
+            once,
             process: self.clone(),
             registered,
         })
@@ -946,6 +979,26 @@ impl SourceMetrics {
     /// A message's age (now − its publish time) at `stage`.
     pub fn message_age(&self, stage: AgeStage, age: Duration) {
         self.flow.age[stage as usize].observe(age.as_secs_f64());
+    }
+
+    /// A message expired before it could be sent (or before its retry), `age` after
+    /// its publish time.
+    pub fn expired(&self, age: Option<Duration>) {
+        self.once.expired.inc();
+        if let Some(age) = age {
+            self.message_age(AgeStage::Expired, age);
+        }
+    }
+
+    /// A delivery's idempotency marker was found: acked without a request.
+    pub fn duplicate_suppressed(&self) {
+        self.once.duplicates.inc();
+    }
+
+    /// An idempotency marker could not be written (the message was acked anyway) or
+    /// read (the message was sent).
+    pub fn idempotency_failed(&self) {
+        self.once.marker_failures.inc();
     }
 
     /// A message could not be offered to the app.
@@ -1199,6 +1252,10 @@ mod tests {
             "jetrelay_trace_headers_dropped_total{header=\"baggage\",reason=\"oversized\"} 2",
             "jetrelay_trace_headers_dropped_total{header=\"tracestate\",reason=\"malformed\"} 0",
             "jetrelay_trace_headers_dropped_total{header=\"traceparent\",reason=\"oversized\"} 0",
+            "jetrelay_duplicates_suppressed_total{source=\"default\"} 0",
+            "jetrelay_idempotency_failures_total{source=\"default\"} 0",
+            "jetrelay_expired_total{source=\"default\"} 0",
+            "jetrelay_message_age_seconds_count{source=\"default\",stage=\"expired\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

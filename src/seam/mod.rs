@@ -5,13 +5,14 @@
 //! (where messages go: [`Forward`], answered as [`Forwarded`]; the app's [`Health`]),
 //! so that a runner of NATS requests, which are not deliveries, forwards through the
 //! same seam. Besides: where jetrelay's own publishes go (`publish`: dead letters and
-//! outputs), and the shared clocks (`time`: the shutdown deadline). The NATS boundary
+//! outputs), where the idempotency markers live (`markers`), and the shared clocks (`time`: the shutdown deadline). The NATS boundary
 //! implements the sources, the settle handles and the publisher, the HTTP boundary
 //! the forwarder; the dispatcher runs against the traits, and its tests against fakes
 //! of all of them.
 
 pub mod app;
 pub mod jetstream;
+pub mod markers;
 pub mod publish;
 pub mod time;
 

@@ -19,12 +19,12 @@ use self::gauges::{Gauges, heartbeats};
 use self::settings::{Binding, SourceSettings};
 use self::wait::{Waits, wait_connected};
 use crate::admission::BudgetShare;
-use crate::dispatch::{Dispatch, DispatchError, Ended, Live};
+use crate::dispatch::{Dispatch, DispatchError, Ended, Live, Marking};
 use crate::group::autojoin::AutoJoin;
 use crate::group::model::Flavour;
 use crate::group::spec::Member;
 use crate::http::forward::Forwarder;
-use crate::nats::{Nats, Publisher, PullerConfig};
+use crate::nats::{MarkerStore, Nats, Publisher, PullerConfig};
 use crate::ops::metrics::SourceMetrics;
 use crate::ops::readiness::{Consumes, SourceReadiness, State};
 use crate::ops::traces::Tracer;
@@ -55,7 +55,7 @@ pub struct Runner {
 type Turn = Option<Result<Ended, DispatchError>>;
 
 /// The source's dispatcher, as the runner builds it.
-type Dispatcher = Arc<Dispatch<Forwarder, Publisher>>;
+type Dispatcher = Arc<Dispatch<Forwarder, Publisher, MarkerStore>>;
 
 /// What each turn of a source's loop works with.
 #[derive(Clone, Copy)]
@@ -111,7 +111,20 @@ impl Runner {
         // The consumer's pause on the server, as the gauge task last read it.
         let (pause_tx, server_pause) = watch::channel(ServerPause::Running);
         let pause = Arc::new(pause_tx);
-        let dispatch = self.dispatcher(nats, server_pause);
+        let markers = match &self.settings.idempotency {
+            Some(i) => {
+                let store = nats.marker_store(&i.bucket, i.ttl).await?;
+                tracing::info!(bucket = %i.bucket, "idempotency bucket ready");
+                Some(Marking {
+                    store,
+                    key: i.key,
+                    scope: i.scope.clone(),
+                    patience: self.settings.ack_wait,
+                })
+            }
+            None => None,
+        };
+        let dispatch = self.dispatcher(nats, server_pause, markers);
         // Kept across rejoins: it knows whether this process added the member.
         let mut joined: Option<AutoJoin> = None;
         let at = Turning {
@@ -165,7 +178,12 @@ impl Runner {
     }
 
     /// The dispatcher, kept across binds and joins.
-    fn dispatcher(&self, nats: &Nats, server_pause: watch::Receiver<ServerPause>) -> Dispatcher {
+    fn dispatcher(
+        &self,
+        nats: &Nats,
+        server_pause: watch::Receiver<ServerPause>,
+        markers: Option<Marking<MarkerStore>>,
+    ) -> Dispatcher {
         let set = &self.settings;
         Arc::new(Dispatch {
             live: self.live.clone(),
@@ -177,6 +195,7 @@ impl Runner {
             ordering: set.ordering,
             progress_every: set.progress_every,
             publisher: nats.publisher(),
+            markers,
             dead_letters: set.dead_letters.as_ref().map(|d| d.subject.clone()),
             server_pause,
             letters_waiting_max: set.letters_waiting_max(),

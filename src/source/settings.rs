@@ -102,6 +102,22 @@ pub struct SourceSettings {
     pub weight: u32,
     /// Its routes, first match first; a message none matches goes to `target`.
     pub routes: Vec<RouteSettings>,
+    /// Processed-once markers (`delivery.idempotency_bucket`; `None`: off).
+    pub idempotency: Option<Idempotency>,
+}
+
+/// Processed-once markers: where, for how long, keyed how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    /// The KV bucket (created when missing).
+    pub bucket: String,
+    /// How long a marker lives.
+    pub ttl: Duration,
+    /// What identifies a message.
+    pub key: crate::seam::markers::IdempotencyKey,
+    /// Whose markers these are: the durable, or the group (a partition that moves
+    /// to another member keeps its markers).
+    pub scope: String,
 }
 
 /// One route: what it matches and does, and its target when it sends.

@@ -22,6 +22,7 @@ mod forwarding;
 mod groups;
 mod interop;
 mod nothing_lost;
+mod once;
 mod operating;
 mod outages;
 mod outputs;

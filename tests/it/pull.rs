@@ -254,7 +254,10 @@ async fn instance(
     nats: &NatsServer,
     app: &MockApp,
     healthy: tokio::sync::watch::Receiver<jetrelay::seam::Health>,
-) -> (Arc<Dispatch<Forwarder, Publisher>>, SourceReadiness) {
+) -> (
+    Arc<Dispatch<Forwarder, Publisher, jetrelay::nats::MarkerStore>>,
+    SourceReadiness,
+) {
     if std::env::var_os("TEST_LOG").is_some() {
         jetrelay::ops::telemetry::init(jetrelay::ops::telemetry::LogFormat::Text, "jetrelay=debug");
     }
@@ -317,6 +320,7 @@ async fn instance(
     let dispatch = Dispatch {
         live,
         publisher: connect(nats).await.publisher(),
+        markers: None,
         metrics,
         readiness: health.clone(),
         budget: jetrelay::admission::Budget::off().member("default", 1),

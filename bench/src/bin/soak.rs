@@ -13,6 +13,11 @@
 //!            hot standby): the pinned one is SIGKILLed and replaced, twice
 //!   d        a rolling restart (SIGKILL, start again, wait until caught up) of a
 //!            three-node cluster holding an R3 stream, consumer leader first
+//!   f        processed once (`delivery.idempotency_bucket`): acks lost on purpose (a
+//!            TCP proxy drops them for longer than ack_wait), the nats-server SIGKILLed
+//!            and restarted, jetrelay SIGKILLed and started again, and ids re-sent
+//!            after the stream's duplicate window; no id may be answered 2xx twice but
+//!            those first answered within a second of the SIGKILL (`once.rs`)
 //!   e        the surfaces an app and the world reach (`surfaces.rs`): two consumers of
 //!            one stream publishing outputs into one shared stream (one in batches
 //!            answered in odd shapes), poison messages dead-lettered and replayed from
@@ -27,12 +32,13 @@
 //! phases (a2, c) how many ids were first answered after a later id of their subject.
 //! Every normal answer takes a few tens of ms, so that something is in flight at each
 //! fault. Prints a markdown report and writes it to `<out>/soak-<unix-seconds>.md`.
-//! Timing never fails the run: the exit code is 1 only when a message was lost (2 when
+//! Timing never fails the run: the exit code is 1 only when a message was lost, or (phase
+//! f) processed twice without a SIGKILL to explain it (2 when
 //! a phase could not run at all). `--keep` keeps the work dir (configs, jetrelay and
 //! nats-server logs), which is also kept whenever something was lost.
 //!
 //!   soak --nats-server=PATH --relay=PATH [--out=DIR] [--rate=200] [--scale=1.0]
-//!        [--only=a1,a2,b,c,d,e] [--keep] [--source=REVISION]
+//!        [--only=a1,a2,b,c,d,e,f] [--keep] [--source=REVISION]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -79,6 +85,10 @@ macro_rules! say {
 }
 
 // Phase e, in a file of its own (after `say!`, which it uses).
+#[path = "soak/once.rs"]
+mod once;
+#[path = "soak/proxy.rs"]
+mod proxy;
 #[path = "soak/surfaces.rs"]
 mod surfaces;
 
@@ -192,6 +202,8 @@ struct Record {
     ok: HashMap<u64, u32>,
     /// When each 2xx answer was given, and by which jetrelay instance (X-Instance).
     ok_times: Vec<(Instant, u8)>,
+    /// When each id was first answered 2xx.
+    first_ok: HashMap<u64, Instant>,
     requests: u64,
     answered_503: u64,
     resets: u64,
@@ -252,6 +264,7 @@ impl Record {
         let n = self.ok.entry(id).or_insert(0);
         *n += 1;
         if *n == 1 {
+            self.first_ok.insert(id, Instant::now());
             let highest = self.highest_by_key.entry(id % KEYS).or_insert(id);
             if id < *highest {
                 self.out_of_order += 1;
@@ -1048,6 +1061,10 @@ struct PhaseResult {
     lost: usize,
     missing: Vec<u64>,
     dup_ids: usize,
+    /// The ids answered 2xx more than once.
+    dup_list: Vec<u64>,
+    /// Phase f: duplicates that no SIGKILL between a 2xx and its marker explains.
+    unexplained_dups: usize,
     dup_answers: u64,
     unexpected: usize,
     app_peak_in_flight: usize,
@@ -1108,13 +1125,27 @@ impl Phase {
         source: String,
         ordering: &str,
     ) -> Result<usize, Error> {
+        self.relay_with(ctx, tag, servers, source, ordering, String::new())
+            .await
+    }
+
+    /// [`Phase::relay`] with more `[delivery]` keys.
+    async fn relay_with(
+        &mut self,
+        ctx: &Ctx,
+        tag: u8,
+        servers: &[String],
+        source: String,
+        ordering: &str,
+        delivery: String,
+    ) -> Result<usize, Error> {
         let name = format!("relay{tag}");
         let spec = RelaySpec {
             servers,
             source,
             ordering,
             app_url: self.app.url(),
-            delivery: String::new(),
+            delivery,
             extra: String::new(),
         };
         let mut r = Relay::start(&self.dir, &ctx.relay_bin, &name, tag, &spec).await?;
@@ -1231,7 +1262,13 @@ impl Phase {
             .filter(|id| !rec.ok.contains_key(id))
             .collect();
         let delivered = stats.published.len() - missing.len();
-        let dup_ids = rec.ok.values().filter(|&&n| n > 1).count();
+        let dup_list: Vec<u64> = rec
+            .ok
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, _)| *id)
+            .collect();
+        let dup_ids = dup_list.len();
         let dup_answers: u64 = rec
             .ok
             .values()
@@ -1342,6 +1379,8 @@ impl Phase {
             lost: missing.len(),
             missing: missing.iter().copied().take(20).collect(),
             dup_ids,
+            dup_list,
+            unexplained_dups: 0,
             dup_answers,
             unexpected,
             app_peak_in_flight: rec.max_in_flight,
@@ -1842,13 +1881,14 @@ async fn run(args: &BTreeMap<String, String>) -> Result<i32, Error> {
     let wanted = |k: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == k));
     let started = Instant::now();
     let mut results = Vec::new();
-    let phases: [(&str, &str); 6] = [
+    let phases: [(&str, &str); 7] = [
         ("a1", "flapping app, ordering \"none\""),
         ("a2", "flapping app, ordering \"subject\""),
         ("b", "nats-server restart"),
         ("c", "static group member failover"),
         ("d", "rolling restart of a 3-node cluster"),
         ("e", surfaces::TITLE),
+        ("f", once::TITLE),
     ];
     for (key, title) in phases {
         if !wanted(key) {
@@ -1860,6 +1900,7 @@ async fn run(args: &BTreeMap<String, String>) -> Result<i32, Error> {
             "b" => phase_server_restart(&ctx).await,
             "c" => phase_group_failover(&ctx).await,
             "d" => phase_rolling_restart(&ctx).await,
+            "f" => once::phase(&ctx).await,
             _ => surfaces::phase(&ctx).await,
         };
         results.push(r.unwrap_or_else(|e| {
@@ -1884,7 +1925,7 @@ async fn run(args: &BTreeMap<String, String>) -> Result<i32, Error> {
         std::fs::write(&path, &md)?;
         say!("report written to {}", path.display());
     }
-    let lost: usize = results.iter().map(|r| r.lost).sum();
+    let lost: usize = results.iter().map(|r| r.lost + r.unexplained_dups).sum();
     let failed = results.iter().any(|r| r.error.is_some());
     if lost == 0 && !failed && !args.contains_key("keep") {
         let _ = std::fs::remove_dir_all(&ctx.dir);

@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod groups;
 pub mod nats_server;
 pub mod peer;
+pub mod proxy;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -1,0 +1,328 @@
+//! Processed once: messages whose `Nats-TTL` passes are dead-lettered unsent, and
+//! (with `delivery.idempotency_bucket`) a message the app answered 2xx is never sent
+//! again, whatever redelivers it.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, stream};
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// A stream on `subjects` that takes per-message TTLs.
+async fn ttl_stream(js: &jetstream::Context, name: &str, subjects: &[&str]) {
+    js.create_stream(stream::Config {
+        name: name.to_string(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        allow_message_ttl: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+/// Publishes `body` to `subject` with the headers given, awaiting its PubAck.
+async fn publish_with(
+    js: &jetstream::Context,
+    subject: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) {
+    let mut h = HeaderMap::new();
+    for (n, v) in headers {
+        h.insert(*n, *v);
+    }
+    js.publish_with_headers(subject.to_string(), h, body.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_nats_ttl_that_passes_while_held_or_between_retries_ends_the_message_unsent() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    ttl_stream(&js, &stream, &["ttl.>"]).await;
+    // One request at a time: the first takes 3 s, so the second (TTL 1 s) expires
+    // while it waits; the third (TTL 6 s) is answered 503 until its next retry would
+    // come after its expiry.
+    let app = MockApp::start(|r, _| match r.body.as_ref() {
+        b"slow" => Reply::status(200).after(Duration::from_secs(3)),
+        b"busy" => Reply::status(503),
+        _ => Reply::status(200),
+    })
+    .await;
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        r#"
+        [delivery]
+        max_in_flight = 1
+        retry_initial_ms = 500
+        "#,
+    ))
+    .await;
+    publish_with(&js, "ttl.a", "slow", &[]).await;
+    publish_with(&js, "ttl.a", "short", &[("Nats-TTL", "1s")]).await;
+    publish_with(&js, "ttl.a", "busy", &[("Nats-TTL", "6")]).await;
+    eventually("both expired", T, || async {
+        relay.metric("jetrelay_expired_total").await == 2.0
+    })
+    .await;
+    let bodies: Vec<String> = app
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    assert!(
+        !bodies.iter().any(|b| b == "short"),
+        "never sent: {bodies:?}"
+    );
+    let busy = bodies.iter().filter(|b| *b == "busy").count();
+    assert!(busy >= 2, "retried before it expired: {bodies:?}");
+    let first_busy = app
+        .requests()
+        .into_iter()
+        .find(|r| r.body.as_ref() == b"busy")
+        .unwrap();
+    let last_busy = app
+        .requests()
+        .into_iter()
+        .rfind(|r| r.body.as_ref() == b"busy")
+        .unwrap();
+    assert!(
+        last_busy.wall - first_busy.wall < time::Duration::seconds(4),
+        "no request after the expiry"
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await,
+        2.0
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_message_age_seconds_count{stage=\"expired\"}")
+            .await,
+        2.0
+    );
+    eventually("nothing left", T, || {
+        consumer_drained(&js, &stream, &durable)
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+/// The markers' bucket's keys, decoded: `(scope, id)` with the id as
+/// `i<Nats-Msg-Id>` or `s<stream>:<sequence>`.
+async fn marker_ids(js: &jetstream::Context, bucket: &str) -> Vec<(String, String)> {
+    use base64::Engine as _;
+    use futures::StreamExt;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let kv = js.get_key_value(bucket).await.unwrap();
+    let mut keys = match kv.keys().await {
+        Ok(k) => k,
+        Err(_) => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    while let Some(k) = keys.next().await {
+        let k = k.unwrap();
+        let (scope, id) = k.split_once('.').unwrap();
+        let text = |s: &str| String::from_utf8(b64.decode(s).unwrap()).unwrap();
+        out.push((text(scope), format!("{}{}", &id[..1], text(&id[1..]))));
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_lost_ack_redelivers_a_processed_message_that_the_app_never_sees_again() {
+    let nats = NatsServer::start().await;
+    let proxy = crate::support::proxy::AckDropper::start(nats.url()).await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable, bucket) = (unique("S"), unique("d"), unique("marks"));
+    create_stream(&js, &stream, &["once.>"]).await;
+    let app = MockApp::ok().await;
+    let config = durable_config_at(
+        proxy.url(),
+        &app,
+        &stream,
+        &durable,
+        &format!("[consumer]\nack_wait_ms = 1000\n[delivery]\nidempotency_bucket = \"{bucket}\"\n"),
+    );
+    let relay = Relay::ready(config).await;
+    proxy.drop_acks(true);
+    publish(&js, "once.a", 1).await;
+    eventually("the ack was lost", T, || async { proxy.dropped() >= 1 }).await;
+    proxy.drop_acks(false);
+    eventually("redelivered and acked", T, || {
+        consumer_drained(&js, &stream, &durable)
+    })
+    .await;
+    assert_eq!(app.requests().len(), 1, "the app saw it once");
+    assert!(relay.metric("jetrelay_redeliveries_total").await >= 1.0);
+    assert_eq!(
+        relay.metric("jetrelay_duplicates_suppressed_total").await,
+        1.0
+    );
+    assert_eq!(
+        marker_ids(&js, &bucket).await,
+        [(durable.clone(), format!("s{stream}:1"))],
+        "without a Nats-Msg-Id the key is the stream and sequence"
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_msg_id_sent_again_after_the_duplicate_window_reaches_the_app_once() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable, bucket) = (unique("S"), unique("d"), unique("marks"));
+    js.create_stream(stream::Config {
+        name: stream.clone(),
+        subjects: vec!["once.>".into()],
+        duplicate_window: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let app = MockApp::ok().await;
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        &format!("[delivery]\nidempotency_bucket = \"{bucket}\"\n"),
+    ))
+    .await;
+    publish_with(&js, "once.a", "first", &[("Nats-Msg-Id", "order-7")]).await;
+    app.wait_for("the first", T, |r| r.len() == 1).await;
+    // Sent again until the stream takes it: its duplicate window has passed.
+    eventually("stored again", T, || async {
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Msg-Id", "order-7");
+        let ack = js
+            .publish_with_headers("once.a", h, "again".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        !ack.duplicate
+    })
+    .await;
+    publish_with(&js, "once.a", "other", &[("Nats-Msg-Id", "order-8")]).await;
+    app.wait_for("the other", T, |r| r.len() == 2).await;
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    let bodies: Vec<String> = app
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    assert_eq!(bodies, ["first", "other"], "order-7 once");
+    assert_eq!(
+        relay.metric("jetrelay_duplicates_suppressed_total").await,
+        1.0
+    );
+    assert_eq!(
+        marker_ids(&js, &bucket).await,
+        [
+            (durable.clone(), "iorder-7".to_string()),
+            (durable.clone(), "iorder-8".to_string())
+        ]
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_bucket_is_made_with_per_key_ttls_and_one_that_cannot_be_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats.conf");
+    // `b` may not create streams: no bucket of its own.
+    std::fs::write(
+        &conf,
+        "no_auth_user: admin\nauthorization { users: [\n  {user: admin, password: admin}\n  {user: b, password: bpass, permissions: { publish: { deny: [\"$JS.API.STREAM.CREATE.>\"] } }}\n] }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
+    let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
+    let (_, js) = client(&nats).await;
+    let (stream, bucket) = (unique("S"), unique("marks"));
+    create_stream(&js, &stream, &["once.>"]).await;
+    let app = MockApp::ok().await;
+    let with = |bucket: &str, extra: &str| {
+        durable_config(
+            &nats,
+            &app,
+            &stream,
+            &unique("d"),
+            &format!(
+                "[delivery]\nidempotency_bucket = \"{bucket}\"\nidempotency_ttl_ms = 90000\n{extra}"
+            ),
+        )
+    };
+
+    // Missing: made, with per-key TTLs, and each marker carries its TTL.
+    let relay = Relay::ready(with(&bucket, "")).await;
+    let info = js.get_stream(format!("KV_{bucket}")).await.unwrap();
+    assert!(info.cached_info().config.allow_message_ttl);
+    publish(&js, "once.a", 1).await;
+    app.wait_for("one", T, |r| r.len() == 1).await;
+    eventually("marked", T, || async {
+        marker_ids(&js, &bucket).await.len() == 1
+    })
+    .await;
+    let mut s = js.get_stream(format!("KV_{bucket}")).await.unwrap();
+    let last = s.info().await.unwrap().state.last_sequence;
+    let marker = s.get_raw_message(last).await.unwrap();
+    assert_eq!(
+        marker.headers.get("Nats-TTL").map(|v| v.as_str()),
+        Some("90")
+    );
+    relay.stop().await.unwrap();
+
+    // Not creatable (no permission): the source stops, naming the bucket.
+    let as_b = format!(
+        "[nats]\nuser = \"b\"\npassword_file = \"{}\"\n",
+        dir.path().join("b.pass").display()
+    );
+    let other = unique("marks");
+    let relay = Relay::start(with(&other, &as_b)).await;
+    let err = tokio::time::timeout(T, relay.handle)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    let text = format!("{:#}", anyhow::Error::from(err));
+    assert!(
+        text.contains(&format!(
+            "idempotency bucket {other}: cannot open it, nor create it"
+        )),
+        "{text}"
+    );
+
+    // Made without per-key TTLs: refused, saying why.
+    let plain = unique("marks");
+    js.create_key_value(jetstream::kv::Config {
+        bucket: plain.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let relay = Relay::start(with(&plain, "")).await;
+    let err = tokio::time::timeout(T, relay.handle)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    let text = format!("{:#}", anyhow::Error::from(err));
+    assert!(
+        text.contains(&plain) && text.contains("per-key TTL"),
+        "{text}"
+    );
+}
