@@ -28,6 +28,7 @@ mod outputs;
 mod pacing;
 mod pull;
 mod semantics;
+mod service;
 mod shutdown;
 mod sources;
 mod support;
