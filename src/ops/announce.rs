@@ -184,7 +184,7 @@ pub fn service_answer(ask: Ask, s: &ServiceAbout, stats: &[EndpointStats]) -> Va
                 .iter()
                 .map(|e| {
                     let mut e = endpoint(e);
-                    e["metadata"] = Value::Null;
+                    e["metadata"] = json!({});
                     e
                 })
                 .collect();
@@ -308,6 +308,51 @@ mod tests {
             version: "0.1.0".into(),
             started: OffsetDateTime::UNIX_EPOCH,
         }
+    }
+
+    #[test]
+    fn a_service_answers_as_itself_with_its_endpoints_counts() {
+        let about = ServiceAbout {
+            instance: me(),
+            service: "orders".into(),
+            version: "1.0.0".into(),
+            source: "rpc".into(),
+            queue_group: "q".into(),
+            endpoints: vec![
+                ("create".into(), "orders.create".into()),
+                ("cancel".into(), "orders.cancel".into()),
+            ],
+        };
+        let stats = ServiceStats::new(2);
+        stats.record(1, std::time::Duration::from_millis(3), None);
+        stats.record(
+            1,
+            std::time::Duration::from_millis(1),
+            Some((404, "Not Found")),
+        );
+        stats.record(7, std::time::Duration::from_millis(1), None);
+        let ping = service_answer(Ask::Ping, &about, &stats.snapshot());
+        assert_eq!(
+            (&ping["name"], &ping["version"], &ping["type"]),
+            (
+                &json!("orders"),
+                &json!("1.0.0"),
+                &json!("io.nats.micro.v1.ping_response")
+            )
+        );
+        assert_eq!(ping["metadata"]["jetrelay.source"], "rpc");
+        let info = service_answer(Ask::Info, &about, &stats.snapshot());
+        assert_eq!(info["endpoints"][1]["subject"], "orders.cancel");
+        assert_eq!(info["endpoints"][1]["queue_group"], "q");
+        assert_eq!(info["endpoints"][1]["metadata"], json!({}));
+        let st = service_answer(Ask::Stats, &about, &stats.snapshot());
+        let cancel = &st["endpoints"][1];
+        assert_eq!(cancel["num_requests"], 2);
+        assert_eq!(cancel["num_errors"], 1);
+        assert_eq!(cancel["last_error"], "404:Not Found");
+        assert_eq!(cancel["processing_time"], 4_000_000);
+        assert_eq!(cancel["average_processing_time"], 2_000_000);
+        assert_eq!(st["endpoints"][0]["num_requests"], 0);
     }
 
     #[test]

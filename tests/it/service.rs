@@ -388,3 +388,40 @@ async fn a_drain_answers_the_requests_in_flight_before_it_ends() {
         .await;
     assert!(after.is_err(), "nobody serves after the drain: {after:?}");
 }
+
+/// natsio's micro module (ADR-32) side by side with a jetrelay service: its
+/// discovery answers have the same fields, natsio's own types read jetrelay's with
+/// nothing left over, and a natsio requester gets its reply.
+#[tokio::test]
+async fn natsio_reads_the_services_discovery_as_its_own_and_gets_its_replies() {
+    let nats = NatsServer::start().await;
+    let app = MockApp::start(echo).await;
+    let svc = unique("svc").to_lowercase();
+    let relay = Relay::ready(service_config(&nats, &app.url(), &svc, "")).await;
+    let out = tokio::process::Command::new(crate::support::peer::python())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/micro.py"
+        ))
+        .args([nats.url(), svc.as_str(), &format!("{svc}.create")])
+        .output()
+        .await
+        .expect("python from the tools venv (scripts/setup)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reply"], "{\"echo\":\"py\"}");
+    assert_eq!(v["reply_headers"]["Content-Type"], "application/json");
+    assert_eq!(app.requests()[0].header("x-from"), Some("python"));
+    for verb in ["PING", "INFO", "STATS"] {
+        let s = &v["shapes"][verb];
+        assert_eq!(s["ref"], s["jetrelay"], "{verb}: {s}");
+        assert_eq!(s["ref_endpoint"], s["jetrelay_endpoint"], "{verb}: {s}");
+        assert_eq!(v["unknown"][verb], serde_json::json!([]), "{verb}: {v}");
+    }
+    assert_eq!(v["unknown"]["STATS.endpoint"], serde_json::json!([]), "{v}");
+    relay.stop().await.unwrap();
+}
