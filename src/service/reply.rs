@@ -127,12 +127,12 @@ pub fn reason(status: u16) -> &'static str {
         301 => "Moved Permanently",
         302 => "Found",
         304 => "Not Modified",
-        400 => "Bad ServiceRequest",
+        400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
-        408 => "ServiceRequest Timeout",
+        408 => "Request Timeout",
         409 => "Conflict",
         410 => "Gone",
         413 => "Content Too Large",
@@ -334,6 +334,7 @@ mod tests {
             ("unavailable", Some(503))
         );
         assert_eq!(header(&v, ERROR_HEADER), Some("the app is not healthy"));
+        assert_eq!((reason(400), reason(408)), ("Bad Request", "Request Timeout"));
         assert_eq!(reason(418), "Client Error");
         assert_eq!(reason(599), "Server Error");
     }
