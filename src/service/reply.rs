@@ -334,7 +334,10 @@ mod tests {
             ("unavailable", Some(503))
         );
         assert_eq!(header(&v, ERROR_HEADER), Some("the app is not healthy"));
-        assert_eq!((reason(400), reason(408)), ("Bad Request", "Request Timeout"));
+        assert_eq!(
+            (reason(400), reason(408)),
+            ("Bad Request", "Request Timeout")
+        );
         assert_eq!(reason(418), "Client Error");
         assert_eq!(reason(599), "Server Error");
     }
