@@ -38,9 +38,10 @@ pub mod nats;
 pub mod serve;
 
 // What runs over the boundaries: a consumer group's member and its administration,
-// and the dispatcher.
+// the dispatcher, and the runner of a service's NATS requests.
 pub mod dispatch;
 pub mod group;
+pub mod service;
 
 // One source's life: bind or join, run its dispatcher, bind again.
 pub mod source;

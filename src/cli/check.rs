@@ -89,6 +89,10 @@ fn consumes(source: &SourceSettings) -> String {
             member.group,
             member.member
         ),
+        Binding::Service(spec) => format!(
+            "source.kind = service, service {} {}, queue group {}",
+            spec.name, spec.version, spec.queue_group
+        ),
     }
 }
 
@@ -222,6 +226,19 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
                 report
             }
             Binding::Group(member) => group_report(&nats, member).await,
+            Binding::Service(spec) => Report {
+                ok: true,
+                lines: spec
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "endpoint {}: requests on {} in queue group {} (no stream, no consumer)",
+                            e.name, e.subject, spec.queue_group
+                        )
+                    })
+                    .collect(),
+            },
         };
         if let Some(dlq) = &source.dead_letters {
             let mut lines = dead_letters(&nats, dlq, &dlq.replicas_of, &mut planned).await;

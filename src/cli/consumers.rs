@@ -110,5 +110,7 @@ pub async fn of(
             let (s, c) = m.consumer();
             Ok(vec![(Some(m.member.clone()), s, c)])
         }
+        // A service consumes no stream: there is no consumer to act on.
+        Binding::Service(_) => Ok(Vec::new()),
     }
 }

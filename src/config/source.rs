@@ -1,5 +1,6 @@
 //! `[source]`: the stream and where messages come from (a durable, or a member of a
-//! static or elastic group).
+//! static or elastic group), or the NATS service whose requests the app answers
+//! (`kind = "service"`: its name, version, queue group and endpoints).
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +17,8 @@ pub enum SourceKind {
     Static,
     /// A member of an elastic partitioned consumer group.
     Elastic,
+    /// A NATS service (ADR-32): requests on its endpoints' subjects, answered by the app.
+    Service,
 }
 
 impl SourceKind {
@@ -25,12 +28,13 @@ impl SourceKind {
             SourceKind::Durable => "durable",
             SourceKind::Static => "static",
             SourceKind::Elastic => "elastic",
+            SourceKind::Service => "service",
         }
     }
 
     /// Whether messages carry a partition token.
     pub fn is_group(self) -> bool {
-        !matches!(self, SourceKind::Durable)
+        matches!(self, SourceKind::Static | SourceKind::Elastic)
     }
 }
 
@@ -56,7 +60,32 @@ pub struct SourceConfig {
     /// Elastic with `auto_join`: an auto-joined member silent this long is removed
     /// by the others.
     pub member_timeout_ms: u64,
+    /// `service`: the service's name (`$SRV.INFO.<service>`).
+    pub service: String,
+    /// `service`: its version (semantic: `1.0.0`).
+    pub version: String,
+    /// `service`: the queue group its instances share.
+    pub queue_group: String,
+    /// `service`: its endpoints.
+    pub endpoints: Vec<EndpointConfig>,
+    /// `service`: the longest answer handed on as a reply; a longer one replies 502.
+    pub max_reply_bytes: u64,
 }
+
+/// One endpoint of a service: requests on `subject` are POSTed to `path`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EndpointConfig {
+    /// Its name (`endpoint` label, `Nats-Service-Endpoint`).
+    pub name: String,
+    /// The subject it answers (wildcards allowed).
+    pub subject: String,
+    /// Replaces the path of the source's `http.url`.
+    pub path: String,
+}
+
+/// `source.max_reply_bytes`' upper bound (a NATS server's largest `max_payload`).
+pub(super) const MAX_REPLY_BYTES: u64 = 64 << 20;
 
 impl Default for SourceConfig {
     fn default() -> Self {
@@ -69,6 +98,11 @@ impl Default for SourceConfig {
             filter_subjects: Vec::new(),
             auto_join: false,
             member_timeout_ms: 30_000,
+            service: String::new(),
+            version: "0.0.0".into(),
+            queue_group: "q".into(),
+            endpoints: Vec::new(),
+            max_reply_bytes: 1 << 20,
         }
     }
 }
@@ -89,6 +123,11 @@ impl Config {
                 "is only for source.kind = \"elastic\" (a static group's membership is fixed)",
             );
         }
+        if s.kind == Some(SourceKind::Service) {
+            self.check_service(p);
+            return;
+        }
+        self.check_not_service(p);
         if s.stream.is_empty() {
             p.add("source.stream", "is required");
         } else if let Err(e) = subject::validate_name(&s.stream) {
@@ -97,7 +136,7 @@ impl Config {
         let Some(kind) = s.kind else {
             p.add(
                 "source.kind",
-                "is required: \"durable\", \"static\" or \"elastic\"",
+                "is required: \"durable\", \"static\", \"elastic\" or \"service\"",
             );
             return;
         };
@@ -125,6 +164,7 @@ impl Config {
                     p.add("source.filter_subjects", e);
                 }
             }
+            SourceKind::Service => {}
             SourceKind::Static | SourceKind::Elastic => {
                 for (key, v) in [("source.group", &s.group), ("source.member", &s.member)] {
                     if v.is_empty() {
@@ -143,6 +183,192 @@ impl Config {
                     );
                 }
             }
+        }
+    }
+
+    /// The keys of a service source, refused on another kind.
+    fn check_not_service(&self, p: &mut Problems) {
+        let s = &self.source;
+        if !s.service.is_empty() || !s.endpoints.is_empty() {
+            let key = if s.service.is_empty() {
+                "source.endpoints"
+            } else {
+                "source.service"
+            };
+            p.add(key, "is only for source.kind = \"service\"");
+        }
+    }
+
+    /// A service source: its name, version, queue group and endpoints; none of a
+    /// consumer's keys.
+    fn check_service(&self, p: &mut Problems) {
+        let s = &self.source;
+        if s.service.is_empty() {
+            p.add(
+                "source.service",
+                "is required when source.kind = \"service\"",
+            );
+        } else if let Err(e) = subject::validate_name(&s.service) {
+            p.add("source.service", e);
+        }
+        if !is_semver(&s.version) {
+            p.add(
+                "source.version",
+                format!("{:?} is not a semantic version (1.0.0)", s.version),
+            );
+        }
+        if let Err(e) = subject::validate_name(&s.queue_group) {
+            p.add("source.queue_group", e);
+        }
+        p.range(
+            "source.max_reply_bytes",
+            s.max_reply_bytes,
+            1,
+            MAX_REPLY_BYTES,
+        );
+        for (key, v) in [
+            ("source.stream", s.stream.is_empty()),
+            ("source.durable", s.durable.is_empty()),
+            ("source.group", s.group.is_empty()),
+            ("source.member", s.member.is_empty()),
+            ("source.filter_subjects", s.filter_subjects.is_empty()),
+        ] {
+            if !v {
+                p.add(
+                    key,
+                    "is not for source.kind = \"service\" (it consumes no stream)",
+                );
+            }
+        }
+        if self.delivery.batch_size > 1 {
+            p.add(
+                "delivery.batch_size",
+                "is 1 for source.kind = \"service\": each request gets its own reply",
+            );
+        }
+        if s.endpoints.is_empty() {
+            p.add("source.endpoints", "a service needs at least one endpoint");
+        }
+        for (i, e) in s.endpoints.iter().enumerate() {
+            for why in endpoint_problems(e) {
+                p.add(format!("source.endpoints[{i}]"), why);
+            }
+        }
+        let mut names: Vec<&str> = s.endpoints.iter().map(|e| e.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            p.add(
+                "source.endpoints",
+                format!("two endpoints are named {:?}", w[0]),
+            );
+        }
+        let subjects: Vec<String> = s.endpoints.iter().map(|e| e.subject.clone()).collect();
+        if let Some(e) = subject::first_overlap(&subjects) {
+            p.add("source.endpoints", e);
+        }
+    }
+}
+
+/// What is wrong with one endpoint.
+fn endpoint_problems(e: &EndpointConfig) -> Vec<String> {
+    let mut p = Vec::new();
+    if e.name.is_empty() {
+        p.push("needs a name".to_string());
+    } else if let Err(why) = subject::validate_name(&e.name) {
+        p.push(format!("name {:?}: {why}", e.name));
+    }
+    if e.subject.is_empty() {
+        p.push("needs a subject".to_string());
+    } else if let Err(why) = subject::validate_filter(&e.subject) {
+        p.push(format!("subject {:?}: {why}", e.subject));
+    }
+    if !e.path.is_empty() && !e.path.starts_with('/') {
+        p.push(format!("path {:?} must start with /", e.path));
+    }
+    p
+}
+
+/// Whether `v` is `MAJOR.MINOR.PATCH` (with an optional `-pre` or `+build`), as
+/// ADR-32 asks of a service's version.
+fn is_semver(v: &str) -> bool {
+    let core = v.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use figment::Figment;
+    use figment::providers::{Format, Toml};
+
+    use super::*;
+
+    /// The keys of the problems of `[source]` = `source` (with an app URL).
+    fn problems(source: &str) -> Vec<String> {
+        let toml = format!("[source]\n{source}\n[http]\nurl = \"http://127.0.0.1:1/x\"\n");
+        match Config::from_figment(Figment::from(Toml::string(&toml))) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.problems().iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_service_source_table() {
+        let good = "kind = \"service\"\nservice = \"orders\"\nendpoints = [{ name = \"create\", subject = \"orders.create\", path = \"/c\" }]";
+        assert_eq!(problems(good), Vec::<String>::new());
+        let cases = [
+            (
+                "kind = \"service\"\nendpoints = [{ name = \"a\", subject = \"a\" }]",
+                "source.service",
+            ),
+            ("kind = \"service\"\nservice = \"s\"", "source.endpoints"),
+            (&format!("{good}\nstream = \"S\""), "source.stream"),
+            (&format!("{good}\nversion = \"1.0\""), "source.version"),
+            (
+                &format!("{good}\nmax_reply_bytes = 0"),
+                "source.max_reply_bytes",
+            ),
+            (
+                "kind = \"service\"\nservice = \"s\"\nendpoints = [{ name = \"a\", subject = \"x.*\" }, { name = \"a\", subject = \"x.y\" }]",
+                "two endpoints are named",
+            ),
+            (
+                "kind = \"service\"\nservice = \"s\"\nendpoints = [{ name = \"a\", subject = \"x.*\" }, { name = \"b\", subject = \"x.y\" }]",
+                "source.endpoints",
+            ),
+            (
+                "kind = \"service\"\nservice = \"s\"\nendpoints = [{ name = \"a\", subject = \"x\", path = \"rel\" }]",
+                "source.endpoints[0]",
+            ),
+            (
+                "kind = \"durable\"\nstream = \"S\"\ndurable = \"d\"\nservice = \"s\"",
+                "only for source.kind = \"service\"",
+            ),
+        ];
+        for (source, expect) in cases {
+            let found = problems(source);
+            assert!(
+                found.iter().any(|p| p.contains(expect)),
+                "{source:?}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn versions_are_semantic() {
+        for (v, ok) in [
+            ("1.0.0", true),
+            ("0.0.0", true),
+            ("1.2.3-rc.1", true),
+            ("1.2", false),
+            ("", false),
+            ("v1.0.0", false),
+            ("1.a.0", false),
+        ] {
+            assert_eq!(is_semver(v), ok, "{v}");
         }
     }
 }

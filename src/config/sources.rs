@@ -170,6 +170,12 @@ impl Config {
                 Vec::new()
             }),
         };
+        if !routes.is_empty() && config.source.kind == Some(super::SourceKind::Service) {
+            problems.push(Problem::new(
+                at("routes"),
+                "a service's requests go by its endpoints (each with its path), not routes",
+            ));
+        }
         for (i, r) in routes.iter().enumerate() {
             for why in route_problems(r, &config) {
                 problems.push(Problem::new(at(&format!("routes[{i}]")), why));

@@ -81,6 +81,9 @@ pub enum DaemonError {
     /// The consumer group cannot be joined.
     #[error("cannot join the consumer group")]
     Group(#[source] JoinError),
+    /// A service source's runner failed.
+    #[error(transparent)]
+    Service(#[from] crate::service::ServiceError),
     /// The config does not parse into settings.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -104,6 +107,7 @@ impl From<SourceError> for DaemonError {
             SourceError::Topology(e) => DaemonError::Topology(e),
             SourceError::Dispatch(e) => DaemonError::Dispatch(e),
             SourceError::Group(e) => DaemonError::Group(e),
+            SourceError::Service(e) => DaemonError::Service(e),
         }
     }
 }

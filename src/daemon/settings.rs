@@ -35,6 +35,7 @@ use crate::outputs::Rules;
 use crate::pace::PaceSettings;
 use crate::policy::{Policy, StatusSet};
 use crate::route::{Route, To};
+use crate::service::{ServiceEndpoint, ServiceSpec};
 use crate::source::settings::{
     Binding, DeadLetters, Idempotency, Retry, RouteSettings, SourceSettings, dlq_duplicate_window,
 };
@@ -94,7 +95,10 @@ impl Settings {
             .iter()
             .filter_map(|v| {
                 let mut s = source(&v.config, &v.name, &mut p)?;
-                s.routes = routes(v, &s.target, &mut p);
+                // A service's endpoints are its routes (config forbids routes beside them).
+                if !matches!(s.binding, Binding::Service(_)) {
+                    s.routes = routes(v, &s.target, &mut p);
+                }
                 s.weight = v.weight;
                 Some(s)
             })
@@ -160,7 +164,6 @@ fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings
             app: app_target(&target.url),
         },
         binding: binding(c, kind, limits, confirmed_acks),
-        target,
         client,
         health,
         retry: Retry {
@@ -199,8 +202,13 @@ fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings
         })
         .filter(|o| o.rules.enabled()),
         idempotency: idempotency(c),
-        routes: Vec::new(),
+        routes: if kind == SourceKind::Service {
+            endpoint_routes(c, &target)
+        } else {
+            Vec::new()
+        },
         weight: 1,
+        target,
     })
 }
 
@@ -262,7 +270,52 @@ fn binding(c: &Config, kind: SourceKind, limits: Limits, confirmed_acks: bool) -
             auto_join: (c.source.auto_join && kind == SourceKind::Elastic)
                 .then(|| Duration::from_millis(c.source.member_timeout_ms)),
         }),
+        SourceKind::Service => Binding::Service(ServiceSpec {
+            name: c.source.service.clone(),
+            version: c.source.version.clone(),
+            queue_group: c.source.queue_group.clone(),
+            endpoints: c
+                .source
+                .endpoints
+                .iter()
+                .map(|e| ServiceEndpoint {
+                    name: e.name.clone(),
+                    subject: e.subject.clone(),
+                })
+                .collect(),
+            max_reply_bytes: usize::try_from(c.source.max_reply_bytes).unwrap_or(usize::MAX),
+            connection: c.nats.name.clone(),
+        }),
     }
+}
+
+/// A service's endpoints as the source's routes, in order: each one's target is the
+/// source's `http.url` with the endpoint's path (the URL itself without one), so that
+/// the app's clients and a reload build and rebuild them as they do a route's.
+fn endpoint_routes(c: &Config, target: &TargetSettings) -> Vec<RouteSettings> {
+    c.source
+        .endpoints
+        .iter()
+        .map(|e| {
+            let mut url = target.url.clone();
+            if !e.path.is_empty() {
+                url.set_path(&e.path);
+                url.set_query(None);
+            }
+            RouteSettings {
+                route: Route {
+                    name: e.name.clone(),
+                    subjects: vec![e.subject.clone()],
+                    headers: Vec::new(),
+                    to: To::Target,
+                },
+                target: Some(TargetSettings {
+                    url,
+                    ..target.clone()
+                }),
+            }
+        })
+        .collect()
 }
 
 /// `publish.allowed_subjects` and the bounds per answer or request.

@@ -25,9 +25,11 @@ use crate::http::app::AppClient;
 use crate::http::client::ClientError;
 use crate::http::h2c::{NOT_HTTP2, Spoken, speaks_h2};
 
+use crate::message::Offered;
 use crate::outputs::{self, Author, Refusal};
 use crate::policy::{AppAction, Outcome, parse_retry_after};
 use crate::seam::HttpClass;
+use crate::seam::service::{Exchange, Question};
 use crate::seam::{BatchForwarded, Forward, Forwarded, NoAnswer, Offer};
 use crate::trace::context::Dropped;
 
@@ -418,6 +420,41 @@ impl Forward for Forwarder {
         Forwarder::forward_batch(self, offers, trace)
     }
 }
+
+impl Exchange for Forwarder {
+    fn exchange(
+        &self,
+        q: Question<'_>,
+    ) -> impl Future<Output = (Forwarded, Option<KeptAnswer>)> + Send {
+        // The request's headers as a message's are mapped, with the endpoint's name.
+        let mapped = crate::app::headers::map(
+            Offered::Message(q.message),
+            1,
+            &self.target.pass,
+            self.target.format,
+            q.trace,
+        );
+        let mut headers: Vec<(String, String)> = Vec::with_capacity(mapped.headers.len() + 1);
+        headers.extend(
+            mapped
+                .headers
+                .into_iter()
+                .map(|(n, v)| (n.into_owned(), v.into_owned())),
+        );
+        headers.push((ENDPOINT_HEADER.to_string(), q.endpoint.to_string()));
+        let (skipped, dropped) = (mapped.skipped_invalid, mapped.trace_dropped);
+        let payload = q.message.payload.clone();
+        async move {
+            let (mut f, answer) = Forwarder::exchange(self, &headers, payload, q.max_body).await;
+            f.skipped_headers += skipped;
+            f.trace_dropped = dropped;
+            (f, answer)
+        }
+    }
+}
+
+/// The request header that names a service request's endpoint.
+pub const ENDPOINT_HEADER: &str = "nats-service-endpoint";
 
 /// What was kept of an answer's body.
 enum Kept {

@@ -1,5 +1,6 @@
 //! NATS service discovery (ADR-32) on the wire: answering it (every instance
-//! subscribes to `$SRV.<VERB>`, `$SRV.<VERB>.jetrelay` and `$SRV.<VERB>.jetrelay.<id>`
+//! subscribes to `$SRV.<VERB>`, `$SRV.<VERB>.<service>` and `$SRV.<VERB>.<service>.<id>`,
+//! as `jetrelay` and as each service source's own service,
 //! for PING, INFO and STATS, with no queue group, so that every one answers), and
 //! asking it (one request, every answer that comes within a wait).
 
@@ -20,7 +21,8 @@ impl Nats {
         inbox.rsplit('.').next().unwrap_or(&inbox).to_string()
     }
 
-    /// Answers discovery as instance `id` until `stop`: `answer` builds each reply.
+    /// Answers discovery as instance `id` of `jetrelay` until `stop`: `answer`
+    /// builds each reply.
     ///
     /// # Errors
     /// [`NatsError::Subscribe`] when a subscription cannot be made.
@@ -30,12 +32,27 @@ impl Nats {
         answer: impl Fn(Ask) -> Vec<u8> + Send + 'static,
         stop: CancellationToken,
     ) -> Result<JoinHandle<()>, NatsError> {
+        self.announce_as(SERVICE, id, answer, stop).await
+    }
+
+    /// Answers discovery as instance `id` of `service` (a service source's own
+    /// name, or `jetrelay`) until `stop`.
+    ///
+    /// # Errors
+    /// [`NatsError::Subscribe`] when a subscription cannot be made.
+    pub async fn announce_as(
+        &self,
+        service: &str,
+        id: &str,
+        answer: impl Fn(Ask) -> Vec<u8> + Send + 'static,
+        stop: CancellationToken,
+    ) -> Result<JoinHandle<()>, NatsError> {
         let mut subs = Vec::new();
         for (ask, verb) in Ask::ALL {
             for subject in [
                 format!("$SRV.{verb}"),
-                format!("$SRV.{verb}.{SERVICE}"),
-                format!("$SRV.{verb}.{SERVICE}.{id}"),
+                format!("$SRV.{verb}.{service}"),
+                format!("$SRV.{verb}.{service}.{id}"),
             ] {
                 let sub = self
                     .client

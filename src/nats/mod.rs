@@ -19,6 +19,8 @@
 //! - `outputs`: the app's outputs, one by one or as one atomic batch (ADR-50).
 //! - `publisher`: [`Publisher`], both behind the publish seam (`crate::seam::publish`).
 //! - `fast`: fast-ingest batches (ADR-50, 2.14+): not atomic, paced by flow acks.
+//! - `service`: a service source's requests (queue subscriptions per endpoint,
+//!   joined and left) and replies.
 //! - `error`: [`NatsError`], the failures at this boundary that are not topology.
 
 mod connect;
@@ -36,6 +38,7 @@ mod pause;
 mod publisher;
 mod pull;
 mod replay;
+mod service;
 mod settle;
 mod streams;
 
@@ -52,5 +55,6 @@ pub use pause::PauseAnswer;
 pub use publisher::Publisher;
 pub use pull::{PullEvent, Puller, PullerConfig};
 pub use replay::ReplayFacts;
+pub use service::{ServiceReplier, ServiceRequests};
 pub use settle::Settler;
 pub use streams::{Bound, ConsumerCounts, GroupConsumer, Listed, Tail};

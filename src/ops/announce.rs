@@ -3,6 +3,14 @@
 //! the instance and each source's readiness and counts. Each source is an endpoint
 //! named after it (its subject: the stream it consumes), so that `nats micro` lists
 //! them too. No payload, header, URL or secret is ever in an answer.
+//!
+//! A service source (`kind = "service"`) answers as its own service the same way
+//! ([`service_answer`]): its endpoints, their subjects and queue group, and each
+//! one's requests, errors and processing time as ADR-32 counts them
+//! ([`ServiceStats`], which its runner records into).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -79,6 +87,128 @@ pub fn answer(ask: Ask, me: &Instance, sources: &[Announced]) -> Value {
             v["type"] = json!("io.nats.micro.v1.stats_response");
             v["started"] = json!(me.started.format(&Rfc3339).unwrap_or_default());
             v["endpoints"] = sources.iter().map(stats_endpoint).collect();
+        }
+    }
+    v
+}
+
+/// One endpoint of a service source as ADR-32 counts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Requests taken (answered or not).
+    pub requests: u64,
+    /// Requests answered with an error (`Nats-Service-Error`).
+    pub errors: u64,
+    /// The last error's text: `<code>:<reason>`.
+    pub last_error: String,
+    /// Time spent on the requests, in all.
+    pub processing: Duration,
+}
+
+/// A service source's endpoints' counts, shared by its runner (which records) and its
+/// discovery answers (which read). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceStats(Arc<Mutex<Vec<EndpointStats>>>);
+
+impl ServiceStats {
+    /// Counts for `endpoints` endpoints, all zero.
+    pub fn new(endpoints: usize) -> ServiceStats {
+        ServiceStats(Arc::new(Mutex::new(vec![
+            EndpointStats::default();
+            endpoints
+        ])))
+    }
+
+    /// Endpoint `i` took a request that took `took`; `error` is `(code, reason)` when
+    /// its reply said one.
+    pub fn record(&self, i: usize, took: Duration, error: Option<(u16, &str)>) {
+        // A poisoned lock holds plain counts: they are still counts.
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = all.get_mut(i) {
+            e.requests += 1;
+            e.processing = e.processing.saturating_add(took);
+            if let Some((code, reason)) = error {
+                e.errors += 1;
+                e.last_error = format!("{code}:{reason}");
+            }
+        }
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> Vec<EndpointStats> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// A service source as discovery shows it.
+#[derive(Debug, Clone)]
+pub struct ServiceAbout {
+    /// The process (its id is this service instance's).
+    pub instance: Instance,
+    /// The service's name.
+    pub service: String,
+    /// Its version.
+    pub version: String,
+    /// The source's name.
+    pub source: String,
+    /// Its queue group.
+    pub queue_group: String,
+    /// Its endpoints: name and subject.
+    pub endpoints: Vec<(String, String)>,
+}
+
+/// The answer to `ask` for a service source, with its endpoints' counts now.
+pub fn service_answer(ask: Ask, s: &ServiceAbout, stats: &[EndpointStats]) -> Value {
+    let me = &s.instance;
+    let mut v = json!({
+        "name": s.service,
+        "id": me.id,
+        "version": s.version,
+        "metadata": {
+            "connection": me.name,
+            "jetrelay.version": me.version,
+            "jetrelay.source": s.source,
+        },
+    });
+    let endpoint = |(name, subject): &(String, String)| json!({ "name": name, "subject": subject, "queue_group": s.queue_group });
+    match ask {
+        Ask::Ping => v["type"] = json!("io.nats.micro.v1.ping_response"),
+        Ask::Info => {
+            v["type"] = json!("io.nats.micro.v1.info_response");
+            v["description"] = json!("an HTTP app's endpoints, answered through jetrelay");
+            v["endpoints"] = s
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let mut e = endpoint(e);
+                    e["metadata"] = json!({});
+                    e
+                })
+                .collect();
+        }
+        Ask::Stats => {
+            v["type"] = json!("io.nats.micro.v1.stats_response");
+            v["started"] = json!(me.started.format(&Rfc3339).unwrap_or_default());
+            v["endpoints"] = s
+                .endpoints
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let c = stats.get(i).cloned().unwrap_or_default();
+                    let total = u64::try_from(c.processing.as_nanos()).unwrap_or(u64::MAX);
+                    let mut e = endpoint(e);
+                    e["num_requests"] = json!(c.requests);
+                    e["num_errors"] = json!(c.errors);
+                    e["last_error"] = json!(c.last_error);
+                    e["processing_time"] = json!(total);
+                    e["average_processing_time"] =
+                        json!(total.checked_div(c.requests).unwrap_or(0));
+                    e
+                })
+                .collect();
         }
     }
     v
@@ -178,6 +308,51 @@ mod tests {
             version: "0.1.0".into(),
             started: OffsetDateTime::UNIX_EPOCH,
         }
+    }
+
+    #[test]
+    fn a_service_answers_as_itself_with_its_endpoints_counts() {
+        let about = ServiceAbout {
+            instance: me(),
+            service: "orders".into(),
+            version: "1.0.0".into(),
+            source: "rpc".into(),
+            queue_group: "q".into(),
+            endpoints: vec![
+                ("create".into(), "orders.create".into()),
+                ("cancel".into(), "orders.cancel".into()),
+            ],
+        };
+        let stats = ServiceStats::new(2);
+        stats.record(1, std::time::Duration::from_millis(3), None);
+        stats.record(
+            1,
+            std::time::Duration::from_millis(1),
+            Some((404, "Not Found")),
+        );
+        stats.record(7, std::time::Duration::from_millis(1), None);
+        let ping = service_answer(Ask::Ping, &about, &stats.snapshot());
+        assert_eq!(
+            (&ping["name"], &ping["version"], &ping["type"]),
+            (
+                &json!("orders"),
+                &json!("1.0.0"),
+                &json!("io.nats.micro.v1.ping_response")
+            )
+        );
+        assert_eq!(ping["metadata"]["jetrelay.source"], "rpc");
+        let info = service_answer(Ask::Info, &about, &stats.snapshot());
+        assert_eq!(info["endpoints"][1]["subject"], "orders.cancel");
+        assert_eq!(info["endpoints"][1]["queue_group"], "q");
+        assert_eq!(info["endpoints"][1]["metadata"], json!({}));
+        let st = service_answer(Ask::Stats, &about, &stats.snapshot());
+        let cancel = &st["endpoints"][1];
+        assert_eq!(cancel["num_requests"], 2);
+        assert_eq!(cancel["num_errors"], 1);
+        assert_eq!(cancel["last_error"], "404:Not Found");
+        assert_eq!(cancel["processing_time"], 4_000_000);
+        assert_eq!(cancel["average_processing_time"], 2_000_000);
+        assert_eq!(st["endpoints"][0]["num_requests"], 0);
     }
 
     #[test]

@@ -497,6 +497,40 @@ impl LetterCollectors {
     }
 }
 
+/// A service source's requests, by endpoint (label values from the source's config,
+/// a closed set) and class: the app's (`2xx` … `timeout`), or jetrelay's own reply
+/// (`unavailable`, `too_large`), or `no_reply` (a request nobody waits for).
+#[derive(Debug, Clone)]
+struct ServiceCollectors {
+    requests: IntCounterVec,
+    duration: prometheus::HistogramVec,
+}
+
+/// The `class` labels of `jetrelay_requests_total` besides the app's.
+pub const SERVICE_CLASSES: [&str; 3] = ["unavailable", "too_large", "no_reply"];
+
+impl ServiceCollectors {
+    fn new(r: &Registrar<'_>) -> Result<ServiceCollectors, prometheus::Error> {
+        Ok(ServiceCollectors {
+            requests: r.register(IntCounterVec::new(
+                r.opts(
+                    "jetrelay_requests_total",
+                    "NATS requests a service source took, by endpoint and class: the app's answer (2xx, 3xx, 4xx, 5xx, error, timeout), or jetrelay's own reply (unavailable: the app unhealthy, unreachable or draining; too_large: over max_reply_bytes), or no_reply (no reply subject)",
+                ),
+                &["endpoint", "class"],
+            )?)?,
+            duration: r.register(prometheus::HistogramVec::new(
+                r.histogram_opts(
+                    "jetrelay_request_duration_seconds",
+                    "NATS requests a service source took, receipt to reply, by endpoint",
+                    LATENCY_BUCKETS,
+                ),
+                &["endpoint"],
+            )?)?,
+        })
+    }
+}
+
 /// The process: the connection, readiness, the app's health, reloads, what the
 /// telemetry dropped.
 #[derive(Debug, Clone)]
@@ -645,6 +679,7 @@ pub struct SourceMetrics {
     consumer: ConsumerCollectors,
     letters: LetterCollectors,
     once: OnceCollectors,
+    service: ServiceCollectors,
     /// The process's, for what is not the source's own (the outputs published, the
     /// app's health).
     process: Metrics,
@@ -723,10 +758,11 @@ impl Metrics {
                 ConsumerCollectors::new(&r)?,
                 LetterCollectors::new(&r)?,
                 OnceCollectors::new(&r)?,
+                ServiceCollectors::new(&r)?,
             ))
         })();
         let registered = Registered(Arc::new(std::sync::Mutex::new(r.kept.into_inner())));
-        let (flow, app, consumer, letters, once) = match built {
+        let (flow, app, consumer, letters, once, service) = match built {
             Ok(b) => b,
             Err(e) => {
                 // Half registered: none of it stays (the name can be tried again).
@@ -740,6 +776,7 @@ impl Metrics {
             consumer,
             letters,
             once,
+            service,
             process: self.clone(),
             registered,
         })
@@ -1106,6 +1143,16 @@ impl SourceMetrics {
         self.letters.dlq_failures.inc();
     }
 
+    /// A service source's endpoint took a request of `class` (an [`HttpClass`]'s
+    /// label, or one of [`SERVICE_CLASSES`]) and replied after `took`.
+    pub fn service_request(&self, endpoint: &str, class: &str, took: Duration) {
+        let s = &self.service;
+        s.requests.with_label_values(&[endpoint, class]).inc();
+        s.duration
+            .with_label_values(&[endpoint])
+            .observe(took.as_secs_f64());
+    }
+
     /// A route took a message: to its target (`app`) or its action (`skip`).
     pub fn routed(&self, route: &str, target: &str) {
         self.letters
@@ -1144,6 +1191,11 @@ impl SourceMetrics {
 }
 
 /// The position of a class's label in [`HTTP_CLASSES`].
+/// The `class` label of an app's result.
+pub fn class_name(class: HttpClass) -> &'static str {
+    HTTP_CLASSES[class_index(class)]
+}
+
 fn class_index(class: HttpClass) -> usize {
     match class {
         HttpClass::Status(s) if (200..300).contains(&s) => 0,

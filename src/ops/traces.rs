@@ -17,7 +17,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::message::Delivery;
+use crate::message::{Delivery, Message};
 use crate::ops::metrics::Metrics;
 use crate::seam::{Forwarded, HttpClass};
 use crate::trace::context::{self, SpanContext};
@@ -224,6 +224,58 @@ impl Tracer {
             a.set("messaging.destination.partition.id", p.to_string());
         }
         Some(a)
+    }
+
+    /// The SERVER span of one NATS request to a service source's `endpoint`, begun at
+    /// receipt: a child of the request's `traceparent`, or a root (sampled by ratio)
+    /// when it has none. `None` with export off.
+    pub fn serve(&self, m: &Message, endpoint: &str) -> Option<Active> {
+        let inner = self.0.as_ref()?;
+        let parent =
+            context::inbound(m.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))).context();
+        let mut ctx =
+            context::continue_or_root(parent.as_ref(), inner.settings.sample_ratio, &mut draw);
+        if parent.is_none() {
+            ctx.tracestate = None;
+        }
+        let sampled = ctx.sampled();
+        let mut a = Active {
+            parent: parent.as_ref().map(|p| p.span_id),
+            parent_remote: parent.is_some(),
+            context: ctx,
+            kind: SpanKind::Server,
+            name: if sampled {
+                format!("process {}", m.subject).into_boxed_str()
+            } else {
+                Box::default()
+            },
+            start_ns: now_ns(),
+            attributes: Vec::new(),
+            links: Vec::new(),
+        };
+        if sampled {
+            a.set("messaging.system", "nats");
+            a.set("messaging.operation.name", "process");
+            a.set("messaging.operation.type", "process");
+            a.set("messaging.destination.name", m.subject.clone());
+            a.set("jetrelay.endpoint", endpoint.to_string());
+            if let Some(source) = &self.1 {
+                a.set("jetrelay.source", source.name.clone());
+            }
+        }
+        Some(a)
+    }
+
+    /// Ends a served request's span with the reply's error, if it said one.
+    pub fn end_serve(&self, mut span: Active, error: Option<(u16, &str)>) {
+        if !span.context.sampled() {
+            return;
+        }
+        let error = error.map(|(code, reason)| {
+            span.set("error.type", code.to_string());
+            format!("{code}: {reason}")
+        });
+        self.end(span, error);
     }
 
     /// The CLIENT span of one request to the app, a child of the delivery's span;

@@ -17,6 +17,9 @@ pub enum SourceError {
     /// The message source failed.
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
+    /// A service source's runner failed.
+    #[error(transparent)]
+    Service(#[from] crate::service::ServiceError),
     /// The consumer group cannot be joined.
     #[error("cannot join the consumer group")]
     Group(#[source] JoinError),

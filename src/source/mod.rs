@@ -6,6 +6,7 @@
 
 pub mod error;
 mod gauges;
+mod service;
 pub mod settings;
 mod wait;
 
@@ -85,6 +86,7 @@ impl Runner {
                     group: Some(m.group.clone()),
                 }
             }
+            Binding::Service(spec) => Runner::serves(spec),
         }
     }
 
@@ -102,6 +104,9 @@ impl Runner {
             return Ok(());
         }
         nats.check_server_version()?;
+        if let Binding::Service(spec) = &self.settings.binding {
+            return self.serve(nats, spec, shutdown).await;
+        }
         if let Some(dlq) = &self.settings.dead_letters
             && let Some(spec) = &dlq.managed
             && !waits.ensure_dlq_stream(nats, dlq, spec, shutdown).await?
@@ -138,6 +143,7 @@ impl Runner {
             let turn = match &self.settings.binding {
                 Binding::Group(member) => self.group_turn(&at, member, &mut joined).await?,
                 Binding::Durable(request) => self.durable_turn(&at, request).await?,
+                Binding::Service(_) => return Ok(()),
             };
             let Some(ended) = turn else {
                 return Ok(());

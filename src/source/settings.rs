@@ -17,6 +17,7 @@ use crate::pace::PaceSettings;
 use crate::policy::Policy;
 use crate::route::Route;
 use crate::seam::Ordering;
+use crate::service::ServiceSpec;
 use crate::topology::{OnMissing, StreamSpec, TopologyRequest};
 
 /// Where a source's messages come from.
@@ -26,6 +27,9 @@ pub enum Binding {
     Durable(TopologyRequest),
     /// A member of a static or elastic group.
     Group(Member),
+    /// A NATS service whose requests the app answers (`kind = "service"`); its
+    /// endpoints' targets are the source's routes, one per endpoint, in order.
+    Service(ServiceSpec),
 }
 
 /// How a missing topology (or group) is waited for.
@@ -146,7 +150,7 @@ impl SourceSettings {
     pub fn member(&self) -> Option<String> {
         match &self.binding {
             Binding::Group(m) => Some(m.member.clone()),
-            Binding::Durable(_) => None,
+            Binding::Durable(_) | Binding::Service(_) => None,
         }
     }
 }

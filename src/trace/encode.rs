@@ -162,6 +162,7 @@ pub fn export_request(resource: &Resource, spans: &[Span], out: &mut Vec<u8>) {
 /// The OTLP span kind's name (for logs and tests).
 pub fn kind_name(k: SpanKind) -> &'static str {
     match k {
+        SpanKind::Server => "server",
         SpanKind::Client => "client",
         SpanKind::Producer => "producer",
         SpanKind::Consumer => "consumer",

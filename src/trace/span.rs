@@ -7,6 +7,8 @@ use super::context::SpanContext;
 /// What a span is, in OTLP's numbering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpanKind {
+    /// A request jetrelay serves (a NATS request to a service source).
+    Server = 2,
     /// A request jetrelay makes (to the app).
     Client = 3,
     /// A message jetrelay publishes.

@@ -29,6 +29,7 @@ mod outputs;
 mod pacing;
 mod pull;
 mod semantics;
+mod service;
 mod shutdown;
 mod sources;
 mod support;
