@@ -1,7 +1,7 @@
 //! The forward seam over HTTP: the app's client and its requests.
 //!
 //! Builds exactly one POST per attempt from an offered message
-//! ([`Offered`](crate::message::Offered): a JetStream delivery or a plain message;
+//! ([`Offered`]: a JetStream delivery or a plain message;
 //! body = payload unchanged, headers from `crate::app::headers`), sends it through a keep-alive pool with
 //! `http.timeout_ms`, and turns the answer into a policy [`Outcome`]. The response
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it

@@ -1190,12 +1190,12 @@ impl SourceMetrics {
     }
 }
 
-/// The position of a class's label in [`HTTP_CLASSES`].
 /// The `class` label of an app's result.
 pub fn class_name(class: HttpClass) -> &'static str {
     HTTP_CLASSES[class_index(class)]
 }
 
+/// The position of a class's label in `HTTP_CLASSES`.
 fn class_index(class: HttpClass) -> usize {
     match class {
         HttpClass::Status(s) if (200..300).contains(&s) => 0,
