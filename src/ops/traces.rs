@@ -101,6 +101,35 @@ fn draw() -> u64 {
     fastrand::u64(..)
 }
 
+/// A span begun at receipt of `m`: a child of its context (bounded as for the app: an
+/// oversized or malformed tracestate is not continued), or a root sampled by ratio
+/// (without a tracestate) when it has none. An unsampled span only carries its
+/// context: nothing else is allocated.
+fn begin(inner: &Inner, m: &Message, kind: SpanKind, subject: &str) -> Active {
+    let parent =
+        context::inbound(m.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))).context();
+    let mut ctx =
+        context::continue_or_root(parent.as_ref(), inner.settings.sample_ratio, &mut draw);
+    if parent.is_none() {
+        ctx.tracestate = None;
+    }
+    let sampled = ctx.sampled();
+    Active {
+        parent: parent.as_ref().map(|p| p.span_id),
+        parent_remote: parent.is_some(),
+        context: ctx,
+        kind,
+        name: if sampled {
+            format!("process {subject}").into_boxed_str()
+        } else {
+            Box::default()
+        },
+        start_ns: now_ns(),
+        attributes: Vec::new(),
+        links: Vec::new(),
+    }
+}
+
 /// A span being made: its context, where it hangs, what it started with.
 #[derive(Debug, Clone)]
 pub struct Active {
@@ -164,35 +193,8 @@ impl Tracer {
     /// context, or a root (sampled by ratio) when it has none. `None` with export off.
     pub fn delivery(&self, d: &Delivery) -> Option<Active> {
         let inner = self.0.as_ref()?;
-        // Bounded as for the app: an oversized or malformed tracestate is not continued.
-        let parent = context::inbound(
-            d.message
-                .headers
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_str())),
-        )
-        .context();
-        let mut ctx =
-            context::continue_or_root(parent.as_ref(), inner.settings.sample_ratio, &mut draw);
-        if parent.is_none() {
-            ctx.tracestate = None;
-        }
-        let sampled = ctx.sampled();
-        let mut a = Active {
-            parent: parent.as_ref().map(|p| p.span_id),
-            parent_remote: parent.is_some(),
-            context: ctx,
-            kind: SpanKind::Consumer,
-            // An unsampled span only carries its context: nothing else is allocated.
-            name: if sampled {
-                format!("process {}", d.app_subject).into_boxed_str()
-            } else {
-                Box::default()
-            },
-            start_ns: now_ns(),
-            attributes: Vec::new(),
-            links: Vec::new(),
-        };
+        let mut a = begin(inner, &d.message, SpanKind::Consumer, &d.app_subject);
+        let sampled = a.context.sampled();
         if !sampled {
             return Some(a);
         }
@@ -231,28 +233,8 @@ impl Tracer {
     /// when it has none. `None` with export off.
     pub fn serve(&self, m: &Message, endpoint: &str) -> Option<Active> {
         let inner = self.0.as_ref()?;
-        let parent =
-            context::inbound(m.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))).context();
-        let mut ctx =
-            context::continue_or_root(parent.as_ref(), inner.settings.sample_ratio, &mut draw);
-        if parent.is_none() {
-            ctx.tracestate = None;
-        }
-        let sampled = ctx.sampled();
-        let mut a = Active {
-            parent: parent.as_ref().map(|p| p.span_id),
-            parent_remote: parent.is_some(),
-            context: ctx,
-            kind: SpanKind::Server,
-            name: if sampled {
-                format!("process {}", m.subject).into_boxed_str()
-            } else {
-                Box::default()
-            },
-            start_ns: now_ns(),
-            attributes: Vec::new(),
-            links: Vec::new(),
-        };
+        let mut a = begin(inner, m, SpanKind::Server, &m.subject);
+        let sampled = a.context.sampled();
         if sampled {
             a.set("messaging.system", "nats");
             a.set("messaging.operation.name", "process");
