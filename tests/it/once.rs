@@ -144,7 +144,9 @@ async fn marker_ids(js: &jetstream::Context, bucket: &str) -> Vec<(String, Strin
 #[tokio::test]
 async fn a_lost_ack_redelivers_a_processed_message_that_the_app_never_sees_again() {
     let nats = NatsServer::start().await;
-    let proxy = crate::support::proxy::AckDropper::start(nats.url()).await;
+    let proxy = crate::support::proxy::AckDropper::start(nats.url())
+        .await
+        .unwrap();
     let (_, js) = client(&nats).await;
     let (stream, durable, bucket) = (unique("S"), unique("d"), unique("marks"));
     create_stream(&js, &stream, &["once.>"]).await;

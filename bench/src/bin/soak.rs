@@ -87,7 +87,8 @@ macro_rules! say {
 // Phase e, in a file of its own (after `say!`, which it uses).
 #[path = "soak/once.rs"]
 mod once;
-#[path = "soak/proxy.rs"]
+// The ack-dropping proxy is the integration tests' own.
+#[path = "../../../tests/it/support/proxy.rs"]
 mod proxy;
 #[path = "soak/surfaces.rs"]
 mod surfaces;

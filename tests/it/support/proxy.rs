@@ -1,6 +1,7 @@
 //! A TCP proxy between a client and nats-server that passes everything, except the
 //! client's `+ACK`s while told to drop them: acks lost on the way, as a flaky network
 //! loses them, while the rest of the connection (pulls, publishes, PubAcks) goes on.
+//! The soak (`bench/src/bin/soak.rs`) includes this file as well.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-pub struct AckDropper {
+pub(crate) struct AckDropper {
     url: String,
     dropping: Arc<AtomicBool>,
     dropped: Arc<AtomicUsize>,
@@ -17,9 +18,9 @@ pub struct AckDropper {
 
 impl AckDropper {
     /// Listens on loopback and forwards each connection to `upstream` (`nats://h:p`).
-    pub async fn start(upstream: &str) -> AckDropper {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("nats://{}", listener.local_addr().unwrap());
+    pub(crate) async fn start(upstream: &str) -> std::io::Result<AckDropper> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("nats://{}", listener.local_addr()?);
         let upstream = upstream.trim_start_matches("nats://").to_string();
         let (dropping, dropped) = (Arc::new(AtomicBool::new(false)), Arc::default());
         let (d, n) = (Arc::clone(&dropping), Arc::clone(&dropped));
@@ -31,25 +32,25 @@ impl AckDropper {
                 tokio::spawn(pipe(client, server, Arc::clone(&d), Arc::clone(&n)));
             }
         });
-        AckDropper {
+        Ok(AckDropper {
             url,
             dropping,
             dropped,
             task,
-        }
+        })
     }
 
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
     /// From now on, drop (or pass) the client's `+ACK`s.
-    pub fn drop_acks(&self, on: bool) {
+    pub(crate) fn drop_acks(&self, on: bool) {
         self.dropping.store(on, Ordering::SeqCst);
     }
 
     /// The acks dropped so far.
-    pub fn dropped(&self) -> usize {
+    pub(crate) fn dropped(&self) -> usize {
         self.dropped.load(Ordering::SeqCst)
     }
 }
