@@ -651,3 +651,87 @@ async fn oversized_and_forged_trace_headers_never_reach_the_app_nor_fail_the_mes
         relay.stop().await.unwrap();
     }
 }
+
+/// A service source's request: a SERVER span under the requester's `traceparent`
+/// (named for the subject, with its endpoint and source), a CLIENT child for the POST
+/// whose context reaches the app, and the reply's error on the SERVER span.
+#[tokio::test]
+async fn a_service_request_is_a_server_span_under_the_requesters_context_with_a_client_child() {
+    let collector = FakeCollector::start(Wire::HttpProtobuf).await;
+    let nats = NatsServer::start().await;
+    let (nc, _) = client(&nats).await;
+    let app = MockApp::start(|r, _| {
+        if r.body.as_ref() == b"missing" {
+            Reply::status(404).body("no such order")
+        } else {
+            Reply::status(200).body("ok")
+        }
+    })
+    .await;
+    let svc = unique("svc").to_lowercase();
+    let config = format!(
+        "[nats]\nservers = \"{}\"\n[http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n{}\n[sources.rpc]\nkind = \"service\"\nservice = \"{svc}\"\nversion = \"1.0.0\"\nqueue_group = \"q\"\nendpoints = [ {{ name = \"create\", subject = \"{svc}.create\", path = \"/messages\" }} ]\n",
+        nats.url(),
+        app.url(),
+        collector.otel("")
+    );
+    let relay = Relay::ready(
+        jetrelay::config::Config::from_figment(figment::Figment::from(
+            <figment::providers::Toml as figment::providers::Format>::string(&config),
+        ))
+        .unwrap(),
+    )
+    .await;
+    for (body, want) in [("o-1", None), ("missing", Some("404"))] {
+        let mut h = HeaderMap::new();
+        h.insert("traceparent", PARENT);
+        let reply = tokio::time::timeout(
+            T,
+            nc.request_with_headers(format!("{svc}.create"), h, body.to_string().into()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let code = reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Service-Error-Code"))
+            .map(|v| v.as_str().to_string());
+        assert_eq!(code.as_deref(), want, "{body}");
+    }
+    let spans = spans_until(&collector, "two SERVER spans, two CLIENT", |s| {
+        of(s, SpanKind::Server).len() == 2 && of(s, SpanKind::Client).len() == 2
+    })
+    .await;
+    let servers = of(&spans, SpanKind::Server);
+    for server in &servers {
+        assert_eq!(hex(&server.trace_id), TRACE);
+        assert_eq!(hex(&server.parent_span_id), part(PARENT, 2));
+        assert_eq!(server.name, format!("process {svc}.create"));
+        assert_eq!(attr(server, "jetrelay.endpoint").as_deref(), Some("create"));
+        assert_eq!(attr(server, "jetrelay.source").as_deref(), Some("rpc"));
+        let clients: Vec<_> = of(&spans, SpanKind::Client)
+            .into_iter()
+            .filter(|c| c.parent_span_id == server.span_id)
+            .collect();
+        assert_eq!(clients.len(), 1, "one POST under each request");
+        assert_eq!(hex(&clients[0].trace_id), TRACE);
+    }
+    assert!(
+        servers
+            .iter()
+            .any(|s| attr(s, "error.type").as_deref() == Some("404")),
+        "the 404 reply marks its span: {servers:?}"
+    );
+    // The app saw the CLIENT spans' contexts, in the request's trace.
+    for r in app.requests() {
+        let tp = r.header("traceparent").unwrap();
+        assert_eq!(part(tp, 1), TRACE);
+        assert!(
+            of(&spans, SpanKind::Client)
+                .iter()
+                .any(|c| hex(&c.span_id) == part(tp, 2))
+        );
+    }
+    relay.stop().await.unwrap();
+}
