@@ -1,7 +1,8 @@
 //! What a pinned instance holds goes to the next instance in stream order: on a drain
-//! or when the app stays unhealthy, the consumer is frozen on the server, what waits
-//! here is released (oldest first, then what the retired pulls brought), the pin is
-//! given up, and the consumer is thawed. nats-server moves a released message to the
+//! (once the requests in flight are done) or when the app stays unhealthy, the
+//! consumer is frozen on the server, what waits here is released (oldest first, then
+//! what the retired pulls brought), the pin is given up, and the consumer is thawed,
+//! all within a few round trips. nats-server moves a released message to the
 //! back of its redelivery queue whenever it wakes while none of the waiting requests
 //! may be served (this instance's are retired, a standby's wait for the pin), which
 //! would hand the next instance a key's later messages before its earlier ones; a
@@ -19,6 +20,42 @@ use crate::seam::{Forward, Settle, Source};
 /// A handover begun on a frozen consumer: the release kept back for after the thaw.
 pub(super) struct Frozen<T> {
     poke: T,
+}
+
+/// What a pinned instance's drain gives back when it hands over, in stream order key
+/// by key: what its requests in flight handed back (they are older than what waited
+/// behind them), then what waited and what the retired pulls brought, then what
+/// arrived after. Off (`None` in the run) for everything else: that goes back at once.
+pub(super) struct Deferred<T> {
+    returned: Vec<(T, Duration)>,
+    waiting: Vec<(T, Duration)>,
+}
+
+impl<T> Deferred<T> {
+    /// A drain that defers `waiting` (in order).
+    pub(super) fn new(waiting: Vec<(T, Duration)>) -> Deferred<T> {
+        Deferred {
+            returned: Vec::new(),
+            waiting,
+        }
+    }
+
+    /// A request in flight handed its message back (a retry, an unreachable app).
+    pub(super) fn returned(&mut self, settler: T, delay: Duration) {
+        self.returned.push((settler, delay));
+    }
+
+    /// A message a pull had delivered arrived after the drain began (the newest).
+    pub(super) fn arrived(&mut self, settler: T) {
+        self.waiting.push((settler, Duration::ZERO));
+    }
+
+    /// Everything, in the order it goes back.
+    pub(super) fn into_releases(self) -> Vec<(T, Duration)> {
+        let mut all = self.returned;
+        all.extend(self.waiting);
+        all
+    }
 }
 
 /// Which of `releases` (in the order they go) is kept back for after the thaw: the
@@ -88,23 +125,30 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         releases.len()
     }
 
-    /// The first half of a handover: what waits here, then `left` (what the retired
-    /// pulls brought, newer still), goes back to the server in that order. A pinned
-    /// instance freezes the consumer first (for at most `bound`) and keeps the last
-    /// release back for [`Dispatch::finish_handover`]. Returns how many were (or will
-    /// be) released.
-    pub(super) async fn begin_handover<S: Source>(
+    /// What a handover releases, in the order it goes back: what waits here (taken
+    /// out of the book), then `left` (what the retired pulls brought, newer still).
+    pub(super) fn handover_releases<S: Source>(
         &self,
         run: &mut Run<S, F>,
         left: Vec<S::Settler>,
-        bound: Duration,
-    ) -> (usize, Option<Frozen<S::Settler>>) {
+    ) -> Vec<(S::Settler, Duration)> {
         let mut releases = self.take_waiting(&mut run.book, true);
         releases.extend(left.into_iter().map(|s| (s, Duration::ZERO)));
-        let count = releases.len();
+        releases
+    }
+
+    /// The first half of a handover: `releases` go back to the server in their order.
+    /// A pinned instance freezes the consumer first (for at most `bound`) and keeps
+    /// the last release back for [`Dispatch::finish_handover`].
+    pub(super) async fn begin_handover<S: Source>(
+        &self,
+        source: &mut S,
+        mut releases: Vec<(S::Settler, Duration)>,
+        bound: Duration,
+    ) -> Option<Frozen<S::Settler>> {
         let pinned = self.pinned_mode && self.readiness.status().pinned;
         let frozen = match poke_at(&releases) {
-            Some(at) if pinned && run.source.freeze(bound).await => {
+            Some(at) if pinned && source.freeze(bound).await => {
                 let (poke, _) = releases.remove(at);
                 Some(Frozen { poke })
             }
@@ -113,7 +157,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         for (settler, delay) in &releases {
             self.release(settler, *delay).await;
         }
-        (count, frozen)
+        frozen
     }
 
     /// The second half: gives up the pin (with `step_down`), thaws the consumer and

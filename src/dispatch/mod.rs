@@ -68,13 +68,10 @@ use crate::seam::publish::Publish;
 use crate::seam::time::{Alarm, Deadline, bounded};
 use crate::seam::{Event, Forward, Health, ServerPause, Settle, Source};
 
-/// How long past the drain's grace a consumer frozen for a handover stays paused on
-/// the server when this process cannot thaw it (it was killed): the server resumes it.
-const FREEZE_MARGIN: Duration = Duration::from_secs(1);
-
-/// How long a consumer frozen for an unhealthy app's handover stays paused at most
-/// (the handover itself takes a few round trips).
-const STEP_DOWN_FREEZE: Duration = Duration::from_secs(5);
+/// How long a consumer frozen for a handover stays paused at most (the handover
+/// itself takes a few round trips; the server resumes it if this process is killed
+/// meanwhile).
+const FREEZE_BOUND: Duration = Duration::from_secs(5);
 
 /// Batch delivery: many messages per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,8 +223,9 @@ struct Run<S: Source, F> {
     grace: Alarm,
     /// Set while the app cannot take work and this instance is pinned.
     handover: Alarm,
-    /// A drain froze the consumer to hand over: thawed when the run ends.
-    frozen: Option<handover::Frozen<S::Settler>>,
+    /// A pinned instance's drain: what it gives back as it hands over, when the run
+    /// ends.
+    deferred: Option<handover::Deferred<S::Settler>>,
     /// The next timer, batch hold-back or pacing wait.
     alarm: Alarm,
     /// Batch delivery: since when a partial batch waits for more.
@@ -313,7 +311,8 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                 Flow::Fail(e) => return Err(e),
             }
         };
-        self.close(run.source, run.frozen).await;
+        let deferred = run.deferred.map(handover::Deferred::into_releases);
+        self.close(run.source, deferred.unwrap_or_default()).await;
         Ok(ended)
     }
 
@@ -337,7 +336,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             end_reason: None,
             grace: Alarm::default(),
             handover: Alarm::default(),
-            frozen: None,
+            deferred: None,
             alarm: Alarm::default(),
             batch_since: None,
             pacing: Pacing::new(now.pace),
@@ -514,18 +513,24 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         // of them is open comes straight back here (a pinned instance is still the
         // one served), to be released again behind newer ones, which the next
         // instance would then see first. Then what is held goes back in stream order,
-        // and what the pulls brought meanwhile (newer still) after it; a pinned
-        // instance finishes the handover when the run ends (`close`).
+        // and what the pulls brought meanwhile (newer still) after it: at once, or,
+        // for a pinned instance (whose messages nobody else may take before it
+        // unpins), as it hands over when the run ends (`close`).
         let left = bounded(deadline, "retire the pulls", run.source.retire())
             .await
             .unwrap_or_default();
-        let bound = deadline.saturating_duration_since(Instant::now()) + FREEZE_MARGIN;
-        let released = bounded(deadline, "release queued messages", async {
-            let (released, frozen) = self.begin_handover(run, left, bound).await;
-            run.frozen = frozen;
-            released
-        })
-        .await;
+        let releases = self.handover_releases(run, left);
+        let released = releases.len();
+        if self.pinned_mode && self.readiness.status().pinned {
+            run.deferred = Some(handover::Deferred::new(releases));
+        } else {
+            bounded(deadline, "release queued messages", async {
+                for (settler, delay) in &releases {
+                    self.release(settler, *delay).await;
+                }
+            })
+            .await;
+        }
         tracing::info!(in_flight = run.book.tasks.len(), released, "draining");
         run.grace.set(Some(deadline));
     }
@@ -557,7 +562,10 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         }
         // What waits here would only wait: the next instance takes it, in order.
         let left = run.source.retire().await;
-        let (_, frozen) = self.begin_handover(run, left, STEP_DOWN_FREEZE).await;
+        let releases = self.handover_releases(run, left);
+        let frozen = self
+            .begin_handover(&mut run.source, releases, FREEZE_BOUND)
+            .await;
         if !self.finish_handover(&mut run.source, frozen, true).await {
             return Flow::Go;
         }
@@ -602,7 +610,10 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                 if let Some(age) = delivery.age(time::OffsetDateTime::now_utc()) {
                     self.metrics.message_age(AgeStage::Received, age);
                 }
-                if run.draining || run.quiescing {
+                if let Some(d) = run.deferred.as_mut() {
+                    // Delivered by a pull sent before the stop: it goes with the handover.
+                    d.arrived(settler);
+                } else if run.draining || run.quiescing {
                     // Delivered by a pull sent before the stop: move it on.
                     self.release(&settler, Duration::ZERO).await;
                 } else {
@@ -678,13 +689,18 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// The end of a run: a pinned instance hands over, the source closes, what it
     /// had delivered but nobody took is released. Every step may talk to NATS, which
     /// may be gone: each is bounded by what is left of the grace.
-    async fn close<S: Source>(&self, mut source: S, frozen: Option<handover::Frozen<S::Settler>>) {
+    async fn close<S: Source>(&self, mut source: S, deferred: Vec<(S::Settler, Duration)>) {
         let deadline = self.deadline.or_from_now();
         // Hand over at once: a standby instance of the member is served next, without
-        // waiting for the pin timeout.
+        // waiting for the pin timeout, from the oldest message this one held.
         let pinned = self.pinned_mode && self.readiness.status().pinned;
-        let handover = self.finish_handover(&mut source, frozen, pinned);
-        if bounded(deadline, "unpin", handover).await == Some(true) {
+        let handover = async {
+            let frozen = self
+                .begin_handover(&mut source, deferred, FREEZE_BOUND)
+                .await;
+            self.finish_handover(&mut source, frozen, pinned).await
+        };
+        if bounded(deadline, "hand over", handover).await == Some(true) {
             tracing::info!("unpinned: a standby instance takes over");
         }
         if let Some(left) = bounded(deadline, "close the pull inbox", source.close()).await {
@@ -909,7 +925,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                     }
                     if run.draining {
                         // Shutting down: hand the retry to JetStream with the same delay.
-                        self.release_held(book, id, delay).await;
+                        self.give_back(book, run.deferred.as_mut(), id, delay).await;
                         occupies = false;
                     } else {
                         book.retry_at(id, now + delay);
@@ -918,7 +934,8 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                 Step::Hold => {
                     if run.draining {
                         // Another instance may reach its app: move it on at once.
-                        self.release_held(book, id, Duration::ZERO).await;
+                        self.give_back(book, run.deferred.as_mut(), id, Duration::ZERO)
+                            .await;
                         occupies = false;
                     } else {
                         let delay = self.live().policy.unreachable_delay(run.gate.app.streak());
@@ -941,7 +958,8 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                 }
                 Step::Requeue => {
                     if run.draining {
-                        self.release_held(book, id, Duration::ZERO).await;
+                        self.give_back(book, run.deferred.as_mut(), id, Duration::ZERO)
+                            .await;
                     } else {
                         requeue = Some(id);
                     }
@@ -996,6 +1014,26 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     }
 
     /// Releases one held message (NAK with `delay`); its lane is the caller's.
+    /// A message leaves the book to go back to JetStream: now, or with a pinned
+    /// instance's handover when its drain defers what it gives back.
+    async fn give_back<T: Settle>(
+        &self,
+        book: &mut Book<T>,
+        deferred: Option<&mut handover::Deferred<T>>,
+        id: u64,
+        delay: Duration,
+    ) {
+        match deferred {
+            Some(d) => {
+                if let Some(e) = book.take(id) {
+                    d.returned(e.settler.clone(), delay);
+                    self.finish(e, Settlement::RELEASED);
+                }
+            }
+            None => self.release_held(book, id, delay).await,
+        }
+    }
+
     async fn release_held<T: Settle>(&self, book: &mut Book<T>, id: u64, delay: Duration) {
         if let Some(e) = book.take(id) {
             self.release(&e.settler, delay).await;

@@ -1018,9 +1018,9 @@ async fn the_drain_finishes_in_flight_work_and_releases_what_waits() {
     assert!(side.stopped && side.closed);
 }
 
-/// A pinned instance's drain: what waits goes back in stream order on a frozen
-/// consumer, the pin is given up once the work in flight is done, and the last
-/// release goes after the thaw (it is what makes the server serve the standby).
+/// A pinned instance's drain: once the work in flight is done, what waits goes back
+/// in stream order on a frozen consumer, the pin is given up, and the last release
+/// goes after the thaw (it is what makes the server serve the standby).
 #[tokio::test(start_paused = true)]
 async fn a_pinned_drain_releases_in_order_on_a_frozen_consumer_and_thaws_after_the_unpin() {
     let mut r = rig(
@@ -1038,6 +1038,10 @@ async fn a_pinned_drain_releases_in_order_on_a_frozen_consumer_and_thaws_after_t
     wait(S).await;
     assert!(r.readiness.status().pinned);
     r.shutdown.cancel();
+    wait(MS).await;
+    assert_eq!(r.told(2), [], "nothing goes back while the one in flight runs");
+    // Delivered by a pull sent before the stop: the newest, it goes back last.
+    r.send(6, "a");
     assert_eq!((&mut r.run).await.unwrap().unwrap(), Ended::Shutdown);
     let log: Vec<(u64, Told)> = r
         .log
@@ -1051,14 +1055,15 @@ async fn a_pinned_drain_releases_in_order_on_a_frozen_consumer_and_thaws_after_t
     assert_eq!(
         log,
         [
+            (1, Told::Ack),
             (0, Told::Frozen),
             (2, nak.clone()),
             (3, nak.clone()),
             (4, nak.clone()),
-            (1, Told::Ack),
+            (5, nak.clone()),
             (0, Told::SteppedDown),
             (0, Told::Thawed),
-            (5, nak),
+            (6, nak),
         ]
     );
 }
