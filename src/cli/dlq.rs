@@ -335,6 +335,7 @@ impl<'a> Pages<'a> {
                 next_by_subj: None,
                 start_time: sel.start_time(),
                 up_to_seq: Some(up_to),
+                multi_last: None,
             },
             up_to,
             done: last == 0 || sel.first_seq() > up_to,

@@ -2,7 +2,8 @@
 //! without a consumer and without touching the stream's state. async-nats 0.51's
 //! `DirectGetRequest` has no `batch`, so the request goes to
 //! `$JS.API.DIRECT.GET.<stream>` with a reply inbox subscribed first, and the replies
-//! are read until the `204 EOB` status that ends the batch.
+//! are read until the `204 EOB` status that ends the batch. With `multi_last`, one
+//! request reads the last message of many subjects (the idempotency markers).
 //!
 //! Each reply is a stored message with `Nats-Sequence`, `Nats-Subject`,
 //! `Nats-Time-Stamp` and, in a batch, `Nats-Num-Pending` and `Nats-Last-Sequence`;
@@ -36,6 +37,10 @@ pub struct PageRequest {
     /// Not beyond this sequence (a stable snapshot across pages).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub up_to_seq: Option<u64>,
+    /// The last message of each of these subjects (at most 1024 matches); `seq` is
+    /// then left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_last: Option<Vec<String>>,
 }
 
 /// One page.
@@ -85,7 +90,7 @@ impl Nats {
     /// [`DirectError`].
     pub async fn direct_page(&self, stream: &str, req: &PageRequest) -> Result<Page, DirectError> {
         let mut body = serde_json::to_value(req).map_err(|e| DirectError::Nats(e.into()))?;
-        if req.start_time.is_some()
+        if (req.start_time.is_some() || req.multi_last.is_some())
             && let Some(map) = body.as_object_mut()
         {
             map.remove("seq");

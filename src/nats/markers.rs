@@ -3,13 +3,84 @@
 //! under `<scope>.<id>` (`crate::seam::markers::marker_key`) that the server removes
 //! `idempotency_ttl_ms` after it was written. Writes are plain JetStream publishes
 //! to `$KV.<bucket>.<key>` with `Nats-TTL`, all sent before any PubAck is awaited.
+//! Reads are coalesced ([`Coalesce`]): a lone read goes out at once, and the reads
+//! asked for while it is on the wire (a pull's messages, back to back, or a batch's)
+//! share the next request, one batched direct get (`multi_last`) for all of them.
 
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, Operation};
+use tokio::sync::oneshot;
 
-use super::{Nats, NatsError};
+use super::direct::{DirectError, PageRequest};
+use super::{Cause, Nats, NatsError};
 use crate::seam::markers::{MarkerFailure, Markers};
+
+/// Subjects per batched direct get (the server takes at most 1024 matches).
+const MULTI_LAST: usize = 256;
+
+/// A read's shared failure: every read of one request gets it.
+type Shared = Arc<dyn std::error::Error + Send + Sync>;
+
+/// A queued read: its key and where its answer goes.
+type Waiting = (String, oneshot::Sender<Result<bool, Shared>>);
+
+/// Reads in turns: whoever takes the turn reads every key queued so far in one
+/// request; a key queued while a request is on the wire waits for the next turn.
+/// No read waits for a timer: a lone one goes out at once.
+#[derive(Debug, Default)]
+struct Coalesce {
+    queue: Mutex<Vec<Waiting>>,
+    turn: tokio::sync::Mutex<()>,
+    /// Requests sent.
+    requests: AtomicU64,
+}
+
+/// Why a read got no answer: the request that carried it was dropped.
+#[derive(Debug, thiserror::Error)]
+#[error("the read was abandoned before its answer")]
+struct Abandoned;
+
+impl Coalesce {
+    /// Whether `key` is marked, read with every key queued meanwhile by `read`
+    /// (which answers one `bool` per key, in order).
+    async fn ask<R, Fut>(&self, key: &str, read: R) -> Result<bool, Shared>
+    where
+        R: FnOnce(Vec<String>) -> Fut,
+        Fut: Future<Output = Result<Vec<bool>, Cause>>,
+    {
+        let (tx, rx) = oneshot::channel();
+        let queue = || self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue().push((key.to_string(), tx));
+        {
+            let _turn = self.turn.lock().await;
+            let waiting = std::mem::take(&mut *queue());
+            if !waiting.is_empty() {
+                let (keys, answers): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
+                self.requests.fetch_add(1, Ordering::Relaxed);
+                match read(keys).await {
+                    Ok(found) => {
+                        // A reader that went away needs no answer.
+                        for (tx, f) in answers.into_iter().zip(found) {
+                            drop(tx.send(Ok(f)));
+                        }
+                    }
+                    Err(e) => {
+                        let e: Shared = Arc::from(e);
+                        for tx in answers {
+                            drop(tx.send(Err(Arc::clone(&e))));
+                        }
+                    }
+                }
+            }
+        }
+        rx.await.unwrap_or_else(|_| Err(Arc::new(Abandoned)))
+    }
+}
 
 /// One source's markers.
 #[derive(Debug, Clone)]
@@ -21,6 +92,11 @@ pub struct MarkerStore {
     prefix: String,
     /// The `Nats-TTL` value every marker carries (whole seconds).
     ttl: String,
+    /// For batched direct gets.
+    nats: Nats,
+    /// `KV_<bucket>`
+    stream: String,
+    reads: Arc<Coalesce>,
 }
 
 impl Nats {
@@ -71,6 +147,9 @@ impl Nats {
             js: self.js.clone(),
             prefix: format!("$KV.{bucket}."),
             ttl: ttl.as_secs().max(1).to_string(),
+            nats: self.clone(),
+            stream: format!("KV_{bucket}"),
+            reads: Arc::default(),
         })
     }
 }
@@ -91,15 +170,66 @@ impl MarkerStore {
     }
 }
 
+impl MarkerStore {
+    /// The read requests sent so far (each carries every read queued meanwhile).
+    pub fn read_requests(&self) -> u64 {
+        self.reads.requests.load(Ordering::Relaxed)
+    }
+
+    /// Which of `keys` are marked: one batched direct get per [`MULTI_LAST`] keys,
+    /// or one read each where the bucket does not answer direct gets.
+    async fn read_all(&self, keys: Vec<String>) -> Result<Vec<bool>, Cause> {
+        let subject = |k: &String| format!("{}{k}", self.prefix);
+        let mut found = HashSet::new();
+        for chunk in keys.chunks(MULTI_LAST) {
+            let req = PageRequest {
+                batch: chunk.len(),
+                multi_last: Some(chunk.iter().map(subject).collect()),
+                ..PageRequest::default()
+            };
+            match self.nats.direct_page(&self.stream, &req).await {
+                // A delete, a purge or the server's marker of an expired key is no
+                // marker.
+                Ok(page) => found.extend(
+                    page.messages
+                        .into_iter()
+                        .filter(|m| {
+                            !m.headers.iter().any(|(n, _)| {
+                                n.eq_ignore_ascii_case("KV-Operation")
+                                    || n.eq_ignore_ascii_case("Nats-Marker-Reason")
+                            })
+                        })
+                        .map(|m| m.subject),
+                ),
+                Err(DirectError::NotEnabled(_)) => return self.read_each(&keys).await,
+                Err(e) => return Err(Box::new(e)),
+            }
+        }
+        Ok(keys.iter().map(|k| found.contains(&subject(k))).collect())
+    }
+
+    /// Which of `keys` are marked, one KV read each.
+    async fn read_each(&self, keys: &[String]) -> Result<Vec<bool>, Cause> {
+        let entries = futures::future::join_all(keys.iter().map(|k| self.kv.entry(k))).await;
+        entries
+            .into_iter()
+            .map(|e| match e {
+                Ok(Some(e)) => Ok(e.operation == Operation::Put),
+                Ok(None) => Ok(false),
+                Err(e) => Err(Box::new(e) as Cause),
+            })
+            .collect()
+    }
+}
+
 impl Markers for MarkerStore {
     type Error = NatsError;
 
     async fn marked(&self, key: &str) -> Result<bool, NatsError> {
-        match self.kv.entry(key).await {
-            Ok(Some(e)) => Ok(e.operation == Operation::Put),
-            Ok(None) => Ok(false),
-            Err(e) => Err(self.failed("read a marker", e)),
-        }
+        self.reads
+            .ask(key, |keys| self.read_all(keys))
+            .await
+            .map_err(|e| self.failed("read a marker", e))
     }
 
     async fn mark(&self, keys: &[String]) -> Result<(), NatsError> {
@@ -118,5 +248,73 @@ impl Markers for MarkerStore {
             r.map_err(|e| self.failed("write a marker", e))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    type Read = std::pin::Pin<Box<dyn Future<Output = Result<Vec<bool>, Cause>> + Send>>;
+
+    /// A read of the keys that start with `m`, taking a millisecond, that records the
+    /// keys of each request.
+    fn reader(log: &Arc<Mutex<Vec<Vec<String>>>>, fail: bool) -> impl FnOnce(Vec<String>) -> Read {
+        let log = Arc::clone(log);
+        move |keys| {
+            Box::pin(async move {
+                tokio::time::sleep(MS).await;
+                log.lock().unwrap().push(keys.clone());
+                if fail {
+                    return Err("down".into());
+                }
+                Ok(keys.iter().map(|k| k.starts_with('m')).collect())
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_read_goes_out_at_once_and_reads_asked_meanwhile_share_the_next_request() {
+        let c = Coalesce::default();
+        let log = Arc::default();
+        let start = tokio::time::Instant::now();
+        assert!(c.ask("m1", reader(&log, false)).await.unwrap());
+        assert_eq!(start.elapsed(), MS, "no wait but the read itself");
+        assert_eq!(*log.lock().unwrap(), [vec!["m1".to_string()]]);
+
+        // 100 at once (a batch, or a pull's messages back to back): the first goes
+        // alone, the other 99 in the second request, each answered its own.
+        log.lock().unwrap().clear();
+        let keys: Vec<String> = (0..100)
+            .map(|i| format!("{}{i}", if i % 3 == 0 { 'm' } else { 'x' }))
+            .collect();
+        let answers =
+            futures::future::join_all(keys.iter().map(|k| c.ask(k, reader(&log, false)))).await;
+        for (k, a) in keys.iter().zip(answers) {
+            assert_eq!(a.unwrap(), k.starts_with('m'), "{k}");
+        }
+        let sizes: Vec<usize> = log.lock().unwrap().iter().map(Vec::len).collect();
+        assert_eq!(sizes, [1, 99]);
+        assert_eq!(c.requests.load(Ordering::Relaxed), 3);
+        assert_eq!(start.elapsed(), 3 * MS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_request_fails_every_read_it_carried_and_the_next_turn_reads_again() {
+        let c = Coalesce::default();
+        let log = Arc::default();
+        let answers =
+            futures::future::join_all(["m1", "m2", "m3"].map(|k| c.ask(k, reader(&log, true))))
+                .await;
+        assert!(
+            answers
+                .iter()
+                .all(|a| a.as_ref().unwrap_err().to_string() == "down")
+        );
+        assert!(c.ask("m4", reader(&log, false)).await.unwrap());
+        let sizes: Vec<usize> = log.lock().unwrap().iter().map(Vec::len).collect();
+        assert_eq!(sizes, [1, 2, 1]);
     }
 }

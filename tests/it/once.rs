@@ -328,3 +328,42 @@ async fn a_missing_bucket_is_made_with_per_key_ttls_and_one_that_cannot_be_is_a_
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn markers_asked_for_together_are_read_in_one_batched_direct_get_and_deletes_are_no_markers()
+{
+    use jetrelay::seam::markers::Markers as _;
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let cfg = jetrelay::config::NatsConfig {
+        servers: vec![nats.url().to_string()],
+        ..Default::default()
+    };
+    let n = jetrelay::nats::Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+        .await
+        .unwrap();
+    let bucket = unique("marks");
+    let store = n.marker_store(&bucket, T).await.unwrap();
+    // 300 keys (more than one request's 256 subjects): every third marked, and one
+    // of those deleted again.
+    let keys: Vec<String> = (0..300).map(|i| format!("s.k{i}")).collect();
+    let marked: Vec<String> = keys.iter().step_by(3).cloned().collect();
+    store.mark(&marked).await.unwrap();
+    let kv = js.get_key_value(&bucket).await.unwrap();
+    kv.delete("s.k0").await.unwrap();
+    assert!(store.marked("s.k3").await.unwrap());
+    assert!(
+        !store.marked("s.k0").await.unwrap(),
+        "a delete is no marker"
+    );
+    assert_eq!(store.read_requests(), 2, "a lone read each");
+    let answers = futures::future::join_all(keys.iter().map(|k| store.marked(k))).await;
+    for (i, a) in answers.into_iter().enumerate() {
+        assert_eq!(a.unwrap(), i % 3 == 0 && i > 0, "s.k{i}");
+    }
+    assert_eq!(
+        store.read_requests(),
+        4,
+        "the first alone, the other 299 in the next turn"
+    );
+}
