@@ -1144,10 +1144,14 @@ impl SourceMetrics {
     }
 
     /// A service source's endpoint took a request of `class` (an [`HttpClass`]'s
-    /// label, or one of [`SERVICE_CLASSES`]) and replied after `took`.
+    /// label, or one of [`SERVICE_CLASSES`]) and replied after `took` (a reply
+    /// sent counts as settled in the process's tally: a drain's answer counts it).
     pub fn service_request(&self, endpoint: &str, class: &str, took: Duration) {
         let s = &self.service;
         s.requests.with_label_values(&[endpoint, class]).inc();
+        if class != "no_reply" {
+            self.process.tally.settled.fetch_add(1, Ordering::AcqRel);
+        }
         s.duration
             .with_label_values(&[endpoint])
             .observe(took.as_secs_f64());

@@ -663,3 +663,22 @@ async fn what_waits_gets_503_at_once_when_the_instance_leaves_or_drains() {
     assert_eq!(&r.wire.reply_to("r.0").unwrap().body[..], b"ok");
     assert_eq!(r.wire.replies().len(), 5);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_counts_the_requests_it_answered_as_settled() {
+    let r = rig(1, Health::Healthy, answering(200, "ok", 1000 * MS));
+    settle().await;
+    r.wire.send(0, "x", Some("r.0"));
+    r.wire.send(0, "x", Some("r.1"));
+    r.wire.send(0, "x", None);
+    settle().await;
+    let before = r.metrics.tally();
+    r.shutdown.cancel();
+    r.run.await.unwrap();
+    assert_eq!(r.wire.replies().len(), 2, "one served, one refused");
+    assert_eq!(
+        r.metrics.tally().since(before).settled,
+        2,
+        "r.0 served and r.1 (waiting) refused during the drain; the publish not counted"
+    );
+}
