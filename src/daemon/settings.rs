@@ -35,6 +35,7 @@ use crate::outputs::Rules;
 use crate::pace::PaceSettings;
 use crate::policy::{Policy, StatusSet};
 use crate::route::{Route, To};
+use crate::service::wait::WaitBound;
 use crate::service::{ServiceEndpoint, ServiceSpec};
 use crate::source::settings::{
     Binding, DeadLetters, Idempotency, Retry, RouteSettings, SourceSettings, dlq_duplicate_window,
@@ -285,6 +286,10 @@ fn binding(c: &Config, kind: SourceKind, limits: Limits, confirmed_acks: bool) -
                 .collect(),
             max_reply_bytes: usize::try_from(c.source.max_reply_bytes).unwrap_or(usize::MAX),
             connection: c.nats.name.clone(),
+            wait: WaitBound {
+                requests: usize::try_from(c.delivery.max_buffered).unwrap_or(usize::MAX),
+                bytes: c.delivery.max_buffered_bytes,
+            },
         }),
     }
 }

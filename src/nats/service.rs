@@ -25,6 +25,10 @@ pub struct ServiceRequests {
     queue_group: String,
     /// One per endpoint while joined, or while left and not yet drained.
     subs: Vec<Option<Subscriber>>,
+    /// A former membership's subscriptions, left and still draining when the group
+    /// was joined again, with the endpoint of each: what they still deliver is taken
+    /// (and answered) until each ends.
+    leftovers: Vec<(usize, Subscriber)>,
     /// Whether the queue group is joined.
     joined: bool,
     /// Where the next poll starts, so that no endpoint starves another.
@@ -46,6 +50,7 @@ impl Nats {
             subjects,
             queue_group: queue_group.to_string(),
             subs: Vec::new(),
+            leftovers: Vec::new(),
             joined: false,
             turn: 0,
         }
@@ -70,8 +75,22 @@ impl ServiceRequests {
     /// The next message of any subscription, endpoints taken in turn; `None` when
     /// every subscription has ended.
     fn poll_any(&mut self, cx: &mut Context<'_>) -> Poll<Option<ServiceRequest>> {
-        let n = self.subs.len();
         let mut open = false;
+        let mut k = 0;
+        while k < self.leftovers.len() {
+            let (i, sub) = &mut self.leftovers[k];
+            match Pin::new(sub).poll_next(cx) {
+                Poll::Ready(Some(m)) => return Poll::Ready(Some(to_request(*i, m))),
+                Poll::Ready(None) => {
+                    self.leftovers.swap_remove(k);
+                }
+                Poll::Pending => {
+                    open = true;
+                    k += 1;
+                }
+            }
+        }
+        let n = self.subs.len();
         for k in 0..n {
             let i = (self.turn + k) % n;
             let Some(sub) = self.subs[i].as_mut() else {
@@ -108,8 +127,14 @@ impl Requests for ServiceRequests {
         if self.joined {
             return Ok(());
         }
-        // What is left of a former membership still drains into the new list's
-        // slots: the old subscriptions are dropped (the client unsubscribes them).
+        // What a former membership still delivers is taken before the new one's: its
+        // subscriptions (left, draining) are kept until they end, not dropped with
+        // what they still hold.
+        for (i, sub) in self.subs.drain(..).enumerate() {
+            if let Some(sub) = sub {
+                self.leftovers.push((i, sub));
+            }
+        }
         let mut subs = Vec::with_capacity(self.subjects.len());
         for subject in &self.subjects {
             let sub = self

@@ -499,7 +499,7 @@ impl LetterCollectors {
 
 /// A service source's requests, by endpoint (label values from the source's config,
 /// a closed set) and class: the app's (`2xx` … `timeout`), or jetrelay's own reply
-/// (`unavailable`, `too_large`), or `no_reply` (a request nobody waits for).
+/// (`unavailable`, `shed`, `too_large`), or `no_reply` (a request nobody waits for).
 #[derive(Debug, Clone)]
 struct ServiceCollectors {
     requests: IntCounterVec,
@@ -507,7 +507,7 @@ struct ServiceCollectors {
 }
 
 /// The `class` labels of `jetrelay_requests_total` besides the app's.
-pub const SERVICE_CLASSES: [&str; 3] = ["unavailable", "too_large", "no_reply"];
+pub const SERVICE_CLASSES: [&str; 4] = ["unavailable", "shed", "too_large", "no_reply"];
 
 impl ServiceCollectors {
     fn new(r: &Registrar<'_>) -> Result<ServiceCollectors, prometheus::Error> {
@@ -515,7 +515,7 @@ impl ServiceCollectors {
             requests: r.register(IntCounterVec::new(
                 r.opts(
                     "jetrelay_requests_total",
-                    "NATS requests a service source took, by endpoint and class: the app's answer (2xx, 3xx, 4xx, 5xx, error, timeout), or jetrelay's own reply (unavailable: the app unhealthy, unreachable or draining; too_large: over max_reply_bytes), or no_reply (no reply subject)",
+                    "NATS requests a service source took, by endpoint and class: the app's answer (2xx, 3xx, 4xx, 5xx, error, timeout), or jetrelay's own reply (unavailable: the app unhealthy, unreachable or draining; shed: too many requests waiting; too_large: over max_reply_bytes), or no_reply (no reply subject)",
                 ),
                 &["endpoint", "class"],
             )?)?,
@@ -1144,10 +1144,14 @@ impl SourceMetrics {
     }
 
     /// A service source's endpoint took a request of `class` (an [`HttpClass`]'s
-    /// label, or one of [`SERVICE_CLASSES`]) and replied after `took`.
+    /// label, or one of [`SERVICE_CLASSES`]) and replied after `took` (a reply
+    /// sent counts as settled in the process's tally: a drain's answer counts it).
     pub fn service_request(&self, endpoint: &str, class: &str, took: Duration) {
         let s = &self.service;
         s.requests.with_label_values(&[endpoint, class]).inc();
+        if class != "no_reply" {
+            self.process.tally.settled.fetch_add(1, Ordering::AcqRel);
+        }
         s.duration
             .with_label_values(&[endpoint])
             .observe(took.as_secs_f64());

@@ -17,6 +17,7 @@
 pub mod reply;
 #[cfg(test)]
 mod tests;
+pub mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::reply::{Replied, Unavailable};
+use self::wait::{WaitBound, Waiting};
 use crate::admission::{AppGate, BudgetPermit, BudgetShare, Pacing, Reach, Sample};
 use crate::app::headers::TraceHeaders;
 use crate::ops::announce::ServiceStats;
@@ -54,6 +56,8 @@ pub struct ServiceSpec {
     pub max_reply_bytes: usize,
     /// The NATS connection's name (`nats.name`), which discovery shows.
     pub connection: String,
+    /// How many requests (and bytes) may wait for a slot; past it they are shed.
+    pub wait: WaitBound,
 }
 
 /// One endpoint.
@@ -150,6 +154,8 @@ struct Serving<R: Requests, E> {
     budget_blocked: bool,
     /// The rate limit's wait.
     pace_alarm: Alarm,
+    /// Requests taken while no slot was free, waiting for one.
+    waiting: Waiting,
 }
 
 /// What a turn of the loop does next.
@@ -192,14 +198,17 @@ impl<E: Exchange> Service<E> {
             armed: None,
             budget_blocked: false,
             pace_alarm: Alarm::default(),
+            waiting: Waiting::default(),
         };
         loop {
             self.follow_gate(&mut run).await?;
             if run.draining && run.tasks.is_empty() && !run.open {
                 break;
             }
-            let admit = self.admit(&mut run);
-            let take = run.open && (admit || !run.joined);
+            self.start_waiting(&mut run);
+            self.admit(&mut run);
+            // Always taken: what cannot start waits in the bounded queue, or is shed.
+            let take = run.open;
             let turn = tokio::select! {
                 biased;
                 () = shutdown.cancelled(), if !run.draining => {
@@ -256,7 +265,10 @@ impl<E: Exchange> Service<E> {
     }
 
     /// Joins or leaves the queue group as the gate says, and shows it.
-    async fn follow_gate<R: Requests>(&self, run: &mut Serving<R, E>) -> Result<(), ServiceError> {
+    async fn follow_gate<R: Requests>(
+        self: &Arc<Self>,
+        run: &mut Serving<R, E>,
+    ) -> Result<(), ServiceError> {
         let healthy = run.gate.health.is_healthy();
         let want = !run.draining && healthy && (run.gate.unreachable.is_none() || run.probing);
         if want && !run.joined {
@@ -267,6 +279,7 @@ impl<E: Exchange> Service<E> {
             run.requests.leave().await;
             run.joined = false;
             run.armed = None;
+            self.refuse_waiting(run);
         }
         if !run.draining {
             match run.gate.not_ready() {
@@ -323,26 +336,53 @@ impl<E: Exchange> Service<E> {
         true
     }
 
+    /// Starts the waiting requests while slots are free.
+    fn start_waiting<R: Requests>(self: &Arc<Self>, run: &mut Serving<R, E>) {
+        while !run.waiting.is_empty() && self.admit(run) {
+            let (Some((request, received)), Some(permit)) = (run.waiting.pop(), run.armed.take())
+            else {
+                break;
+            };
+            // Only a request with a reply subject waits.
+            let Some(to) = request.reply.clone() else {
+                continue;
+            };
+            self.start(run, request, to, received, permit);
+        }
+    }
+
+    /// Replies 503 at once to every waiting request (the instance left the queue
+    /// group, or drains).
+    fn refuse_waiting<R: Requests>(self: &Arc<Self>, run: &mut Serving<R, E>) {
+        while let Some((request, received)) = run.waiting.pop() {
+            self.take_at(run, request, received);
+        }
+    }
+
     /// A request came: answered by the app when admitted, else 503 at once.
     fn take<R: Requests>(self: &Arc<Self>, run: &mut Serving<R, E>, request: ServiceRequest) {
-        let received = Instant::now();
+        self.take_at(run, request, Instant::now());
+    }
+
+    /// A request received at `received`: started when a slot is taken for it and
+    /// none waits before it; else it waits, within the bound; else it is shed. Out
+    /// of the queue group or draining: 503 at once.
+    fn take_at<R: Requests>(
+        self: &Arc<Self>,
+        run: &mut Serving<R, E>,
+        request: ServiceRequest,
+        received: Instant,
+    ) {
         let Some(endpoint) = self.spec.endpoints.get(request.endpoint) else {
             return;
         };
-        let name = endpoint.name.clone();
         let Some(to) = request.reply.clone() else {
             // A publish, not a request: nobody waits for an answer, so nobody gets one.
             self.metrics
-                .service_request(&name, "no_reply", Duration::ZERO);
+                .service_request(&endpoint.name, "no_reply", Duration::ZERO);
             return;
         };
-        let replier = run.replier.clone();
-        let permit = if run.joined && !run.draining {
-            run.armed.take()
-        } else {
-            None
-        };
-        let Some(permit) = permit else {
+        if !run.joined || run.draining {
             let why = if run.draining {
                 Unavailable::Draining
             } else if run.gate.health.is_healthy() {
@@ -350,19 +390,57 @@ impl<E: Exchange> Service<E> {
             } else {
                 Unavailable::Unhealthy
             };
-            let me = Arc::clone(self);
-            run.tasks.spawn(async move {
-                let v = reply::unavailable(why);
-                replier.reply(to, v.reply.clone()).await;
-                me.record(request.endpoint, &name, &v, received.elapsed());
-                TaskEnd {
-                    sample: None,
-                    reach: Reach::NotAsked,
-                }
-            });
+            self.refuse(run, request.endpoint, to, received, reply::unavailable(why));
+            return;
+        }
+        if run.waiting.is_empty()
+            && let Some(permit) = run.armed.take()
+        {
+            self.start(run, request, to, received, permit);
+            return;
+        }
+        let i = request.endpoint;
+        if run.waiting.push(self.spec.wait, request, received).is_err() {
+            self.refuse(run, i, to, received, reply::shed());
+        }
+    }
+
+    /// Replies `v` without asking the app (the request itself is not kept).
+    fn refuse<R: Requests>(
+        self: &Arc<Self>,
+        run: &mut Serving<R, E>,
+        i: usize,
+        to: String,
+        received: Instant,
+        v: Replied,
+    ) {
+        let Some(endpoint) = self.spec.endpoints.get(i) else {
             return;
         };
+        let name = endpoint.name.clone();
+        let replier = run.replier.clone();
         let me = Arc::clone(self);
+        run.tasks.spawn(async move {
+            replier.reply(to, v.reply.clone()).await;
+            me.record(i, &name, &v, received.elapsed());
+            TaskEnd {
+                sample: None,
+                reach: Reach::NotAsked,
+            }
+        });
+    }
+
+    /// Asks the app, with the slot taken for the request.
+    fn start<R: Requests>(
+        self: &Arc<Self>,
+        run: &mut Serving<R, E>,
+        request: ServiceRequest,
+        to: String,
+        received: Instant,
+        permit: BudgetPermit,
+    ) {
+        let me = Arc::clone(self);
+        let replier = run.replier.clone();
         let live = Arc::clone(&run.live.borrow());
         let task = run.tasks.spawn(async move {
             let _permit = permit;
@@ -466,7 +544,7 @@ impl<E: Exchange> Service<E> {
     }
 
     /// Shutdown or `/drain`: out of the queue group, nothing new is asked.
-    async fn begin_drain<R: Requests>(&self, run: &mut Serving<R, E>) {
+    async fn begin_drain<R: Requests>(self: &Arc<Self>, run: &mut Serving<R, E>) {
         run.draining = true;
         run.armed = None;
         run.grace.set(Some(self.deadline.start()));
@@ -478,6 +556,7 @@ impl<E: Exchange> Service<E> {
             run.requests.leave().await;
             run.joined = false;
         }
+        self.refuse_waiting(run);
         tracing::info!(in_flight = run.asking.len(), "service draining");
     }
 

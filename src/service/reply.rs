@@ -1,7 +1,8 @@
 //! What a service source replies, pure: the app's answer handed on (its body and
 //! `Content-Type`; a non-2xx with `Nats-Service-Error` and `Nats-Service-Error-Code`),
 //! or jetrelay's own error reply when there is no answer to hand on (timeout 504,
-//! the app unreachable, unhealthy or the source draining 503, an answer over
+//! the app unreachable, unhealthy or the source draining 503, too many requests
+//! waiting 503 (shed), an answer over
 //! `max_reply_bytes` or a broken one 502); and the `class` it counts as.
 
 use bytes::Bytes;
@@ -43,7 +44,8 @@ impl Unavailable {
 pub struct Replied {
     /// What is sent to the requester.
     pub reply: Response,
-    /// The `class` label: the app's result class, or `unavailable` / `too_large`.
+    /// The `class` label: the app's result class, or `unavailable` / `shed` /
+    /// `too_large`.
     pub class: &'static str,
     /// The error the reply says, when it says one: `(code, reason)`.
     pub error: Option<(u16, String)>,
@@ -74,6 +76,11 @@ pub fn own_error(code: u16, reason: &str, class: &'static str) -> Replied {
 /// The reply to a request the app was not asked (503 at once).
 pub fn unavailable(why: Unavailable) -> Replied {
     own_error(503, why.reason(), "unavailable")
+}
+
+/// The reply to a request shed: too many were waiting for a slot (503 at once).
+pub fn shed() -> Replied {
+    own_error(503, "too many requests waiting", "shed")
 }
 
 /// The reply to a request the app was asked: `class` is the app's result's label.

@@ -302,6 +302,10 @@ fn rig_with(max_in_flight: u32, rate_per_s: u32, healthy: Health, script: Script
             ],
             max_reply_bytes: 16,
             connection: "pod-a".into(),
+            wait: super::wait::WaitBound {
+                requests: 4,
+                bytes: 1000,
+            },
         },
         live,
         metrics: source,
@@ -578,5 +582,103 @@ async fn a_request_without_a_reply_subject_is_counted_and_never_posted() {
             "jetrelay_requests_total{class=\"no_reply\",endpoint=\"create\",source=\"rpc\"} 1"
         ),
         "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_wait_bound_in_requests_or_bytes_a_request_is_shed_with_503_at_once() {
+    // One slot; at most 4 requests (1000 bytes) wait.
+    let r = rig(1, Health::Healthy, answering(200, "ok", 100 * MS));
+    settle().await;
+    for i in 0..7 {
+        assert!(r.wire.send(0, "x", Some(&format!("r.{i}"))));
+    }
+    let big = "y".repeat(2000);
+    assert!(r.wire.send(1, &big, Some("r.big")));
+    settle().await;
+    assert!(
+        r.wire.group.lock().unwrap().queue.is_empty(),
+        "every request taken off the subscription at once"
+    );
+    let mut shed: Vec<String> = r.wire.replies().into_iter().map(|(t, _, _)| t).collect();
+    shed.sort();
+    assert_eq!(shed, ["r.5", "r.6", "r.big"], "one asks, four wait");
+    for to in &shed {
+        let v = r.wire.reply_to(to).unwrap();
+        assert_eq!(header(&v, ERROR_CODE_HEADER), Some("503"));
+        assert_eq!(header(&v, ERROR_HEADER), Some("too many requests waiting"));
+    }
+    sleep(1000 * MS).await;
+    assert_eq!(r.wire.replies().len(), 8, "nothing lost");
+    for i in 0..5 {
+        let v = r.wire.reply_to(&format!("r.{i}")).unwrap();
+        assert_eq!(&v.body[..], b"ok", "r.{i} waited and was served");
+    }
+    let asked: Vec<String> = r
+        .app
+        .asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, p)| p.clone())
+        .collect();
+    assert_eq!(asked.len(), 5, "in order, one at a time");
+    let text = r.metrics.render();
+    for (endpoint, n) in [("create", 2), ("cancel", 1)] {
+        let line = format!(
+            "jetrelay_requests_total{{class=\"shed\",endpoint=\"{endpoint}\",source=\"rpc\"}} {n}"
+        );
+        assert!(text.contains(&line), "{line}\n{text}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_waits_gets_503_at_once_when_the_instance_leaves_or_drains() {
+    let r = rig(1, Health::Healthy, answering(200, "ok", 1000 * MS));
+    settle().await;
+    for i in 0..3 {
+        r.wire.send(0, "x", Some(&format!("r.{i}")));
+    }
+    settle().await;
+    r.health.send(Health::Unhealthy).unwrap();
+    settle().await;
+    for to in ["r.1", "r.2"] {
+        let v = r.wire.reply_to(to).expect("answered at once");
+        assert_eq!(header(&v, ERROR_HEADER), Some("the app is not healthy"));
+    }
+    r.health.send(Health::Healthy).unwrap();
+    settle().await;
+    for i in 3..5 {
+        r.wire.send(0, "x", Some(&format!("r.{i}")));
+    }
+    settle().await;
+    r.shutdown.cancel();
+    settle().await;
+    for to in ["r.3", "r.4"] {
+        let v = r.wire.reply_to(to).expect("answered at once");
+        assert_eq!(header(&v, ERROR_HEADER), Some("the service is draining"));
+    }
+    assert!(r.wire.reply_to("r.0").is_none(), "still in flight");
+    r.run.await.unwrap();
+    assert_eq!(&r.wire.reply_to("r.0").unwrap().body[..], b"ok");
+    assert_eq!(r.wire.replies().len(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_counts_the_requests_it_answered_as_settled() {
+    let r = rig(1, Health::Healthy, answering(200, "ok", 1000 * MS));
+    settle().await;
+    r.wire.send(0, "x", Some("r.0"));
+    r.wire.send(0, "x", Some("r.1"));
+    r.wire.send(0, "x", None);
+    settle().await;
+    let before = r.metrics.tally();
+    r.shutdown.cancel();
+    r.run.await.unwrap();
+    assert_eq!(r.wire.replies().len(), 2, "one served, one refused");
+    assert_eq!(
+        r.metrics.tally().since(before).settled,
+        2,
+        "r.0 served and r.1 (waiting) refused during the drain; the publish not counted"
     );
 }

@@ -425,3 +425,42 @@ async fn natsio_reads_the_services_discovery_as_its_own_and_gets_its_replies() {
     assert_eq!(v["unknown"]["STATS.endpoint"], serde_json::json!([]), "{v}");
     relay.stop().await.unwrap();
 }
+
+/// Requests the server had delivered to a membership the instance left are taken
+/// after it rejoins, not dropped with the old subscriptions (their requesters would
+/// time out).
+#[tokio::test]
+async fn what_a_left_membership_still_holds_is_taken_after_a_quick_rejoin() {
+    use jetrelay::seam::service::Requests;
+    let nats = NatsServer::start().await;
+    let cfg = jetrelay::config::NatsConfig {
+        servers: vec![nats.url().to_string()],
+        ..Default::default()
+    };
+    let conn = jetrelay::nats::Nats::connect(&jetrelay::daemon::settings::connection(&cfg), false)
+        .await
+        .unwrap();
+    let mut requests = conn.service_requests(vec!["rejoin.x".into()], "q");
+    requests.join().await.unwrap();
+    let asker = async_nats::connect(nats.url()).await.unwrap();
+    for i in 0..4 {
+        asker
+            .publish_with_reply("rejoin.x", format!("r.{i}"), Bytes::from(format!("{i}")))
+            .await
+            .unwrap();
+    }
+    // Once the server has read them, they are on their way to the subscription.
+    asker.flush().await.unwrap();
+    requests.leave().await;
+    requests.join().await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let next = tokio::time::timeout(Duration::from_secs(5), requests.next()).await;
+        let Ok(Some(r)) = next else {
+            panic!("lost after the rejoin; taken: {got:?}");
+        };
+        got.push(r.reply.unwrap());
+    }
+    got.sort();
+    assert_eq!(got, ["r.0", "r.1", "r.2", "r.3"]);
+}
