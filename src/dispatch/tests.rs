@@ -1039,7 +1039,11 @@ async fn a_pinned_drain_releases_in_order_on_a_frozen_consumer_and_thaws_after_t
     assert!(r.readiness.status().pinned);
     r.shutdown.cancel();
     wait(MS).await;
-    assert_eq!(r.told(2), [], "nothing goes back while the one in flight runs");
+    assert_eq!(
+        r.told(2),
+        [],
+        "nothing goes back while the one in flight runs"
+    );
     // Delivered by a pull sent before the stop: the newest, it goes back last.
     r.send(6, "a");
     assert_eq!((&mut r.run).await.unwrap().unwrap(), Ended::Shutdown);
