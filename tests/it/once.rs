@@ -23,24 +23,6 @@ async fn ttl_stream(js: &jetstream::Context, name: &str, subjects: &[&str]) {
     .unwrap();
 }
 
-/// Publishes `body` to `subject` with the headers given, awaiting its PubAck.
-async fn publish_with(
-    js: &jetstream::Context,
-    subject: &str,
-    body: &str,
-    headers: &[(&str, &str)],
-) {
-    let mut h = HeaderMap::new();
-    for (n, v) in headers {
-        h.insert(*n, *v);
-    }
-    js.publish_with_headers(subject.to_string(), h, body.to_string().into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn a_nats_ttl_that_passes_while_held_or_between_retries_ends_the_message_unsent() {
     let nats = NatsServer::start().await;

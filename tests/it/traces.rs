@@ -33,23 +33,6 @@ fn of(spans: &[Span], kind: SpanKind) -> Vec<&Span> {
     spans.iter().filter(|s| s.kind == kind as i32).collect()
 }
 
-async fn publish_traced(
-    js: &jetstream::Context,
-    subject: &str,
-    body: &str,
-    headers: &[(&str, &str)],
-) {
-    let mut h = HeaderMap::new();
-    for (n, v) in headers {
-        h.insert(*n, *v);
-    }
-    js.publish_with_headers(subject.to_string(), h, body.to_string().into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-}
-
 async fn stored_header(
     js: &jetstream::Context,
     stream: &str,
@@ -101,7 +84,7 @@ async fn a_delivery_is_a_consumer_span_under_the_publishers_context_and_its_outp
         ))
     );
     let relay = env.relay(&app, &extra).await;
-    publish_traced(
+    publish_with(
         &env.js,
         "in.a",
         "publishes",
@@ -113,7 +96,7 @@ async fn a_delivery_is_a_consumer_span_under_the_publishers_context_and_its_outp
         ],
     )
     .await;
-    publish_traced(&env.js, "in.b", "plain", &[]).await;
+    publish_with(&env.js, "in.b", "plain", &[]).await;
     eventually("both acked", T, || {
         consumer_drained(&env.js, &env.stream, &env.durable)
     })
@@ -242,7 +225,7 @@ async fn a_retried_message_ends_its_span_with_the_retry_and_its_delay_and_goes_o
     let env = Env::start(&["in.>"]).await;
     let extra = format!("[delivery]\nretry_initial_ms = 100\n{}", collector.otel(""));
     let relay = env.relay(&app, &extra).await;
-    publish_traced(&env.js, "in.a", "x", &[("traceparent", PARENT)]).await;
+    publish_with(&env.js, "in.a", "x", &[("traceparent", PARENT)]).await;
     eventually("acked", T, || {
         consumer_drained(&env.js, &env.stream, &env.durable)
     })
@@ -292,16 +275,16 @@ async fn an_unsampled_parent_reaches_the_app_unsampled_and_exports_nothing() {
     // Roots are never sampled here: only the marker message's trace is exported.
     let relay = env.relay(&app, &collector.otel("sample_ratio = 0.0")).await;
     let unsampled = PARENT.replace("-01", "-00");
-    publish_traced(
+    publish_with(
         &env.js,
         "in.a",
         "unsampled",
         &[("traceparent", unsampled.as_str())],
     )
     .await;
-    publish_traced(&env.js, "in.a", "root", &[]).await;
+    publish_with(&env.js, "in.a", "root", &[]).await;
     let marker = "00-11111111111111111111111111111111-2222222222222222-01";
-    publish_traced(&env.js, "in.a", "marker", &[("traceparent", marker)]).await;
+    publish_with(&env.js, "in.a", "marker", &[("traceparent", marker)]).await;
     eventually("acked", T, || {
         consumer_drained(&env.js, &env.stream, &env.durable)
     })
@@ -336,7 +319,7 @@ async fn a_batch_request_is_one_client_span_linked_to_each_messages_delivery() {
         .map(|i| format!("00-{i:032x}-{i:016x}-01"))
         .collect();
     for p in &parents {
-        publish_traced(&env.js, "in.a", "x", &[("traceparent", p.as_str())]).await;
+        publish_with(&env.js, "in.a", "x", &[("traceparent", p.as_str())]).await;
     }
     let extra = format!(
         "[delivery]\nbatch_size = 3\nbatch_wait_ms = 500\n{}",
@@ -449,7 +432,7 @@ async fn with_export_off_trace_headers_pass_through_unchanged() {
     let app = MockApp::ok().await;
     let env = Env::start(&["in.>"]).await;
     let relay = env.relay(&app, "").await;
-    publish_traced(
+    publish_with(
         &env.js,
         "in.a",
         "x",
@@ -524,7 +507,7 @@ async fn a_dead_letter_carries_the_context_of_the_delivery_that_ended_it() {
         .unwrap();
     let extra = format!("[dlq]\nsubject = \"{dlq}.letters\"\n{}", collector.otel(""));
     let relay = env.relay(&app, &extra).await;
-    publish_traced(
+    publish_with(
         &env.js,
         "in.a",
         "bad",
@@ -588,7 +571,7 @@ async fn oversized_and_forged_trace_headers_never_reach_the_app_nor_fail_the_mes
         let relay = env.relay(&app, &extra).await;
         // One each: the server takes at most 64 KiB of headers per message.
         for (name, value) in [("tracestate", &big_state), ("baggage", &big_baggage)] {
-            publish_traced(
+            publish_with(
                 &env.js,
                 "in.a",
                 "big",
@@ -596,7 +579,7 @@ async fn oversized_and_forged_trace_headers_never_reach_the_app_nor_fail_the_mes
             )
             .await;
         }
-        publish_traced(
+        publish_with(
             &env.js,
             "in.a",
             "forged",

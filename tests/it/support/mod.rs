@@ -89,6 +89,24 @@ pub async fn atomic_stream(js: &jetstream::Context, name: &str, subjects: &[&str
     .unwrap();
 }
 
+/// Publishes `body` to `subject` with the headers given, awaiting its PubAck.
+pub async fn publish_with(
+    js: &jetstream::Context,
+    subject: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) {
+    let mut h = async_nats::HeaderMap::new();
+    for (n, v) in headers {
+        h.insert(*n, *v);
+    }
+    js.publish_with_headers(subject.to_string(), h, body.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
 /// Publishes `n` messages `"<subject>" / "m<i>"`, waiting for each PubAck.
 /// Publishes each `(subject, body)` in order, awaiting each PubAck.
 pub async fn publish_each(js: &jetstream::Context, messages: &[(&str, &str)]) {
