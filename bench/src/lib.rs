@@ -1193,6 +1193,16 @@ impl Args {
     }
 }
 
+/// With `--out`, writes the report as `<out>/<prefix><unix-seconds>.md` and says
+/// where on stderr.
+pub fn save_report(args: &Args, prefix: &str, md: &str) -> Result<(), Error> {
+    if let Some(out) = args.get("out") {
+        let path = write_report(Path::new(out), prefix, None, md)?;
+        eprintln!("written to {}", path.display());
+    }
+    Ok(())
+}
+
 /// Writes the report to `<out>/<prefix><unix-seconds>.md` and, with `latest`, to
 /// `<out>/<latest>`.
 pub fn write_report(

@@ -39,8 +39,8 @@ use futures::StreamExt;
 use jetrelay_bench::{
     Args, CpuWindow, Delivery, Env, Error, IN_FLIGHT, KEYS, LATENCY_MSGS, LATENCY_RATE, Running,
     Sink, durable_source, fill, free_port, latency_run, machine, peak_rss_kib, quiet, quiet_note,
-    relay_config, spread, start_bare, start_line_ready, start_relay, stop, wait_acked, wait_for,
-    write_report,
+    relay_config, save_report, spread, start_bare, start_line_ready, start_relay, stop, wait_acked,
+    wait_for,
 };
 use tokio::process::Command;
 
@@ -492,10 +492,7 @@ async fn main() -> Result<(), Error> {
     }
     let md = report(&bench, (rounds, n), &results);
     print!("{md}");
-    if let Some(out) = args.get("out") {
-        let path = write_report(Path::new(out), "batch-", None, &md)?;
-        eprintln!("written to {}", path.display());
-    }
+    save_report(&args, "batch-", &md)?;
     drop(bench);
     env.close().await;
     Ok(())

@@ -47,7 +47,7 @@ use async_nats::jetstream::{self, consumer};
 use futures::StreamExt;
 use jetrelay_bench::{
     Args, CpuWindow, Env, Error, FillMode, KEYS, Msg, fill_msgs, machine, payload, quiet,
-    quiet_note, ratio, spread, write_report,
+    quiet_note, ratio, save_report, spread,
 };
 use tokio::process::Command;
 
@@ -764,10 +764,7 @@ async fn main() -> Result<(), Error> {
         md.push_str(&trace_fast(&bench, replay).await?);
     }
     print!("{md}");
-    if let Some(out) = args.get("out") {
-        let path = write_report(Path::new(out), "dlq-", None, &md)?;
-        eprintln!("written to {}", path.display());
-    }
+    save_report(&args, "dlq-", &md)?;
     env.close().await;
     Ok(())
 }

@@ -22,14 +22,13 @@
 //!          [--size=128] [--only=plain,markers,batch,batchmark] [--quiet-wait=60]
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use jetrelay_bench::{
     Args, CpuWindow, Delivery, Env, Error, KEYS, Msg, Sink, durable_source, fill_msgs, machine,
-    payload, peak_rss_kib, quiet, quiet_note, ratio, relay_config, relay_metric, spread,
-    start_relay_bin, stop, wait_acked, wait_for, write_report,
+    payload, peak_rss_kib, quiet, quiet_note, ratio, relay_config, relay_metric, save_report,
+    spread, start_relay_bin, stop, wait_acked, wait_for,
 };
 
 const INPUT: &str = "IN";
@@ -299,10 +298,7 @@ async fn main() -> Result<(), Error> {
     }
     let md = report(n, size, rounds, &env.nats_version, quiet_wait, &results);
     print!("{md}");
-    if let Some(out) = args.get("out") {
-        let path = write_report(Path::new(out), "markers-", None, &md)?;
-        eprintln!("written to {}", path.display());
-    }
+    save_report(&args, "markers-", &md)?;
     env.close().await;
     Ok(())
 }

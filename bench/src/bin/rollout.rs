@@ -27,8 +27,8 @@ use async_nats::jetstream;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use jetrelay_bench::{
-    Args, Env, Error, RelayConfig, free_port, machine, median, signal, start_relay, wait_for,
-    write_report,
+    Args, Env, Error, RelayConfig, free_port, machine, median, save_report, signal, start_relay,
+    wait_for,
 };
 
 const STREAM: &str = "ROLL";
@@ -401,10 +401,7 @@ async fn main() -> Result<(), Error> {
         ));
     }
     println!("{md}");
-    if let Some(out) = args.get("out") {
-        let path = write_report(std::path::Path::new(out), "rollout-", None, &md)?;
-        eprintln!("written to {}", path.display());
-    }
+    save_report(&args, "rollout-", &md)?;
     env.close().await;
     Ok(())
 }

@@ -12,14 +12,14 @@
 //!   service --nats-server=PATH --relay=PATH --bare=PATH --python=PATH --py-service=PATH
 //!           [--out=DIR] [--seconds=3] [--concurrency=1,64] [--rounds=3] [--only=jetrelay,bare]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use jetrelay_bench::{
     Args, Delivery, Env, Error, Running, Sink, cpu_seconds, machine, median, p50_p99_ms,
-    peak_rss_kib, relay_config, start_line_ready, start_relay, stop, write_report,
+    peak_rss_kib, relay_config, save_report, start_line_ready, start_relay, stop,
 };
 use tokio::process::Command;
 
@@ -258,10 +258,7 @@ async fn main() -> Result<(), Error> {
         md.push('\n');
     }
     println!("{md}");
-    if let Some(out) = args.get("out") {
-        let path = write_report(Path::new(out), "service-", None, &md)?;
-        eprintln!("written to {}", path.display());
-    }
+    save_report(&args, "service-", &md)?;
     env.close().await;
     Ok(())
 }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use jetrelay_bench::{
     Args, CpuWindow, Delivery, Env, Error, IN_FLIGHT, KEYS, Running, Sink, fill, free_port,
-    machine, median, peak_rss_kib, spawn_relay, start_line_ready, stop, wait_for, write_report,
+    machine, median, peak_rss_kib, save_report, spawn_relay, start_line_ready, stop, wait_for,
 };
 use tokio::process::Command;
 
@@ -629,10 +629,7 @@ async fn main() -> Result<(), Error> {
         started.elapsed().as_secs_f64()
     ));
     print!("{md}");
-    if let Some(out) = args.get("out") {
-        let path = write_report(Path::new(out), "sources-", None, &md)?;
-        eprintln!("written to {}", path.display());
-    }
+    save_report(&args, "sources-", &md)?;
     env.close().await;
     Ok(())
 }

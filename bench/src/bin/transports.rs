@@ -11,13 +11,12 @@
 //!   transports --nats-server=PATH --relay=PATH [--out=DIR] [--messages=20000]
 //!              [--sizes=128,16384] [--rounds=3]
 
-use std::path::Path;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use jetrelay_bench::{
     Args, Delivery, Env, Error, KEYS, Sink, cpu_seconds, fill, latency_run, machine, median,
-    peak_rss_kib, relay_config, start_relay, stop, wait_for, write_report,
+    peak_rss_kib, relay_config, save_report, start_relay, stop, wait_for,
 };
 
 /// How the app is reached.
@@ -206,10 +205,7 @@ async fn main() -> Result<(), Error> {
         md.push('\n');
     }
     println!("{md}");
-    if let Some(out) = args.get("out") {
-        let path = write_report(Path::new(out), "transports-", None, &md)?;
-        eprintln!("written to {}", path.display());
-    }
+    save_report(&args, "transports-", &md)?;
     env.close().await;
     Ok(())
 }
