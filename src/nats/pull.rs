@@ -89,7 +89,8 @@ struct PullRequest<'a> {
 pub struct Puller {
     client: Client,
     context: Arc<SettleContext>,
-    js: async_nats::jetstream::Context,
+    /// The connection's JetStream calls (pause, resume, unpin).
+    nats: Nats,
     cfg: PullerConfig,
     sub: Subscriber,
     prefix: String,
@@ -141,7 +142,7 @@ impl Nats {
         Ok(Puller {
             client: self.client.clone(),
             context: self.settle_context(cfg.confirmed_acks),
-            js: self.js.clone(),
+            nats: self.clone(),
             api_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{}", cfg.stream, cfg.consumer),
             cfg,
             sub,
@@ -261,15 +262,12 @@ impl Puller {
         if let Err(e) = self.retire_pulls().await {
             tracing::warn!(error = %e, "cannot retire the outstanding pulls before unpinning");
         }
-        match self.js.get_stream_no_info(&self.cfg.stream).await {
-            Ok(stream) => {
-                if let Err(e) = stream.unpin_consumer(&self.cfg.consumer, &group).await {
-                    tracing::warn!(error = %e, "cannot unpin; the pin lapses after priority_timeout");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot unpin; the pin lapses after priority_timeout")
-            }
+        let unpinned = self
+            .nats
+            .unpin(&self.cfg.stream, &self.cfg.consumer, &group)
+            .await;
+        if let Err(e) = unpinned {
+            tracing::warn!(error = %e, "cannot unpin; the pin lapses after priority_timeout");
         }
         true
     }
@@ -283,16 +281,16 @@ impl Puller {
         if self.cfg.group.is_none() || self.pin.is_none() || self.frozen {
             return false;
         }
-        let name = &self.cfg.consumer;
+        let (stream, name) = (&self.cfg.stream, &self.cfg.consumer);
         let paused = async {
-            let stream = self.js.get_stream_no_info(&self.cfg.stream).await?;
-            let info = stream.consumer_info(name).await?;
-            if info.paused {
-                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(false);
+            if self.nats.consumer_pause(stream, name).await?.is_paused() {
+                return Ok(false);
             }
             let until = time::OffsetDateTime::now_utc()
                 + time::Duration::try_from(bound).unwrap_or(time::Duration::SECOND);
-            Ok(stream.pause_consumer(name, until).await?.paused)
+            Ok::<_, super::TopologyError>(
+                self.nats.pause_consumer(stream, name, until).await?.paused,
+            )
         };
         match paused.await {
             Ok(frozen) => self.frozen = frozen,
@@ -308,12 +306,11 @@ impl Puller {
         if !std::mem::take(&mut self.frozen) {
             return;
         }
-        let resumed = async {
-            let stream = self.js.get_stream_no_info(&self.cfg.stream).await?;
-            stream.resume_consumer(&self.cfg.consumer).await?;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-        };
-        if let Err(e) = resumed.await {
+        let resumed = self
+            .nats
+            .resume_consumer(&self.cfg.stream, &self.cfg.consumer)
+            .await;
+        if let Err(e) = resumed {
             tracing::warn!(error = %e, "cannot resume the consumer after the handover: the server resumes it when the pause it was given ends");
         }
     }
