@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use jetrelay_bench::{
-    Args, Delivery, Env, Error, Running, Sink, cpu_seconds, machine, median, p50_p99_ms,
-    peak_rss_kib, relay_config, save_report, start_line_ready, start_relay, stop,
+    Args, Delivery, Env, Error, Running, Sink, cpu_seconds, machine, machine_busy_seconds, median,
+    p50_p99_ms, peak_rss_kib, relay_config, save_report, start_line_ready, start_relay, stop,
 };
 use tokio::process::Command;
 
@@ -58,6 +58,12 @@ struct Sample {
     p99_ms: f64,
     cpu_per_10k: f64,
     rss_mib: f64,
+    /// nats-server's CPU seconds per 10k requests.
+    server_per_10k: f64,
+    /// This process's (the requesters' and the sink's) CPU seconds per 10k requests.
+    driver_per_10k: f64,
+    /// The whole machine's busy cores over the window.
+    busy_cores: f64,
 }
 
 async fn start(
@@ -152,16 +158,27 @@ async fn run_one(
     let (env, seconds) = (b.env, b.seconds);
     let running = start(env, b.tools, c, subject, &b.sink.url()).await?;
     let pid = running.child.id().unwrap_or(0);
-    // The measured window's CPU: from half a second in (the warm-up) to the end.
-    let warm = tokio::spawn({
-        let ticks = env.ticks;
-        async move {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            cpu_seconds(pid, ticks)
-        }
+    // The measured window's CPU: from half a second in (the warm-up) to the end; the
+    // responder's, nats-server's, this process's (requesters and sink), the machine's.
+    let (ticks, server, me) = (env.ticks, env.nats_pid, std::process::id());
+    let cpus = move || {
+        [
+            cpu_seconds(pid, ticks),
+            cpu_seconds(server, ticks),
+            cpu_seconds(me, ticks),
+            machine_busy_seconds(ticks),
+        ]
+    };
+    let warm = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cpus()
     });
     let (n, mut lat) = drive(b.nc, subject, concurrency, seconds).await;
-    let cpu = cpu_seconds(pid, env.ticks) - warm.await.unwrap_or(0.0);
+    let [cpu, server_cpu, driver_cpu, busy] = {
+        let (end, start) = (cpus(), warm.await.unwrap_or_default());
+        [0, 1, 2, 3].map(|i| end[i] - start[i])
+    };
+    let per_10k = |cpu: f64| cpu / (n.max(1) as f64) * 10_000.0;
     let rss_mib = peak_rss_kib(pid) as f64 / 1024.0;
     stop(running.child).await;
     let (p50_ms, p99_ms) = p50_p99_ms(&mut lat);
@@ -169,8 +186,11 @@ async fn run_one(
         rate: n as f64 / seconds,
         p50_ms,
         p99_ms,
-        cpu_per_10k: cpu / (n.max(1) as f64) * 10_000.0,
+        cpu_per_10k: per_10k(cpu),
         rss_mib,
+        server_per_10k: per_10k(server_cpu),
+        driver_per_10k: per_10k(driver_cpu),
+        busy_cores: busy / seconds,
     })
 }
 
@@ -206,9 +226,10 @@ async fn main() -> Result<(), Error> {
         seconds,
     };
     let mut md = format!(
-        "# NATS requests answered by an HTTP app\n\n{}; nats-server {} on loopback. A requester on its own connection sends 128 B requests, each of N requesters its next one when its reply came, for {seconds} s after a 0.5 s warm-up; each responder takes {IN_FLIGHT} requests at once and POSTs each to the fast Rust sink (200 at once, empty body), replying with its body. jetrelay: a service source (`max_in_flight = {IN_FLIGHT}`, the info log level); bare: `bench/src/bin/bare_service.rs` (queue subscription → POST → reply, nothing else); Python: `bench/py_service.py` (natsio + aiohttp, the tools venv's client). req/s: replies in the window; p50/p99: round trip at the requester; added p50: over the bare loop's; CPU: the responder's seconds per 10k requests in the window; RSS: its peak. Medians of {rounds} rounds, contenders interleaved.\n\n",
+        "# NATS requests answered by an HTTP app\n\n{}; nats-server {} on loopback. A requester on its own connection sends 128 B requests, each of N requesters its next one when its reply came, for {seconds} s after a 0.5 s warm-up; each responder takes {IN_FLIGHT} requests at once and POSTs each to the fast Rust sink (200 at once, empty body), replying with its body. jetrelay: a service source (`max_in_flight = {IN_FLIGHT}`, the info log level); bare: `bench/src/bin/bare_service.rs` (queue subscription → POST → reply, nothing else); Python: `bench/py_service.py` (natsio + aiohttp, the tools venv's client). req/s: replies in the window; p50/p99: round trip at the requester; added p50: over the bare loop's; CPU: the responder's seconds per 10k requests in the window, nats-server's, and the driver's (this process: the requesters and the sink); busy: the whole machine's busy cores over the window (of {cores}: at the machine's limit every contender is bounded by the CPU left to it, not by its own design); RSS: the responder's peak. Medians of {rounds} rounds, contenders interleaved.\n\n",
         machine(),
-        env.nats_version
+        env.nats_version,
+        cores = std::thread::available_parallelism().map_or(1, usize::from),
     );
     for &concurrency in &levels {
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); contenders.len()];
@@ -234,8 +255,12 @@ async fn main() -> Result<(), Error> {
             .iter()
             .position(|c| *c == Contender::Bare)
             .map(|i| (med(&samples[i], |s| s.rate), med(&samples[i], |s| s.p50_ms)));
+        let python = contenders
+            .iter()
+            .position(|c| *c == Contender::Python)
+            .map(|i| med(&samples[i], |s| s.rate));
         md.push_str(&format!(
-            "## {concurrency} requester{}\n\n| responder | req/s | × bare | p50 ms | p99 ms | added p50 ms | CPU s / 10k | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n",
+            "## {concurrency} requester{}\n\n| responder | req/s | × bare | × Python | p50 ms | p99 ms | added p50 ms | CPU s / 10k | nats-server CPU s / 10k | driver CPU s / 10k | machine busy cores | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
             if concurrency == 1 { "" } else { "s" }
         ));
         for (c, v) in contenders.iter().zip(&samples) {
@@ -247,11 +272,16 @@ async fn main() -> Result<(), Error> {
                 ),
                 None => ("–".into(), "–".into()),
             };
+            let over_python =
+                python.map_or_else(|| "–".into(), |p| format!("{:.2}", rate / p.max(1e-9)));
             md.push_str(&format!(
-                "| {} | {rate:.0} | {ratio} | {p50:.3} | {:.3} | {added} | {:.3} | {:.1} |\n",
+                "| {} | {rate:.0} | {ratio} | {over_python} | {p50:.3} | {:.3} | {added} | {:.3} | {:.3} | {:.3} | {:.2} | {:.1} |\n",
                 c.label(),
                 med(v, |s| s.p99_ms),
                 med(v, |s| s.cpu_per_10k),
+                med(v, |s| s.server_per_10k),
+                med(v, |s| s.driver_per_10k),
+                med(v, |s| s.busy_cores),
                 med(v, |s| s.rss_mib),
             ));
         }
