@@ -1,6 +1,7 @@
 //! Processed once: messages whose `Nats-TTL` passes are dead-lettered unsent, and
 //! (with `delivery.idempotency_bucket`) a message the app answered 2xx is never sent
-//! again, whatever redelivers it.
+//! again, whatever redelivers it: a lost ack, a `Nats-Msg-Id` sent again after the
+//! duplicate window, or a partition of an elastic group that moves to another member.
 
 use std::time::Duration;
 
@@ -348,4 +349,77 @@ async fn markers_asked_for_together_are_read_in_one_batched_direct_get_and_delet
         4,
         "the first alone, the other 299 in the next turn"
     );
+}
+
+/// The messages the elastic group `eg` of `stream` still holds in its work queue.
+async fn group_queue(js: &jetstream::Context, stream: &str) -> u64 {
+    match js.get_stream(format!("{stream}-eg")).await {
+        Ok(mut s) => s.info().await.map_or(u64::MAX, |i| i.state.messages),
+        Err(_) => u64::MAX,
+    }
+}
+
+#[tokio::test]
+async fn a_partition_that_moves_to_another_member_brings_back_what_the_first_answered_without_a_request()
+ {
+    use crate::support::groups::*;
+    let (nats, js, stream, admin) = elastic_group(2, &["m1"]).await;
+    let proxy = crate::support::proxy::AckDropper::start(nats.url())
+        .await
+        .unwrap();
+    let bucket = unique("marks");
+    let marks = format!("[delivery]\nordering = \"none\"\nidempotency_bucket = \"{bucket}\"\n");
+    let (app1, app2) = (MockApp::ok().await, MockApp::ok().await);
+    // m1 answers every message, and none of its acks reaches the server.
+    let m1 = Relay::ready(member_config_at(
+        proxy.url(),
+        &app1,
+        "elastic",
+        &stream,
+        "eg",
+        "m1",
+        &marks,
+    ))
+    .await;
+    proxy.drop_acks(true);
+    publish_keys(&js, "e", 4, 5).await;
+    eventually("m1's app answered all 20", T, || async {
+        bodies(&[&app1]).len() == 20
+    })
+    .await;
+    assert_eq!(group_queue(&js, &stream).await, 20, "no ack got through");
+
+    // The partitions move to m2: every message comes back, from another consumer.
+    admin.add(&stream, "eg", &["m2".to_string()]).await.unwrap();
+    admin
+        .drop_members(&stream, "eg", &["m1".to_string()])
+        .await
+        .unwrap();
+    let m2 = Relay::ready(member_config(
+        &nats, &app2, "elastic", &stream, "eg", "m2", &marks,
+    ))
+    .await;
+    eventually("m2 settled the whole work queue", T, || async {
+        group_queue(&js, &stream).await == 0
+    })
+    .await;
+    assert!(
+        app2.requests().is_empty(),
+        "m2's app never saw what m1's had answered: {:?}",
+        bodies(&[&app2])
+    );
+    assert_eq!(
+        m2.metric("jetrelay_duplicates_suppressed_total").await,
+        20.0,
+        "each one acked as processed before"
+    );
+    let once: std::collections::BTreeSet<String> = app1
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    assert_eq!(once.len(), 20);
+    assert_eq!(app1.requests().len(), 20, "m1's app saw each once too");
+    m2.stop().await.unwrap();
+    m1.stop().await.unwrap();
 }
