@@ -14,9 +14,11 @@
 //! The app is `bench/run`'s Rust sink answering 200 at once. Per run: the drain
 //! throughput (inputs per second from the first arrival at the app to every input
 //! acked), CPU seconds per 10,000 inputs of jetrelay and nats-server, peak RSS, the
-//! messages the app got beyond one per input, and the markers stored. Prints a
-//! markdown report with the per-round ratios and writes it to
-//! `<out>/markers-<unix-seconds>.md`. Never fails on timing.
+//! messages the app got beyond one per input, and the markers stored. Then the floor:
+//! nats-server's CPU per marker written and read by a bare client, 64 and 8 at a time,
+//! and the bound it puts on the ratio with markers. Prints a markdown report with the
+//! per-round ratios and writes it to `<out>/markers-<unix-seconds>.md`. Never fails on
+//! timing.
 //!
 //!   markers --nats-server=PATH --relay=PATH [--out=DIR] [--rounds=3] [--n=20000]
 //!          [--size=128] [--only=plain,markers,batch,batchmark] [--quiet-wait=60]
@@ -25,10 +27,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use futures::StreamExt;
 use jetrelay_bench::{
-    Args, CpuWindow, Delivery, Env, Error, KEYS, Msg, Sink, durable_source, fill_msgs, machine,
-    payload, peak_rss_kib, quiet, quiet_note, ratio, relay_config, relay_metric, save_report,
-    spread, start_relay_bin, stop, wait_acked, wait_for,
+    Args, CpuWindow, Delivery, Env, Error, KEYS, Msg, Sink, cpu_seconds, durable_source, fill_msgs,
+    machine, payload, peak_rss_kib, quiet, quiet_note, ratio, relay_config, relay_metric,
+    save_report, spread, start_relay_bin, stop, wait_acked, wait_for,
 };
 
 const INPUT: &str = "IN";
@@ -194,6 +197,102 @@ async fn run_one(
 
 type Results = BTreeMap<Contender, Vec<Sample>>;
 
+/// Markers written and read by the floor's client.
+const FLOOR_N: usize = 20_000;
+
+/// nats-server's CPU µs per marker for `work` (`FLOOR_N` markers).
+async fn server_us<F: std::future::Future<Output = Result<(), Error>>>(
+    env: &Env,
+    work: F,
+) -> Result<f64, Error> {
+    let before = cpu_seconds(env.nats_pid, env.ticks);
+    work.await?;
+    let cpu = cpu_seconds(env.nats_pid, env.ticks) - before;
+    Ok(cpu / FLOOR_N as f64 * 1e6)
+}
+
+/// The floor: what a marker costs nats-server with no jetrelay and no app, written
+/// and read by a bare client the ways the server offers, `depth` at a time. Where
+/// jetrelay's cost over it lies, and how far below the forwarding's it can go.
+async fn floor(env: &Env, plain: Option<f64>) -> Result<String, Error> {
+    let bucket = "bench-floor";
+    let _ = env.js.delete_key_value(bucket).await;
+    env.js
+        .create_key_value(jetstream::kv::Config {
+            bucket: bucket.into(),
+            history: 1,
+            limit_markers: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .await?;
+    let nc = env.js.client();
+    let mut rows = String::new();
+    let mut least = f64::MAX;
+    for depth in [64usize, 8] {
+        // Writes: `depth` KV publishes with `Nats-TTL` sent, then their PubAcks awaited.
+        let write = server_us(env, async {
+            for from in (0..FLOOR_N).step_by(depth) {
+                let mut acks = Vec::with_capacity(depth);
+                for i in from..(from + depth).min(FLOOR_N) {
+                    let mut h = async_nats::HeaderMap::new();
+                    h.insert("Nats-TTL", "86400");
+                    let subject = format!("$KV.{bucket}.s{depth}.m{i}");
+                    acks.push(env.js.publish_with_headers(subject, h, "".into()).await?);
+                }
+                for a in acks {
+                    a.await?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        // Reads: one batched direct get (`multi_last`) of `depth` keys not there, as
+        // the bench's inputs find them.
+        let inbox = nc.new_inbox();
+        let mut replies = nc.subscribe(inbox.clone()).await?;
+        let read = server_us(env, async {
+            for from in (0..FLOOR_N).step_by(depth) {
+                let subjects: Vec<String> = (from..(from + depth).min(FLOOR_N))
+                    .map(|i| format!("$KV.{bucket}.absent.m{i}"))
+                    .collect();
+                let req = serde_json::json!({"batch": subjects.len(), "multi_last": subjects});
+                nc.publish_with_reply(
+                    format!("$JS.API.DIRECT.GET.KV_{bucket}"),
+                    inbox.clone(),
+                    req.to_string().into(),
+                )
+                .await?;
+                // Until the end of the batch: a reply that is no stored message.
+                while let Some(m) = replies.next().await {
+                    let stored = m
+                        .headers
+                        .as_ref()
+                        .is_some_and(|h| h.get("Nats-Sequence").is_some());
+                    if !stored {
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        rows.push_str(&format!("| {depth} | {write:.1} | {read:.1} |\n"));
+        least = least.min(write + read);
+    }
+    let _ = env.js.delete_key_value(bucket).await;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let bound = plain.map_or_else(String::new, |t| {
+        format!(
+            " Without markers the machine forwarded {t:.0} inputs/s with its {cores} cores busy, {:.1} µs of CPU per input; the least a marker adds ({least:.1} µs, written and read 64 at a time), with jetrelay's own work for it taken as nothing, bounds the ratio with markers at {:.2}×.",
+            cores * 1e6 / t,
+            1.0 / (1.0 + t * least / (cores * 1e6))
+        )
+    });
+    Ok(format!(
+        "\n## The floor: a marker's cost to nats-server alone\n\nA bare client (async-nats, no jetrelay, no app) writes {FLOOR_N} markers into a bucket made as jetrelay makes it (KV publishes with `Nats-TTL`, `depth` sent and then their PubAcks awaited) and reads {FLOOR_N} absent keys (batched direct gets, `multi_last`, `depth` keys each). nats-server's CPU µs per marker:\n\n| depth | write µs | read µs |\n|---|---|---|\n{rows}\nThe server charges per round trip more than per message; the depth-64 row is the least a marker costs it, whoever writes it.{bound}\n"
+    ))
+}
+
 fn report(
     n: u64,
     size: usize,
@@ -296,7 +395,12 @@ async fn main() -> Result<(), Error> {
             results.entry(c).or_default().push(s);
         }
     }
-    let md = report(n, size, rounds, &env.nats_version, quiet_wait, &results);
+    let mut md = report(n, size, rounds, &env.nats_version, quiet_wait, &results);
+    eprintln!("the server's own cost of a marker");
+    let plain = results
+        .get(&Contender::Plain)
+        .map(|v| spread(v, |s| s.throughput).0);
+    md.push_str(&floor(&env, plain).await?);
     print!("{md}");
     save_report(&args, "markers-", &md)?;
     env.close().await;

@@ -13,11 +13,13 @@
 //!            hot standby): the pinned one is SIGKILLed and replaced, twice
 //!   d        a rolling restart (SIGKILL, start again, wait until caught up) of a
 //!            three-node cluster holding an R3 stream, consumer leader first
-//!   f        processed once (`delivery.idempotency_bucket`): acks lost on purpose (a
-//!            TCP proxy drops them for longer than ack_wait), the nats-server SIGKILLed
-//!            and restarted, jetrelay SIGKILLed and started again, and ids re-sent
-//!            after the stream's duplicate window; no id may be answered 2xx twice but
-//!            those first answered within a second of the SIGKILL (`once.rs`)
+//!   f        processed once (`delivery.idempotency_bucket`), an elastic group of two
+//!            members: acks lost on purpose (a TCP proxy drops them for longer than
+//!            ack_wait), the nats-server SIGKILLed and restarted, jetrelay SIGKILLed and
+//!            started again, ids re-sent after the stream's duplicate window, and one
+//!            member's partitions moved to the other while acks are lost, then back;
+//!            no id may be answered 2xx twice but those first answered within a second
+//!            of the SIGKILL (`once.rs`)
 //!   e        the surfaces an app and the world reach (`surfaces.rs`): two consumers of
 //!            one stream publishing outputs into one shared stream (one in batches
 //!            answered in odd shapes), poison messages dead-lettered and replayed from
@@ -918,18 +920,15 @@ fn sample_held(ports: Arc<Mutex<Vec<u16>>>, peak: Arc<AtomicU64>) -> Task<()> {
     }))
 }
 
-async fn create_static_group(
-    bin: &Path,
-    url: &str,
-    stream: &str,
-    group: &str,
-) -> Result<(), Error> {
+/// `jetrelay group <args> --server <url>`, tried again while the server is not ready
+/// (a meta leader being elected) for up to ten seconds.
+async fn group_cli(bin: &Path, url: &str, args: &[&str]) -> Result<(), Error> {
     let mut last = String::new();
     for _ in 0..20 {
         let out = Command::new(bin)
-            .args(["group", "static", "create", "balanced", stream, group])
-            .arg(PARTITIONS.to_string())
-            .args(["m1", "--server", url])
+            .arg("group")
+            .args(args)
+            .args(["--server", url])
             .output()
             .await?;
         if out.status.success() {
@@ -938,7 +937,26 @@ async fn create_static_group(
         last = String::from_utf8_lossy(&out.stderr).into_owned();
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(format!("group static create: {last}").into())
+    Err(format!("group {}: {last}", args.join(" ")).into())
+}
+
+async fn create_static_group(
+    bin: &Path,
+    url: &str,
+    stream: &str,
+    group: &str,
+) -> Result<(), Error> {
+    let partitions = PARTITIONS.to_string();
+    let args = [
+        "static",
+        "create",
+        "balanced",
+        stream,
+        group,
+        &partitions,
+        "m1",
+    ];
+    group_cli(bin, url, &args).await
 }
 
 // === the publisher ===
