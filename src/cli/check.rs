@@ -5,7 +5,7 @@ use crate::config::{Config, OnMissing};
 use crate::daemon::settings::Settings;
 use crate::group::manage::GroupAdmin;
 use crate::group::spec::Member;
-use crate::nats::{Nats, NatsError};
+use crate::nats::{MarkerBucket, Nats, NatsError};
 use crate::outputs::{self, Capture, Needs};
 use crate::route::To;
 use crate::source::settings::{Binding, DeadLetters, SourceSettings};
@@ -192,9 +192,9 @@ async fn socket_state(path: &std::path::Path, connect: bool) -> String {
 }
 
 /// Connects (once, no retry) and reports what `run` would find: the source's
-/// topology (or the member's share of its group), the dead-letter stream, and the
-/// streams the allowed publish subjects go to, as they will be once `run` made its
-/// additive changes.
+/// topology (or the member's share of its group), the dead-letter stream, the
+/// processed-once markers' bucket, and the streams the allowed publish subjects go
+/// to, as they will be once `run` made its additive changes.
 ///
 /// # Errors
 /// [`CheckError`] when the config does not parse, or the server cannot be reached
@@ -243,6 +243,11 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
         if let Some(dlq) = &source.dead_letters {
             let mut lines = dead_letters(&nats, dlq, &dlq.replicas_of, &mut planned).await;
             one.lines.append(&mut lines);
+        }
+        if let Some(i) = &source.idempotency {
+            let (ok, line) = markers(&nats, &i.bucket).await;
+            one.ok &= ok;
+            one.lines.push(line);
         }
         whole.ok &= one.ok;
         whole.lines.append(&mut one.lines);
@@ -361,6 +366,36 @@ async fn dead_letters(
         Err(e) => lines.push(format!("dlq {}: cannot read the streams: {e}", dlq.subject)),
     }
     lines
+}
+
+/// The processed-once markers' bucket: there (with per-key TTLs), to be made, or one
+/// `run` refuses (not ok).
+async fn markers(nats: &Nats, bucket: &str) -> (bool, String) {
+    match nats.marker_bucket(bucket).await {
+        Ok(MarkerBucket::Ready { replicas, markers }) => (
+            true,
+            format!(
+                "idempotency bucket {bucket}: exists with per-key TTLs, {replicas} replica(s), {markers} marker(s)"
+            ),
+        ),
+        Ok(MarkerBucket::Missing) => (
+            true,
+            format!(
+                "idempotency bucket {bucket}: would be created (1 replica, file storage, per-key TTLs; in a cluster, create it yourself with the replicas you want)"
+            ),
+        ),
+        Ok(MarkerBucket::NoTtl) => (
+            false,
+            NatsError::MarkersNoTtl(bucket.to_string()).to_string(),
+        ),
+        Err(e) => (
+            false,
+            format!(
+                "idempotency bucket {bucket}: {}",
+                crate::ops::telemetry::chain(&e)
+            ),
+        ),
+    }
 }
 
 /// For each allowed publish subject: the streams that capture it, and what would go

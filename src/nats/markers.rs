@@ -154,6 +154,57 @@ impl Nats {
     }
 }
 
+/// The markers' bucket as `jetrelay check` finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkerBucket {
+    /// Not there: `run` creates it (R1, file storage, per-key TTLs).
+    Missing,
+    /// There, with per-key TTLs.
+    Ready {
+        /// Its stream's replicas.
+        replicas: usize,
+        /// The markers it holds (the server's own markers of expired keys included).
+        markers: u64,
+    },
+    /// There, without per-key TTLs: `run` refuses it.
+    NoTtl,
+}
+
+impl Nats {
+    /// What the markers' bucket `bucket` is, changing nothing.
+    ///
+    /// # Errors
+    /// [`NatsError::Markers`] when its stream cannot be read.
+    pub async fn marker_bucket(&self, bucket: &str) -> Result<MarkerBucket, NatsError> {
+        use async_nats::jetstream::ErrorCode;
+        use async_nats::jetstream::context::GetStreamErrorKind;
+        match self.js.get_stream(format!("KV_{bucket}")).await {
+            Ok(s) => {
+                let info = s.cached_info();
+                Ok(if info.config.allow_message_ttl {
+                    MarkerBucket::Ready {
+                        replicas: info.config.num_replicas,
+                        markers: info.state.messages,
+                    }
+                } else {
+                    MarkerBucket::NoTtl
+                })
+            }
+            Err(e)
+                if matches!(e.kind(), GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::STREAM_NOT_FOUND) =>
+            {
+                Ok(MarkerBucket::Missing)
+            }
+            Err(e) => Err(NatsError::Markers {
+                bucket: bucket.to_string(),
+                step: "read its stream",
+                source: Box::new(e),
+            }),
+        }
+    }
+}
+
 impl MarkerFailure for NatsError {}
 
 impl MarkerStore {

@@ -49,7 +49,7 @@ pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
 pub use liveness::{LIVENESS_BUCKET, LivenessStore};
-pub use markers::MarkerStore;
+pub use markers::{MarkerBucket, MarkerStore};
 pub use outputs::{OutputError, OutputPublisher};
 pub use pause::PauseAnswer;
 pub use publisher::Publisher;

@@ -423,3 +423,85 @@ async fn a_partition_that_moves_to_another_member_brings_back_what_the_first_ans
     m2.stop().await.unwrap();
     m1.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn check_says_whether_the_bucket_is_there_to_be_made_or_refused_without_per_key_ttls() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let stream = unique("S");
+    create_stream(&js, &stream, &["once.>"]).await;
+    let app = MockApp::ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let check = |bucket: &str| {
+        let path = dir.path().join(format!("{bucket}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"d\"\n\
+                 [delivery]\nidempotency_bucket = \"{bucket}\"\n[http]\nurl = \"{}\"\n",
+                nats.url(),
+                app.url()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(crate::support::daemon::BIN)
+            .arg("check")
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+
+    let missing = unique("marks");
+    let (code, said) = check(&missing);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains(&format!(
+            "idempotency bucket {missing}: would be created (1 replica, file storage, per-key TTLs"
+        )),
+        "{said}"
+    );
+    assert!(
+        js.get_key_value(&missing).await.is_err(),
+        "check made the bucket"
+    );
+
+    // One made without per-key TTLs: run refuses it, so check fails.
+    let plain = unique("marks");
+    js.create_key_value(jetstream::kv::Config {
+        bucket: plain.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (code, said) = check(&plain);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "the idempotency bucket {plain} does not take per-key TTLs"
+        )),
+        "{said}"
+    );
+
+    // One as run makes it.
+    let made = unique("marks");
+    js.create_key_value(jetstream::kv::Config {
+        bucket: made.clone(),
+        limit_markers: Some(Duration::from_secs(1)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (code, said) = check(&made);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains(&format!(
+            "idempotency bucket {made}: exists with per-key TTLs, 1 replica(s), 0 marker(s)"
+        )),
+        "{said}"
+    );
+}
