@@ -27,9 +27,16 @@ class App(BaseHTTPRequestHandler):
             status = 503
         else:
             status = 200
+        # A NATS request (a `kind = "service"` source) has an endpoint, no sequence.
+        seq = self.headers.get("Nats-Sequence")
+        what = (
+            f"seq={seq} delivered={delivered}"
+            if seq is not None
+            else f"request to {self.headers.get('Nats-Service-Endpoint')}"
+        )
         print(
-            f"app <- {self.headers['Nats-Subject']} seq={self.headers['Nats-Sequence']}"
-            f" delivered={delivered} body={body.decode(errors='replace')!r} -> {status}",
+            f"app <- {self.headers['Nats-Subject']} {what}"
+            f" body={body.decode(errors='replace')!r} -> {status}",
             flush=True,
         )
         self.send_response(status)
