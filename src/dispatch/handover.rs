@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use super::book::{Book, Settlement};
+use super::lanes::LaneKey;
 use super::{Dispatch, Run};
 use crate::seam::markers::Markers;
 use crate::seam::publish::Publish;
@@ -65,12 +66,33 @@ fn poke_at<T>(releases: &[(T, Duration)]) -> Option<usize> {
     releases.iter().rposition(|(_, delay)| delay.is_zero())
 }
 
+/// The delays released messages go back with, in their order, so that none comes
+/// back before an earlier one of its lane: each waits at least as long as the longest
+/// wait before it in its lane (a message queued behind a retry's backoff waits for
+/// it). Unordered messages (`LaneKey::Free`) keep their own.
+fn lane_ordered(releases: &[(LaneKey, Duration)]) -> Vec<Duration> {
+    let mut longest: std::collections::HashMap<&LaneKey, Duration> =
+        std::collections::HashMap::new();
+    releases
+        .iter()
+        .map(|(lane, delay)| {
+            if *lane == LaneKey::Free {
+                return *delay;
+            }
+            let wait = longest.entry(lane).or_default();
+            *wait = (*wait).max(*delay);
+            *wait
+        })
+        .collect()
+}
+
 impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// Takes what waits out of the book (queued, or waiting for a retry) in the order
     /// it arrived, with the delay each is released with: none for one never offered,
-    /// the rest of its backoff for a retry. With `keep_verdicts`, messages whose dead
-    /// letter is still to be published stay (a NAK on their last delivery would lose
-    /// them).
+    /// the rest of its backoff for a retry, and in an ordered mode at least the wait of
+    /// an earlier message of its lane ([`lane_ordered`]). With `keep_verdicts`,
+    /// messages whose dead letter is still to be published stay (a NAK on their last
+    /// delivery would lose them).
     pub(super) fn take_waiting<T: Settle>(
         &self,
         book: &mut Book<T>,
@@ -88,6 +110,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         waiting.sort_unstable();
         waiting.dedup();
         let mut taken = Vec::with_capacity(waiting.len());
+        let mut lanes = Vec::with_capacity(waiting.len());
         for id in waiting {
             if let Some(e) = book.held.get(&id)
                 && keep_verdicts
@@ -105,11 +128,12 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                         .max(crate::policy::MIN_RETRY_DELAY)
                 });
                 let settler = e.settler.clone();
+                lanes.push((e.lane.clone(), delay));
                 self.finish(e, Settlement::RELEASED);
-                taken.push((settler, delay));
+                taken.push(settler);
             }
         }
-        taken
+        taken.into_iter().zip(lane_ordered(&lanes)).collect()
     }
 
     /// Releases what waits at once; retries keep their remaining delay.
@@ -183,6 +207,42 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_release_waits_at_least_as_long_as_an_earlier_one_of_its_lane() {
+        let k = |s: &str| LaneKey::Subject(std::sync::Arc::from(s));
+        // (each release's lane and own delay in ms, the delays it goes back with)
+        type Case<'a> = (&'a [(LaneKey, u64)], &'a [u64]);
+        let cases: &[Case] = &[
+            (&[], &[]),
+            // A retry backing off for 300 ms and the key's later messages queued behind
+            // it: they wait as long, and come back after it.
+            (&[(k("a"), 300), (k("a"), 0), (k("a"), 0)], &[300, 300, 300]),
+            // Other keys go at once; a later, longer retry of the key sets the bar higher.
+            (
+                &[
+                    (k("a"), 300),
+                    (k("b"), 0),
+                    (k("a"), 500),
+                    (k("a"), 0),
+                    (k("b"), 20),
+                ],
+                &[300, 0, 500, 500, 20],
+            ),
+            // An earlier message with no wait does not hold a later retry back.
+            (&[(k("a"), 0), (k("a"), 300)], &[0, 300]),
+            // Unordered: each keeps its own.
+            (&[(LaneKey::Free, 300), (LaneKey::Free, 0)], &[300, 0]),
+        ];
+        for (releases, want) in cases {
+            let releases: Vec<(LaneKey, Duration)> = releases
+                .iter()
+                .map(|(l, d)| (l.clone(), Duration::from_millis(*d)))
+                .collect();
+            let want: Vec<Duration> = want.iter().map(|d| Duration::from_millis(*d)).collect();
+            assert_eq!(lane_ordered(&releases), want, "{releases:?}");
+        }
+    }
 
     #[test]
     fn the_poke_is_the_last_release_sent_at_once() {

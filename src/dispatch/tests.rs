@@ -1072,6 +1072,43 @@ async fn a_pinned_drain_releases_in_order_on_a_frozen_consumer_and_thaws_after_t
     );
 }
 
+/// A drain while a key's first message waits for its retry (1 s backoff): the key's
+/// later messages go back no sooner than it, so that the next instance gets them
+/// after it; another key's go back at once.
+#[tokio::test(start_paused = true)]
+async fn a_drain_releases_a_keys_later_messages_no_sooner_than_its_retry() {
+    let mut r = rig(
+        Knobs {
+            ordering: Ordering::Subject,
+            ..Knobs::default()
+        },
+        Box::new(|seq, _, _| (status(if seq == 1 { 503 } else { 200 }), 10 * MS)),
+    );
+    r.send(1, "a");
+    r.send(2, "a");
+    r.send(3, "a");
+    wait(300 * MS).await;
+    r.send(4, "b");
+    r.send(5, "b");
+    wait(50 * MS).await;
+    // 4 and 5 were answered; a drain comes while 1 backs off for 660 ms more.
+    r.shutdown.cancel();
+    assert_eq!((&mut r.run).await.unwrap().unwrap(), Ended::Shutdown);
+    let delay = |seq| match r.told(seq).as_slice() {
+        [Told::Nak(d)] => *d,
+        other => panic!("{seq}: {other:?}"),
+    };
+    let retry = delay(1);
+    assert!(
+        retry > 600 * MS && retry <= 660 * MS,
+        "the rest of its backoff: {retry:?}"
+    );
+    assert_eq!(delay(2), retry, "behind it in its lane: no sooner");
+    assert_eq!(delay(3), retry);
+    assert_eq!(r.told(4), [Told::Ack]);
+    assert_eq!(r.told(5), [Told::Ack]);
+}
+
 /// Not pinned (a plain durable, or a standby): nothing is frozen, everything waiting
 /// is released at once.
 #[tokio::test(start_paused = true)]
