@@ -102,6 +102,19 @@ async fn a_nats_ttl_that_passes_while_held_or_between_retries_ends_the_message_u
     relay.stop().await.unwrap();
 }
 
+/// A new bucket, with per-key TTLs (as jetrelay makes it) or without.
+async fn new_bucket(js: &jetstream::Context, ttls: bool) -> String {
+    let name = unique("marks");
+    js.create_key_value(jetstream::kv::Config {
+        bucket: name.clone(),
+        limit_markers: ttls.then_some(Duration::from_secs(1)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    name
+}
+
 /// The markers' bucket's keys, decoded: `(scope, id)` with the id as
 /// `i<Nats-Msg-Id>` or `s<stream>:<sequence>`.
 async fn marker_ids(js: &jetstream::Context, bucket: &str) -> Vec<(String, String)> {
@@ -292,13 +305,7 @@ async fn a_missing_bucket_is_made_with_per_key_ttls_and_one_that_cannot_be_is_a_
     );
 
     // Made without per-key TTLs: refused, saying why.
-    let plain = unique("marks");
-    js.create_key_value(jetstream::kv::Config {
-        bucket: plain.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let plain = new_bucket(&js, false).await;
     let relay = Relay::start(with(&plain, "")).await;
     let err = tokio::time::timeout(T, relay.handle)
         .await
@@ -413,12 +420,7 @@ async fn a_partition_that_moves_to_another_member_brings_back_what_the_first_ans
         20.0,
         "each one acked as processed before"
     );
-    let once: std::collections::BTreeSet<String> = app1
-        .requests()
-        .iter()
-        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
-        .collect();
-    assert_eq!(once.len(), 20);
+    assert_eq!(bodies(&[&app1]).len(), 20);
     assert_eq!(app1.requests().len(), 20, "m1's app saw each once too");
     m2.stop().await.unwrap();
     m1.stop().await.unwrap();
@@ -456,52 +458,40 @@ async fn check_says_whether_the_bucket_is_there_to_be_made_or_refused_without_pe
         )
     };
 
-    let missing = unique("marks");
-    let (code, said) = check(&missing);
-    assert_eq!(code, Some(0), "{said}");
-    assert!(
-        said.contains(&format!(
-            "idempotency bucket {missing}: would be created (1 replica, file storage, per-key TTLs"
-        )),
-        "{said}"
+    let (missing, plain, made) = (
+        unique("marks"),
+        new_bucket(&js, false).await,
+        new_bucket(&js, true).await,
     );
+    let cases = [
+        (
+            &missing,
+            0,
+            format!(
+                "idempotency bucket {missing}: would be created (1 replica, file storage, per-key TTLs"
+            ),
+        ),
+        // Made without per-key TTLs: run refuses it, so check fails.
+        (
+            &plain,
+            1,
+            format!("the idempotency bucket {plain} does not take per-key TTLs"),
+        ),
+        (
+            &made,
+            0,
+            format!(
+                "idempotency bucket {made}: exists with per-key TTLs, 1 replica(s), 0 marker(s)"
+            ),
+        ),
+    ];
+    for (bucket, code, says) in cases {
+        let (got, said) = check(bucket);
+        assert_eq!(got, Some(code), "{said}");
+        assert!(said.contains(&says), "{said}");
+    }
     assert!(
         js.get_key_value(&missing).await.is_err(),
         "check made the bucket"
-    );
-
-    // One made without per-key TTLs: run refuses it, so check fails.
-    let plain = unique("marks");
-    js.create_key_value(jetstream::kv::Config {
-        bucket: plain.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let (code, said) = check(&plain);
-    assert_eq!(code, Some(1), "{said}");
-    assert!(
-        said.contains(&format!(
-            "the idempotency bucket {plain} does not take per-key TTLs"
-        )),
-        "{said}"
-    );
-
-    // One as run makes it.
-    let made = unique("marks");
-    js.create_key_value(jetstream::kv::Config {
-        bucket: made.clone(),
-        limit_markers: Some(Duration::from_secs(1)),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let (code, said) = check(&made);
-    assert_eq!(code, Some(0), "{said}");
-    assert!(
-        said.contains(&format!(
-            "idempotency bucket {made}: exists with per-key TTLs, 1 replica(s), 0 marker(s)"
-        )),
-        "{said}"
     );
 }
