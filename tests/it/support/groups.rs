@@ -133,17 +133,34 @@ pub fn member_config_at(
 }
 
 /// Publishes `per_key` messages for each of `keys` tokens, interleaved; every body is
-/// unique across calls.
+/// unique across calls. On a cluster a publish may find the stream without a leader
+/// (a node just killed): it is sent again, with its body as `Nats-Msg-Id` so that one
+/// stored before its PubAck was lost is stored once, for up to 30 s.
 pub async fn publish_keys(js: &jetstream::Context, prefix: &str, keys: u32, per_key: u32) {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     for _ in 0..per_key {
         for k in 0..keys {
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            js.publish(format!("{prefix}.{k}"), format!("{k}-{n}").into())
-                .await
-                .unwrap()
-                .await
-                .unwrap();
+            let body = format!("{k}-{n}");
+            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", body.as_str());
+                let sent = match js
+                    .publish_with_headers(format!("{prefix}.{k}"), headers, body.clone().into())
+                    .await
+                {
+                    Ok(ack) => ack.await.map(drop).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match sent {
+                    Ok(()) => break,
+                    Err(_) if std::time::Instant::now() < give_up => {
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    Err(e) => panic!("publish of {body}: {e}"),
+                }
+            }
         }
     }
 }
