@@ -15,10 +15,10 @@
 //! throughput (inputs per second from the first arrival at the app to every input
 //! acked), CPU seconds per 10,000 inputs of jetrelay and nats-server, peak RSS, the
 //! messages the app got beyond one per input, and the markers stored. Then the floor:
-//! nats-server's CPU per marker written and read by a bare client, 64 and 8 at a time,
-//! and the bound it puts on the ratio with markers. Prints a markdown report with the
-//! per-round ratios and writes it to `<out>/markers-<unix-seconds>.md`. Never fails on
-//! timing.
+//! nats-server's and the client's CPU per marker written and read by a bare client,
+//! 256, 64 and 8 at a time, and the bound it puts on the ratio with markers. Prints a
+//! markdown report with the per-round ratios and writes it to
+//! `<out>/markers-<unix-seconds>.md`. Never fails on timing.
 //!
 //!   markers --nats-server=PATH --relay=PATH [--out=DIR] [--rounds=3] [--n=20000]
 //!          [--size=128] [--only=plain,markers,batch,batchmark] [--quiet-wait=60]
@@ -200,15 +200,24 @@ type Results = BTreeMap<Contender, Vec<Sample>>;
 /// Markers written and read by the floor's client.
 const FLOOR_N: usize = 20_000;
 
-/// nats-server's CPU µs per marker for `work` (`FLOOR_N` markers).
-async fn server_us<F: std::future::Future<Output = Result<(), Error>>>(
+/// nats-server's and this process's (the bare client's; the sink is idle) CPU µs per
+/// marker for `work` (`FLOOR_N` markers).
+async fn cpu_us<F: std::future::Future<Output = Result<(), Error>>>(
     env: &Env,
     work: F,
-) -> Result<f64, Error> {
-    let before = cpu_seconds(env.nats_pid, env.ticks);
+) -> Result<(f64, f64), Error> {
+    let me = std::process::id();
+    let cpus = || {
+        (
+            cpu_seconds(env.nats_pid, env.ticks),
+            cpu_seconds(me, env.ticks),
+        )
+    };
+    let before = cpus();
     work.await?;
-    let cpu = cpu_seconds(env.nats_pid, env.ticks) - before;
-    Ok(cpu / FLOOR_N as f64 * 1e6)
+    let after = cpus();
+    let per = |cpu: f64| cpu / FLOOR_N as f64 * 1e6;
+    Ok((per(after.0 - before.0), per(after.1 - before.1)))
 }
 
 /// The floor: what a marker costs nats-server with no jetrelay and no app, written
@@ -228,9 +237,10 @@ async fn floor(env: &Env, plain: Option<f64>) -> Result<String, Error> {
     let nc = env.js.client();
     let mut rows = String::new();
     let mut least = f64::MAX;
-    for depth in [64usize, 8] {
+    let mut least_depth = 0;
+    for depth in [256usize, 64, 8] {
         // Writes: `depth` KV publishes with `Nats-TTL` sent, then their PubAcks awaited.
-        let write = server_us(env, async {
+        let (write, write_client) = cpu_us(env, async {
             for from in (0..FLOOR_N).step_by(depth) {
                 let mut acks = Vec::with_capacity(depth);
                 for i in from..(from + depth).min(FLOOR_N) {
@@ -250,7 +260,7 @@ async fn floor(env: &Env, plain: Option<f64>) -> Result<String, Error> {
         // the bench's inputs find them.
         let inbox = nc.new_inbox();
         let mut replies = nc.subscribe(inbox.clone()).await?;
-        let read = server_us(env, async {
+        let (read, read_client) = cpu_us(env, async {
             for from in (0..FLOOR_N).step_by(depth) {
                 let subjects: Vec<String> = (from..(from + depth).min(FLOOR_N))
                     .map(|i| format!("$KV.{bucket}.absent.m{i}"))
@@ -276,20 +286,25 @@ async fn floor(env: &Env, plain: Option<f64>) -> Result<String, Error> {
             Ok(())
         })
         .await?;
-        rows.push_str(&format!("| {depth} | {write:.1} | {read:.1} |\n"));
-        least = least.min(write + read);
+        rows.push_str(&format!(
+            "| {depth} | {write:.1} | {read:.1} | {write_client:.1} | {read_client:.1} |\n"
+        ));
+        let all = write + read + write_client + read_client;
+        if all < least {
+            (least, least_depth) = (all, depth);
+        }
     }
     let _ = env.js.delete_key_value(bucket).await;
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
     let bound = plain.map_or_else(String::new, |t| {
         format!(
-            " Without markers the machine forwarded {t:.0} inputs/s with its {cores} cores busy, {:.1} µs of CPU per input; the least a marker adds ({least:.1} µs, written and read 64 at a time), with jetrelay's own work for it taken as nothing, bounds the ratio with markers at {:.2}×.",
+            " Without markers the machine forwarded {t:.0} inputs/s with its {cores} cores busy, {:.1} µs of CPU per input; the least a marker adds ({least:.1} µs, written and read {least_depth} at a time by the bare client, both sides) bounds the ratio with markers at {:.2}×.",
             cores * 1e6 / t,
             1.0 / (1.0 + t * least / (cores * 1e6))
         )
     });
     Ok(format!(
-        "\n## The floor: a marker's cost to nats-server alone\n\nA bare client (async-nats, no jetrelay, no app) writes {FLOOR_N} markers into a bucket made as jetrelay makes it (KV publishes with `Nats-TTL`, `depth` sent and then their PubAcks awaited) and reads {FLOOR_N} absent keys (batched direct gets, `multi_last`, `depth` keys each). nats-server's CPU µs per marker:\n\n| depth | write µs | read µs |\n|---|---|---|\n{rows}\nThe server charges per round trip more than per message; the depth-64 row is the least a marker costs it, whoever writes it.{bound}\n"
+        "\n## The floor: a marker's cost to nats-server alone\n\nA bare client (async-nats, no jetrelay, no app) writes {FLOOR_N} markers per depth into a bucket made as jetrelay makes it (KV publishes with `Nats-TTL`, `depth` sent and then their PubAcks awaited) and reads {FLOOR_N} absent keys (batched direct gets, `multi_last`, `depth` keys each). CPU µs per marker, nats-server's and the client's:\n\n| depth | nats-server write µs | nats-server read µs | client write µs | client read µs |\n|---|---|---|---|---|\n{rows}\nThe server charges per round trip more than per message; the deepest rows are the least a marker costs it, whoever writes it, and the client's columns what the leanest client spends on it.{bound}\n"
     ))
 }
 
