@@ -165,6 +165,25 @@ pub struct Sink {
     socket: Option<PathBuf>,
 }
 
+/// Serves `router` as `axum::serve` does (HTTP/1.1 and h2c, a task per connection),
+/// with HTTP/2 connection and stream windows of `window` bytes.
+async fn serve_h2_window(listener: tokio::net::TcpListener, router: axum::Router, window: u32) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            b.http2()
+                .initial_connection_window_size(window)
+                .initial_stream_window_size(window);
+            let _ = b.serve_connection(TokioIo::new(tcp), service).await;
+        });
+    }
+}
+
 impl Sink {
     /// A sink answering a plain 200.
     pub async fn start() -> Result<Sink, Error> {
@@ -172,12 +191,23 @@ impl Sink {
     }
 
     pub async fn start_with(answer: Answer) -> Result<Sink, Error> {
-        Sink::serve(answer, None).await
+        Sink::serve(answer, None, None).await
+    }
+
+    /// A sink answering a plain 200 on loopback TCP whose HTTP/2 connection and stream
+    /// windows are `window` bytes (hyper's defaults, which `start` keeps, are 1 MiB):
+    /// how much of h2c's cost is the app's flow control.
+    pub async fn start_h2_window(window: u32) -> Result<Sink, Error> {
+        Sink::serve(Answer::Plain, None, Some(window)).await
     }
 
     /// Serves on loopback TCP, or on the Unix socket `socket`; HTTP/1.1 and h2c (prior
     /// knowledge) alike.
-    async fn serve(answer: Answer, socket: Option<PathBuf>) -> Result<Sink, Error> {
+    async fn serve(
+        answer: Answer,
+        socket: Option<PathBuf>,
+        h2_window: Option<u32>,
+    ) -> Result<Sink, Error> {
         let state = Arc::new(Mutex::new(SinkState::default()));
         let s = state.clone();
         let answer = Arc::new(answer);
@@ -228,6 +258,12 @@ impl Sink {
             }),
         );
         let (addr, socket) = match socket {
+            None if let Some(window) = h2_window => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                let addr = listener.local_addr()?;
+                tokio::spawn(serve_h2_window(listener, router, window));
+                (addr, None)
+            }
             None => {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
                 let addr = listener.local_addr()?;
@@ -251,7 +287,7 @@ impl Sink {
     /// A sink answering a plain 200 on the Unix socket `path` (HTTP/1.1 or h2c); its
     /// [`Sink::url`] names the host the requests carry.
     pub async fn start_unix(path: PathBuf) -> Result<Sink, Error> {
-        Sink::serve(Answer::Plain, Some(path)).await
+        Sink::serve(Answer::Plain, Some(path), None).await
     }
 
     /// The Unix socket it serves on, if it does.

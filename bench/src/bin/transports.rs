@@ -1,7 +1,9 @@
 //! The transports benchmark (`bench/transports`): the same jetrelay, the same app
 //! (the fast Rust sink answering 200 at once, serving HTTP/1.1 and h2c alike), reached
 //! four ways: HTTP/1.1 over loopback TCP, HTTP/1.1 over a Unix socket, h2c over TCP,
-//! h2c over the socket. Per message size (`--sizes`, 128 B and 16 KiB), a stream of
+//! h2c over the socket; and a fifth, h2c over TCP to the same app with its HTTP/2
+//! windows raised from hyper's 1 MiB to 16 MiB (how much of h2c's cost is the app's
+//! flow control). Per message size (`--sizes`, 128 B and 16 KiB), a stream of
 //! `--messages` is drained by each arm on a fresh durable (64 in flight, one message a
 //! request, no ordering): messages a second (first arrival to the last), jetrelay's
 //! CPU seconds per 10k messages, its peak RSS; then publish → arrival latency (p50,
@@ -24,34 +26,33 @@ use jetrelay_bench::{
 struct Arm {
     socket: bool,
     h2c: bool,
+    /// The app's HTTP/2 windows raised from hyper's 1 MiB to [`WIDE`].
+    wide: bool,
 }
 
+/// The app's HTTP/2 connection and stream windows in the `wide` arm.
+const WIDE: u32 = 16 << 20;
+
 impl Arm {
-    const ALL: [Arm; 4] = [
-        Arm {
-            socket: false,
-            h2c: false,
-        },
-        Arm {
-            socket: true,
-            h2c: false,
-        },
-        Arm {
-            socket: false,
-            h2c: true,
-        },
-        Arm {
-            socket: true,
-            h2c: true,
-        },
+    const fn of(socket: bool, h2c: bool, wide: bool) -> Arm {
+        Arm { socket, h2c, wide }
+    }
+
+    const ALL: [Arm; 5] = [
+        Arm::of(false, false, false),
+        Arm::of(true, false, false),
+        Arm::of(false, true, false),
+        Arm::of(true, true, false),
+        Arm::of(false, true, true),
     ];
 
     fn label(self) -> &'static str {
-        match (self.socket, self.h2c) {
-            (false, false) => "HTTP/1.1, TCP",
-            (true, false) => "HTTP/1.1, Unix socket",
-            (false, true) => "h2c, TCP",
-            (true, true) => "h2c, Unix socket",
+        match (self.socket, self.h2c, self.wide) {
+            (false, false, _) => "HTTP/1.1, TCP",
+            (true, false, _) => "HTTP/1.1, Unix socket",
+            (false, true, false) => "h2c, TCP",
+            (true, true, _) => "h2c, Unix socket",
+            (false, true, true) => "h2c, TCP, the app's HTTP/2 windows 16 MiB",
         }
     }
 }
@@ -75,6 +76,8 @@ async fn run_one(
 ) -> Result<Sample, Error> {
     let sink = if arm.socket {
         Sink::start_unix(env.dir.join(format!("{durable}.sock"))).await?
+    } else if arm.wide {
+        Sink::start_h2_window(WIDE).await?
     } else {
         Sink::start().await?
     };
@@ -142,7 +145,7 @@ async fn main() -> Result<(), Error> {
         .map(|s| s.parse())
         .collect::<Result<_, _>>()?;
     let mut md = format!(
-        "# The app over TCP or a Unix socket, HTTP/1.1 or h2c\n\n{}; nats-server {} on loopback. One durable source, `max_in_flight = 64`, one message a request, no ordering; the fast Rust sink (answers 200 at once) serves HTTP/1.1 and h2c, on loopback TCP or a Unix socket. msg/s: a stream of {n} messages drained, first arrival to last; CPU: jetrelay's seconds per 10k messages over the drain; RSS: jetrelay's peak; latency: publish → arrival of 3000 more at 1000 msg/s. Medians of {rounds} rounds, arms interleaved.\n\n",
+        "# The app over TCP or a Unix socket, HTTP/1.1 or h2c\n\n{}; nats-server {} on loopback. One durable source, `max_in_flight = 64`, one message a request, no ordering; the fast Rust sink (answers 200 at once) serves HTTP/1.1 and h2c, on loopback TCP or a Unix socket, with hyper's HTTP/2 defaults (1 MiB connection and stream windows, as a Go server's) but in the last arm (16 MiB). msg/s: a stream of {n} messages drained, first arrival to last; CPU: jetrelay's seconds per 10k messages over the drain; RSS: jetrelay's peak; latency: publish → arrival of 3000 more at 1000 msg/s. Medians of {rounds} rounds, arms interleaved.\n\n",
         machine(),
         env.nats_version
     );
