@@ -7,9 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use reqwest::header::HeaderMap;
+
 use crate::app::transport::HttpVersion;
+use crate::http::answer::AppAnswer;
+use crate::http::broke::Broke;
 use crate::http::client::ClientError;
 use crate::http::credentials::{CredentialFiles, Credentials};
+use crate::http::h2::H2c;
 
 /// What the app's client is built from: `http.tls_ca_file`, `http.proxy`, the
 /// credentials, and the pool.
@@ -43,7 +49,11 @@ pub struct ProxySettings {
 /// clone: clones share the pool.
 #[derive(Debug, Clone)]
 pub struct AppClient {
+    /// reqwest's pool (HTTP/1.1, `auto`, and h2c through a proxy); under h2c it
+    /// only builds the request template (`Forwarder::new`).
     pub(super) client: reqwest::Client,
+    /// h2c's own connections (`crate::http::h2`), when there is no proxy.
+    h2c: Option<Arc<H2c>>,
     pub(super) credentials: Arc<Credentials>,
     /// `http.version`: under h2c a broken request asks whether the app speaks HTTP/2.
     pub(super) version: HttpVersion,
@@ -89,25 +99,55 @@ impl AppClient {
             .tcp_nodelay(true)
             .build()
             .map_err(ClientError::Build)?;
+        let socket: Option<Arc<std::path::Path>> = cfg.unix_socket.as_deref().map(Arc::from);
+        let h2c = (cfg.version == HttpVersion::H2c && cfg.proxy.is_none())
+            .then(|| Arc::new(H2c::new(socket.clone())));
         Ok(AppClient {
             client,
+            h2c,
             credentials,
             version: cfg.version,
-            socket: cfg.unix_socket.as_deref().map(Arc::from),
+            socket,
         })
+    }
+
+    /// Sends `method` to `url` with `headers` and `body` (`None`: no body) and
+    /// returns the answer once its head is there, all within `timeout` (which goes
+    /// on covering the body's reading).
+    ///
+    /// # Errors
+    /// [`Broke`]: why there is no answer.
+    pub(crate) async fn send(
+        &self,
+        method: reqwest::Method,
+        url: &reqwest::Url,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<AppAnswer, Broke> {
+        if let Some(h2c) = &self.h2c {
+            let deadline = tokio::time::Instant::now() + timeout;
+            return h2c
+                .send(method, url, headers, body, deadline)
+                .await
+                .map(AppAnswer::H2);
+        }
+        // Built in place: the builder's `headers()` would copy the map entry by entry.
+        let mut request = reqwest::Request::new(method, url.clone());
+        *request.headers_mut() = headers;
+        *request.body_mut() = body.map(reqwest::Body::from);
+        *request.timeout_mut() = Some(timeout);
+        match self.client.execute(request).await {
+            Ok(r) => Ok(AppAnswer::Pooled(r)),
+            Err(e) => Err(Broke::of_reqwest(&e)),
+        }
     }
 
     /// Whether `url` (the app's health URL) answers 2xx within `timeout`, asked
     /// with the app's credentials.
     pub async fn healthy(&self, url: &reqwest::Url, timeout: Duration) -> bool {
-        let probe = self
-            .client
-            .get(url.clone())
-            .headers(self.credentials.headers())
-            .timeout(timeout);
-        match probe.send().await {
-            Ok(r) => r.status().is_success(),
-            Err(_) => false,
-        }
+        let headers = self.credentials.headers();
+        let asked = self.send(reqwest::Method::GET, url, headers, None, timeout);
+        asked.await.is_ok_and(|a| (200..300).contains(&a.status()))
     }
 }

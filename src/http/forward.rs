@@ -21,7 +21,9 @@ use tokio::time::Instant;
 use crate::app::answer::KeptAnswer;
 use crate::app::headers::{Pass, RequestFormat, TraceHeaders};
 use crate::app::transport::HttpVersion;
+use crate::http::answer::AppAnswer;
 use crate::http::app::AppClient;
+use crate::http::broke::Broke;
 use crate::http::client::ClientError;
 use crate::http::h2c::{NOT_HTTP2, Spoken, speaks_h2};
 
@@ -326,20 +328,24 @@ impl Forwarder {
         for (name, value) in &self.target.implied {
             headers.entry(name).or_insert_with(|| value.clone());
         }
-        // Built in place: the builder's `headers()` would copy the map entry by entry.
-        let mut request = reqwest::Request::new(reqwest::Method::POST, self.target.url.clone());
-        *request.headers_mut() = headers;
-        *request.body_mut() = Some(body.into());
-        *request.timeout_mut() = Some(self.target.timeout);
         let start = Instant::now();
-        let result = self.client.client.execute(request).await;
+        let result = self
+            .client
+            .send(
+                reqwest::Method::POST,
+                &self.target.url,
+                headers,
+                Some(body),
+                self.target.timeout,
+            )
+            .await;
         let mut kept = Vec::new();
         let mut answer_headers = Vec::new();
         let mut publishes = false;
         let mut too_large = None;
         let (outcome, class, bad_action, failure) = match result {
             Ok(mut resp) => {
-                let status = resp.status().as_u16();
+                let status = resp.status();
                 if head {
                     answer_headers = resp
                         .headers()
@@ -350,7 +356,7 @@ impl Forwarder {
                         .collect();
                 }
                 let said = Said::read(&resp);
-                publishes = resp.status().is_success() && said.publishes;
+                publishes = (200..300).contains(&status) && said.publishes;
                 let keep = if publishes { keep_publish } else { keep };
                 match read_body(&mut resp, keep, start + self.target.timeout).await {
                     Ok((body, over)) => {
@@ -479,13 +485,9 @@ fn is_publish_type(value: &str) -> bool {
 
 /// An answer whose body broke off (shorter than its `Content-Length`, the connection
 /// reset): a transport failure, retried, never taken as the status it began with.
-fn cut_off(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
-    let mut innermost: &(dyn std::error::Error + 'static) = e;
-    while let Some(next) = innermost.source() {
-        innermost = next;
-    }
-    let cause = innermost.to_string();
-    if e.is_timeout() {
+fn cut_off(e: &Broke) -> (Outcome, HttpClass, NoAnswer) {
+    let cause = e.cause.clone();
+    if e.timeout {
         // The request's timeout covers its answer's body too.
         return (
             Outcome::Timeout,
@@ -517,7 +519,7 @@ struct Said {
 }
 
 impl Said {
-    fn read(resp: &reqwest::Response) -> Said {
+    fn read(resp: &AppAnswer) -> Said {
         let h = resp.headers();
         let retry_after = h
             .get(RETRY_AFTER)
@@ -542,7 +544,7 @@ impl Said {
 /// when it was more than `keep`. An answer that did not arrive whole (shorter than
 /// its `Content-Length`, a reset, a timeout) is no answer.
 async fn read_body(
-    resp: &mut reqwest::Response,
+    resp: &mut AppAnswer,
     keep: usize,
     deadline: Instant,
 ) -> Result<(Vec<u8>, Option<usize>), (Outcome, HttpClass, NoAnswer)> {
@@ -585,27 +587,20 @@ async fn read_body(
 /// means the app is not there ([`Outcome::Unreachable`]); a connection that broke
 /// before the answer may be the message's doing (an app that crashes on it), so it
 /// counts as an attempt ([`Outcome::TransportError`]).
-fn no_answer(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
+fn no_answer(e: &Broke) -> (Outcome, HttpClass, NoAnswer) {
     use std::io::ErrorKind;
-    let mut io = None;
-    let mut innermost: &(dyn std::error::Error + 'static) = e;
-    while let Some(next) = innermost.source() {
-        innermost = next;
-        if let Some(err) = next.downcast_ref::<std::io::Error>() {
-            io = Some(err.kind());
-        }
-    }
-    let cause = innermost.to_string();
+    let io = e.io;
+    let cause = e.cause.clone();
     let failure = |kind| NoAnswer {
         kind,
         cause: cause.clone(),
     };
-    if e.is_timeout() {
+    if e.timeout {
         return (Outcome::Timeout, HttpClass::Timeout, failure("timeout"));
     }
-    if e.is_connect() {
+    if e.connect {
         let kind = match io {
-            _ if crate::tls::is_handshake_failure(e) => "tls handshake failed",
+            _ if e.handshake => "tls handshake failed",
             Some(ErrorKind::ConnectionRefused) => "connection refused",
             // A Unix socket that is not there (yet).
             Some(ErrorKind::NotFound) => "no socket",
@@ -618,7 +613,7 @@ fn no_answer(e: &reqwest::Error) -> (Outcome, HttpClass, NoAnswer) {
         Some(ErrorKind::ConnectionAborted) => "connection aborted",
         Some(ErrorKind::BrokenPipe) => "broken pipe",
         Some(ErrorKind::UnexpectedEof) => "connection closed",
-        _ if e.is_body() => "request body",
+        _ if e.body => "request body",
         _ => "request failed",
     };
     (Outcome::TransportError, HttpClass::Error, failure(kind))
@@ -641,6 +636,83 @@ mod tests {
 
     use crate::http::app::{ClientSettings, ProxySettings};
     use crate::http::credentials::CredentialFiles;
+
+    /// What a request that got no answer means, whichever client sent it: a
+    /// connection never made is the app not being there (no attempt spent); one
+    /// that broke after it was made may be the message's doing.
+    #[test]
+    fn a_request_without_an_answer_is_classified_by_what_broke() {
+        use std::io::ErrorKind as K;
+        let b = |connect, io, body, handshake| Broke {
+            timeout: false,
+            connect,
+            handshake,
+            io,
+            body,
+            cause: "c".into(),
+        };
+        let cases = [
+            (
+                b(true, Some(K::ConnectionRefused), false, false),
+                Outcome::Unreachable,
+                "connection refused",
+            ),
+            (
+                b(true, Some(K::NotFound), false, false),
+                Outcome::Unreachable,
+                "no socket",
+            ),
+            (
+                b(true, None, false, true),
+                Outcome::Unreachable,
+                "tls handshake failed",
+            ),
+            (
+                b(true, Some(K::Other), false, false),
+                Outcome::Unreachable,
+                "cannot connect",
+            ),
+            (
+                b(false, Some(K::ConnectionReset), false, false),
+                Outcome::TransportError,
+                "connection reset",
+            ),
+            (
+                b(false, Some(K::UnexpectedEof), false, false),
+                Outcome::TransportError,
+                "connection closed",
+            ),
+            (
+                b(false, Some(K::BrokenPipe), true, false),
+                Outcome::TransportError,
+                "broken pipe",
+            ),
+            (
+                b(false, None, true, false),
+                Outcome::TransportError,
+                "request body",
+            ),
+            (
+                b(false, None, false, false),
+                Outcome::TransportError,
+                "request failed",
+            ),
+            (Broke::timed_out(), Outcome::Timeout, "timeout"),
+        ];
+        for (broke, outcome, kind) in cases {
+            let (o, class, failure) = no_answer(&broke);
+            let timeout = outcome == Outcome::Timeout;
+            assert_eq!((o, failure.kind), (outcome, kind), "{broke:?}");
+            assert_eq!(class == HttpClass::Timeout, timeout, "{broke:?}");
+        }
+        // A body that broke off is never the status it began with.
+        let (o, _, f) = cut_off(&b(false, Some(K::ConnectionReset), false, false));
+        assert_eq!(
+            (o, f.kind, f.cause.as_str()),
+            (Outcome::TransportError, "answer cut off", "c")
+        );
+        assert_eq!(cut_off(&Broke::timed_out()).0, Outcome::Timeout);
+    }
 
     /// The app's client and a target at `url`.
     fn app(url: &str, proxy: &str) -> (ClientSettings, TargetSettings) {

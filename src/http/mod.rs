@@ -1,15 +1,19 @@
-//! The app's side, the only module that names `reqwest` types: how every HTTP client
-//! is built (`client`), the app's pooled client shared per origin (`app`), the request to the app and its answer (`forward`), the app's
+//! The app's side, the only module that names `reqwest` and `h2` types: how every HTTP client
+//! is built (`client`), the app's pooled client shared per origin (`app`), h2c's own
+//! connections (`h2`), an answer whichever client brought it (`answer`) or why there was none (`broke`), the request to the app and its answer (`forward`), the app's
 //! credentials kept current (`credentials`) and the app's health probe (`probe`), whether an h2c app speaks HTTP/2
 //! (`h2c`), and another jetrelay's running config
 //! read from its admin port (`running`). What
 //! the requests carry and what the answers mean, as pure functions, is `crate::app`.
 
+pub mod answer;
 pub mod app;
+pub mod broke;
 pub mod client;
 pub mod collector;
 pub mod credentials;
 pub mod forward;
+pub mod h2;
 pub mod h2c;
 pub mod probe;
 pub mod running;

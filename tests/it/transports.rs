@@ -24,14 +24,25 @@ fn versions(app: &MockApp) -> Vec<String> {
 
 #[tokio::test]
 async fn a_unix_socket_app_removed_and_made_again_holds_the_messages_and_spends_no_attempt() {
+    socket_removed_and_made_again(Http::One, "http1", "HTTP/1.1").await;
+}
+
+/// h2c's own connection (`http/h2.rs`) breaks with the app, and is made again to the
+/// new socket.
+#[tokio::test]
+async fn an_h2c_app_on_a_socket_removed_and_made_again_holds_the_messages() {
+    socket_removed_and_made_again(Http::Two, "h2c", "HTTP/2.0").await;
+}
+
+async fn socket_removed_and_made_again(http: Http, version: &str, seen_as: &str) {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("app.sock");
-    let app = MockApp::start_unix(&sock, Http::One, |_, _| Reply::status(200)).await;
+    let app = MockApp::start_unix(&sock, http, |_, _| Reply::status(200)).await;
     let env = Env::start(&["u.>"]).await;
     // max_deliver 3 would terminate everything if a missing socket spent attempts;
     // the ack wait is shorter than the outage, so only the keep-alives keep them.
     let extra = format!(
-        "[http]\nunix_socket = \"{}\"\n\
+        "[http]\nunix_socket = \"{}\"\nversion = \"{version}\"\n\
          [delivery]\nretry_initial_ms = 100\nretry_max_ms = 400\n\
          [consumer]\nmax_deliver = 3\nack_wait_ms = 2000\n",
         sock.display()
@@ -49,7 +60,7 @@ async fn a_unix_socket_app_removed_and_made_again_holds_the_messages_and_spends_
         "the URL gives Host"
     );
     assert_eq!(first.header("nats-subject"), Some("u.x"));
-    assert_eq!(first.version, "HTTP/1.1");
+    assert_eq!(first.version, seen_as);
     let accepted = app.connections();
     assert!(accepted >= 1, "the requests came over the socket");
 

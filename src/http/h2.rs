@@ -1,0 +1,333 @@
+//! h2c (`http.version = "h2c"`, HTTP/2 by prior knowledge) on the h2 crate itself.
+//!
+//! reqwest reaches HTTP/2 through hyper-util's pool and hyper's dispatch: a request
+//! is handed to the connection's task through a channel, a task is spawned per
+//! request to await its answer, and the answer comes back through another channel.
+//! Here the caller's own task opens the stream, sends the body and awaits the answer;
+//! the connection's task only reads and writes frames. That halves the client's CPU a
+//! request (`bench/transports` shows what it does for jetrelay as a whole).
+//!
+//! One connection per origin (host and port; the socket when `http.unix_socket` is
+//! set), made on first use and made again once it has closed (the app restarted, a
+//! GOAWAY); every request is a stream on it, up to the app's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS` (past that, requests wait for a stream). A
+//! request that finds its connection closed before anything was sent is sent on a new
+//! one, once. The settings are hyper's client's: answers get windows of 2 MiB a stream
+//! and 5 MiB a connection, their headers up to 16 KiB; no server push.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use h2::RecvStream;
+use h2::client::SendRequest;
+use reqwest::header::{
+    CONNECTION, CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE,
+};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
+
+use crate::http::broke::Broke;
+
+/// What the app may send of one answer before jetrelay reads it.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+/// What the app may send of all answers before jetrelay reads them.
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+/// The largest header block an answer may have.
+const MAX_ANSWER_HEADERS: u32 = 16 * 1024;
+/// Streams opened before the app's SETTINGS say how many it takes.
+const FIRST_STREAMS: usize = 100;
+/// The most of a request's body queued for the connection beyond its window.
+const SEND_BUFFER: usize = 1024 * 1024;
+
+/// The h2c client of one [`crate::http::app::AppClient`]: a connection per origin.
+#[derive(Debug)]
+pub(crate) struct H2c {
+    /// `http.unix_socket`: every origin is reached through it.
+    socket: Option<Arc<Path>>,
+    origins: Mutex<HashMap<(String, u16), Arc<OriginSlot>>>,
+}
+
+/// One origin's connection, while it is open.
+#[derive(Debug, Default)]
+struct OriginSlot {
+    live: Mutex<Option<OpenConnection>>,
+    /// Held while a connection is made, so that the requests waiting for it make one.
+    making: tokio::sync::Mutex<()>,
+}
+
+/// An open connection: a handle that opens streams, and whether its task has ended.
+#[derive(Debug, Clone)]
+struct OpenConnection {
+    tx: SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
+}
+
+/// An answer's head, and its body still to be read.
+pub(crate) struct H2Answer {
+    pub(crate) head: ::http::response::Parts,
+    body: RecvStream,
+}
+
+impl H2Answer {
+    /// The body's next chunk (its window given back to the app); `None` at its end.
+    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, Broke> {
+        match self.body.data().await {
+            None => Ok(None),
+            Some(Ok(chunk)) => {
+                // Fails only when the stream is gone, which the next read says.
+                self.body.flow_control().release_capacity(chunk.len()).ok();
+                Ok(Some(chunk))
+            }
+            Some(Err(e)) => Err(broke(&e)),
+        }
+    }
+}
+
+impl H2c {
+    /// A client that connects over `socket` when set, to the URL's host otherwise.
+    pub(crate) fn new(socket: Option<Arc<Path>>) -> H2c {
+        H2c {
+            socket,
+            origins: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends `method` to `url` with `headers` and `body` (`None`: no body), and
+    /// returns the answer's head, all by `deadline`.
+    ///
+    /// # Errors
+    /// [`Broke`]: no connection (`connect`), the time ran out (`timeout`), or the
+    /// request or its connection broke.
+    pub(crate) async fn send(
+        &self,
+        method: reqwest::Method,
+        url: &reqwest::Url,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+        deadline: Instant,
+    ) -> Result<H2Answer, Broke> {
+        let sent = self.exchange(method, url, headers, body);
+        match tokio::time::timeout_at(deadline, sent).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Broke::timed_out()),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        method: reqwest::Method,
+        url: &reqwest::Url,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<H2Answer, Broke> {
+        let request = request(method, url, headers, body.as_ref().map(Bytes::len))?;
+        let origin = self.origin(url);
+        let mut fresh = false;
+        let mut tx = loop {
+            let live = origin.live(self.socket.as_deref(), url, &mut fresh).await?;
+            match live.tx.clone().ready().await {
+                Ok(tx) => break tx,
+                // It closed since it was last used: nothing was sent, so a new one
+                // takes the request.
+                Err(_) if !fresh => live.closed.store(true, Ordering::Release),
+                Err(e) => return Err(broke(&e)),
+            }
+        };
+        let body = body.filter(|b| !b.is_empty());
+        let (answer, mut stream) = tx
+            .send_request(request, body.is_none())
+            .map_err(|e| broke(&e))?;
+        if let Some(body) = body {
+            stream.send_data(body, true).map_err(|e| Broke {
+                body: true,
+                ..broke(&e)
+            })?;
+        }
+        let (head, body) = answer.await.map_err(|e| broke(&e))?.into_parts();
+        Ok(H2Answer { head, body })
+    }
+
+    /// The origin `url` is sent to.
+    fn origin(&self, url: &reqwest::Url) -> Arc<OriginSlot> {
+        let key = match self.socket {
+            Some(_) => (String::new(), 0),
+            None => (
+                url.host_str().unwrap_or_default().to_string(),
+                url.port_or_known_default().unwrap_or(80),
+            ),
+        };
+        let mut origins = self.origins.lock().unwrap_or_else(PoisonError::into_inner);
+        origins.entry(key).or_default().clone()
+    }
+}
+
+impl OriginSlot {
+    /// The open connection, or a new one (`fresh` then set).
+    async fn live(
+        &self,
+        socket: Option<&Path>,
+        url: &reqwest::Url,
+        fresh: &mut bool,
+    ) -> Result<OpenConnection, Broke> {
+        if let Some(live) = self.open() {
+            return Ok(live);
+        }
+        let _making = self.making.lock().await;
+        if let Some(live) = self.open() {
+            return Ok(live);
+        }
+        let live = match socket {
+            Some(path) => {
+                let io = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| Broke::connect(&e))?;
+                start(io).await?
+            }
+            None => {
+                let host = url.host_str().unwrap_or_default();
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let port = url.port_or_known_default().unwrap_or(80);
+                let io = tokio::net::TcpStream::connect((host, port))
+                    .await
+                    .map_err(|e| Broke::connect(&e))?;
+                // Headers and bodies are written whole: nothing gains from Nagle.
+                io.set_nodelay(true).ok();
+                start(io).await?
+            }
+        };
+        *fresh = true;
+        *self.live.lock().unwrap_or_else(PoisonError::into_inner) = Some(live.clone());
+        Ok(live)
+    }
+
+    /// The connection, while its task runs.
+    fn open(&self) -> Option<OpenConnection> {
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.as_ref()
+            .filter(|l| !l.closed.load(Ordering::Acquire))
+            .cloned()
+    }
+}
+
+/// The preface and SETTINGS on `io`, and the connection's task.
+async fn start<T>(io: T) -> Result<OpenConnection, Broke>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, connection) = h2::client::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(MAX_ANSWER_HEADERS)
+        .initial_max_send_streams(FIRST_STREAMS)
+        .max_send_buffer_size(SEND_BUFFER)
+        .enable_push(false)
+        .handshake::<_, Bytes>(io)
+        .await
+        .map_err(|e| broke(&e))?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let ended = closed.clone();
+    tokio::spawn(async move {
+        // Its error reaches every stream on it; the next request connects again.
+        connection.await.ok();
+        ended.store(true, Ordering::Release);
+    });
+    Ok(OpenConnection { tx, closed })
+}
+
+/// The request's head: the URL as `:scheme`, `:authority` and `:path`; the headers
+/// without those HTTP/2 forbids (RFC 9113 §8.2.2, as hyper's client drops them); a
+/// `Content-Length` for a body, or an empty POST.
+fn request(
+    method: reqwest::Method,
+    url: &reqwest::Url,
+    mut headers: HeaderMap,
+    body: Option<usize>,
+) -> Result<::http::Request<()>, Broke> {
+    drop_connection_headers(&mut headers);
+    if let Some(len) = body {
+        headers
+            .entry(CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(len));
+    }
+    let target = url.as_str().split('#').next().unwrap_or_default();
+    let uri: ::http::Uri = target
+        .parse()
+        .map_err(|e: ::http::uri::InvalidUri| Broke::other(e.to_string()))?;
+    let mut request = ::http::Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    Ok(request)
+}
+
+/// Connection-specific headers (and those a `Connection` header names), and a `TE`
+/// other than `trailers`: HTTP/2 refuses a request with them.
+fn drop_connection_headers(headers: &mut HeaderMap) {
+    if let Some(listed) = headers.remove(CONNECTION) {
+        for name in listed.to_str().unwrap_or_default().split(',') {
+            if let Ok(name) = HeaderName::from_bytes(name.trim().as_bytes()) {
+                headers.remove(name);
+            }
+        }
+    }
+    for name in ["keep-alive", "proxy-connection"] {
+        headers.remove(name);
+    }
+    headers.remove(TRANSFER_ENCODING);
+    headers.remove(UPGRADE);
+    if headers.get(TE).is_some_and(|te| te != "trailers") {
+        headers.remove(TE);
+    }
+}
+
+/// What an h2 error says, its I/O error's kind kept.
+fn broke(e: &h2::Error) -> Broke {
+    Broke {
+        io: e.get_io().map(std::io::Error::kind),
+        ..Broke::other(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_specific_headers_are_dropped_and_the_rest_kept() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("connection", "close, x-hop"),
+            ("x-hop", "1"),
+            ("keep-alive", "5"),
+            ("proxy-connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("te", "gzip"),
+            ("nats-subject", "orders"),
+            ("host", "app.local"),
+        ] {
+            h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        drop_connection_headers(&mut h);
+        let mut left: Vec<_> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["host", "nats-subject"]);
+        let mut trailers = HeaderMap::new();
+        trailers.insert(TE, HeaderValue::from_static("trailers"));
+        drop_connection_headers(&mut trailers);
+        assert_eq!(trailers.len(), 1, "TE: trailers is HTTP/2's own");
+    }
+
+    #[test]
+    fn a_request_has_its_length_and_no_fragment() {
+        let url: reqwest::Url = "http://app.local:8080/m?q=1#frag".parse().unwrap();
+        let r = request(reqwest::Method::POST, &url, HeaderMap::new(), Some(0)).unwrap();
+        assert_eq!(r.uri(), "http://app.local:8080/m?q=1");
+        assert_eq!(r.headers()[CONTENT_LENGTH], "0");
+        let r = request(reqwest::Method::GET, &url, HeaderMap::new(), None).unwrap();
+        assert!(r.headers().get(CONTENT_LENGTH).is_none());
+    }
+}
