@@ -15,7 +15,11 @@ use crate::http::answer::AppAnswer;
 use crate::http::broke::Broke;
 use crate::http::client::ClientError;
 use crate::http::credentials::{CredentialFiles, Credentials};
+use crate::http::h1::H1;
 use crate::http::h2::H2c;
+
+/// The most of a health probe's answer read so that its connection is kept.
+const PROBE_BODY: usize = 64 * 1024;
 
 /// What the app's client is built from: `http.tls_ca_file`, `http.proxy`, the
 /// credentials, and the pool.
@@ -49,11 +53,14 @@ pub struct ProxySettings {
 /// clone: clones share the pool.
 #[derive(Debug, Clone)]
 pub struct AppClient {
-    /// reqwest's pool (HTTP/1.1, `auto`, and h2c through a proxy); under h2c it
-    /// only builds the request template (`Forwarder::new`).
+    /// reqwest's pool: `https://` apps and proxies; for the others it only builds
+    /// the request template (`Forwarder::new`).
     pub(super) client: reqwest::Client,
     /// h2c's own connections (`crate::http::h2`), when there is no proxy.
     h2c: Option<Arc<H2c>>,
+    /// HTTP/1.1's own pool (`crate::http::h1`) for `http://` apps, when there is no
+    /// proxy and the version is not h2c.
+    h1: Option<Arc<H1>>,
     pub(super) credentials: Arc<Credentials>,
     /// `http.version`: under h2c a broken request asks whether the app speaks HTTP/2.
     pub(super) version: HttpVersion,
@@ -100,11 +107,15 @@ impl AppClient {
             .build()
             .map_err(ClientError::Build)?;
         let socket: Option<Arc<std::path::Path>> = cfg.unix_socket.as_deref().map(Arc::from);
-        let h2c = (cfg.version == HttpVersion::H2c && cfg.proxy.is_none())
-            .then(|| Arc::new(H2c::new(socket.clone())));
+        let own = cfg.proxy.is_none();
+        let h2c =
+            (own && cfg.version == HttpVersion::H2c).then(|| Arc::new(H2c::new(socket.clone())));
+        let h1 = (own && cfg.version != HttpVersion::H2c)
+            .then(|| Arc::new(H1::new(socket.clone(), cfg.pool)));
         Ok(AppClient {
             client,
             h2c,
+            h1,
             credentials,
             version: cfg.version,
             socket,
@@ -132,6 +143,13 @@ impl AppClient {
                 .await
                 .map(AppAnswer::H2);
         }
+        if let Some(h1) = self.h1.as_ref().filter(|_| url.scheme() == "http") {
+            let deadline = tokio::time::Instant::now() + timeout;
+            return h1
+                .send(method, url, headers, body, deadline)
+                .await
+                .map(AppAnswer::H1);
+        }
         // Built in place: the builder's `headers()` would copy the map entry by entry.
         let mut request = reqwest::Request::new(method, url.clone());
         *request.headers_mut() = headers;
@@ -146,8 +164,20 @@ impl AppClient {
     /// Whether `url` (the app's health URL) answers 2xx within `timeout`, asked
     /// with the app's credentials.
     pub async fn healthy(&self, url: &reqwest::Url, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
         let headers = self.credentials.headers();
         let asked = self.send(reqwest::Method::GET, url, headers, None, timeout);
-        asked.await.is_ok_and(|a| (200..300).contains(&a.status()))
+        let Ok(mut answer) = asked.await else {
+            return false;
+        };
+        // The body read (bounded, in time) so that the connection is kept for the next.
+        let mut read = 0;
+        while read < PROBE_BODY {
+            match tokio::time::timeout_at(deadline, answer.chunk()).await {
+                Ok(Ok(Some(chunk))) => read += chunk.len(),
+                _ => break,
+            }
+        }
+        (200..300).contains(&answer.status())
     }
 }

@@ -34,10 +34,11 @@ impl Broke {
         }
     }
 
-    /// What reqwest's error says.
-    pub(crate) fn of_reqwest(e: &reqwest::Error) -> Broke {
+    /// What an error says: its innermost cause, and the kind of the innermost I/O
+    /// error on the way there.
+    pub(crate) fn of_error(e: &(dyn std::error::Error + 'static)) -> Broke {
         let mut io = None;
-        let mut innermost: &(dyn std::error::Error + 'static) = e;
+        let mut innermost = e;
         while let Some(next) = innermost.source() {
             innermost = next;
             if let Some(err) = next.downcast_ref::<std::io::Error>() {
@@ -45,12 +46,19 @@ impl Broke {
             }
         }
         Broke {
+            io,
+            ..Broke::other(innermost.to_string())
+        }
+    }
+
+    /// What reqwest's error says.
+    pub(crate) fn of_reqwest(e: &reqwest::Error) -> Broke {
+        Broke {
             timeout: e.is_timeout(),
             connect: e.is_connect(),
             handshake: e.is_connect() && crate::tls::is_handshake_failure(e),
-            io,
             body: e.is_body(),
-            cause: innermost.to_string(),
+            ..Broke::of_error(e)
         }
     }
 

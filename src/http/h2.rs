@@ -26,10 +26,10 @@ use h2::client::SendRequest;
 use reqwest::header::{
     CONNECTION, CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE,
 };
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
 use crate::http::broke::Broke;
+use crate::http::dial::{Dialed, OriginKey};
 
 /// What the app may send of one answer before jetrelay reads it.
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
@@ -47,7 +47,7 @@ const SEND_BUFFER: usize = 1024 * 1024;
 pub(crate) struct H2c {
     /// `http.unix_socket`: every origin is reached through it.
     socket: Option<Arc<Path>>,
-    origins: Mutex<HashMap<(String, u16), Arc<OriginSlot>>>,
+    origins: Mutex<HashMap<OriginKey, Arc<OriginSlot>>>,
 }
 
 /// One origin's connection, while it is open.
@@ -152,13 +152,7 @@ impl H2c {
 
     /// The origin `url` is sent to.
     fn origin(&self, url: &reqwest::Url) -> Arc<OriginSlot> {
-        let key = match self.socket {
-            Some(_) => (String::new(), 0),
-            None => (
-                url.host_str().unwrap_or_default().to_string(),
-                url.port_or_known_default().unwrap_or(80),
-            ),
-        };
+        let key = crate::http::dial::origin(self.socket.as_deref(), url);
         let mut origins = self.origins.lock().unwrap_or_else(PoisonError::into_inner);
         origins.entry(key).or_default().clone()
     }
@@ -179,25 +173,7 @@ impl OriginSlot {
         if let Some(live) = self.open() {
             return Ok(live);
         }
-        let live = match socket {
-            Some(path) => {
-                let io = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(|e| Broke::connect(&e))?;
-                start(io).await?
-            }
-            None => {
-                let host = url.host_str().unwrap_or_default();
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                let port = url.port_or_known_default().unwrap_or(80);
-                let io = tokio::net::TcpStream::connect((host, port))
-                    .await
-                    .map_err(|e| Broke::connect(&e))?;
-                // Headers and bodies are written whole: nothing gains from Nagle.
-                io.set_nodelay(true).ok();
-                start(io).await?
-            }
-        };
+        let live = start(crate::http::dial::dial(socket, url).await?).await?;
         *fresh = true;
         *self.live.lock().unwrap_or_else(PoisonError::into_inner) = Some(live.clone());
         Ok(live)
@@ -213,10 +189,7 @@ impl OriginSlot {
 }
 
 /// The preface and SETTINGS on `io`, and the connection's task.
-async fn start<T>(io: T) -> Result<OpenConnection, Broke>
-where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+async fn start(io: Dialed) -> Result<OpenConnection, Broke> {
     let (tx, connection) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)

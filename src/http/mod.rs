@@ -1,6 +1,6 @@
-//! The app's side, the only module that names `reqwest` and `h2` types: how every HTTP client
-//! is built (`client`), the app's pooled client shared per origin (`app`), h2c's own
-//! connections (`h2`), an answer whichever client brought it (`answer`) or why there was none (`broke`), the request to the app and its answer (`forward`), the app's
+//! The app's side, the only module that names `reqwest` and `h2` types (and hyper's client): how every HTTP client
+//! is built (`client`), the app's pooled client shared per origin (`app`), jetrelay's own HTTP/1.1 pool
+//! for `http://` apps (`h1`) and h2c's connections (`h2`), both made by `dial`, an answer whichever client brought it (`answer`) or why there was none (`broke`), the request to the app and its answer (`forward`), the app's
 //! credentials kept current (`credentials`) and the app's health probe (`probe`), whether an h2c app speaks HTTP/2
 //! (`h2c`), and another jetrelay's running config
 //! read from its admin port (`running`). What
@@ -12,7 +12,9 @@ pub mod broke;
 pub mod client;
 pub mod collector;
 pub mod credentials;
+pub mod dial;
 pub mod forward;
+pub mod h1;
 pub mod h2;
 pub mod h2c;
 pub mod probe;
