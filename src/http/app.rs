@@ -18,6 +18,17 @@ use crate::http::credentials::{CredentialFiles, Credentials};
 use crate::http::h1::H1;
 use crate::http::h2::H2c;
 
+/// `sent`, unless `deadline` comes first.
+async fn within<T>(
+    deadline: tokio::time::Instant,
+    sent: impl Future<Output = Result<T, Broke>>,
+) -> Result<T, Broke> {
+    match tokio::time::timeout_at(deadline, sent).await {
+        Ok(answer) => answer,
+        Err(_) => Err(Broke::timed_out()),
+    }
+}
+
 /// The most of a health probe's answer read so that its connection is kept.
 const PROBE_BODY: usize = 64 * 1024;
 
@@ -136,19 +147,14 @@ impl AppClient {
         body: Option<Bytes>,
         timeout: Duration,
     ) -> Result<AppAnswer, Broke> {
+        let deadline = tokio::time::Instant::now() + timeout;
         if let Some(h2c) = &self.h2c {
-            let deadline = tokio::time::Instant::now() + timeout;
-            return h2c
-                .send(method, url, headers, body, deadline)
-                .await
-                .map(AppAnswer::H2);
+            let sent = h2c.exchange(method, url, headers, body);
+            return within(deadline, sent).await.map(AppAnswer::H2);
         }
         if let Some(h1) = self.h1.as_ref().filter(|_| url.scheme() == "http") {
-            let deadline = tokio::time::Instant::now() + timeout;
-            return h1
-                .send(method, url, headers, body, deadline)
-                .await
-                .map(AppAnswer::H1);
+            let sent = h1.exchange(method, url, headers, body);
+            return within(deadline, sent).await.map(AppAnswer::H1);
         }
         // Built in place: the builder's `headers()` would copy the map entry by entry.
         let mut request = reqwest::Request::new(method, url.clone());

@@ -9,7 +9,7 @@
 //!
 //! A connection goes back to the pool once its answer's body has been read to the
 //! end (one read only in part, or dropped, is closed), at most `keep` of them per
-//! origin, each for at most [`IDLE`]. A request that finds a pooled connection closed
+//! origin, each for at most 60 s (`IDLE`). A request that finds a pooled connection closed
 //! (the app restarted, or closed it as idle) before the request was written is sent on
 //! another, so an app's keep-alive timeout never fails a delivery.
 
@@ -94,27 +94,11 @@ impl H1 {
     }
 
     /// Sends `method` to `url` with `headers` and `body` (`None`: no body), and
-    /// returns the answer's head, all by `deadline`.
+    /// returns the answer's head (the caller bounds it in time).
     ///
     /// # Errors
-    /// [`Broke`]: no connection (`connect`), the time ran out (`timeout`), or the
-    /// request or its connection broke.
-    pub(crate) async fn send(
-        self: &Arc<Self>,
-        method: reqwest::Method,
-        url: &reqwest::Url,
-        headers: HeaderMap,
-        body: Option<Bytes>,
-        deadline: Instant,
-    ) -> Result<H1Answer, Broke> {
-        let sent = self.exchange(method, url, headers, body);
-        match tokio::time::timeout_at(deadline, sent).await {
-            Ok(answer) => answer,
-            Err(_) => Err(Broke::timed_out()),
-        }
-    }
-
-    async fn exchange(
+    /// [`Broke`]: no connection (`connect`), or the request or its connection broke.
+    pub(crate) async fn exchange(
         self: &Arc<Self>,
         method: reqwest::Method,
         url: &reqwest::Url,
@@ -272,11 +256,11 @@ mod tests {
     }
 
     async fn post(h1: &Arc<H1>, url: &reqwest::Url) -> Result<Bytes, Broke> {
-        let deadline = Instant::now() + Duration::from_secs(5);
         let body = Some(Bytes::from_static(b"{}"));
-        let mut a = h1
-            .send(reqwest::Method::POST, url, HeaderMap::new(), body, deadline)
-            .await?;
+        let sent = h1.exchange(reqwest::Method::POST, url, HeaderMap::new(), body);
+        let mut a = tokio::time::timeout(Duration::from_secs(5), sent)
+            .await
+            .unwrap()?;
         assert_eq!(a.head.status, 200);
         let mut got = Vec::new();
         while let Some(c) = a.chunk().await? {

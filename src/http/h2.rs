@@ -26,7 +26,6 @@ use h2::client::SendRequest;
 use reqwest::header::{
     CONNECTION, CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE,
 };
-use tokio::time::Instant;
 
 use crate::http::broke::Broke;
 use crate::http::dial::{Dialed, OriginKey};
@@ -96,27 +95,11 @@ impl H2c {
     }
 
     /// Sends `method` to `url` with `headers` and `body` (`None`: no body), and
-    /// returns the answer's head, all by `deadline`.
+    /// returns the answer's head (the caller bounds it in time).
     ///
     /// # Errors
-    /// [`Broke`]: no connection (`connect`), the time ran out (`timeout`), or the
-    /// request or its connection broke.
-    pub(crate) async fn send(
-        &self,
-        method: reqwest::Method,
-        url: &reqwest::Url,
-        headers: HeaderMap,
-        body: Option<Bytes>,
-        deadline: Instant,
-    ) -> Result<H2Answer, Broke> {
-        let sent = self.exchange(method, url, headers, body);
-        match tokio::time::timeout_at(deadline, sent).await {
-            Ok(answer) => answer,
-            Err(_) => Err(Broke::timed_out()),
-        }
-    }
-
-    async fn exchange(
+    /// [`Broke`]: no connection (`connect`), or the request or its connection broke.
+    pub(crate) async fn exchange(
         &self,
         method: reqwest::Method,
         url: &reqwest::Url,
