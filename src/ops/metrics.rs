@@ -915,9 +915,9 @@ impl Metrics {
 
 /// The sum of the samples in `text` (the exposition) of `series`: a name, with
 /// labels (`name{a="x"}`) that each sample counted must have among its own.
-/// `None` when no sample is there.
-#[cfg(test)]
-pub(crate) fn sum_of(text: &str, series: &str) -> Option<f64> {
+/// `None` when no sample is there. The tests read `/metrics` with it, as the unit
+/// tests read the registry.
+pub fn sum_of(text: &str, series: &str) -> Option<f64> {
     let (name, wanted) = match series.split_once('{') {
         Some((n, rest)) => (n, rest.trim_end_matches('}')),
         None => (series, ""),

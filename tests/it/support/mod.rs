@@ -348,25 +348,6 @@ pub fn sum_of(text: &str, series: &str) -> f64 {
     sample_of(text, series).unwrap_or(0.0)
 }
 
-/// As [`sum_of`], `None` when no sample of `series` is exposed.
-pub fn sample_of(text: &str, series: &str) -> Option<f64> {
-    let (name, wanted) = match series.split_once('{') {
-        Some((n, rest)) => (n, rest.trim_end_matches('}')),
-        None => (series, ""),
-    };
-    let wanted: Vec<&str> = wanted.split(',').filter(|l| !l.is_empty()).collect();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|line| {
-            let (head, value) = line.rsplit_once(' ')?;
-            let (n, labels) = match head.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (head, ""),
-            };
-            let has: Vec<&str> = labels.split(',').collect();
-            (n == name && wanted.iter().all(|w| has.contains(w)))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .fold(None, |sum, v| Some(sum.unwrap_or(0.0) + v))
-}
+/// As [`sum_of`], `None` when no sample of `series` is exposed: the crate's own
+/// reader of its exposition.
+pub use jetrelay::ops::metrics::sum_of as sample_of;
