@@ -1,12 +1,14 @@
 //! A connection to the app, made by jetrelay's own clients (`crate::http::h1`,
 //! `crate::http::h2`): to the Unix socket when `http.unix_socket` is set, to the
-//! URL's host and port otherwise (no delay: requests are written whole).
+//! URL's host and port otherwise (no delay: requests are written whole); and the
+//! `Host` the URL names, which every client writes.
 
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use reqwest::header::HeaderValue;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -24,6 +26,17 @@ pub(crate) fn origin(socket: Option<&Path>, url: &reqwest::Url) -> OriginKey {
             url.port_or_known_default().unwrap_or(80),
         ),
     }
+}
+
+/// `host[:port]` of `url`, the port only when it is not the scheme's default: what
+/// the HTTP client writes when a request has no `Host` (`None` when it has no host).
+pub(crate) fn host_header(url: &reqwest::Url) -> Option<HeaderValue> {
+    let host = url.host_str()?;
+    let value = match url.port() {
+        Some(port) => HeaderValue::from_str(&format!("{host}:{port}")),
+        None => HeaderValue::from_str(host),
+    };
+    value.ok()
 }
 
 /// An open connection to the app.

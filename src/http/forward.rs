@@ -25,6 +25,7 @@ use crate::http::answer::AppAnswer;
 use crate::http::app::AppClient;
 use crate::http::broke::Broke;
 use crate::http::client::ClientError;
+use crate::http::dial::host_header;
 use crate::http::h2c::{NOT_HTTP2, Spoken, speaks_h2};
 
 use crate::message::Offered;
@@ -617,17 +618,6 @@ fn no_answer(e: &Broke) -> (Outcome, HttpClass, NoAnswer) {
         _ => "request failed",
     };
     (Outcome::TransportError, HttpClass::Error, failure(kind))
-}
-
-/// `host[:port]` of `url`, the port only when it is not the scheme's default: what
-/// the HTTP client writes when a request has no `Host` (`None` when it has no host).
-fn host_header(url: &reqwest::Url) -> Option<HeaderValue> {
-    let host = url.host_str()?;
-    let value = match url.port() {
-        Some(port) => HeaderValue::from_str(&format!("{host}:{port}")),
-        None => HeaderValue::from_str(host),
-    };
-    value.ok()
 }
 
 #[cfg(test)]

@@ -22,11 +22,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use reqwest::header::{HOST, HeaderMap, HeaderValue};
+use reqwest::header::{HOST, HeaderMap};
 use tokio::time::Instant;
 
 use crate::http::broke::Broke;
-use crate::http::dial::{OriginKey, dial, origin};
+use crate::http::dial::{OriginKey, dial, host_header, origin};
 
 /// The longest a connection stays idle in the pool (reqwest's pool kept them as long).
 const IDLE: Duration = Duration::from_secs(60);
@@ -190,15 +190,9 @@ fn request(
         .parse()
         .map_err(|e: ::http::uri::InvalidUri| Broke::other(e.to_string()))?;
     if !headers.contains_key(HOST)
-        && let Some(host) = url.host_str()
+        && let Some(host) = host_header(url)
     {
-        let host = match url.port() {
-            Some(port) => HeaderValue::from_str(&format!("{host}:{port}")),
-            None => HeaderValue::from_str(host),
-        };
-        if let Ok(host) = host {
-            headers.insert(HOST, host);
-        }
+        headers.insert(HOST, host);
     }
     let mut request = ::http::Request::new(Full::new(body.unwrap_or_default()));
     *request.method_mut() = method;
@@ -321,7 +315,7 @@ mod tests {
         assert_eq!(r.uri(), "/m?q=1");
         assert_eq!(r.headers()[HOST], "app.local:8080");
         let mut given = HeaderMap::new();
-        given.insert(HOST, HeaderValue::from_static("other"));
+        given.insert(HOST, reqwest::header::HeaderValue::from_static("other"));
         let url: reqwest::Url = "http://app.local/m".parse().unwrap();
         let r = request(reqwest::Method::GET, &url, given, None).unwrap();
         assert_eq!(r.uri(), "/m");

@@ -28,7 +28,7 @@ use reqwest::header::{
 };
 
 use crate::http::broke::Broke;
-use crate::http::dial::{Dialed, OriginKey};
+use crate::http::dial::{Dialed, OriginKey, dial, origin};
 
 /// What the app may send of one answer before jetrelay reads it.
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
@@ -135,7 +135,7 @@ impl H2c {
 
     /// The origin `url` is sent to.
     fn origin(&self, url: &reqwest::Url) -> Arc<OriginSlot> {
-        let key = crate::http::dial::origin(self.socket.as_deref(), url);
+        let key = origin(self.socket.as_deref(), url);
         let mut origins = self.origins.lock().unwrap_or_else(PoisonError::into_inner);
         origins.entry(key).or_default().clone()
     }
@@ -156,7 +156,7 @@ impl OriginSlot {
         if let Some(live) = self.open() {
             return Ok(live);
         }
-        let live = start(crate::http::dial::dial(socket, url).await?).await?;
+        let live = start(dial(socket, url).await?).await?;
         *fresh = true;
         *self.live.lock().unwrap_or_else(PoisonError::into_inner) = Some(live.clone());
         Ok(live)
