@@ -9,13 +9,14 @@
 //!
 //! A connection goes back to the pool once its answer's body has been read to the
 //! end (one read only in part, or dropped, is closed), at most `keep` of them per
-//! origin, each for at most 60 s (`IDLE`). A request that finds a pooled connection closed
+//! origin, each for at most 60 s (`IDLE`): a task closes those that have waited that long,
+//! and ends when none is left. A request that finds a pooled connection closed
 //! (the app restarted, or closed it as idle) before the request was written is sent on
 //! another, so an app's keep-alive timeout never fails a delivery.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,7 +42,16 @@ pub(crate) struct H1 {
     socket: Option<Arc<Path>>,
     /// Idle connections kept per origin.
     keep: usize,
-    idle: Mutex<HashMap<OriginKey, Vec<Idle>>>,
+    /// How long a connection is kept unused ([`IDLE`]).
+    idle_for: Duration,
+    pool: Mutex<Pool>,
+}
+
+/// The idle connections, and whether the task that closes the expired ones runs.
+#[derive(Debug, Default)]
+struct Pool {
+    idle: HashMap<OriginKey, Vec<Idle>>,
+    reaping: bool,
 }
 
 /// A connection waiting for its next request.
@@ -86,10 +96,16 @@ impl H1 {
     /// A client that connects over `socket` when set, to the URL's host otherwise,
     /// keeping up to `keep` idle connections per origin.
     pub(crate) fn new(socket: Option<Arc<Path>>, keep: usize) -> H1 {
+        H1::keeping_for(socket, keep, IDLE)
+    }
+
+    /// As [`H1::new`], an idle connection kept for `idle_for`.
+    fn keeping_for(socket: Option<Arc<Path>>, keep: usize, idle_for: Duration) -> H1 {
         H1 {
             socket,
             keep,
-            idle: Mutex::new(HashMap::new()),
+            idle_for,
+            pool: Mutex::new(Pool::default()),
         }
     }
 
@@ -149,27 +165,62 @@ impl H1 {
 
     /// The most recently used idle connection of `key` that is still open.
     fn take(&self, key: &OriginKey) -> Option<Tx> {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let conns = idle.get_mut(key)?;
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        let conns = pool.idle.get_mut(key)?;
         while let Some(c) = conns.pop() {
-            if !c.tx.is_closed() && c.since.elapsed() < IDLE {
+            if !c.tx.is_closed() && c.since.elapsed() < self.idle_for {
                 return Some(c.tx);
             }
         }
         None
     }
 
-    /// `tx` back in the pool, unless it is full.
-    fn put(&self, key: OriginKey, tx: Tx) {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let conns = idle.entry(key).or_default();
-        // The oldest are the first to have been closed by the app as idle.
-        conns.retain(|c| c.since.elapsed() < IDLE);
-        if conns.len() < self.keep {
-            conns.push(Idle {
-                tx,
-                since: Instant::now(),
-            });
+    /// `tx` back in the pool, unless it is full; the task that closes expired
+    /// connections started if it is not running.
+    fn put(self: &Arc<Self>, key: OriginKey, tx: Tx) {
+        let reap = {
+            let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+            let conns = pool.idle.entry(key).or_default();
+            // The oldest are the first to have been closed by the app as idle.
+            conns.retain(|c| c.since.elapsed() < self.idle_for);
+            if conns.len() < self.keep {
+                conns.push(Idle {
+                    tx,
+                    since: Instant::now(),
+                });
+            }
+            !std::mem::replace(&mut pool.reaping, true)
+        };
+        if reap {
+            tokio::spawn(reap_idle(Arc::downgrade(self)));
+        }
+    }
+
+    /// Drops (so closes) the connections idle for `idle_for` or closed by the app;
+    /// returns when the next one expires, `None` when none is left (the reaping task
+    /// then ends: the next [`H1::put`] starts another).
+    fn expire(&self) -> Option<Instant> {
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        pool.idle.retain(|_, conns| {
+            conns.retain(|c| !c.tx.is_closed() && c.since.elapsed() < self.idle_for);
+            !conns.is_empty()
+        });
+        let next = pool.idle.values().flatten().map(|c| c.since).min();
+        pool.reaping = next.is_some();
+        next.map(|since| since + self.idle_for)
+    }
+}
+
+/// Closes a pool's connections as they expire, while it has any (and exists).
+async fn reap_idle(pool: Weak<H1>) {
+    loop {
+        let next = match pool.upgrade() {
+            Some(h1) => h1.expire(),
+            None => return,
+        };
+        match next {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => return,
         }
     }
 }
@@ -218,17 +269,20 @@ mod tests {
     /// An app on loopback answering `200 ok` to each request it reads whole; after
     /// its first answer on a connection it closes it when `close` says so (as an app
     /// whose keep-alive ran out would, without `Connection: close`). Counts the
-    /// connections it took.
-    async fn app(close: bool) -> (reqwest::Url, Arc<AtomicUsize>) {
+    /// connections it took, and those that ended.
+    async fn app(close: bool) -> (reqwest::Url, Arc<AtomicUsize>, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/m", listener.local_addr().unwrap());
         let conns = Arc::new(AtomicUsize::new(0));
-        let counted = conns.clone();
+        let ended = Arc::new(AtomicUsize::new(0));
+        let (counted, ends) = (conns.clone(), ended.clone());
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
                 counted.fetch_add(1, Ordering::SeqCst);
+                let ends = ends.clone();
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 64 * 1024];
+                    let _count = Ended(ends);
                     loop {
                         let mut have = 0;
                         // A head and its two-byte body.
@@ -246,7 +300,16 @@ mod tests {
                 });
             }
         });
-        (url.parse().unwrap(), conns)
+        (url.parse().unwrap(), conns, ended)
+    }
+
+    /// Counts a connection's end when the app's task for it ends.
+    struct Ended(Arc<AtomicUsize>);
+
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     async fn post(h1: &Arc<H1>, url: &reqwest::Url) -> Result<Bytes, Broke> {
@@ -265,20 +328,20 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_is_kept_for_the_next_request_and_one_the_app_closed_is_not_used() {
-        let (url, conns) = app(false).await;
+        let (url, conns, _) = app(false).await;
         let h1 = Arc::new(H1::new(None, 4));
         for _ in 0..5 {
             assert_eq!(&post(&h1, &url).await.unwrap()[..], b"ok");
         }
         assert_eq!(conns.load(Ordering::SeqCst), 1, "one connection, kept");
 
-        let (url, conns) = app(true).await;
+        let (url, conns, _) = app(true).await;
         for n in 1..=5 {
             assert_eq!(&post(&h1, &url).await.unwrap()[..], b"ok");
             // Eventually the app's close has reached the pooled connection.
             let key = origin(None, &url);
             let closed = async {
-                while !h1.idle.lock().unwrap()[&key]
+                while !h1.pool.lock().unwrap().idle[&key]
                     .iter()
                     .all(|c| c.tx.is_closed())
                 {
@@ -294,7 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_more_idle_connections_are_kept_than_asked() {
-        let (url, conns) = app(false).await;
+        let (url, conns, _) = app(false).await;
         let h1 = Arc::new(H1::new(None, 2));
         let together = (0..6).map(|_| post(&h1, &url));
         for got in futures::future::join_all(together).await {
@@ -305,7 +368,49 @@ mod tests {
             6,
             "six at once, a connection each"
         );
-        assert_eq!(h1.idle.lock().unwrap()[&origin(None, &url)].len(), 2);
+        assert_eq!(h1.pool.lock().unwrap().idle[&origin(None, &url)].len(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_once_kept_its_time_and_the_reaper_ends() {
+        let (url, conns, ended) = app(false).await;
+        let idle_for = Duration::from_millis(300);
+        let h1 = Arc::new(H1::keeping_for(None, 4, idle_for));
+        let together = (0..3).map(|_| post(&h1, &url));
+        for got in futures::future::join_all(together).await {
+            assert_eq!(&got.unwrap()[..], b"ok");
+        }
+        assert_eq!(conns.load(Ordering::SeqCst), 3);
+        assert_eq!(ended.load(Ordering::SeqCst), 0, "kept while young");
+        // With no request after them, the app sees the three closed.
+        let all_closed = async {
+            while ended.load(Ordering::SeqCst) < 3 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), all_closed)
+            .await
+            .expect("idle connections closed");
+        let pool = || h1.pool.lock().unwrap().reaping;
+        let reaper_ended = async {
+            while pool() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), reaper_ended)
+            .await
+            .expect("the reaper ends with the pool empty");
+        // The next request connects again, and its connection is reaped in turn.
+        assert_eq!(&post(&h1, &url).await.unwrap()[..], b"ok");
+        assert_eq!(conns.load(Ordering::SeqCst), 4);
+        let closed = async {
+            while ended.load(Ordering::SeqCst) < 4 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), closed)
+            .await
+            .expect("the new connection reaped too");
     }
 
     #[test]
