@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::HeaderMap;
+use reqwest::header::{ACCEPT, HeaderMap, HeaderValue};
 
 use crate::app::transport::HttpVersion;
 use crate::http::answer::AppAnswer;
@@ -148,6 +148,11 @@ impl AppClient {
         timeout: Duration,
     ) -> Result<AppAnswer, Broke> {
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut headers = headers;
+        if self.h2c.is_some() || self.h1.is_some() {
+            // What reqwest sends (so `https://` apps get it): the same on every path.
+            (headers.entry(ACCEPT)).or_insert(HeaderValue::from_static("*/*"));
+        }
         if let Some(h2c) = &self.h2c {
             let sent = h2c.exchange(method, url, headers, body);
             return within(deadline, sent).await.map(AppAnswer::H2);

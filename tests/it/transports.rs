@@ -54,6 +54,7 @@ async fn socket_removed_and_made_again(http: Http, version: &str, seen_as: &str)
     })
     .await;
     let first = &app.requests()[0];
+    assert_eq!(first.header("accept"), Some("*/*"), "as reqwest sends it");
     assert_eq!(
         first.header("host"),
         Some("app.local"),
@@ -150,6 +151,7 @@ async fn h2c_is_http2_on_one_connection_with_the_same_headers_and_answers() {
         .find(|r| r.header("nats-subject") == Some("u.ok"))
         .unwrap();
     assert_eq!(ok.header("x-api-key"), Some("k1"));
+    assert_eq!(ok.header("accept"), Some("*/*"), "as over HTTP/1.1");
     assert!(ok.header("nats-sequence").is_some() && ok.header("nats-msg-id").is_none());
     let count = |subject: &str| {
         (reqs.iter())
