@@ -10,14 +10,17 @@
 //! One connection per origin (host and port; the socket when `http.unix_socket` is
 //! set), made on first use and made again once it has closed (the app restarted, a
 //! GOAWAY); every request is a stream on it, up to the app's
-//! `SETTINGS_MAX_CONCURRENT_STREAMS` (past that, requests wait for a stream). A
-//! request that finds its connection closed before anything was sent is sent on a new
-//! one, once. The settings are hyper's client's: answers get windows of 2 MiB a stream
+//! `SETTINGS_MAX_CONCURRENT_STREAMS`. A request that finds every connection's streams
+//! in use opens another connection, as Envoy and gRPC's clients do, so that the app's
+//! stream limit does not become jetrelay's concurrency: the connections are at most
+//! the requests in flight over the limit, and one the app closes is not made again
+//! until it is needed. A request that finds its connection closed before anything was
+//! sent is sent on a new one, once. The settings are hyper's client's: answers get windows of 2 MiB a stream
 //! and 5 MiB a connection, their headers up to 16 KiB; no server push.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -49,25 +52,39 @@ pub(crate) struct H2c {
     origins: Mutex<HashMap<OriginKey, Arc<OriginSlot>>>,
 }
 
-/// One origin's connection, while it is open.
+/// One origin's connections, while they are open.
 #[derive(Debug, Default)]
 struct OriginSlot {
-    live: Mutex<Option<OpenConnection>>,
+    live: Mutex<Vec<OpenConnection>>,
     /// Held while a connection is made, so that the requests waiting for it make one.
     making: tokio::sync::Mutex<()>,
 }
 
-/// An open connection: a handle that opens streams, and whether its task has ended.
+/// An open connection: a handle that opens streams, whether its task has ended, and
+/// its streams in use.
 #[derive(Debug, Clone)]
 struct OpenConnection {
     tx: SendRequest<Bytes>,
     closed: Arc<AtomicBool>,
+    streams: Arc<AtomicUsize>,
+}
+
+/// A stream counted as in use on its connection until it is dropped.
+#[derive(Debug)]
+struct InUse(Arc<AtomicUsize>);
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// An answer's head, and its body still to be read.
 pub(crate) struct H2Answer {
     pub(crate) head: ::http::response::Parts,
     body: RecvStream,
+    /// Its stream, counted on the connection until the answer is dropped.
+    _stream: InUse,
 }
 
 impl H2Answer {
@@ -109,10 +126,12 @@ impl H2c {
         let request = request(method, url, headers, body.as_ref().map(Bytes::len))?;
         let origin = self.origin(url);
         let mut fresh = false;
-        let mut tx = loop {
-            let live = origin.live(self.socket.as_deref(), url, &mut fresh).await?;
+        let (mut tx, in_use) = loop {
+            let (live, in_use) = origin
+                .stream(self.socket.as_deref(), url, &mut fresh)
+                .await?;
             match live.tx.clone().ready().await {
-                Ok(tx) => break tx,
+                Ok(tx) => break (tx, in_use),
                 // It closed since it was last used: nothing was sent, so a new one
                 // takes the request.
                 Err(_) if !fresh => live.closed.store(true, Ordering::Release),
@@ -130,7 +149,11 @@ impl H2c {
             })?;
         }
         let (head, body) = answer.await.map_err(|e| broke(&e))?.into_parts();
-        Ok(H2Answer { head, body })
+        Ok(H2Answer {
+            head,
+            body,
+            _stream: in_use,
+        })
     }
 
     /// The origin `url` is sent to.
@@ -142,32 +165,46 @@ impl H2c {
 }
 
 impl OriginSlot {
-    /// The open connection, or a new one (`fresh` then set).
-    async fn live(
+    /// A stream on an open connection with one free, or on a new connection (`fresh`
+    /// then set).
+    async fn stream(
         &self,
         socket: Option<&Path>,
         url: &reqwest::Url,
         fresh: &mut bool,
-    ) -> Result<OpenConnection, Broke> {
-        if let Some(live) = self.open() {
-            return Ok(live);
+    ) -> Result<(OpenConnection, InUse), Broke> {
+        if let Some(found) = self.free() {
+            return Ok(found);
         }
         let _making = self.making.lock().await;
-        if let Some(live) = self.open() {
-            return Ok(live);
+        if let Some(found) = self.free() {
+            return Ok(found);
         }
         let live = start(dial(socket, url).await?).await?;
         *fresh = true;
-        *self.live.lock().unwrap_or_else(PoisonError::into_inner) = Some(live.clone());
-        Ok(live)
+        let stream = live.take_stream();
+        let mut open = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        open.push(live.clone());
+        Ok((live, stream))
     }
 
-    /// The connection, while its task runs.
-    fn open(&self) -> Option<OpenConnection> {
-        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        live.as_ref()
-            .filter(|l| !l.closed.load(Ordering::Acquire))
-            .cloned()
+    /// A stream on the first open connection with one free (the closed ones
+    /// forgotten).
+    fn free(&self) -> Option<(OpenConnection, InUse)> {
+        let mut open = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|c| !c.closed.load(Ordering::Acquire));
+        let live = open
+            .iter()
+            .find(|c| c.streams.load(Ordering::Acquire) < c.tx.current_max_send_streams())?;
+        Some((live.clone(), live.take_stream()))
+    }
+}
+
+impl OpenConnection {
+    /// One more of its streams in use.
+    fn take_stream(&self) -> InUse {
+        self.streams.fetch_add(1, Ordering::AcqRel);
+        InUse(self.streams.clone())
     }
 }
 
@@ -190,7 +227,11 @@ async fn start(io: Dialed) -> Result<OpenConnection, Broke> {
         connection.await.ok();
         ended.store(true, Ordering::Release);
     });
-    Ok(OpenConnection { tx, closed })
+    Ok(OpenConnection {
+        tx,
+        closed,
+        streams: Arc::new(AtomicUsize::new(0)),
+    })
 }
 
 /// The request's head: the URL as `:scheme`, `:authority` and `:path`; the headers

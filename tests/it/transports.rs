@@ -170,6 +170,39 @@ async fn h2c_is_http2_on_one_connection_with_the_same_headers_and_answers() {
     relay.stop().await.unwrap();
 }
 
+/// An app whose HTTP/2 connection takes only 4 streams at once: jetrelay opens more
+/// connections rather than holding `max_in_flight = 16` to 4, and each message is
+/// delivered once.
+#[tokio::test]
+async fn h2c_opens_another_connection_when_the_apps_stream_limit_is_reached() {
+    let app = MockApp::start_h2c_streams(4, |_, _| {
+        Reply::status(200).after(Duration::from_millis(40))
+    })
+    .await;
+    let env = Env::start(&["u.>"]).await;
+    let extra = "[http]\nversion = \"h2c\"\n[delivery]\nmax_in_flight = 16\n";
+    let relay = env.relay(&app, extra).await;
+    publish(&env.js, "u.x", 160).await;
+    eventually("drained", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    assert_eq!(versions(&app), ["HTTP/2.0"]);
+    assert_eq!(app.acked_seqs().len(), 160, "each message delivered");
+    assert_eq!(app.requests().len(), 160, "and once");
+    assert!(
+        (4..=16).contains(&app.connections()),
+        "connections for 16 requests at 4 streams each: {}",
+        app.connections()
+    );
+    assert!(
+        app.max_in_flight() > 8,
+        "more requests at once than one connection's 4: {}",
+        app.max_in_flight()
+    );
+    relay.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn h2c_over_the_socket_carries_batches_and_health_probes() {
     let dir = tempfile::tempdir().unwrap();

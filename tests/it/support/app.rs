@@ -113,6 +113,9 @@ pub enum Http {
     /// HTTP/2 only, without TLS (h2c by prior knowledge); over TLS: ALPN h2 or
     /// http/1.1, as the client offers.
     Two,
+    /// h2c taking at most this many streams at once on a connection
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    TwoStreams(u32),
 }
 
 /// An app on a Unix socket: its path, the router and the task that accepts (its
@@ -173,6 +176,14 @@ impl MockApp {
 
     /// HTTP/1.1 and nothing else on a loopback port (`MockApp::start`'s server also
     /// answers h2c's preface in HTTP/2).
+    /// An h2c app that takes at most `streams` requests at once on a connection.
+    pub async fn start_h2c_streams(
+        streams: u32,
+        script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> MockApp {
+        Self::start_with(0, Listen::Plain(Http::TwoStreams(streams)), script).await
+    }
+
     pub async fn start_http1_only(
         script: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> MockApp {
@@ -502,6 +513,13 @@ where
             .serve_connection(io, service)
             .await
             .ok(),
+        Http::TwoStreams(n) => {
+            hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .max_concurrent_streams(n)
+                .serve_connection(io, service)
+                .await
+                .ok()
+        }
     };
 }
 
