@@ -136,6 +136,44 @@ impl Nats {
     }
 }
 
+/// How long a write that no server took is sent again.
+const UNHEARD_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `write`, sent again while no server took it ("no responders": the bucket's
+/// subjects not yet known to the server this client is on, as just after the bucket
+/// was made in a cluster), up to [`UNHEARD_FOR`]. Nothing was stored, so sending it
+/// again stores it at most once.
+async fn heard<T, E, F>(mut write: impl FnMut() -> F) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: std::error::Error + 'static,
+{
+    let until = tokio::time::Instant::now() + UNHEARD_FOR;
+    loop {
+        match write().await {
+            Err(e) if unheard(&e) && tokio::time::Instant::now() < until => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether `e` (or its cause) is a publish that no server took.
+fn unheard(e: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if e.downcast_ref::<PublishError>()
+            .is_some_and(|p| p.kind() == PublishErrorKind::StreamNotFound)
+        {
+            return true;
+        }
+        at = e.source();
+    }
+    false
+}
+
 impl GroupStore {
     /// The value and revision; `None` when missing, deleted or purged.
     ///
@@ -154,8 +192,8 @@ impl GroupStore {
     /// # Errors
     /// [`KvWriteError::Exists`] when it is there.
     pub async fn create(&self, key: &str, value: Vec<u8>) -> Result<u64, KvWriteError> {
-        self.kv
-            .create(key, value.into())
+        let value = Bytes::from(value);
+        heard(|| self.kv.create(key, value.clone()))
             .await
             .map_err(|e| match e.kind() {
                 kv::CreateErrorKind::AlreadyExists => KvWriteError::Exists,
@@ -173,8 +211,8 @@ impl GroupStore {
         value: Vec<u8>,
         revision: u64,
     ) -> Result<u64, KvWriteError> {
-        self.kv
-            .update(key, value.into(), revision)
+        let value = Bytes::from(value);
+        heard(|| self.kv.update(key, value.clone(), revision))
             .await
             .map_err(|e| match e.kind() {
                 kv::UpdateErrorKind::WrongLastRevision => KvWriteError::Conflict,
@@ -188,8 +226,8 @@ impl GroupStore {
     /// # Errors
     /// [`NatsError::Kv`].
     pub async fn put(&self, key: &str, value: Vec<u8>) -> Result<u64, NatsError> {
-        self.kv
-            .put(key, value.into())
+        let value = Bytes::from(value);
+        heard(|| self.kv.put(key, value.clone()))
             .await
             .map_err(|e| kv_err("write the key", e))
     }
@@ -257,5 +295,44 @@ impl KvWatch {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn create_error(kind: PublishErrorKind) -> kv::CreateError {
+        kv::CreateError::from(kv::UpdateError::from(PublishError::new(kind)))
+    }
+
+    #[test]
+    fn a_write_no_server_took_is_told_from_other_failures() {
+        assert!(unheard(&create_error(PublishErrorKind::StreamNotFound)));
+        assert!(!unheard(&create_error(PublishErrorKind::WrongLastSequence)));
+        assert!(!unheard(&create_error(PublishErrorKind::Other)));
+    }
+
+    #[tokio::test]
+    async fn a_write_no_server_took_is_sent_again_and_no_other() {
+        let tries = AtomicUsize::new(0);
+        let got = heard(|| async {
+            match tries.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(create_error(PublishErrorKind::StreamNotFound)),
+                n => Ok(n),
+            }
+        })
+        .await;
+        assert_eq!(got.unwrap(), 2, "sent three times");
+        let tries = AtomicUsize::new(0);
+        let got: Result<(), _> = heard(|| async {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err(create_error(PublishErrorKind::WrongLastSequence))
+        })
+        .await;
+        assert!(got.is_err());
+        assert_eq!(tries.load(Ordering::SeqCst), 1, "a refusal is final");
     }
 }
