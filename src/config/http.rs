@@ -60,6 +60,10 @@ pub struct HttpConfig {
     /// `"http1"`, `"h2c"` (HTTP/2 without TLS, prior knowledge) or `"auto"` (h2 via
     /// ALPN for https, HTTP/1.1 otherwise).
     pub version: HttpVersion,
+    /// Under h2c, the most requests on one HTTP/2 connection: past it (or past the
+    /// app's own `SETTINGS_MAX_CONCURRENT_STREAMS`) another connection is opened.
+    /// 0 = the app's limit alone.
+    pub max_concurrent_streams: u32,
 }
 
 impl Default for HttpConfig {
@@ -86,6 +90,7 @@ impl Default for HttpConfig {
             format: RequestFormat::Raw,
             unix_socket: String::new(),
             version: HttpVersion::Http1,
+            max_concurrent_streams: 0,
         }
     }
 }
@@ -188,6 +193,12 @@ impl Config {
                     "and http.proxy cannot both be set: requests over the socket go to the app directly",
                 );
             }
+        }
+        if h.max_concurrent_streams > 0 && h.version != HttpVersion::H2c {
+            p.add(
+                "http.max_concurrent_streams",
+                "spreads HTTP/2 streams over connections: it needs version = \"h2c\"",
+            );
         }
         if h.version == HttpVersion::H2c && https {
             p.add(
@@ -320,6 +331,18 @@ mod tests {
             (
                 "url = \"https://app/m\"\nversion = \"h2c\"\n",
                 Some(("http.version", "use \"auto\"")),
+            ),
+            (
+                "url = \"http://app/m\"\nversion = \"h2c\"\nmax_concurrent_streams = 16\n",
+                None,
+            ),
+            (
+                "url = \"http://app/m\"\nmax_concurrent_streams = 16\n",
+                Some(("http.max_concurrent_streams", "needs version = \"h2c\"")),
+            ),
+            (
+                "url = \"https://app/m\"\nversion = \"auto\"\nmax_concurrent_streams = 16\n",
+                Some(("http.max_concurrent_streams", "needs version = \"h2c\"")),
             ),
         ];
         for (http, want) in cases {

@@ -385,6 +385,7 @@ fn client(c: &Config, p: &mut Vec<Problem>) -> Option<ClientSettings> {
         pool: c.delivery.max_in_flight as usize,
         unix_socket: (!h.unix_socket.is_empty()).then(|| h.unix_socket.clone().into()),
         version: h.version,
+        max_concurrent_streams: h.max_concurrent_streams,
     })
 }
 

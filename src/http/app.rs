@@ -49,6 +49,9 @@ pub struct ClientSettings {
     pub unix_socket: Option<std::path::PathBuf>,
     /// `http.version`.
     pub version: HttpVersion,
+    /// `http.max_concurrent_streams`: under h2c, the most requests on one connection
+    /// (0: the app's limit alone).
+    pub max_concurrent_streams: u32,
 }
 
 /// `http.proxy` and `http.proxy_credentials_file`.
@@ -119,8 +122,8 @@ impl AppClient {
             .map_err(ClientError::Build)?;
         let socket: Option<Arc<std::path::Path>> = cfg.unix_socket.as_deref().map(Arc::from);
         let own = cfg.proxy.is_none();
-        let h2c =
-            (own && cfg.version == HttpVersion::H2c).then(|| Arc::new(H2c::new(socket.clone())));
+        let h2c = (own && cfg.version == HttpVersion::H2c)
+            .then(|| Arc::new(H2c::new(socket.clone(), cfg.max_concurrent_streams)));
         let h1 = (own && cfg.version != HttpVersion::H2c)
             .then(|| Arc::new(H1::new(socket.clone(), cfg.pool)));
         Ok(AppClient {

@@ -716,6 +716,7 @@ mod tests {
             pool: 4,
             unix_socket: None,
             version: Default::default(),
+            max_concurrent_streams: 0,
         };
         let target = TargetSettings {
             url: url.parse().unwrap(),

@@ -14,7 +14,8 @@
 //! in use opens another connection, as Envoy and gRPC's clients do, so that the app's
 //! stream limit does not become jetrelay's concurrency: the connections are at most
 //! the requests in flight over the limit, and one the app closes is not made again
-//! until it is needed. A request that finds its connection closed before anything was
+//! until it is needed. `http.max_concurrent_streams` lowers that limit, to spread the
+//! requests over a few connections (each side handles a connection's frames in turn). A request that finds its connection closed before anything was
 //! sent is sent on a new one, once. The settings are hyper's client's: answers get windows of 2 MiB a stream
 //! and 5 MiB a connection, their headers up to 16 KiB; no server push.
 
@@ -49,6 +50,9 @@ const SEND_BUFFER: usize = 1024 * 1024;
 pub(crate) struct H2c {
     /// `http.unix_socket`: every origin is reached through it.
     socket: Option<Arc<Path>>,
+    /// `http.max_concurrent_streams`: the most streams jetrelay opens on one
+    /// connection, below the app's own limit (`usize::MAX`: that alone).
+    streams_cap: usize,
     origins: Mutex<HashMap<OriginKey, Arc<OriginSlot>>>,
 }
 
@@ -103,10 +107,17 @@ impl H2Answer {
 }
 
 impl H2c {
-    /// A client that connects over `socket` when set, to the URL's host otherwise.
-    pub(crate) fn new(socket: Option<Arc<Path>>) -> H2c {
+    /// A client that connects over `socket` when set, to the URL's host otherwise,
+    /// with at most `max_concurrent_streams` requests on a connection (0: as many as
+    /// the app takes).
+    pub(crate) fn new(socket: Option<Arc<Path>>, max_concurrent_streams: u32) -> H2c {
+        let streams_cap = match max_concurrent_streams {
+            0 => usize::MAX,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
         H2c {
             socket,
+            streams_cap,
             origins: Mutex::new(HashMap::new()),
         }
     }
@@ -128,7 +139,7 @@ impl H2c {
         let mut fresh = false;
         let (mut tx, in_use) = loop {
             let (live, in_use) = origin
-                .stream(self.socket.as_deref(), url, &mut fresh)
+                .stream(self.socket.as_deref(), url, self.streams_cap, &mut fresh)
                 .await?;
             match live.tx.clone().ready().await {
                 Ok(tx) => break (tx, in_use),
@@ -171,13 +182,14 @@ impl OriginSlot {
         &self,
         socket: Option<&Path>,
         url: &reqwest::Url,
+        cap: usize,
         fresh: &mut bool,
     ) -> Result<(OpenConnection, InUse), Broke> {
-        if let Some(found) = self.free() {
+        if let Some(found) = self.free(cap) {
             return Ok(found);
         }
         let _making = self.making.lock().await;
-        if let Some(found) = self.free() {
+        if let Some(found) = self.free(cap) {
             return Ok(found);
         }
         let live = start(dial(socket, url).await?).await?;
@@ -188,14 +200,14 @@ impl OriginSlot {
         Ok((live, stream))
     }
 
-    /// A stream on the first open connection with one free (the closed ones
-    /// forgotten).
-    fn free(&self) -> Option<(OpenConnection, InUse)> {
+    /// A stream on the first open connection with one free, below the app's limit
+    /// and `cap` (the closed ones forgotten).
+    fn free(&self, cap: usize) -> Option<(OpenConnection, InUse)> {
         let mut open = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|c| !c.closed.load(Ordering::Acquire));
-        let live = open
-            .iter()
-            .find(|c| c.streams.load(Ordering::Acquire) < c.tx.current_max_send_streams())?;
+        let live = open.iter().find(|c| {
+            c.streams.load(Ordering::Acquire) < c.tx.current_max_send_streams().min(cap)
+        })?;
         Some((live.clone(), live.take_stream()))
     }
 }

@@ -274,6 +274,7 @@ async fn instance(
         pool: 4,
         unix_socket: None,
         version: Default::default(),
+        max_concurrent_streams: 0,
     })
     .unwrap();
     let http = TargetSettings {

@@ -175,13 +175,26 @@ async fn h2c_is_http2_on_one_connection_with_the_same_headers_and_answers() {
 /// delivered once.
 #[tokio::test]
 async fn h2c_opens_another_connection_when_the_apps_stream_limit_is_reached() {
-    let app = MockApp::start_h2c_streams(4, |_, _| {
-        Reply::status(200).after(Duration::from_millis(40))
-    })
-    .await;
+    let slow = |_: &Recorded, _: usize| Reply::status(200).after(Duration::from_millis(40));
+    let app = MockApp::start_h2c_streams(4, slow).await;
+    spread_over_connections(app, "").await;
+}
+
+/// `http.max_concurrent_streams = 4` does the same with an app that takes 200 a
+/// connection.
+#[tokio::test]
+async fn max_concurrent_streams_spreads_the_requests_over_connections() {
+    let slow = |_: &Recorded, _: usize| Reply::status(200).after(Duration::from_millis(40));
+    let app = MockApp::start_h2c(slow).await;
+    spread_over_connections(app, "max_concurrent_streams = 4\n").await;
+}
+
+/// 160 messages, 16 in flight, at most 4 a connection: each delivered once, on 4 or
+/// more connections, more than 8 at once.
+async fn spread_over_connections(app: MockApp, http: &str) {
     let env = Env::start(&["u.>"]).await;
-    let extra = "[http]\nversion = \"h2c\"\n[delivery]\nmax_in_flight = 16\n";
-    let relay = env.relay(&app, extra).await;
+    let extra = format!("[http]\nversion = \"h2c\"\n{http}[delivery]\nmax_in_flight = 16\n");
+    let relay = env.relay(&app, &extra).await;
     publish(&env.js, "u.x", 160).await;
     eventually("drained", T, || {
         consumer_drained(&env.js, &env.stream, &env.durable)
