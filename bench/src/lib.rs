@@ -173,6 +173,7 @@ async fn serve_h2_window(listener: tokio::net::TcpListener, router: axum::Router
         let Ok((tcp, _)) = listener.accept().await else {
             continue;
         };
+        tcp.set_nodelay(true).ok();
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
         tokio::spawn(async move {
             let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -265,8 +266,14 @@ impl Sink {
                 (addr, None)
             }
             None => {
+                use axum::serve::ListenerExt;
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
                 let addr = listener.local_addr()?;
+                // As Go's and Node's servers do (axum leaves Nagle on): answers are
+                // written whole, and h2c's go out back to back on one connection.
+                let listener = listener.tap_io(|tcp| {
+                    tcp.set_nodelay(true).ok();
+                });
                 tokio::spawn(async move { axum::serve(listener, router).await });
                 (addr, None)
             }
