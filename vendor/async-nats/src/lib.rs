@@ -469,7 +469,12 @@ pub(crate) struct ConnectionHandler {
     should_reconnect: bool,
     flush_observers: Vec<oneshot::Sender<()>>,
     is_draining: bool,
-    drain_pings: VecDeque<u64>,
+    /// Draining subscriptions, each with the number of the PING sent after its UNSUB:
+    /// it ends once that PING's PONG is back (then the server has sent it all).
+    drain_pings: VecDeque<(u64, u64)>,
+    /// PINGs sent, and PONGs received, on this connection.
+    pings_sent: u64,
+    pongs_received: u64,
 }
 
 impl ConnectionHandler {
@@ -494,6 +499,8 @@ impl ConnectionHandler {
             flush_observers: Vec::new(),
             is_draining: false,
             drain_pings: VecDeque::new(),
+            pings_sent: 0,
+            pongs_received: 0,
         }
     }
 
@@ -527,6 +534,7 @@ impl ConnectionHandler {
                     Poll::Ready(ExitReason::Disconnected(None))
                 } else {
                     self.handler.connection.enqueue_write_op(&ClientOp::Ping);
+                    self.handler.pings_sent += 1;
 
                     Poll::Pending
                 }
@@ -574,15 +582,21 @@ impl ConnectionHandler {
                     }
                 }
 
-                // Before handling any commands, drop any subscriptions which are draining
-                // Note: safe to assume subscription drain has completed at this point, as we would have flushed
-                // all outgoing UNSUB messages in the previous call to this fn, and we would have processed and
-                // delivered any remaining messages to the subscription in the loop above.
-                while let Some(sid) = self.handler.drain_pings.pop_front() {
+                // Before handling any commands, drop the draining subscriptions whose PING
+                // (sent after their UNSUB) has had its PONG: the server has sent everything
+                // it had for them, and the loop above delivered it. Flushing the UNSUB is not
+                // enough: messages the server sent before it read the UNSUB may still be on
+                // their way, and were dropped.
+                let answered = self.handler.pongs_received;
+                while let Some(&(ping, sid)) = self.handler.drain_pings.front() {
+                    if ping > answered {
+                        break;
+                    }
+                    self.handler.drain_pings.pop_front();
                     self.handler.subscriptions.remove(&sid);
                 }
 
-                if self.handler.is_draining {
+                if self.handler.is_draining && self.handler.drain_pings.is_empty() {
                     // The entire connection is draining. This means we flushed outgoing messages in the previous
                     // call to this fn, we handled any remaining messages from the server in the loop above, and
                     // all subs were drained, so drain is complete and we should exit instead of processing any
@@ -716,6 +730,7 @@ impl ConnectionHandler {
             ServerOp::Pong => {
                 debug!("received PONG");
                 self.pending_pings = self.pending_pings.saturating_sub(1);
+                self.pongs_received += 1;
             }
             ServerOp::Error(error) => {
                 debug!("received ERROR: {:?}", error);
@@ -844,8 +859,10 @@ impl ConnectionHandler {
                 self.flush_observers.push(observer);
             }
             Command::Drain { sid } => {
+                // The PING enqueued below, after the UNSUBs.
+                let ping = self.pings_sent + 1;
                 let mut drain_sub = |sid: u64| {
-                    self.drain_pings.push_back(sid);
+                    self.drain_pings.push_back((ping, sid));
                     self.connection
                         .enqueue_write_op(&ClientOp::Unsubscribe { sid, max: None });
                 };
@@ -863,6 +880,7 @@ impl ConnectionHandler {
                     }
                 }
                 self.connection.enqueue_write_op(&ClientOp::Ping);
+                self.pings_sent += 1;
             }
             Command::Subscribe {
                 sid,
@@ -980,6 +998,13 @@ impl ConnectionHandler {
 
     async fn handle_disconnect(&mut self) -> Result<(), ConnectError> {
         self.pending_pings = 0;
+        // The old connection's PONGs will not come, nor anything more for a draining
+        // subscription: it ends here rather than being subscribed again.
+        for (_, sid) in self.drain_pings.drain(..) {
+            self.subscriptions.remove(&sid);
+        }
+        self.pings_sent = 0;
+        self.pongs_received = 0;
         self.connector.events_tx.try_send(Event::Disconnected).ok();
         self.connector.state_tx.send(State::Disconnected).ok();
 
@@ -2034,6 +2059,64 @@ mod tests {
             let mut addrs_iter = arr.to_server_addrs().unwrap();
             assert_eq!(addrs_iter.next().unwrap().port(), expected_port);
         }
+    }
+
+    /// A subscription drained while the server still has messages for it on the wire
+    /// gets them: it ends at the PONG of the PING sent after its UNSUB, not at the
+    /// handler's next poll (here, the one a server PING causes before the message).
+    #[tokio::test]
+    async fn drain_delivers_what_the_server_sent_before_it_read_the_unsub() {
+        use futures::StreamExt;
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (sock, _) = listener.accept().await.unwrap();
+            let (r, mut w) = sock.into_split();
+            let mut lines = BufReader::new(r).lines();
+            w.write_all(b"INFO {\"server_id\":\"t\",\"version\":\"2.10.0\",\"proto\":1,\"headers\":true,\"max_payload\":1048576}\r\n")
+                .await
+                .unwrap();
+            let mut sid = String::new();
+            let mut unsub = false;
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(rest) = line.strip_prefix("SUB ") {
+                    sid = rest.split_whitespace().last().unwrap().to_string();
+                } else if line.starts_with("UNSUB ") {
+                    unsub = true;
+                } else if line.starts_with("PING") && !unsub {
+                    w.write_all(b"PONG\r\n").await.unwrap();
+                } else if line.starts_with("PING") {
+                    break;
+                }
+            }
+            // The drain's UNSUB and PING are read. Something else wakes the client
+            // first; then a message sent before the UNSUB was read; then the PONG.
+            w.write_all(b"PING\r\n").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            w.write_all(format!("MSG s {sid} 5\r\nhello\r\nPONG\r\n").as_bytes())
+                .await
+                .unwrap();
+            // Kept open until the client is done.
+            while let Ok(Some(_)) = lines.next_line().await {}
+        });
+        let client = crate::ConnectOptions::new()
+            .connect(format!("127.0.0.1:{port}"))
+            .await
+            .unwrap();
+        let mut sub = client.subscribe("s").await.unwrap();
+        client.flush().await.unwrap();
+        sub.drain().await.unwrap();
+        let got = timeout(Duration::from_secs(5), sub.next()).await.unwrap();
+        assert_eq!(
+            got.map(|m| m.payload),
+            Some(bytes::Bytes::from_static(b"hello")),
+            "the message the server sent before the UNSUB"
+        );
+        let end = timeout(Duration::from_secs(5), sub.next()).await.unwrap();
+        assert!(end.is_none(), "the subscription ends at the PONG");
+        drop(client);
+        server.abort();
     }
 
     #[tokio::test]
