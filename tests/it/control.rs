@@ -929,6 +929,43 @@ async fn sighup_applies_live_keys_under_load_losing_and_repeating_nothing() {
     );
 }
 
+/// `http.max_concurrent_streams` is an `[http]` key like the others: a reload builds
+/// the h2c client anew with it, and the next requests spread over connections.
+#[tokio::test]
+async fn sighup_spreads_h2c_requests_once_max_concurrent_streams_is_set() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::start_h2c(|_, _| Reply::status(200).after(Duration::from_millis(40))).await;
+    let h2c = "version = \"h2c\"";
+    let mut d = Daemon::start(&reload_text(&env, &app, "max_in_flight = 16", h2c)).await;
+    d.wait_ready_body("ready", Duration::from_secs(20), |c, _| c == 200)
+        .await;
+    publish(&env.js, "p.a", 64).await;
+    app.wait_for("the first 64", Duration::from_secs(20), |r| r.len() >= 64)
+        .await;
+    assert_eq!(app.connections(), 1, "one connection up to the app's limit");
+    let spread = format!("{h2c}\nmax_concurrent_streams = 4");
+    let lines = reload(
+        &d,
+        &reload_text(&env, &app, "max_in_flight = 16", &spread),
+        "config reloaded",
+    )
+    .await;
+    let changed = line(&lines, "config reloaded")["changed"].as_str().unwrap();
+    assert!(changed.contains("http.max_concurrent_streams"), "{changed}");
+    publish(&env.js, "p.a", 64).await;
+    app.wait_for("all 128", Duration::from_secs(20), |r| r.len() >= 128)
+        .await;
+    assert_eq!(app.acked_seqs().len(), 128, "every message, once");
+    assert_eq!(app.requests().len(), 128);
+    assert!(
+        app.connections() > 4,
+        "the old client's connection, and the new client's 16 in flight on connections of 4: {} in all",
+        app.connections()
+    );
+    d.signal("TERM");
+    assert_eq!(d.wait_exit(Duration::from_secs(20)).await.0, Some(0));
+}
+
 #[tokio::test]
 async fn sighup_refuses_keys_that_cannot_change_live_and_configs_that_do_not_validate() {
     let env = Env::start(&["p.>"]).await;
