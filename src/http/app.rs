@@ -152,10 +152,8 @@ impl AppClient {
     ) -> Result<AppAnswer, Broke> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut headers = headers;
-        if self.h2c.is_some() || self.h1.is_some() {
-            // What reqwest sends (so `https://` apps get it): the same on every path.
-            (headers.entry(ACCEPT)).or_insert(HeaderValue::from_static("*/*"));
-        }
+        // What reqwest would add when it is missing: the same over every client.
+        (headers.entry(ACCEPT)).or_insert(HeaderValue::from_static("*/*"));
         if let Some(h2c) = &self.h2c {
             let sent = h2c.exchange(method, url, headers, body);
             return within(deadline, sent).await.map(AppAnswer::H2);

@@ -61,6 +61,13 @@ struct Idle {
     since: Instant,
 }
 
+impl Idle {
+    /// Still open, and idle for less than `idle_for`.
+    fn usable(&self, idle_for: Duration) -> bool {
+        !self.tx.is_closed() && self.since.elapsed() < idle_for
+    }
+}
+
 /// An answer's head, and its body still to be read.
 pub(crate) struct H1Answer {
     pub(crate) head: ::http::response::Parts,
@@ -168,7 +175,7 @@ impl H1 {
         let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
         let conns = pool.idle.get_mut(key)?;
         while let Some(c) = conns.pop() {
-            if !c.tx.is_closed() && c.since.elapsed() < self.idle_for {
+            if c.usable(self.idle_for) {
                 return Some(c.tx);
             }
         }
@@ -202,7 +209,7 @@ impl H1 {
     fn expire(&self) -> Option<Instant> {
         let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
         pool.idle.retain(|_, conns| {
-            conns.retain(|c| !c.tx.is_closed() && c.since.elapsed() < self.idle_for);
+            conns.retain(|c| c.usable(self.idle_for));
             !conns.is_empty()
         });
         let next = pool.idle.values().flatten().map(|c| c.since).min();
@@ -312,6 +319,18 @@ mod tests {
         }
     }
 
+    /// Waits (5 s at most) until `cond` holds.
+    async fn until(what: &str, cond: impl Fn() -> bool) {
+        let holds = async {
+            while !cond() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), holds)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: not within 5 s"));
+    }
+
     async fn post(h1: &Arc<H1>, url: &reqwest::Url) -> Result<Bytes, Broke> {
         let body = Some(Bytes::from_static(b"{}"));
         let sent = h1.exchange(reqwest::Method::POST, url, HeaderMap::new(), body);
@@ -340,17 +359,12 @@ mod tests {
             assert_eq!(&post(&h1, &url).await.unwrap()[..], b"ok");
             // Eventually the app's close has reached the pooled connection.
             let key = origin(None, &url);
-            let closed = async {
-                while !h1.pool.lock().unwrap().idle[&key]
+            until("the app's close reached the pool", || {
+                h1.pool.lock().unwrap().idle[&key]
                     .iter()
                     .all(|c| c.tx.is_closed())
-                {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            };
-            tokio::time::timeout(Duration::from_secs(5), closed)
-                .await
-                .unwrap();
+            })
+            .await;
             assert_eq!(conns.load(Ordering::SeqCst), n);
         }
     }
@@ -383,34 +397,21 @@ mod tests {
         assert_eq!(conns.load(Ordering::SeqCst), 3);
         assert_eq!(ended.load(Ordering::SeqCst), 0, "kept while young");
         // With no request after them, the app sees the three closed.
-        let all_closed = async {
-            while ended.load(Ordering::SeqCst) < 3 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(5), all_closed)
-            .await
-            .expect("idle connections closed");
-        let pool = || h1.pool.lock().unwrap().reaping;
-        let reaper_ended = async {
-            while pool() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(5), reaper_ended)
-            .await
-            .expect("the reaper ends with the pool empty");
+        until("idle connections closed", || {
+            ended.load(Ordering::SeqCst) >= 3
+        })
+        .await;
+        until("the reaper ends with the pool empty", || {
+            !h1.pool.lock().unwrap().reaping
+        })
+        .await;
         // The next request connects again, and its connection is reaped in turn.
         assert_eq!(&post(&h1, &url).await.unwrap()[..], b"ok");
         assert_eq!(conns.load(Ordering::SeqCst), 4);
-        let closed = async {
-            while ended.load(Ordering::SeqCst) < 4 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(5), closed)
-            .await
-            .expect("the new connection reaped too");
+        until("the new connection reaped too", || {
+            ended.load(Ordering::SeqCst) >= 4
+        })
+        .await;
     }
 
     #[test]

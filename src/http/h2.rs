@@ -15,9 +15,10 @@
 //! stream limit does not become jetrelay's concurrency: the connections are at most
 //! the requests in flight over the limit, and one the app closes is not made again
 //! until it is needed. `http.max_concurrent_streams` lowers that limit, to spread the
-//! requests over a few connections (each side handles a connection's frames in turn). A request that finds its connection closed before anything was
-//! sent is sent on a new one, once. The settings are hyper's client's: answers get windows of 2 MiB a stream
-//! and 5 MiB a connection, their headers up to 16 KiB; no server push.
+//! requests over a few connections (each side handles a connection's frames in
+//! turn). A request that finds its connection closed before anything was sent is sent
+//! on a new one, once. The settings are hyper's client's: answers get windows of 2 MiB
+//! a stream and 5 MiB a connection, their headers up to 16 KiB; no server push.
 
 use std::collections::HashMap;
 use std::path::Path;
