@@ -2,7 +2,9 @@
 //! configuration error naming its key), and read again when the file changes (looked
 //! at once a second at most), so that a rotated token or key is used without a
 //! restart; while the file cannot be read, its last value stays in use. The value is
-//! never logged and never in `Debug`.
+//! never logged and never in `Debug`. Also how a secret is shown when it must be
+//! compared but not seen ([`Salt::fingerprint`]: salted and slow, so that what
+//! `/config` shows cannot be turned back into a weak password).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -151,6 +153,78 @@ fn read(key: &str, path: &PathBuf) -> Result<Arc<str>, SecretError> {
     Ok(Arc::from(text))
 }
 
+/// PBKDF2 rounds of a fingerprint: about 20 ms of one core for the few secrets of a
+/// config (computed at start, at a reload and by `check --diff-running`, never per
+/// request), a guess as dear as that to whoever reads `/config`.
+const FINGERPRINT_ROUNDS: u32 = 50_000;
+
+/// The salt of the fingerprints one process shows: random when the process starts,
+/// so that the same secret fingerprints alike within it (a reload's diff, `/config`)
+/// and differently in any other, and no table of guesses serves two of them. Each
+/// fingerprint carries its salt, so that `check --diff-running` fingerprints the
+/// file's secrets as the running process did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Salt([u8; 16]);
+
+impl Salt {
+    /// A salt from the system's random source.
+    pub fn random() -> Salt {
+        let mut salt = [0u8; 16];
+        if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut salt).is_err() {
+            // No random source (it does not fail on the systems jetrelay runs on):
+            // the clock still makes the salt this process's own.
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
+            salt[..16].copy_from_slice(&now.as_nanos().to_le_bytes());
+            salt[0] ^= std::process::id().to_le_bytes()[0];
+        }
+        Salt(salt)
+    }
+
+    /// One salt for the tests of what flattens a config.
+    #[cfg(test)]
+    pub const FIXED_FOR_TESTS: Salt = Salt([7; 16]);
+
+    /// This process's salt: made once, at its first use.
+    pub fn of_process() -> Salt {
+        static SALT: std::sync::OnceLock<Salt> = std::sync::OnceLock::new();
+        *SALT.get_or_init(Salt::random)
+    }
+
+    /// The salt a fingerprint was made with (`<redacted pbkdf2:<salt>:<hash>>`), if
+    /// `shown` holds one.
+    pub fn of_shown(shown: &str) -> Option<Salt> {
+        let hex = shown.split("<redacted pbkdf2:").nth(1)?.get(..32)?;
+        let mut salt = [0u8; 16];
+        for (i, b) in salt.iter_mut().enumerate() {
+            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Salt(salt))
+    }
+
+    /// How `secret` is shown: PBKDF2-HMAC-SHA256 with this salt, 64 bits of it, the
+    /// salt beside it. The same secret shows the same text under one salt; a changed
+    /// one, other text.
+    pub fn fingerprint(&self, secret: &str) -> String {
+        let mut hash = [0u8; 8];
+        let rounds =
+            std::num::NonZeroU32::new(FINGERPRINT_ROUNDS).unwrap_or(std::num::NonZeroU32::MIN);
+        ring::pbkdf2::derive(
+            ring::pbkdf2::PBKDF2_HMAC_SHA256,
+            rounds,
+            &self.0,
+            secret.as_bytes(),
+            &mut hash,
+        );
+        format!("<redacted pbkdf2:{}:{}>", hex(&self.0), hex(&hash))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The token of an `Authorization: Bearer <token>` value: the scheme in any case
 /// (RFC 7235: auth schemes are case-insensitive), one or more spaces, the token
 /// with surrounding blanks trimmed; `None` for another scheme or no token.
@@ -172,6 +246,37 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fingerprint_is_salted_slow_and_stable_under_its_salt() {
+        let (a, b) = (Salt::random(), Salt::random());
+        assert_ne!(a, b);
+        let fp = a.fingerprint("hunter2");
+        assert_eq!(
+            fp,
+            a.fingerprint("hunter2"),
+            "the same secret, the same text"
+        );
+        assert_ne!(fp, a.fingerprint("hunter3"), "a changed secret, other text");
+        assert_ne!(fp, b.fingerprint("hunter2"), "another process, other text");
+        assert_eq!(Salt::of_shown(&fp), Some(a));
+        assert_eq!(Salt::of_shown(&format!("https://u:{fp}@h/")), Some(a));
+        assert_eq!(Salt::of_shown("<redacted 0123>"), None);
+        // Not any fast hash of the secret: FNV-1a (what was shown before), SHA-256
+        // and HMAC-SHA256 keyed by the salt, in any 64 bits of them.
+        let shown_hash = fp.rsplit(':').next().unwrap().trim_end_matches('>');
+        let mut fnv: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in b"hunter2" {
+            fnv ^= u64::from(*byte);
+            fnv = fnv.wrapping_mul(0x0100_0000_01b3);
+        }
+        let sha = hex(ring::digest::digest(&ring::digest::SHA256, b"hunter2").as_ref());
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &a.0);
+        let mac = hex(ring::hmac::sign(&key, b"hunter2").as_ref());
+        for fast in [format!("{fnv:016x}"), sha, mac] {
+            assert!(!fast.contains(shown_hash), "{fast} holds {shown_hash}");
+        }
+    }
 
     #[test]
     fn a_bearer_tokens_scheme_in_any_case() {

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::cli::check::{CheckError, Report};
 use crate::config::Config;
-use crate::config::reload::{diff, flatten};
+use crate::config::reload::{diff, flatten, salt_of};
+use crate::secret::Salt;
 
 /// The running config's URL: `url` when given, else the admin port of `config`
 /// (`admin.listen`, a wildcard address asked on loopback).
@@ -41,7 +42,9 @@ pub async fn diff_running(config: &Config, url: &str) -> Result<Report, CheckErr
     let text = crate::http::running::get_text(url).await?;
     let running: BTreeMap<String, Value> =
         serde_json::from_str(&text).map_err(|e| CheckError::NotAConfig(format!("{url}: {e}")))?;
-    let changes = diff(&running, &flatten(config));
+    // The file's secrets fingerprinted as the running process fingerprints its own.
+    let salt = salt_of(&running).unwrap_or_else(Salt::random);
+    let changes = diff(&running, &flatten(config, salt));
     let mut lines = Vec::new();
     if changes.is_empty() {
         lines.push(format!(

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::Config;
+use crate::secret::Salt;
 
 /// One key whose value differs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,20 +78,29 @@ pub fn is_live(key: &str) -> bool {
 }
 
 /// The config as dotted keys and JSON values, what could be a secret fingerprinted
-/// ([`fingerprint`]): every header value from the config (`http.headers`,
+/// with `salt` ([`Salt::fingerprint`]): every header value from the config (`http.headers`,
 /// `otel.headers`: static headers may carry a token) and the userinfo of every URL
 /// (`http.url` and `http.health_url` may carry a `user:password`; the other URLs
 /// refuse one, and every other secret is a file's path). Lists are one key
 /// (`http.retry_statuses`).
-pub fn flatten(c: &Config) -> BTreeMap<String, Value> {
+pub fn flatten(c: &Config, salt: Salt) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     // Serialising a tree of plain values cannot fail; an empty map is then shown.
     let tree = serde_json::to_value(c).unwrap_or(Value::Null);
     walk("", &tree, &mut out);
     for (k, v) in &mut out {
-        hide(k, v);
+        hide(k, v, salt);
     }
     out
+}
+
+/// The salt of the fingerprints in a flattened config (its first), if it shows any.
+pub fn salt_of(shown: &BTreeMap<String, Value>) -> Option<Salt> {
+    shown.values().find_map(|v| match v {
+        Value::String(text) => Salt::of_shown(text),
+        Value::Array(items) => items.iter().find_map(|i| Salt::of_shown(i.as_str()?)),
+        _ => None,
+    })
 }
 
 /// The config's maps of header values: each value is fingerprinted whole.
@@ -106,16 +116,16 @@ fn of_tables(key: &str) -> &str {
 
 /// Fingerprints what could be a secret in the value of `key`: a header value whole,
 /// a URL's userinfo (in a list too: `nats.servers`).
-fn hide(key: &str, v: &mut Value) {
+fn hide(key: &str, v: &mut Value, salt: Salt) {
     match v {
         Value::String(text) if HEADER_MAPS.iter().any(|m| of_tables(key).starts_with(m)) => {
-            *text = fingerprint(text);
+            *text = salt.fingerprint(text);
         }
-        Value::String(text) => *text = shown_url(text),
+        Value::String(text) => *text = shown_url(text, salt),
         Value::Array(items) => {
             for item in items {
                 if let Value::String(text) = item {
-                    *text = shown_url(text);
+                    *text = shown_url(text, salt);
                 }
             }
         }
@@ -127,7 +137,7 @@ fn hide(key: &str, v: &mut Value) {
 /// kept (`http://alice:<redacted …>@host/`); a userinfo without a password is the
 /// credential itself (`https://token@host`) and is fingerprinted whole. Other text
 /// is returned as it is.
-pub fn shown_url(text: &str) -> String {
+pub fn shown_url(text: &str, salt: Salt) -> String {
     if !text.contains("://") {
         return text.to_string();
     }
@@ -136,8 +146,8 @@ pub fn shown_url(text: &str) -> String {
     };
     let userinfo = &text[start..end];
     let hidden = match userinfo.split_once(':') {
-        Some((user, password)) => format!("{user}:{}", fingerprint(password)),
-        None => fingerprint(userinfo),
+        Some((user, password)) => format!("{user}:{}", salt.fingerprint(password)),
+        None => salt.fingerprint(userinfo),
     };
     format!("{}{hidden}{}", &text[..start], &text[end..])
 }
@@ -166,19 +176,6 @@ fn walk(prefix: &str, v: &Value, out: &mut BTreeMap<String, Value>) {
     }
 }
 
-/// A stable fingerprint of a value that must not be shown (FNV-1a, 64 bits): two
-/// configs with the same secret show the same text, a changed secret another one.
-/// The one way a secret from the config is shown (`/config`, `check
-/// --diff-running`, the reload log).
-pub fn fingerprint(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("<redacted {h:016x}>")
-}
-
 /// The keys whose values differ between `running` and `new` (both flattened), in
 /// key order.
 pub fn diff(running: &BTreeMap<String, Value>, new: &BTreeMap<String, Value>) -> Vec<Change> {
@@ -202,6 +199,9 @@ pub fn diff(running: &BTreeMap<String, Value>, new: &BTreeMap<String, Value>) ->
 mod tests {
     use super::*;
 
+    /// One salt, as within one process.
+    const SALT: Salt = Salt::FIXED_FOR_TESTS;
+
     const BASE: &str = r#"
         [nats]
         servers = "nats://127.0.0.1:4222"
@@ -217,7 +217,7 @@ mod tests {
     fn changes(extra: &str) -> Vec<(String, bool)> {
         let a = Config::from_toml(&[BASE]).unwrap();
         let b = Config::from_toml(&[BASE, extra]).unwrap();
-        diff(&flatten(&a), &flatten(&b))
+        diff(&flatten(&a, SALT), &flatten(&b, SALT))
             .into_iter()
             .map(|c| (c.key, c.live))
             .collect()
@@ -271,7 +271,7 @@ mod tests {
              [sources.a]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"a\"\n\
              [sources.a.http]\nheaders = { X-Token = \"s3cret-value\" }\n"])
         .unwrap();
-        let shown = serde_json::to_string(&flatten(&c)).unwrap();
+        let shown = serde_json::to_string(&flatten(&c, SALT)).unwrap();
         assert!(!shown.contains("s3cret-value"), "{shown}");
         assert!(
             shown.contains("\"sources.a.http.headers.X-Token\":\"<redacted "),
@@ -307,17 +307,18 @@ mod tests {
 
     #[test]
     fn secrets_are_fingerprinted_never_shown() {
-        let a = flatten(&Config::from_toml(&[BASE]).unwrap());
+        let a = flatten(&Config::from_toml(&[BASE]).unwrap(), SALT);
         let text = serde_json::to_string(&a).unwrap();
         assert!(!text.contains("t0ken"), "{text}");
         assert!(
             text.contains("\"http.headers.X-Token\":\"<redacted "),
             "{text}"
         );
-        let b = flatten(&Config::from_toml(&[BASE]).unwrap());
+        let b = flatten(&Config::from_toml(&[BASE]).unwrap(), SALT);
         assert_eq!(a, b, "the same secret, the same fingerprint");
         let other = flatten(
             &Config::from_toml(&[BASE, "[http]\nheaders = { X-Token = \"t0ken2\" }"]).unwrap(),
+            SALT,
         );
         assert_ne!(
             a.get("http.headers.X-Token"),
@@ -327,7 +328,7 @@ mod tests {
 
     #[test]
     fn a_urls_password_is_fingerprinted_its_user_and_place_kept() {
-        let fp = fingerprint("hunter2");
+        let fp = SALT.fingerprint("hunter2");
         for (url, shown) in [
             (
                 "http://alice:hunter2@app:8080/m?x=1",
@@ -335,14 +336,14 @@ mod tests {
             ),
             (
                 "https://hunter2@app/m",
-                format!("https://{}@app/m", fingerprint("hunter2")),
+                format!("https://{}@app/m", SALT.fingerprint("hunter2")),
             ),
             ("http://app:8080/m@x", "http://app:8080/m@x".to_string()),
             ("http://app:8080/m", "http://app:8080/m".to_string()),
             ("ops@example.com", "ops@example.com".to_string()),
             ("", String::new()),
         ] {
-            assert_eq!(shown_url(url), shown, "{url}");
+            assert_eq!(shown_url(url, SALT), shown, "{url}");
         }
     }
 
@@ -362,12 +363,12 @@ mod tests {
             ])
             .unwrap()
         };
-        let shown = flatten(&with(secret));
+        let shown = flatten(&with(secret), SALT);
         let text = serde_json::to_string(&shown).unwrap();
         assert!(!text.contains(secret), "{text}");
         assert!(text.contains("http://alice:<redacted "), "{text}");
         assert!(text.contains("http://bob:<redacted "), "{text}");
-        let changes = diff(&shown, &flatten(&with("other")));
+        let changes = diff(&shown, &flatten(&with("other"), SALT));
         let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
         assert_eq!(
             keys,

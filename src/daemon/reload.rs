@@ -28,6 +28,7 @@ use crate::ops::telemetry::chain;
 use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
 use crate::seam::time::Deadline;
+use crate::secret::Salt;
 use crate::source::Runner;
 use crate::source::settings::SourceSettings;
 
@@ -93,7 +94,7 @@ pub(super) struct Running {
 
 /// What `/config` shows of a config.
 pub(super) fn shown(config: &Config) -> String {
-    serde_json::to_string(&flatten(config)).unwrap_or_else(|_| "{}".into())
+    serde_json::to_string(&flatten(config, Salt::of_process())).unwrap_or_else(|_| "{}".into())
 }
 
 impl Running {
@@ -146,8 +147,9 @@ impl Running {
             return Err(Refused::Drained);
         }
         let new = loaded.map_err(|e| Refused::Invalid(chain(&e)))?;
-        let running: BTreeMap<String, Value> = flatten(&self.config);
-        let changes = diff(&running, &flatten(&new));
+        let salt = Salt::of_process();
+        let running: BTreeMap<String, Value> = flatten(&self.config, salt);
+        let changes = diff(&running, &flatten(&new, salt));
         // A source added or removed whole is the fleet's to start or drain.
         let (old_names, new_names) = (self.config.sources.keys(), new.sources.keys());
         let moved: Vec<&String> = old_names

@@ -1120,6 +1120,8 @@ async fn no_secret_of_the_config_shows_on_the_admin_port_in_check_or_in_the_log(
         out.contains("otel.headers.Authorization: \"<redacted "),
         "a change still shows: {out}"
     );
+    // The unchanged secrets fingerprint as the running process's do (its salt).
+    assert!(out.contains(": 1 key(s) differ"), "{out}");
     assert!(!out.contains(MARK) && !err.contains(MARK), "{out}{err}");
     // The reload log: a refused change of the collector's token, a broken URL.
     let lines = reload(

@@ -138,7 +138,7 @@ fn every_config_key_the_loader_takes_is_in_the_reference_and_no_other() {
 fn the_reference_shows_each_keys_default() {
     let mut config = Config::default();
     config.topology.managed_stream = Some(Default::default());
-    let defaults = jetrelay::config::reload::flatten(&config);
+    let defaults = jetrelay::config::reload::flatten(&config, jetrelay::secret::Salt::of_process());
     let mut wrong = Vec::new();
     let mut compared = 0;
     for (names, cells) in reference_rows("Configuration") {
