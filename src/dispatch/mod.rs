@@ -839,6 +839,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                     attempt: e.attempt,
                     received: e.received,
                     verdict: e.verdict.clone(),
+                    conflict: None,
                 })
             })
             .collect();
