@@ -4,13 +4,16 @@
 //! logged. A message the app processed gets its marker after its outputs are
 //! committed and before its ack. A marker that cannot be read lets the message go to
 //! the app (at least once, as without markers); one that cannot be written is tried
-//! again within `ack_wait`, then the message is acked anyway. Both are counted.
+//! again for `min(ack_wait / 2, 5 s)`, then the message is acked anyway; while markers
+//! cannot be written, readiness says why (naming the bucket) and each message tries
+//! once. Failures are counted.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Dispatch;
+use super::{Dispatch, Marking};
 use crate::message::Delivery;
 use crate::ops::telemetry::chain;
 use crate::policy::backoff;
@@ -20,6 +23,15 @@ use crate::seam::publish::Publish;
 
 /// The first wait before a marker write is tried again; it doubles, up to a second.
 const FIRST_WAIT: Duration = Duration::from_millis(50);
+
+/// A failing marker write holds its message at most this long (or half `ack_wait`).
+const HOLD_MAX: Duration = Duration::from_secs(5);
+
+/// How long a failing marker write holds its message: half the consumer's
+/// `ack_wait` (its keep-alive would be due), at most [`HOLD_MAX`].
+pub(super) fn hold(ack_wait: Duration) -> Duration {
+    (ack_wait / 2).min(HOLD_MAX)
+}
 
 impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     /// The marker of `d` (its key and value), when markers are on and it has one.
@@ -65,8 +77,8 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     }
 
     /// Writes `markers` (all sent, then every acknowledgement awaited), trying again
-    /// until `ack_wait` from the first try would run out; then gives up, counting
-    /// each, and the caller acks anyway.
+    /// for [`hold`] of `ack_wait` from the first try (once, while markers cannot be
+    /// written); then gives up, counting each, and the caller acks anyway.
     pub(super) async fn mark_processed(&self, markers: Vec<(String, String)>) {
         let Some(m) = &self.markers else {
             return;
@@ -74,28 +86,46 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         if markers.is_empty() {
             return;
         }
-        let started = Instant::now();
+        let hold = hold(m.patience);
+        let until = Instant::now() + hold;
+        let down = m.down.load(Relaxed);
         let mut tries = 0u32;
-        loop {
-            let Err(e) = m.store.mark(&markers).await else {
-                return;
+        let why = loop {
+            let why = match tokio::time::timeout_at(until, m.store.mark(&markers)).await {
+                Ok(Ok(())) => return self.markers_written(m),
+                Ok(Err(e)) => chain(&e),
+                Err(_) => format!("no answer within {} ms", hold.as_millis()),
             };
             tries = tries.saturating_add(1);
             let wait = backoff(FIRST_WAIT, Duration::from_secs(1), tries);
-            if started.elapsed() + wait >= m.patience {
-                for _ in &markers {
-                    self.metrics.idempotency_failed();
-                }
-                tracing::error!(
-                    error = %chain(&e),
-                    messages = markers.len(),
-                    tries,
-                    "idempotency markers not written within ack_wait: acked without them (a redelivery would reach the app again)"
-                );
-                return;
+            if down || Instant::now() + wait >= until {
+                break why;
             }
-            tracing::warn!(error = %chain(&e), tries, "idempotency markers not written yet: trying again");
+            tracing::warn!(error = %why, tries, "idempotency markers not written yet: trying again");
             tokio::time::sleep(wait).await;
+        };
+        for _ in &markers {
+            self.metrics.idempotency_failed();
+        }
+        if !m.down.swap(true, Relaxed) {
+            self.readiness.set_markers_down(Some(format!(
+                "idempotency markers cannot be written to bucket {} ({why}): messages are acked without them",
+                m.bucket
+            )));
+        }
+        tracing::error!(
+            error = %why,
+            messages = markers.len(),
+            tries,
+            "idempotency markers not written: acked without them (a redelivery would reach the app again)"
+        );
+    }
+
+    /// A marker write was stored: markers can be written (again).
+    fn markers_written(&self, m: &Marking<M>) {
+        if m.down.swap(false, Relaxed) {
+            tracing::info!("idempotency markers are written again");
+            self.readiness.set_markers_down(None);
         }
     }
 }

@@ -566,6 +566,8 @@ struct Rig {
     marker_keys: Markings,
     /// Each marker write: how many keys it carried.
     marker_writes: Arc<Mutex<Vec<usize>>>,
+    /// How many marker writes fail from now on.
+    marker_failing: Arc<Mutex<u32>>,
     batches: Arc<Mutex<Vec<Vec<u64>>>>,
     events: mpsc::UnboundedSender<Event<FakeSettler>>,
     log: Log,
@@ -714,13 +716,19 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let (live_tx, live) = watch::channel(Arc::new(live));
     let marker_keys: Markings = Arc::default();
     let marker_writes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let marker_failing: Arc<Mutex<u32>> = Arc::default();
     let markers = knobs.markers.clone().map(|(keys, failing)| {
         marker_keys.lock().unwrap().extend(keys);
         super::Marking {
+            down: false.into(),
+            bucket: "marks".into(),
             store: FakeMarkers {
                 log: Arc::clone(&log),
                 keys: Arc::clone(&marker_keys),
-                failing: Arc::new(Mutex::new(failing)),
+                failing: {
+                    *marker_failing.lock().unwrap() = failing;
+                    Arc::clone(&marker_failing)
+                },
                 writes: Arc::clone(&marker_writes),
                 delay: MS,
             },
@@ -772,6 +780,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     Rig {
         marker_keys,
         marker_writes,
+        marker_failing,
         metrics,
         batches,
         events,
@@ -2773,7 +2782,8 @@ async fn a_processed_message_is_marked_after_its_outputs_and_before_its_ack_and_
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_marker_that_cannot_be_written_is_tried_again_within_ack_wait_then_acked_anyway() {
+async fn a_marker_that_cannot_be_written_is_tried_again_for_half_ack_wait_5_s_at_most_then_acked_anyway()
+ {
     // Two failed writes: the third stores it, then the ack.
     let r = rig(
         Knobs {
@@ -2794,7 +2804,8 @@ async fn a_marker_that_cannot_be_written_is_tried_again_within_ack_wait_then_ack
     );
     r.stop().await;
 
-    // Never written: acked anyway within ack_wait (30 s here), counted.
+    // Never written: acked anyway after min(ack_wait / 2, 5 s) (ack_wait is 30 s
+    // here), counted.
     let r = rig(
         Knobs {
             markers: Some((Vec::new(), u32::MAX)),
@@ -2814,13 +2825,59 @@ async fn a_marker_that_cannot_be_written_is_tried_again_within_ack_wait_then_ack
     );
     let acked = r.told_at(1, &Told::Ack)[0];
     assert!(
-        acked - start < 30 * S,
-        "within ack_wait: {:?}",
+        acked - start <= 5 * S + 100 * MS,
+        "held at most 5 s: {:?}",
         acked - start
     );
     assert_eq!(
         r.metrics.sample("jetrelay_idempotency_failures_total"),
         Some(1.0)
+    );
+    r.stop().await;
+}
+
+#[test]
+fn a_failing_marker_write_holds_its_message_half_ack_wait_and_5_s_at_most() {
+    for (ack_wait, held) in [(30 * S, 5 * S), (10 * S, 5 * S), (4 * S, 2 * S), (S, S / 2)] {
+        assert_eq!(super::markers::hold(ack_wait), held, "{ack_wait:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_markers_cannot_be_written_readiness_names_the_bucket_and_each_message_tries_once() {
+    let r = rig(
+        Knobs {
+            markers: Some((Vec::new(), u32::MAX)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "a");
+    wait(10 * S).await;
+    let reason = r.readiness.status().reason;
+    assert!(
+        reason.starts_with("idempotency markers cannot be written to bucket marks ("),
+        "{reason}"
+    );
+    assert!(
+        r.readiness.status().ready,
+        "messages are acked: still ready"
+    );
+    // Down: the next message tries once, and is acked at once.
+    let start = Instant::now();
+    r.send(2, "a");
+    wait(S).await;
+    assert_eq!(r.settled(2), [Told::MarkFailed, Told::Ack]);
+    assert!(r.told_at(2, &Told::Ack)[0] - start < 10 * MS);
+    // Writes work again: the next marker is stored, readiness says nothing of it.
+    *r.marker_failing.lock().unwrap() = 0;
+    r.send(3, "a");
+    wait(S).await;
+    assert_eq!(r.settled(3), [Told::Marked, Told::Ack]);
+    assert_eq!(r.readiness.status().reason, "");
+    assert_eq!(
+        r.metrics.sample("jetrelay_idempotency_failures_total"),
+        Some(2.0)
     );
     r.stop().await;
 }

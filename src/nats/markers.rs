@@ -3,7 +3,9 @@
 //! `crate::seam::markers::Marked::value` (the message it marks) under `<scope>.<id>`
 //! (`crate::seam::markers::marker_key`) that the server removes
 //! `idempotency_ttl_ms` after it was written. Writes are plain JetStream publishes
-//! to `$KV.<bucket>.<key>` with `Nats-TTL`, all sent before any PubAck is awaited.
+//! to `$KV.<bucket>.<key>` with `Nats-TTL`, all sent before any PubAck is awaited; a
+//! write that finds no bucket (deleted at run time) fails, and has a task make it
+//! again as at startup, for the dispatcher's next try.
 //! Reads are coalesced ([`Coalesce`]): a lone read goes out at once, and the reads
 //! asked for while it is on the wire (a pull's messages, back to back, or a batch's)
 //! share the next request, one batched direct get (`multi_last`) for all of them.
@@ -14,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishError;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
 use tokio::sync::oneshot;
@@ -103,7 +105,21 @@ pub struct MarkerStore {
     /// `KV_<bucket>`
     stream: String,
     reads: Arc<Coalesce>,
+    /// Whether the bucket is being made again, and when that last failed.
+    remaking: Arc<Mutex<Remaking>>,
 }
+
+/// The bucket made again, by a task of its own that no write waits for.
+#[derive(Debug, Default)]
+struct Remaking {
+    /// A task is at it.
+    running: bool,
+    /// When the last attempt failed.
+    failed: Option<tokio::time::Instant>,
+}
+
+/// After a failed attempt to make the bucket again, the next waits this long.
+const REMAKE_EVERY: Duration = Duration::from_secs(1);
 
 /// The markers' bucket as jetrelay makes it: one marker a key, file storage,
 /// per-key TTLs.
@@ -162,6 +178,7 @@ impl Nats {
             nats: self.clone(),
             stream: format!("KV_{bucket}"),
             reads: Arc::default(),
+            remaking: Arc::default(),
         })
     }
 }
@@ -296,9 +313,13 @@ impl Markers for MarkerStore {
     }
 
     async fn mark(&self, markers: &[(String, String)]) -> Result<(), NatsError> {
-        self.write(markers)
-            .await
-            .map_err(|e| self.failed("write a marker", e))
+        let written = self.write(markers).await;
+        if let Err(e) = &written
+            && e.kind() == PublishErrorKind::StreamNotFound
+        {
+            self.remake_soon();
+        }
+        written.map_err(|e| self.failed("write a marker", e))
     }
 }
 
@@ -323,6 +344,62 @@ impl MarkerStore {
             r?;
         }
         Ok(())
+    }
+
+    /// A write found no bucket (deleted at run time): a task makes it again as at
+    /// startup, unless one is at it or the last attempt failed within
+    /// [`REMAKE_EVERY`]. The write fails meanwhile; the dispatcher tries again.
+    fn remake_soon(&self) {
+        {
+            let mut r = self.remaking.lock().unwrap_or_else(PoisonError::into_inner);
+            if r.running || r.failed.is_some_and(|at| at.elapsed() < REMAKE_EVERY) {
+                return;
+            }
+            r.running = true;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            let made = store.remake().await;
+            let mut r = store
+                .remaking
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            r.running = false;
+            r.failed = match made {
+                Ok(()) => None,
+                Err(e) => {
+                    tracing::warn!(error = %crate::ops::telemetry::chain(&e), "the idempotency bucket cannot be made again");
+                    Some(tokio::time::Instant::now())
+                }
+            };
+        });
+    }
+
+    /// Makes the bucket as at startup, when it is missing.
+    ///
+    /// # Errors
+    /// [`NatsError::Markers`] when it can be neither read nor made.
+    async fn remake(&self) -> Result<(), NatsError> {
+        if self.nats.marker_bucket(&self.bucket).await? != MarkerBucket::Missing {
+            return Ok(());
+        }
+        tracing::warn!(bucket = %self.bucket, "the idempotency bucket is gone: making it again");
+        match self
+            .nats
+            .bucket_or_create(bucket_config(&self.bucket))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(bucket = %self.bucket, "the idempotency bucket was made again");
+                Ok(())
+            }
+            Err(NatsError::Kv { source, .. }) => Err(NatsError::Markers {
+                bucket: self.bucket.clone(),
+                step: "make it again (it was deleted)",
+                source,
+            }),
+            Err(other) => Err(other),
+        }
     }
 }
 

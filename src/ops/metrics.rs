@@ -456,7 +456,7 @@ impl OnceCollectors {
             )?,
             marker_failures: r.counter(
                 "jetrelay_idempotency_failures_total",
-                "Idempotency markers that could not be written or read within ack_wait: the message was acked (or sent) anyway",
+                "Idempotency markers that could not be written within min(ack_wait / 2, 5 s), or read: the message was acked (or sent) anyway",
             )?,
             conflicts: r.counter(
                 "jetrelay_idempotency_conflicts_total",

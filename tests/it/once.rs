@@ -469,6 +469,111 @@ async fn a_missing_bucket_is_made_with_per_key_ttls_and_one_that_cannot_be_is_a_
 }
 
 #[tokio::test]
+async fn a_bucket_deleted_at_run_time_is_made_again_and_every_message_goes_on_being_marked_and_acked()
+ {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable, bucket) = (unique("S"), unique("d"), unique("marks"));
+    create_stream(&js, &stream, &["once.>"]).await;
+    let app = MockApp::ok().await;
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        &format!("[delivery]\nidempotency_bucket = \"{bucket}\"\n"),
+    ))
+    .await;
+    publish(&js, "once.a", 50).await;
+    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    js.delete_key_value(&bucket).await.unwrap();
+    // 600 more: without the bucket made again, each request in flight waited for
+    // its marker until ack_wait (30 s) ran out.
+    publish(&js, "once.a", 600).await;
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    assert_eq!(app.requests().len(), 650, "each message once");
+    let info = js.get_stream(format!("KV_{bucket}")).await.unwrap();
+    assert!(
+        info.cached_info().config.allow_message_ttl,
+        "made as at startup"
+    );
+    let marked = marker_ids(&js, &bucket).await.len();
+    assert!(marked >= 590, "the markers written since: {marked}");
+    let (_, ready) = relay.get("/ready").await;
+    assert!(ready.contains("\"state\":\"consuming\""), "{ready}");
+    assert!(!ready.contains(&bucket), "{ready}");
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn while_the_bucket_cannot_be_made_again_ready_names_it_and_each_message_is_acked_without_its_marker()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats.conf");
+    // `b` may not create streams: the bucket, once deleted, stays gone.
+    std::fs::write(
+        &conf,
+        "no_auth_user: admin\nauthorization { users: [\n  {user: admin, password: admin}\n  {user: b, password: bpass, permissions: { publish: { deny: [\"$JS.API.STREAM.CREATE.>\"] } }}\n] }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
+    let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["once.>"]).await;
+    let bucket = new_bucket(&js, true).await;
+    let app = MockApp::ok().await;
+    // One request at a time; a marker write is tried for ack_wait / 2 = 2 s.
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        &format!(
+            "[nats]\nuser = \"b\"\npassword_file = \"{}\"\n[consumer]\nack_wait_ms = 4000\n\
+             [delivery]\nidempotency_bucket = \"{bucket}\"\nmax_in_flight = 1\n",
+            dir.path().join("b.pass").display()
+        ),
+    ))
+    .await;
+    js.delete_key_value(&bucket).await.unwrap();
+    let start = std::time::Instant::now();
+    publish(&js, "once.a", 20).await;
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    // The first held 2 s; the others tried once each, while /ready said why.
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "acked in {:?}",
+        start.elapsed()
+    );
+    assert_eq!(app.requests().len(), 20);
+    assert!(relay.metric("jetrelay_idempotency_failures_total").await >= 20.0);
+    let (code, ready) = relay.get("/ready").await;
+    assert_eq!(code, 200, "messages are acked: {ready}");
+    assert!(
+        ready.contains(&format!(
+            "idempotency markers cannot be written to bucket {bucket}"
+        )),
+        "{ready}"
+    );
+    assert!(ready.contains("markers cannot be written"), "{ready}");
+
+    // Made again by someone who may: the next marker is written, and /ready says
+    // nothing of it any more.
+    new_bucket_named(&js, &bucket).await;
+    publish(&js, "once.a", 1).await;
+    eventually("written again", T, || async {
+        !relay.get("/ready").await.1.contains(&bucket)
+    })
+    .await;
+    eventually("marked", T, || async {
+        marker_ids(&js, &bucket).await.len() == 1
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn markers_asked_for_together_are_read_in_one_batched_direct_get_and_deletes_are_no_markers()
 {
     use jetrelay::seam::markers::Markers as _;
