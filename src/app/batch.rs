@@ -62,16 +62,18 @@ struct BatchMessage<'a> {
     data_base64: Option<String>,
 }
 
-/// The request body for `items` (each message with the attempt it is on), and what
-/// of their headers was left out (invalid HTTP; trace headers over their limits).
-pub fn body(
-    items: &[(Offered<'_>, u32, Option<TraceHeaders<'_>>)],
-    pass: &Pass,
-) -> (Vec<u8>, Passed) {
+/// One message of a batch request: the message, the attempt it is on, its trace
+/// context, and the message its idempotency key's marker records when that is
+/// another one.
+pub type BatchOffer<'a> = (Offered<'a>, u32, Option<TraceHeaders<'a>>, Option<&'a str>);
+
+/// The request body for `items`, and what of their headers was left out (invalid
+/// HTTP; trace headers over their limits).
+pub fn body(items: &[BatchOffer<'_>], pass: &Pass) -> (Vec<u8>, Passed) {
     let mut skipped = Passed::default();
     let messages: Vec<BatchMessage<'_>> = items
         .iter()
-        .map(|&(d, attempt, trace)| {
+        .map(|&(d, attempt, trace, conflict)| {
             let mut headers = Map::new();
             let mut add = |name: &str, value: Cow<'_, str>| {
                 // Only arrays are inserted.
@@ -86,6 +88,9 @@ pub fn body(
                 add("Content-Type", Cow::Borrowed(ct));
             }
             let p = crate::app::headers::passed(d, pass, trace, &mut add);
+            if let Some(marked) = conflict {
+                add("Jetrelay-Idempotency-Conflict", Cow::Borrowed(marked));
+            }
             skipped.skipped_invalid += p.skipped_invalid;
             skipped.trace_dropped.merge(p.trace_dropped);
             let meta = d.meta();
@@ -357,7 +362,10 @@ mod tests {
         );
         let b = delivery(43, &[0xff, 0x00], &[]);
         let (bytes, skipped) = body(
-            &[((&a).into(), 1, None), ((&b).into(), 3, None)],
+            &[
+                ((&a).into(), 1, None, None),
+                ((&b).into(), 3, None, Some("ORDERS:7")),
+            ],
             &Pass::default(),
         );
         assert_eq!(skipped.skipped_invalid, 1, "the invalid header name");
@@ -385,6 +393,11 @@ mod tests {
         assert_eq!(second["data_base64"], "/wA=");
         assert!(second.get("data").is_none());
         assert!(second.get("msg_id").is_none());
+        assert_eq!(
+            second["headers"],
+            serde_json::json!({"Jetrelay-Idempotency-Conflict": ["ORDERS:7"]}),
+            "the message its key's marker records"
+        );
     }
 
     #[test]

@@ -53,6 +53,12 @@ const NEVER: &[&str] = &[
 /// headers are jetrelay's to set), jetrelay's own, and proxies' `X-Forwarded-*`.
 const NEVER_PREFIXES: &[&str] = &["nats-", "jetrelay-", "x-forwarded-"];
 
+/// The request header that names the message an idempotency key's marker records,
+/// `<stream>:<sequence>` (or `unknown`), when a message is sent although its key has
+/// a marker of another message. In a batch document, the message's header of the
+/// same name.
+pub const IDEMPOTENCY_CONFLICT: &str = "jetrelay-idempotency-conflict";
+
 /// Whether a message header (lowercase name) is never passed to the app, whatever
 /// `http.pass_headers` says.
 pub fn never_passed(lower: &str) -> bool {

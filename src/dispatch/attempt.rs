@@ -24,7 +24,7 @@ use crate::ops::traces::Active;
 use crate::policy::{self, Disposition, Outcome, TermReason, backoff};
 use crate::route::To;
 use crate::seam::Ordering;
-use crate::seam::markers::Markers;
+use crate::seam::markers::{Markers, Seen};
 use crate::seam::publish::{LetterFailure, Publish};
 use crate::seam::{Forward, Forwarded, HttpClass, NoAnswer, Offer, Settle};
 use crate::trace::context::SpanContext;
@@ -57,14 +57,16 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         let mut sample = None;
         let picked = crate::route::pick(&live.routes, &d.app_subject, &d.message.headers);
         let expires = d.expires_at();
-        let skipped = matches!(picked, Some((_, r)) if matches!(r.to, To::Skip(_)));
-        let duplicate = !skipped && !d.is_invalid() && self.processed_before(d).await;
+        let seen = match picked {
+            Some((_, r)) if matches!(r.to, To::Skip(_)) => Seen::Fresh,
+            _ => self.seen_before(d).await,
+        };
         let (outcome, status, http_ms, failure, published) = match (d.invalid(), picked) {
             (Some(why), _) => {
                 self.metrics.invalid(&why);
                 (Outcome::Invalid(why), None, None, None, None)
             }
-            (None, _) if duplicate => (Outcome::Duplicate, None, None, None, None),
+            (None, _) if seen == Seen::Processed => (Outcome::Duplicate, None, None, None, None),
             (None, _) if policy::is_expired(expires, SystemTime::now()) => {
                 (Outcome::Expired, None, None, None, None)
             }
@@ -89,7 +91,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                     }
                     None => &live.forwarder,
                 };
-                let f = self.request(forwarder, d, attempt, trace).await;
+                let f = self.request(forwarder, d, attempt, trace, &seen).await;
                 sample = Some(Sample::of(&f));
                 let status = match f.class {
                     HttpClass::Status(s) => Some(s),
@@ -142,19 +144,26 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         (step, reach, sample)
     }
 
-    /// One request of `d` to `forwarder`, in its span, counted.
+    /// One request of `d` to `forwarder`, in its span, counted; `seen` is what its
+    /// marker said (a marker of another message is named in the request).
     async fn request(
         &self,
         forwarder: &F,
         d: &Delivery,
         attempt: u32,
         trace: Option<&SpanContext>,
+        seen: &Seen,
     ) -> Forwarded {
+        let conflict = seen.conflict();
         let span = trace.map(|t| self.tracer.request(t, attempt));
         let traceparent = span.as_ref().map(Active::traceparent);
+        if let Some(marked) = conflict {
+            self.conflicting(d, marked);
+        }
         let offer = Offer {
             offered: d.into(),
             attempt,
+            conflict,
             trace: traceparent.as_deref().map(|tp| TraceHeaders {
                 traceparent: tp,
                 tracestate: trace.and_then(|t| t.tracestate.as_deref()),
@@ -477,6 +486,9 @@ pub(super) struct BatchItem<T> {
     pub(super) attempt: u32,
     pub(super) received: Instant,
     pub(super) verdict: Option<Verdict>,
+    /// The message its key's marker records, when that is another one (read with
+    /// the batch's markers).
+    pub(super) conflict: Option<String>,
 }
 
 /// What the app said to one batch request, per message.
@@ -524,7 +536,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             .map(|(i, d)| policy::within_life(d, i.delivery.expires_at(), now))
             .collect();
         let fates = fates::fates(dispositions, &lanes, ordered);
-        let processed: Vec<String> = send
+        let processed: Vec<(String, String)> = send
             .iter()
             .zip(&answer.outcomes)
             .zip(&fates)
@@ -578,14 +590,18 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         let mut steps = Vec::with_capacity(items.len());
         let mut send = Vec::with_capacity(items.len());
         // The markers of the whole batch read at once.
-        let duplicates = futures::future::join_all(items.iter().map(|i| async {
-            i.verdict.is_none()
-                && !i.delivery.is_invalid()
-                && self.processed_before(&i.delivery).await
+        let seen = futures::future::join_all(items.iter().map(|i| async {
+            if i.verdict.is_none() {
+                self.seen_before(&i.delivery).await
+            } else {
+                Seen::Fresh
+            }
         }))
         .await;
-        for (item, duplicate) in items.into_iter().zip(duplicates) {
-            if duplicate {
+        for (mut item, seen) in items.into_iter().zip(seen) {
+            if let Seen::Conflict(marked) = seen {
+                item.conflict = Some(marked);
+            } else if seen == Seen::Processed {
                 let step = self
                     .settle_duplicate(&item.delivery, &item.settler, item.attempt, item.received)
                     .await;
@@ -648,6 +664,11 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
 
     /// The one request, and what its answer says of each message.
     async fn offer_batch<T: Settle>(&self, send: &[BatchItem<T>]) -> BatchAnswer {
+        for i in send {
+            if let Some(marked) = &i.conflict {
+                self.conflicting(&i.delivery, marked);
+            }
+        }
         // Each message's own context in the document: its delivery's span.
         let parents: Vec<Option<String>> = send
             .iter()
@@ -659,6 +680,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             .map(|(i, parent)| Offer {
                 offered: i.delivery.as_ref().into(),
                 attempt: i.attempt,
+                conflict: i.conflict.as_deref(),
                 trace: i
                     .trace
                     .as_ref()

@@ -1,39 +1,58 @@
-//! Processed once: a delivery whose idempotency marker exists is acked without a
-//! request; a message the app processed gets its marker after its outputs are
+//! Processed once: a delivery whose idempotency marker records it (the same digest)
+//! is acked without a request; one whose marker records another message goes to the
+//! app with the marked one named (`Jetrelay-Idempotency-Conflict`), counted and
+//! logged. A message the app processed gets its marker after its outputs are
 //! committed and before its ack. A marker that cannot be read lets the message go to
 //! the app (at least once, as without markers); one that cannot be written is tried
-//! again within `ack_wait`, then the message is acked anyway. Both are counted.
+//! again for `min(ack_wait / 2, 5 s)`, then the message is acked anyway; while markers
+//! cannot be written, readiness says why (naming the bucket) and each message tries
+//! once. Failures are counted.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Dispatch;
+use super::{Dispatch, Marking};
 use crate::message::Delivery;
 use crate::ops::telemetry::chain;
 use crate::policy::backoff;
 use crate::seam::Forward;
-use crate::seam::markers::{Markers, marker_key};
+use crate::seam::markers::{Marked, Markers, Seen, judge, marker_key};
 use crate::seam::publish::Publish;
 
 /// The first wait before a marker write is tried again; it doubles, up to a second.
 const FIRST_WAIT: Duration = Duration::from_millis(50);
 
+/// A failing marker write holds its message at most this long (or half `ack_wait`).
+const HOLD_MAX: Duration = Duration::from_secs(5);
+
+/// How long a failing marker write holds its message: half the consumer's
+/// `ack_wait` (its keep-alive would be due), at most [`HOLD_MAX`].
+pub(super) fn hold(ack_wait: Duration) -> Duration {
+    (ack_wait / 2).min(HOLD_MAX)
+}
+
 impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
-    /// The marker key of `d`, when markers are on and it has one.
-    pub(super) fn marker_of(&self, d: &Delivery) -> Option<String> {
+    /// The marker of `d` (its key and value), when markers are on and it has one.
+    pub(super) fn marker_of(&self, d: &Delivery) -> Option<(String, String)> {
         let m = self.markers.as_ref()?;
-        marker_key(d, m.key, &m.scope)
+        let key = marker_key(d, m.key, &m.scope)?;
+        Some((key, Marked::of(d)?.value()))
     }
 
-    /// Whether `d` was processed before (its marker exists). A marker that cannot be
-    /// read says no: the message goes to the app, at least once.
-    pub(super) async fn processed_before(&self, d: &Delivery) -> bool {
-        let (Some(m), Some(key)) = (&self.markers, self.marker_of(d)) else {
-            return false;
+    /// What `d`'s marker says: none, this message's, or another's (an invalid
+    /// message, never offered, reads none). A marker that cannot be read says none:
+    /// the message goes to the app, at least once.
+    pub(super) async fn seen_before(&self, d: &Delivery) -> Seen {
+        let Some(m) = self.markers.as_ref().filter(|_| !d.is_invalid()) else {
+            return Seen::Fresh;
+        };
+        let (Some(key), Some(own)) = (marker_key(d, m.key, &m.scope), Marked::of(d)) else {
+            return Seen::Fresh;
         };
         match m.store.marked(&key).await {
-            Ok(found) => found,
+            Ok(found) => judge(found.as_deref(), &own),
             Err(e) => {
                 self.metrics.idempotency_failed();
                 tracing::warn!(
@@ -41,43 +60,72 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                     stream_seq = d.stream_seq(),
                     "the idempotency marker cannot be read: the message is sent (it may have been processed before)"
                 );
-                false
+                Seen::Fresh
             }
         }
     }
 
-    /// Writes the markers of `keys` (all sent, then every acknowledgement awaited),
-    /// trying again until `ack_wait` from the first try would run out; then gives up,
-    /// counting each, and the caller acks anyway.
-    pub(super) async fn mark_processed(&self, keys: Vec<String>) {
+    /// `d` is sent although its key has a marker of another message (`marked`):
+    /// counted, and logged at WARN.
+    pub(super) fn conflicting(&self, d: &Delivery, marked: &str) {
+        self.metrics.idempotency_conflict();
+        tracing::warn!(
+            stream_seq = d.stream_seq(),
+            marked = %crate::printable::printable(marked),
+            "the idempotency key has a marker of another message (its Nats-Msg-Id re-used, or a marker jetrelay did not write): sent, with Jetrelay-Idempotency-Conflict"
+        );
+    }
+
+    /// Writes `markers` (all sent, then every acknowledgement awaited), trying again
+    /// for [`hold`] of `ack_wait` from the first try (once, while markers cannot be
+    /// written); then gives up, counting each, and the caller acks anyway.
+    pub(super) async fn mark_processed(&self, markers: Vec<(String, String)>) {
         let Some(m) = &self.markers else {
             return;
         };
-        if keys.is_empty() {
+        if markers.is_empty() {
             return;
         }
-        let started = Instant::now();
+        let hold = hold(m.patience);
+        let until = Instant::now() + hold;
+        let down = m.down.load(Relaxed);
         let mut tries = 0u32;
-        loop {
-            let Err(e) = m.store.mark(&keys).await else {
-                return;
+        let why = loop {
+            let why = match tokio::time::timeout_at(until, m.store.mark(&markers)).await {
+                Ok(Ok(())) => return self.markers_written(m),
+                Ok(Err(e)) => chain(&e),
+                Err(_) => format!("no answer within {} ms", hold.as_millis()),
             };
             tries = tries.saturating_add(1);
             let wait = backoff(FIRST_WAIT, Duration::from_secs(1), tries);
-            if started.elapsed() + wait >= m.patience {
-                for _ in &keys {
-                    self.metrics.idempotency_failed();
-                }
-                tracing::error!(
-                    error = %chain(&e),
-                    messages = keys.len(),
-                    tries,
-                    "idempotency markers not written within ack_wait: acked without them (a redelivery would reach the app again)"
-                );
-                return;
+            if down || Instant::now() + wait >= until {
+                break why;
             }
-            tracing::warn!(error = %chain(&e), tries, "idempotency markers not written yet: trying again");
+            tracing::warn!(error = %why, tries, "idempotency markers not written yet: trying again");
             tokio::time::sleep(wait).await;
+        };
+        for _ in &markers {
+            self.metrics.idempotency_failed();
+        }
+        if !m.down.swap(true, Relaxed) {
+            self.readiness.set_markers_down(Some(format!(
+                "idempotency markers cannot be written to bucket {} ({why}): messages are acked without them",
+                m.bucket
+            )));
+        }
+        tracing::error!(
+            error = %why,
+            messages = markers.len(),
+            tries,
+            "idempotency markers not written: acked without them (a redelivery would reach the app again)"
+        );
+    }
+
+    /// A marker write was stored: markers can be written (again).
+    fn markers_written(&self, m: &Marking<M>) {
+        if m.down.swap(false, Relaxed) {
+            tracing::info!("idempotency markers are written again");
+            self.readiness.set_markers_down(None);
         }
     }
 }

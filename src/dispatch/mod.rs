@@ -88,13 +88,19 @@ pub struct Batching {
 /// long a marker write is tried before the message is acked without it.
 #[derive(Debug)]
 pub struct Marking<M> {
+    /// Set while markers cannot be written (a message gave up on its marker, and none
+    /// was stored since): each message then tries once. Starts `false`.
+    pub down: std::sync::atomic::AtomicBool,
     /// The store (a KV bucket).
     pub store: M,
+    /// The bucket's name, for readiness.
+    pub bucket: String,
     /// `delivery.idempotency_key`.
     pub key: IdempotencyKey,
     /// Whose markers: the durable, or the group.
     pub scope: String,
-    /// How long a marker write is tried again (the consumer's `ack_wait`).
+    /// The consumer's `ack_wait`: a marker write is tried again for half of it, 5 s
+    /// at most.
     pub patience: Duration,
 }
 
@@ -839,6 +845,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                     attempt: e.attempt,
                     received: e.received,
                     verdict: e.verdict.clone(),
+                    conflict: None,
                 })
             })
             .collect();

@@ -312,16 +312,19 @@ impl Publish for FakePublisher {
     }
 }
 
-/// The markers: a set of keys, whose writes fail while `failing` is above 0 (each
+/// The markers: values by key, whose writes fail while `failing` is above 0 (each
 /// failed write takes one off) and take `delay` each.
 struct FakeMarkers {
     log: Log,
-    keys: Arc<Mutex<std::collections::HashSet<String>>>,
+    keys: Markings,
     failing: Arc<Mutex<u32>>,
     /// Writes that failed or stored, as the sets of keys handed over.
     writes: Arc<Mutex<Vec<usize>>>,
     delay: Duration,
 }
+
+/// The markers stored: each key's value.
+type Markings = Arc<Mutex<std::collections::HashMap<String, String>>>;
 
 /// The stream sequence a marker key (`<scope>.s<base64 "S:<seq>">`) names; 0 for a
 /// message id's.
@@ -354,12 +357,12 @@ impl crate::seam::markers::MarkerFailure for MarkerDown {}
 impl crate::seam::markers::Markers for FakeMarkers {
     type Error = MarkerDown;
 
-    async fn marked(&self, key: &str) -> Result<bool, MarkerDown> {
+    async fn marked(&self, key: &str) -> Result<Option<Bytes>, MarkerDown> {
         tokio::time::sleep(self.delay).await;
-        Ok(self.keys.lock().unwrap().contains(key))
+        Ok(self.keys.lock().unwrap().get(key).cloned().map(Bytes::from))
     }
 
-    async fn mark(&self, keys: &[String]) -> Result<(), MarkerDown> {
+    async fn mark(&self, keys: &[(String, String)]) -> Result<(), MarkerDown> {
         tokio::time::sleep(self.delay).await;
         self.writes.lock().unwrap().push(keys.len());
         let failed = {
@@ -373,7 +376,7 @@ impl crate::seam::markers::Markers for FakeMarkers {
         } else {
             Told::Marked
         };
-        for k in keys {
+        for (k, _) in keys {
             self.log
                 .lock()
                 .unwrap()
@@ -407,6 +410,8 @@ struct Seen {
     seq: u64,
     subject: String,
     attempt: u32,
+    /// What the request said of its key's marker of another message.
+    conflict: Option<String>,
     start: Instant,
     end: Instant,
 }
@@ -450,6 +455,7 @@ impl Forward for FakeApp {
             seq: d.stream_seq(),
             subject: d.subject().to_string(),
             attempt,
+            conflict: offer.conflict.map(str::to_string),
             start,
             end: Instant::now(),
         });
@@ -469,10 +475,12 @@ impl Forward for FakeApp {
             .lock()
             .unwrap()
             .push(trace.map(|t| t.traceparent.to_string()));
-        let items: Vec<(Offered<'_>, u32)> =
-            offers.iter().map(|o| (o.offered, o.attempt)).collect();
+        let items: Vec<(Offered<'_>, u32, Option<&str>)> = offers
+            .iter()
+            .map(|o| (o.offered, o.attempt, o.conflict))
+            .collect();
         let start = Instant::now();
-        let carried: Vec<(u64, u32)> = items.iter().map(|(d, a)| (d.stream_seq(), *a)).collect();
+        let carried: Vec<(u64, u32)> = items.iter().map(|(d, a, _)| (d.stream_seq(), *a)).collect();
         self.batches
             .lock()
             .unwrap()
@@ -480,11 +488,12 @@ impl Forward for FakeApp {
         let script = self.batch_script.as_ref().expect("a batch script");
         let (outcome, answer, delay) = script(&carried);
         tokio::time::sleep(delay).await;
-        for (d, attempt) in &items {
+        for (d, attempt, conflict) in &items {
             self.seen.lock().unwrap().push(Seen {
                 seq: d.stream_seq(),
                 subject: d.subject().to_string(),
                 attempt: *attempt,
+                conflict: conflict.map(str::to_string),
                 start,
                 end: Instant::now(),
             });
@@ -554,9 +563,11 @@ fn delivery(seq: u64, subject: &str) -> Delivery {
 /// A dispatcher, its fakes and the handles to drive and watch them.
 struct Rig {
     /// The idempotency markers stored.
-    marker_keys: Arc<Mutex<std::collections::HashSet<String>>>,
+    marker_keys: Markings,
     /// Each marker write: how many keys it carried.
     marker_writes: Arc<Mutex<Vec<usize>>>,
+    /// How many marker writes fail from now on.
+    marker_failing: Arc<Mutex<u32>>,
     batches: Arc<Mutex<Vec<Vec<u64>>>>,
     events: mpsc::UnboundedSender<Event<FakeSettler>>,
     log: Log,
@@ -601,7 +612,7 @@ struct Knobs {
     /// A pinned member's instance (the source says it is pinned at the start).
     pinned: bool,
     /// Idempotency markers on: the keys already marked, and how many writes fail.
-    markers: Option<(Vec<String>, u32)>,
+    markers: Option<(Vec<(String, String)>, u32)>,
 }
 
 impl Default for Knobs {
@@ -703,15 +714,21 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         route_forwarders: Vec::new(),
     };
     let (live_tx, live) = watch::channel(Arc::new(live));
-    let marker_keys: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let marker_keys: Markings = Arc::default();
     let marker_writes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let marker_failing: Arc<Mutex<u32>> = Arc::default();
     let markers = knobs.markers.clone().map(|(keys, failing)| {
         marker_keys.lock().unwrap().extend(keys);
         super::Marking {
+            down: false.into(),
+            bucket: "marks".into(),
             store: FakeMarkers {
                 log: Arc::clone(&log),
                 keys: Arc::clone(&marker_keys),
-                failing: Arc::new(Mutex::new(failing)),
+                failing: {
+                    *marker_failing.lock().unwrap() = failing;
+                    Arc::clone(&marker_failing)
+                },
                 writes: Arc::clone(&marker_writes),
                 delay: MS,
             },
@@ -763,6 +780,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     Rig {
         marker_keys,
         marker_writes,
+        marker_failing,
         metrics,
         batches,
         events,
@@ -2704,12 +2722,21 @@ fn key_of(seq: u64) -> String {
     .unwrap()
 }
 
+/// The marker of the test delivery `seq`: its key and what it records.
+fn mark_of(seq: u64) -> (String, String) {
+    let d = delivery(seq, "a");
+    (
+        key_of(seq),
+        crate::seam::markers::Marked::of(&d).unwrap().value(),
+    )
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_processed_message_is_marked_after_its_outputs_and_before_its_ack_and_a_marked_one_is_not_sent()
  {
     let r = rig(
         Knobs {
-            markers: Some((vec![key_of(2)], 0)),
+            markers: Some((vec![mark_of(2)], 0)),
             publishes: true,
             ..Knobs::default()
         },
@@ -2730,7 +2757,10 @@ async fn a_processed_message_is_marked_after_its_outputs_and_before_its_ack_and_
         );
     }
     assert_eq!(r.settled(2), [Told::Ack], "acked without a request");
-    assert!(r.marker_keys.lock().unwrap().contains(&key_of(1)));
+    assert_eq!(
+        r.marker_keys.lock().unwrap().get(&key_of(1)),
+        Some(&mark_of(1).1)
+    );
     let m = &r.metrics;
     assert_eq!(m.sample("jetrelay_duplicates_suppressed_total"), Some(1.0));
     assert_eq!(m.sample("jetrelay_idempotency_failures_total"), Some(0.0));
@@ -2739,7 +2769,7 @@ async fn a_processed_message_is_marked_after_its_outputs_and_before_its_ack_and_
     // A redelivery of 1 now finds its marker.
     let r = rig(
         Knobs {
-            markers: Some((vec![key_of(1)], 0)),
+            markers: Some((vec![mark_of(1)], 0)),
             ..Knobs::default()
         },
         ok_after(MS),
@@ -2752,7 +2782,8 @@ async fn a_processed_message_is_marked_after_its_outputs_and_before_its_ack_and_
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_marker_that_cannot_be_written_is_tried_again_within_ack_wait_then_acked_anyway() {
+async fn a_marker_that_cannot_be_written_is_tried_again_for_half_ack_wait_5_s_at_most_then_acked_anyway()
+ {
     // Two failed writes: the third stores it, then the ack.
     let r = rig(
         Knobs {
@@ -2773,7 +2804,8 @@ async fn a_marker_that_cannot_be_written_is_tried_again_within_ack_wait_then_ack
     );
     r.stop().await;
 
-    // Never written: acked anyway within ack_wait (30 s here), counted.
+    // Never written: acked anyway after min(ack_wait / 2, 5 s) (ack_wait is 30 s
+    // here), counted.
     let r = rig(
         Knobs {
             markers: Some((Vec::new(), u32::MAX)),
@@ -2793,12 +2825,130 @@ async fn a_marker_that_cannot_be_written_is_tried_again_within_ack_wait_then_ack
     );
     let acked = r.told_at(1, &Told::Ack)[0];
     assert!(
-        acked - start < 30 * S,
-        "within ack_wait: {:?}",
+        acked - start <= 5 * S + 100 * MS,
+        "held at most 5 s: {:?}",
         acked - start
     );
     assert_eq!(
         r.metrics.sample("jetrelay_idempotency_failures_total"),
+        Some(1.0)
+    );
+    r.stop().await;
+}
+
+#[test]
+fn a_failing_marker_write_holds_its_message_half_ack_wait_and_5_s_at_most() {
+    for (ack_wait, held) in [(30 * S, 5 * S), (10 * S, 5 * S), (4 * S, 2 * S), (S, S / 2)] {
+        assert_eq!(super::markers::hold(ack_wait), held, "{ack_wait:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_markers_cannot_be_written_readiness_names_the_bucket_and_each_message_tries_once() {
+    let r = rig(
+        Knobs {
+            markers: Some((Vec::new(), u32::MAX)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    r.send(1, "a");
+    wait(10 * S).await;
+    let reason = r.readiness.status().reason;
+    assert!(
+        reason.starts_with("idempotency markers cannot be written to bucket marks ("),
+        "{reason}"
+    );
+    assert!(
+        r.readiness.status().ready,
+        "messages are acked: still ready"
+    );
+    // Down: the next message tries once, and is acked at once.
+    let start = Instant::now();
+    r.send(2, "a");
+    wait(S).await;
+    assert_eq!(r.settled(2), [Told::MarkFailed, Told::Ack]);
+    assert!(r.told_at(2, &Told::Ack)[0] - start < 10 * MS);
+    // Writes work again: the next marker is stored, readiness says nothing of it.
+    *r.marker_failing.lock().unwrap() = 0;
+    r.send(3, "a");
+    wait(S).await;
+    assert_eq!(r.settled(3), [Told::Marked, Told::Ack]);
+    assert_eq!(r.readiness.status().reason, "");
+    assert_eq!(
+        r.metrics.sample("jetrelay_idempotency_failures_total"),
+        Some(2.0)
+    );
+    r.stop().await;
+}
+
+/// A marker of another message under the key of the test delivery `seq`.
+fn foreign_mark_of(seq: u64) -> (String, String) {
+    let other = crate::seam::markers::Marked {
+        stream: "S".into(),
+        sequence: 9,
+        digest: [0; 32],
+    };
+    (key_of(seq), other.value())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_marker_of_another_message_does_not_suppress_the_request_names_it_alone_or_in_a_batch() {
+    let r = rig(
+        Knobs {
+            markers: Some((vec![foreign_mark_of(2), mark_of(3)], 0)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    for seq in 1..=3 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    let seen: Vec<(u64, Option<String>)> = r
+        .seen()
+        .iter()
+        .map(|s| (s.seq, s.conflict.clone()))
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.contains(&(1, None)), "{seen:?}");
+    assert!(seen.contains(&(2, Some("S:9".into()))), "{seen:?}");
+    assert_eq!(r.settled(2), [Told::Marked, Told::Ack]);
+    assert_eq!(
+        r.marker_keys.lock().unwrap().get(&key_of(2)),
+        Some(&mark_of(2).1),
+        "the marker records the message the app answered"
+    );
+    let m = &r.metrics;
+    assert_eq!(m.sample("jetrelay_idempotency_conflicts_total"), Some(1.0));
+    assert_eq!(m.sample("jetrelay_duplicates_suppressed_total"), Some(1.0));
+    r.stop().await;
+
+    let r = batch_rig(
+        Knobs {
+            batch: batching(10, 1 << 20, Duration::ZERO),
+            markers: Some((vec![foreign_mark_of(2), mark_of(3)], 0)),
+            ..Knobs::default()
+        },
+        all_acked(),
+    );
+    for seq in 1..=4 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    let mut seen: Vec<(u64, Option<String>)> = r
+        .seen()
+        .iter()
+        .map(|s| (s.seq, s.conflict.clone()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [(1, None), (2, Some("S:9".into())), (4, None)],
+        "3 left out, 2 sent naming the marked one"
+    );
+    assert_eq!(
+        r.metrics.sample("jetrelay_idempotency_conflicts_total"),
         Some(1.0)
     );
     r.stop().await;
@@ -2809,7 +2959,7 @@ async fn in_a_batch_each_message_is_marked_in_one_write_and_a_marked_one_is_left
     let r = batch_rig(
         Knobs {
             batch: batching(10, 1 << 20, Duration::ZERO),
-            markers: Some((vec![key_of(2)], 0)),
+            markers: Some((vec![mark_of(2)], 0)),
             ..Knobs::default()
         },
         all_acked(),
@@ -2841,7 +2991,7 @@ async fn under_ordering_a_marked_message_is_acked_in_its_keys_turn() {
     let r = rig(
         Knobs {
             ordering: Ordering::Subject,
-            markers: Some((vec![key_of(2)], 0)),
+            markers: Some((vec![mark_of(2)], 0)),
             ..Knobs::default()
         },
         Box::new(|seq, attempt, _| {

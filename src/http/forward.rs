@@ -188,6 +188,12 @@ impl Forwarder {
                 _ => skipped += 1,
             }
         }
+        // Visible ASCII (`seam::markers::Marked::parse`), so a valid value.
+        if let Some(marked) = offer.conflict
+            && let Ok(v) = HeaderValue::from_str(marked)
+        {
+            headers.append(crate::app::headers::IDEMPOTENCY_CONFLICT, v);
+        }
         let publish = self.target.limits.publish_answer();
         let (mut f, body, _) = self
             .post(
@@ -225,7 +231,7 @@ impl Forwarder {
     ) -> BatchForwarded {
         let items: Vec<_> = offers
             .iter()
-            .map(|o| (o.offered, o.attempt, o.trace))
+            .map(|o| (o.offered, o.attempt, o.trace, o.conflict))
             .collect();
         let (body, skipped) = crate::app::batch::body(&items, &self.target.pass);
         let mut headers = HeaderMap::with_capacity(6);
@@ -754,6 +760,7 @@ mod tests {
             offered: m.into(),
             attempt: 1,
             trace: None,
+            conflict: None,
         }
     }
 

@@ -1,19 +1,24 @@
 //! The idempotency markers (`delivery.idempotency_bucket`) over a KV bucket with
-//! per-key TTLs (nats-server 2.11+, `allow_msg_ttl`): a marker is an empty value
-//! under `<scope>.<id>` (`crate::seam::markers::marker_key`) that the server removes
+//! per-key TTLs (nats-server 2.11+, `allow_msg_ttl`): a marker is the value
+//! `crate::seam::markers::Marked::value` (the message it marks) under `<scope>.<id>`
+//! (`crate::seam::markers::marker_key`) that the server removes
 //! `idempotency_ttl_ms` after it was written. Writes are plain JetStream publishes
-//! to `$KV.<bucket>.<key>` with `Nats-TTL`, all sent before any PubAck is awaited.
+//! to `$KV.<bucket>.<key>` with `Nats-TTL`, all sent before any PubAck is awaited; a
+//! write that finds no bucket (deleted at run time) fails, and has a task make it
+//! again as at startup, for the dispatcher's next try.
 //! Reads are coalesced ([`Coalesce`]): a lone read goes out at once, and the reads
 //! asked for while it is on the wire (a pull's messages, back to back, or a batch's)
 //! share the next request, one batched direct get (`multi_last`) for all of them.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::kv::{self, Operation};
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::direct::{DirectError, PageRequest};
@@ -26,8 +31,11 @@ const MULTI_LAST: usize = 256;
 /// A read's shared failure: every read of one request gets it.
 type Shared = Arc<dyn std::error::Error + Send + Sync>;
 
+/// A marker as read: its value, `None` when there is none.
+type Found = Option<Bytes>;
+
 /// A queued read: its key and where its answer goes.
-type Waiting = (String, oneshot::Sender<Result<bool, Shared>>);
+type Waiting = (String, oneshot::Sender<Result<Found, Shared>>);
 
 /// Reads in turns: whoever takes the turn reads every key queued so far in one
 /// request; a key queued while a request is on the wire waits for the next turn.
@@ -46,12 +54,12 @@ struct Coalesce {
 struct Abandoned;
 
 impl Coalesce {
-    /// Whether `key` is marked, read with every key queued meanwhile by `read`
-    /// (which answers one `bool` per key, in order).
-    async fn ask<R, Fut>(&self, key: &str, read: R) -> Result<bool, Shared>
+    /// `key`'s marker, read with every key queued meanwhile by `read` (which
+    /// answers one [`Found`] per key, in order).
+    async fn ask<R, Fut>(&self, key: &str, read: R) -> Result<Found, Shared>
     where
         R: FnOnce(Vec<String>) -> Fut,
-        Fut: Future<Output = Result<Vec<bool>, Cause>>,
+        Fut: Future<Output = Result<Vec<Found>, Cause>>,
     {
         let (tx, rx) = oneshot::channel();
         let queue = || self.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -97,6 +105,33 @@ pub struct MarkerStore {
     /// `KV_<bucket>`
     stream: String,
     reads: Arc<Coalesce>,
+    /// Whether the bucket is being made again, and when that last failed.
+    remaking: Arc<Mutex<Remaking>>,
+}
+
+/// The bucket made again, by a task of its own that no write waits for.
+#[derive(Debug, Default)]
+struct Remaking {
+    /// A task is at it.
+    running: bool,
+    /// When the last attempt failed.
+    failed: Option<tokio::time::Instant>,
+}
+
+/// After a failed attempt to make the bucket again, the next waits this long.
+const REMAKE_EVERY: Duration = Duration::from_secs(1);
+
+/// The markers' bucket as jetrelay makes it: one marker a key, file storage,
+/// per-key TTLs.
+fn bucket_config(bucket: &str) -> kv::Config {
+    kv::Config {
+        bucket: bucket.to_string(),
+        history: 1,
+        storage: async_nats::jetstream::stream::StorageType::File,
+        // Per-key TTLs; the markers of expired keys go after a second.
+        limit_markers: Some(Duration::from_secs(1)),
+        ..Default::default()
+    }
 }
 
 impl Nats {
@@ -112,14 +147,7 @@ impl Nats {
         ttl: Duration,
     ) -> Result<MarkerStore, NatsError> {
         let kv = self
-            .bucket_or_create(kv::Config {
-                bucket: bucket.to_string(),
-                history: 1,
-                storage: async_nats::jetstream::stream::StorageType::File,
-                // Per-key TTLs; the markers of expired keys go after a second.
-                limit_markers: Some(Duration::from_secs(1)),
-                ..Default::default()
-            })
+            .bucket_or_create(bucket_config(bucket))
             .await
             .map_err(|e| match e {
                 NatsError::Kv { source, .. } => NatsError::Markers {
@@ -150,6 +178,7 @@ impl Nats {
             nats: self.clone(),
             stream: format!("KV_{bucket}"),
             reads: Arc::default(),
+            remaking: Arc::default(),
         })
     }
 }
@@ -227,11 +256,11 @@ impl MarkerStore {
         self.reads.requests.load(Ordering::Relaxed)
     }
 
-    /// Which of `keys` are marked: one batched direct get per [`MULTI_LAST`] keys,
-    /// or one read each where the bucket does not answer direct gets.
-    async fn read_all(&self, keys: Vec<String>) -> Result<Vec<bool>, Cause> {
+    /// The markers of `keys`: one batched direct get per [`MULTI_LAST`] keys, or one
+    /// read each where the bucket does not answer direct gets.
+    async fn read_all(&self, keys: Vec<String>) -> Result<Vec<Found>, Cause> {
         let subject = |k: &String| format!("{}{k}", self.prefix);
-        let mut found = HashSet::new();
+        let mut found = HashMap::new();
         for chunk in keys.chunks(MULTI_LAST) {
             let req = PageRequest {
                 batch: chunk.len(),
@@ -250,23 +279,23 @@ impl MarkerStore {
                                     || n.eq_ignore_ascii_case("Nats-Marker-Reason")
                             })
                         })
-                        .map(|m| m.subject),
+                        .map(|m| (m.subject, m.payload)),
                 ),
                 Err(DirectError::NotEnabled(_)) => return self.read_each(&keys).await,
                 Err(e) => return Err(Box::new(e)),
             }
         }
-        Ok(keys.iter().map(|k| found.contains(&subject(k))).collect())
+        Ok(keys.iter().map(|k| found.remove(&subject(k))).collect())
     }
 
-    /// Which of `keys` are marked, one KV read each.
-    async fn read_each(&self, keys: &[String]) -> Result<Vec<bool>, Cause> {
+    /// The markers of `keys`, one KV read each.
+    async fn read_each(&self, keys: &[String]) -> Result<Vec<Found>, Cause> {
         let entries = futures::future::join_all(keys.iter().map(|k| self.kv.entry(k))).await;
         entries
             .into_iter()
             .map(|e| match e {
-                Ok(Some(e)) => Ok(e.operation == Operation::Put),
-                Ok(None) => Ok(false),
+                Ok(Some(e)) => Ok((e.operation == Operation::Put).then_some(e.value)),
+                Ok(None) => Ok(None),
                 Err(e) => Err(Box::new(e) as Cause),
             })
             .collect()
@@ -276,29 +305,101 @@ impl MarkerStore {
 impl Markers for MarkerStore {
     type Error = NatsError;
 
-    async fn marked(&self, key: &str) -> Result<bool, NatsError> {
+    async fn marked(&self, key: &str) -> Result<Found, NatsError> {
         self.reads
             .ask(key, |keys| self.read_all(keys))
             .await
             .map_err(|e| self.failed("read a marker", e))
     }
 
-    async fn mark(&self, keys: &[String]) -> Result<(), NatsError> {
-        let mut acks = Vec::with_capacity(keys.len());
-        for key in keys {
+    async fn mark(&self, markers: &[(String, String)]) -> Result<(), NatsError> {
+        let written = self.write(markers).await;
+        if let Err(e) = &written
+            && e.kind() == PublishErrorKind::StreamNotFound
+        {
+            self.remake_soon();
+        }
+        written.map_err(|e| self.failed("write a marker", e))
+    }
+}
+
+impl MarkerStore {
+    /// Every marker published, then every PubAck awaited.
+    async fn write(&self, markers: &[(String, String)]) -> Result<(), PublishError> {
+        let mut acks = Vec::with_capacity(markers.len());
+        for (key, value) in markers {
             let mut headers = async_nats::HeaderMap::new();
             headers.insert("Nats-TTL", self.ttl.as_str());
             let ack = self
                 .js
-                .publish_with_headers(format!("{}{key}", self.prefix), headers, "".into())
-                .await
-                .map_err(|e| self.failed("write a marker", e))?;
+                .publish_with_headers(
+                    format!("{}{key}", self.prefix),
+                    headers,
+                    Bytes::copy_from_slice(value.as_bytes()),
+                )
+                .await?;
             acks.push(ack.into_future());
         }
         for r in futures::future::join_all(acks).await {
-            r.map_err(|e| self.failed("write a marker", e))?;
+            r?;
         }
         Ok(())
+    }
+
+    /// A write found no bucket (deleted at run time): a task makes it again as at
+    /// startup, unless one is at it or the last attempt failed within
+    /// [`REMAKE_EVERY`]. The write fails meanwhile; the dispatcher tries again.
+    fn remake_soon(&self) {
+        {
+            let mut r = self.remaking.lock().unwrap_or_else(PoisonError::into_inner);
+            if r.running || r.failed.is_some_and(|at| at.elapsed() < REMAKE_EVERY) {
+                return;
+            }
+            r.running = true;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            let made = store.remake().await;
+            let mut r = store
+                .remaking
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            r.running = false;
+            r.failed = match made {
+                Ok(()) => None,
+                Err(e) => {
+                    tracing::warn!(error = %crate::ops::telemetry::chain(&e), "the idempotency bucket cannot be made again");
+                    Some(tokio::time::Instant::now())
+                }
+            };
+        });
+    }
+
+    /// Makes the bucket as at startup, when it is missing.
+    ///
+    /// # Errors
+    /// [`NatsError::Markers`] when it can be neither read nor made.
+    async fn remake(&self) -> Result<(), NatsError> {
+        if self.nats.marker_bucket(&self.bucket).await? != MarkerBucket::Missing {
+            return Ok(());
+        }
+        tracing::warn!(bucket = %self.bucket, "the idempotency bucket is gone: making it again");
+        match self
+            .nats
+            .bucket_or_create(bucket_config(&self.bucket))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(bucket = %self.bucket, "the idempotency bucket was made again");
+                Ok(())
+            }
+            Err(NatsError::Kv { source, .. }) => Err(NatsError::Markers {
+                bucket: self.bucket.clone(),
+                step: "make it again (it was deleted)",
+                source,
+            }),
+            Err(other) => Err(other),
+        }
     }
 }
 
@@ -308,7 +409,7 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    type Read = std::pin::Pin<Box<dyn Future<Output = Result<Vec<bool>, Cause>> + Send>>;
+    type Read = std::pin::Pin<Box<dyn Future<Output = Result<Vec<Found>, Cause>> + Send>>;
 
     /// A read of the keys that start with `m`, taking a millisecond, that records the
     /// keys of each request.
@@ -321,7 +422,10 @@ mod tests {
                 if fail {
                     return Err("down".into());
                 }
-                Ok(keys.iter().map(|k| k.starts_with('m')).collect())
+                Ok(keys
+                    .iter()
+                    .map(|k| k.starts_with('m').then(|| Bytes::from(k.clone())))
+                    .collect())
             })
         }
     }
@@ -331,7 +435,10 @@ mod tests {
         let c = Coalesce::default();
         let log = Arc::default();
         let start = tokio::time::Instant::now();
-        assert!(c.ask("m1", reader(&log, false)).await.unwrap());
+        assert_eq!(
+            c.ask("m1", reader(&log, false)).await.unwrap(),
+            Some(Bytes::from("m1"))
+        );
         assert_eq!(start.elapsed(), MS, "no wait but the read itself");
         assert_eq!(*log.lock().unwrap(), [vec!["m1".to_string()]]);
 
@@ -344,7 +451,11 @@ mod tests {
         let answers =
             futures::future::join_all(keys.iter().map(|k| c.ask(k, reader(&log, false)))).await;
         for (k, a) in keys.iter().zip(answers) {
-            assert_eq!(a.unwrap(), k.starts_with('m'), "{k}");
+            assert_eq!(
+                a.unwrap(),
+                k.starts_with('m').then(|| Bytes::from(k.clone())),
+                "{k}"
+            );
         }
         let sizes: Vec<usize> = log.lock().unwrap().iter().map(Vec::len).collect();
         assert_eq!(sizes, [1, 99]);
@@ -364,7 +475,7 @@ mod tests {
                 .iter()
                 .all(|a| a.as_ref().unwrap_err().to_string() == "down")
         );
-        assert!(c.ask("m4", reader(&log, false)).await.unwrap());
+        assert!(c.ask("m4", reader(&log, false)).await.unwrap().is_some());
         let sizes: Vec<usize> = log.lock().unwrap().iter().map(Vec::len).collect();
         assert_eq!(sizes, [1, 2, 1]);
     }

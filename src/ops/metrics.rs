@@ -437,12 +437,13 @@ impl ConsumerCollectors {
     }
 }
 
-/// Processed once: what the markers suppressed and what they could not record, and
-/// the messages that expired.
+/// Processed once: what the markers suppressed, what they could not record, the
+/// markers of other messages found, and the messages that expired.
 #[derive(Debug, Clone)]
 struct OnceCollectors {
     duplicates: IntCounter,
     marker_failures: IntCounter,
+    conflicts: IntCounter,
     expired: IntCounter,
 }
 
@@ -455,7 +456,11 @@ impl OnceCollectors {
             )?,
             marker_failures: r.counter(
                 "jetrelay_idempotency_failures_total",
-                "Idempotency markers that could not be written or read within ack_wait: the message was acked (or sent) anyway",
+                "Idempotency markers that could not be written within min(ack_wait / 2, 5 s), or read: the message was acked (or sent) anyway",
+            )?,
+            conflicts: r.counter(
+                "jetrelay_idempotency_conflicts_total",
+                "Requests of a message whose idempotency key has a marker of another message (its Nats-Msg-Id re-used, or a value jetrelay did not write): sent with Jetrelay-Idempotency-Conflict",
             )?,
             expired: r.counter(
                 "jetrelay_expired_total",
@@ -1038,6 +1043,12 @@ impl SourceMetrics {
         self.once.marker_failures.inc();
     }
 
+    /// A message whose key has a marker of another message was sent to the app, with
+    /// `Jetrelay-Idempotency-Conflict`.
+    pub fn idempotency_conflict(&self) {
+        self.once.conflicts.inc();
+    }
+
     /// A message could not be offered to the app.
     pub fn invalid(&self, why: &Invalid) {
         let at = Invalid::NAMES
@@ -1310,6 +1321,7 @@ mod tests {
             "jetrelay_trace_headers_dropped_total{header=\"traceparent\",reason=\"oversized\"} 0",
             "jetrelay_duplicates_suppressed_total{source=\"default\"} 0",
             "jetrelay_idempotency_failures_total{source=\"default\"} 0",
+            "jetrelay_idempotency_conflicts_total{source=\"default\"} 0",
             "jetrelay_expired_total{source=\"default\"} 0",
             "jetrelay_message_age_seconds_count{source=\"default\",stage=\"expired\"} 0",
         ] {

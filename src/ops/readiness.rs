@@ -87,6 +87,10 @@ pub struct Facts {
     pub pin_holder: PinHolder,
     /// What the source consumes (for discovery; never in `/ready`).
     pub consumes: Option<Consumes>,
+    /// Why the idempotency markers cannot be written (naming the bucket); `None`
+    /// while they are. Messages are acked without them, so a ready source stays
+    /// ready and says so in its reason.
+    pub markers_down: Option<String>,
 }
 
 /// What a source consumes, as its config says.
@@ -102,8 +106,19 @@ pub struct Consumes {
 
 /// The state and reason `/ready` shows for these facts. Drained and draining win
 /// (they are final); then a NATS connection that is down; an instance that reports standby says
-/// whether another instance holds the pin or nobody does.
+/// whether another instance holds the pin or nobody does. A ready state's reason
+/// ends with why markers cannot be written, when they cannot.
 pub fn present(f: &Facts) -> (State, String) {
+    let (state, reason) = shown(f);
+    match &f.markers_down {
+        Some(why) if is_ready(state) && reason.is_empty() => (state, why.clone()),
+        Some(why) if is_ready(state) => (state, format!("{reason}; {why}")),
+        _ => (state, reason),
+    }
+}
+
+/// The state and reason for `f`, the markers aside.
+fn shown(f: &Facts) -> (State, String) {
     if matches!(f.state, State::Draining | State::Drained) {
         return (f.state, f.reason.clone());
     }
@@ -441,6 +456,18 @@ impl SourceReadiness {
         });
     }
 
+    /// Records why the idempotency markers cannot be written (`None`: they are
+    /// again).
+    pub fn set_markers_down(&self, why: Option<String>) {
+        self.update(|f| {
+            if f.markers_down == why {
+                return false;
+            }
+            f.markers_down = why;
+            true
+        });
+    }
+
     /// Records who holds the pin of a pinned consumer.
     pub fn set_pin_holder(&self, holder: PinHolder) {
         self.update(|f| std::mem::replace(&mut f.pin_holder, holder) != holder);
@@ -532,6 +559,7 @@ mod tests {
             pinned,
             pin_holder: holder,
             consumes: None,
+            markers_down: None,
         }
     }
 
@@ -541,6 +569,7 @@ mod tests {
         use State::*;
         let said = "what it said";
         let lost = Some("NATS connection lost");
+        let down = "idempotency bucket m: cannot write a marker";
         let cases: &[(Facts, State, &str, bool)] = &[
             (
                 facts(Consuming, None, false, Unknown),
@@ -596,6 +625,43 @@ mod tests {
                 NoPartitions,
                 said,
                 true,
+            ),
+            (
+                Facts {
+                    reason: String::new(),
+                    markers_down: Some(down.into()),
+                    ..facts(Consuming, None, false, Unknown)
+                },
+                Consuming,
+                down,
+                true,
+            ),
+            (
+                Facts {
+                    markers_down: Some(down.into()),
+                    ..facts(Paused, None, false, Unknown)
+                },
+                Paused,
+                "what it said; idempotency bucket m: cannot write a marker",
+                true,
+            ),
+            (
+                Facts {
+                    markers_down: Some(down.into()),
+                    ..facts(Consuming, lost, false, Unknown)
+                },
+                NotReady,
+                "NATS connection lost",
+                false,
+            ),
+            (
+                Facts {
+                    markers_down: Some(down.into()),
+                    ..facts(Draining, None, false, Unknown)
+                },
+                Draining,
+                said,
+                false,
             ),
         ];
         for (f, state, reason, ready) in cases {

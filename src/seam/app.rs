@@ -24,6 +24,10 @@ pub struct Offer<'a> {
     pub attempt: u32,
     /// jetrelay's span's context, when it exports spans.
     pub trace: Option<TraceHeaders<'a>>,
+    /// `<stream>:<sequence>` of the message its idempotency key's marker records,
+    /// when that is another message (`unknown`: a marker jetrelay did not write):
+    /// sent as `Jetrelay-Idempotency-Conflict`.
+    pub conflict: Option<&'a str>,
 }
 
 /// Where messages go: one request to the app per call.

@@ -1,12 +1,15 @@
 //! The idempotency markers' side of the seam: where the dispatcher asks whether a
 //! delivery was processed before, and records that it was, before its ack
-//! ([`Markers`]); and what a marker's key is ([`marker_key`], pure). `crate::nats`
-//! implements the store over a KV bucket; the dispatcher's tests fake it, so that
-//! "the marker before the ack" is pinned in virtual time.
+//! ([`Markers`]); what a marker's key is ([`marker_key`]), what it records
+//! ([`Marked`]: the message's stream, sequence and digest) and what a marker found
+//! says of a delivery ([`Seen`]), all pure. `crate::nats` implements the store over a
+//! KV bucket; the dispatcher's tests fake it, so that "the marker before the ack" is
+//! pinned in virtual time.
 
 use std::future::Future;
 
 use base64::Engine as _;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::message::Delivery;
@@ -45,6 +48,146 @@ pub fn marker_key(d: &Delivery, key: IdempotencyKey, scope: &str) -> Option<Stri
     Some(format!("{}.{id}", b64.encode(scope)))
 }
 
+/// What a marker records: the message it marks, so that a delivery of another
+/// message under the same key (a `Nats-Msg-Id` re-used after the duplicate window, a
+/// value someone else wrote) is told from a redelivery of this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marked {
+    /// The stream it was delivered from.
+    pub stream: String,
+    /// Its stream sequence.
+    pub sequence: u64,
+    /// SHA-256 of its subject (as published: without a group's partition token) and
+    /// payload, see [`digest`].
+    pub digest: [u8; 32],
+}
+
+/// The first word of every marker value this version writes.
+const V1: &str = "v1";
+
+/// SHA-256 of `subject` and `payload`, framed so that no two pairs share an input:
+/// the subject's length (8 bytes, little-endian), the subject, the payload. The
+/// bucket is trusted (`docs/security.md`), so the digest guards against accidents
+/// (an id re-used for another message), not against forgery; SHA-256 because it is
+/// already in the build (`ring`, through rustls) and a collision is out of reach.
+pub fn digest(subject: &str, payload: &[u8]) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(&(subject.len() as u64).to_le_bytes());
+    ctx.update(subject.as_bytes());
+    ctx.update(payload);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
+}
+
+impl Marked {
+    /// What `d`'s marker records; `None` without metadata (an invalid message is
+    /// never offered, so never marked).
+    pub fn of(d: &Delivery) -> Option<Marked> {
+        let m = d.meta.as_ref().ok()?;
+        Some(Marked {
+            stream: m.stream.clone(),
+            sequence: m.stream_seq,
+            digest: digest(&d.app_subject, &d.message.payload),
+        })
+    }
+
+    /// The marker's value: `v1 <stream> <sequence> <digest, 64 hex digits>` (a
+    /// stream name holds no space).
+    pub fn value(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let seq = self.sequence.to_string();
+        let mut out = String::with_capacity(V1.len() + self.stream.len() + seq.len() + 67);
+        for word in [V1, " ", &self.stream, " ", &seq, " "] {
+            out.push_str(word);
+        }
+        for b in self.digest {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+        out
+    }
+
+    /// Reads a value [`Marked::value`] wrote; `None` for anything else (another
+    /// version's, someone else's, any bytes).
+    pub fn parse(value: &[u8]) -> Option<Marked> {
+        let text = std::str::from_utf8(value).ok()?;
+        let mut words = text.split(' ');
+        let (Some(V1), Some(stream), Some(seq), Some(hex), None) = (
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+        ) else {
+            return None;
+        };
+        // A stream's name as nats-server takes it (visible ASCII here, so that it
+        // can be a header's value), a decimal sequence, 64 hex digits.
+        let name = |b: u8| b.is_ascii_graphic() && !b".*>/\\".contains(&b);
+        if stream.is_empty()
+            || !stream.bytes().all(name)
+            || hex.len() != 64
+            || !seq.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        let mut digest = [0u8; 32];
+        for (i, out) in digest.iter_mut().enumerate() {
+            *out = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Marked {
+            stream: stream.to_string(),
+            sequence: seq.parse().ok()?,
+            digest,
+        })
+    }
+}
+
+/// What a delivery's key found in the bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// No marker: the message goes to the app.
+    Fresh,
+    /// A marker of this message (the same digest), or one an earlier version wrote
+    /// (empty: it recorded no message): processed before, acked without a request.
+    Processed,
+    /// A marker of another message: the message goes to the app with
+    /// `Jetrelay-Idempotency-Conflict: <this>`, `<stream>:<sequence>` of the marked
+    /// one, or `unknown` for a value jetrelay did not write.
+    Conflict(String),
+}
+
+impl Seen {
+    /// The marked message of a [`Seen::Conflict`].
+    pub fn conflict(&self) -> Option<&str> {
+        match self {
+            Seen::Conflict(marked) => Some(marked),
+            _ => None,
+        }
+    }
+}
+
+/// What `found` (the value under the delivery's key, `None`: no marker) says of the
+/// delivery `d` (what its own marker would record).
+///
+/// An empty value is what versions before the digest wrote: taken as this message's,
+/// so that a rolling upgrade does not send again what the old version's members
+/// answered (a redelivery, a partition taken over); such markers are gone after
+/// `idempotency_ttl_ms`. Anything else that is not a v1 value is a conflict, never
+/// a reason to skip the message.
+pub fn judge(found: Option<&[u8]>, d: &Marked) -> Seen {
+    match found {
+        None => Seen::Fresh,
+        Some([]) => Seen::Processed,
+        Some(value) => match Marked::parse(value) {
+            Some(m) if m.digest == d.digest => Seen::Processed,
+            Some(m) => Seen::Conflict(format!("{}:{}", m.stream, m.sequence)),
+            None => Seen::Conflict("unknown".into()),
+        },
+    }
+}
+
 /// Why a marker could not be read or written.
 pub trait MarkerFailure: std::error::Error + Send + Sync + 'static {}
 
@@ -53,13 +196,16 @@ pub trait Markers: Send + Sync + 'static {
     /// Why a marker could not be read or written.
     type Error: MarkerFailure;
 
-    /// Whether a marker with this key exists (the message was processed).
-    fn marked(&self, key: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+    /// The value of the marker with this key (`None`: no marker).
+    fn marked(&self, key: &str) -> impl Future<Output = Result<Option<Bytes>, Self::Error>> + Send;
 
-    /// Writes a marker for each key, without a round trip each: every write is sent,
-    /// then every acknowledgement awaited. `Ok` only when all were stored; the
-    /// error is the first failure (the others may have been stored).
-    fn mark(&self, keys: &[String]) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    /// Writes each marker (its key and [`Marked::value`]), without a round trip each:
+    /// every write is sent, then every acknowledgement awaited. `Ok` only when all
+    /// were stored; the error is the first failure (the others may have been stored).
+    fn mark(
+        &self,
+        markers: &[(String, String)],
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
 #[cfg(test)]
@@ -140,6 +286,119 @@ mod tests {
         let mut bad = delivery(&[]);
         bad.meta = Err("no".into());
         assert_eq!(marker_key(&bad, IdempotencyKey::MsgId, "d"), None);
+    }
+
+    #[test]
+    fn what_a_marker_says_of_a_delivery_table() {
+        let own = Marked::of(&delivery(&[])).unwrap();
+        let hex = |d: [u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let other = hex([7; 32]);
+        let conflict = |s: &str| Seen::Conflict(s.to_string());
+        let unknown = conflict("unknown");
+        let cases: Vec<(Option<Vec<u8>>, Seen)> = vec![
+            (None, Seen::Fresh),
+            // Written before markers recorded their message: taken as this one's.
+            (Some(Vec::new()), Seen::Processed),
+            (Some(own.value().into_bytes()), Seen::Processed),
+            // The same message from elsewhere (a publisher re-sent it after the
+            // duplicate window; another stream): the same digest.
+            (
+                Some(format!("v1 OTHER 3 {}", hex(own.digest)).into_bytes()),
+                Seen::Processed,
+            ),
+            (
+                Some(format!("v1 ORDERS 7 {other}").into_bytes()),
+                conflict("ORDERS:7"),
+            ),
+            (
+                Some(format!("v1 ORDERS 42 {other}").into_bytes()),
+                conflict("ORDERS:42"),
+            ),
+            (Some(b"\xff\xfe".to_vec()), unknown.clone()),
+            (Some(b" ".to_vec()), unknown.clone()),
+            (Some(b"1".to_vec()), unknown.clone()),
+            (
+                Some(format!("v2 ORDERS 42 {}", hex(own.digest)).into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("{}\n", own.value()).into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("{} x", own.value()).into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("v1 ORDERS -1 {other}").into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("v1 ORDERS 99999999999999999999 {other}").into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("v1 OR\x1bDERS 1 {other}").into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("v1 A.B 1 {other}").into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("v1 ORDERS 1 {}", &other[..63]).into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("v1 ORDERS 1 {}g", &other[..63]).into_bytes()),
+                unknown.clone(),
+            ),
+            (
+                Some(format!("v1 ORDERS 1 {}é", &other[..62]).into_bytes()),
+                unknown,
+            ),
+        ];
+        for (found, want) in cases {
+            assert_eq!(judge(found.as_deref(), &own), want, "{found:?}");
+        }
+        assert_eq!(
+            own.value(),
+            format!("v1 ORDERS 42 {}", hex(digest("a", b""))),
+            "the value: version, stream, sequence, digest"
+        );
+    }
+
+    #[test]
+    fn the_digest_frames_the_subject() {
+        assert_ne!(digest("ab", b"c"), digest("a", b"bc"));
+        assert_ne!(digest("a", b""), digest("", b"a"));
+        assert_eq!(digest("a", b"x"), digest("a", b"x"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_marker_value_is_judged_without_a_panic_and_a_conflict_is_a_header_value(
+            value in proptest::collection::vec(proptest::num::u8::ANY, 0..120),
+            words in "v1 [ -~]{0,20} [0-9]{1,25} [0-9a-fA-F]{60,66}",
+        ) {
+            let own = Marked::of(&delivery(&[])).unwrap();
+            for v in [value.as_slice(), words.as_bytes()] {
+                if let Seen::Conflict(marked) = judge(Some(v), &own) {
+                    proptest::prop_assert!(!marked.is_empty());
+                    proptest::prop_assert!(marked.bytes().all(|b| b.is_ascii_graphic()), "{marked:?}");
+                }
+            }
+        }
+
+        #[test]
+        fn a_value_reads_back_as_what_it_records(
+            stream in "[A-Za-z0-9_-]{1,32}",
+            sequence in proptest::num::u64::ANY,
+            digest in proptest::array::uniform32(proptest::num::u8::ANY),
+        ) {
+            let m = Marked { stream, sequence, digest };
+            proptest::prop_assert_eq!(Marked::parse(m.value().as_bytes()), Some(m));
+        }
     }
 
     proptest::proptest! {

@@ -121,7 +121,9 @@ impl Runner {
                 let store = nats.marker_store(&i.bucket, i.ttl).await?;
                 tracing::info!(bucket = %i.bucket, "idempotency bucket ready");
                 Some(Marking {
+                    down: false.into(),
                     store,
+                    bucket: i.bucket.clone(),
                     key: i.key,
                     scope: i.scope.clone(),
                     patience: self.settings.ack_wait,

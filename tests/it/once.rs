@@ -105,14 +105,28 @@ async fn a_nats_ttl_that_passes_while_held_or_between_retries_ends_the_message_u
 /// A new bucket, with per-key TTLs (as jetrelay makes it) or without.
 async fn new_bucket(js: &jetstream::Context, ttls: bool) -> String {
     let name = unique("marks");
+    if ttls {
+        new_bucket_named(js, &name).await;
+    } else {
+        js.create_key_value(jetstream::kv::Config {
+            bucket: name.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    name
+}
+
+/// A bucket named `name`, with per-key TTLs, as jetrelay makes it.
+async fn new_bucket_named(js: &jetstream::Context, name: &str) {
     js.create_key_value(jetstream::kv::Config {
-        bucket: name.clone(),
-        limit_markers: ttls.then_some(Duration::from_secs(1)),
+        bucket: name.to_string(),
+        limit_markers: Some(Duration::from_secs(1)),
         ..Default::default()
     })
     .await
     .unwrap();
-    name
 }
 
 /// The markers' bucket's keys, decoded: `(scope, id)` with the id as
@@ -174,22 +188,69 @@ async fn a_lost_ack_redelivers_a_processed_message_that_the_app_never_sees_again
         [(durable.clone(), format!("s{stream}:1"))],
         "without a Nats-Msg-Id the key is the stream and sequence"
     );
+    let mut s = js.get_stream(format!("KV_{bucket}")).await.unwrap();
+    let last = s.info().await.unwrap().state.last_sequence;
+    let digest: String = jetrelay::seam::markers::digest("once.a", b"m0")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        s.get_raw_message(last).await.unwrap().payload,
+        format!("v1 {stream} 1 {digest}"),
+        "the marker records the message: its stream, sequence and digest"
+    );
     relay.stop().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_msg_id_sent_again_after_the_duplicate_window_reaches_the_app_once() {
-    let nats = NatsServer::start().await;
-    let (_, js) = client(&nats).await;
-    let (stream, durable, bucket) = (unique("S"), unique("d"), unique("marks"));
+/// A stream on `once.>` whose duplicate window is half a second.
+async fn short_window_stream(js: &jetstream::Context, name: &str) {
     js.create_stream(stream::Config {
-        name: stream.clone(),
+        name: name.to_string(),
         subjects: vec!["once.>".into()],
         duplicate_window: Duration::from_millis(500),
         ..Default::default()
     })
     .await
     .unwrap();
+}
+
+/// Publishes `payload` with `Nats-Msg-Id: id` until the stream stores it (its
+/// duplicate window for the id has passed).
+async fn publish_past_the_window(js: &jetstream::Context, id: &str, payload: &'static str) {
+    eventually("stored again", T, || async {
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Msg-Id", id);
+        let ack = js
+            .publish_with_headers("once.a", h, payload.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        !ack.duplicate
+    })
+    .await;
+}
+
+/// The requests' bodies, and what each said of a conflicting marker.
+fn conflicts(app: &MockApp) -> Vec<(String, Option<String>)> {
+    app.requests()
+        .iter()
+        .map(|r| {
+            (
+                String::from_utf8_lossy(&r.body).into_owned(),
+                r.header("Jetrelay-Idempotency-Conflict").map(String::from),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_msg_id_sent_again_after_the_duplicate_window_is_suppressed_with_its_payload_and_sent_with_another()
+ {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable, bucket) = (unique("S"), unique("d"), unique("marks"));
+    short_window_stream(&js, &stream).await;
     let app = MockApp::ok().await;
     let relay = Relay::ready(durable_config(
         &nats,
@@ -201,30 +262,32 @@ async fn a_msg_id_sent_again_after_the_duplicate_window_reaches_the_app_once() {
     .await;
     publish_with(&js, "once.a", "first", &[("Nats-Msg-Id", "order-7")]).await;
     app.wait_for("the first", T, |r| r.len() == 1).await;
-    // Sent again until the stream takes it: its duplicate window has passed.
-    eventually("stored again", T, || async {
-        let mut h = HeaderMap::new();
-        h.insert("Nats-Msg-Id", "order-7");
-        let ack = js
-            .publish_with_headers("once.a", h, "again".into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        !ack.duplicate
+    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    // The same message sent again (sequence 2): the same digest, suppressed.
+    publish_past_the_window(&js, "order-7", "first").await;
+    eventually("suppressed", T, || async {
+        relay.metric("jetrelay_duplicates_suppressed_total").await == 1.0
     })
     .await;
+    // Another message under the same id (sequence 3): sent, naming the marked one.
+    publish_past_the_window(&js, "order-7", "again").await;
     publish_with(&js, "once.a", "other", &[("Nats-Msg-Id", "order-8")]).await;
-    app.wait_for("the other", T, |r| r.len() == 2).await;
+    app.wait_for("the other", T, |r| r.len() == 3).await;
     eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
-    let bodies: Vec<String> = app
-        .requests()
-        .iter()
-        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
-        .collect();
-    assert_eq!(bodies, ["first", "other"], "order-7 once");
+    assert_eq!(
+        conflicts(&app),
+        [
+            ("first".to_string(), None),
+            ("again".to_string(), Some(format!("{stream}:1"))),
+            ("other".to_string(), None),
+        ]
+    );
     assert_eq!(
         relay.metric("jetrelay_duplicates_suppressed_total").await,
+        1.0
+    );
+    assert_eq!(
+        relay.metric("jetrelay_idempotency_conflicts_total").await,
         1.0
     );
     assert_eq!(
@@ -233,6 +296,92 @@ async fn a_msg_id_sent_again_after_the_duplicate_window_reaches_the_app_once() {
             (durable.clone(), "iorder-7".to_string()),
             (durable.clone(), "iorder-8".to_string())
         ]
+    );
+    // The marker now records the message the app answered last under the id.
+    let kv = js.get_key_value(&bucket).await.unwrap();
+    let value = kv
+        .get(marker_key(&durable, "order-7"))
+        .await
+        .unwrap()
+        .unwrap();
+    let want = jetrelay::seam::markers::Marked {
+        stream: stream.clone(),
+        sequence: 3,
+        digest: jetrelay::seam::markers::digest("once.a", b"again"),
+    };
+    assert_eq!(value, want.value().as_bytes());
+    relay.stop().await.unwrap();
+}
+
+/// The marker key of `Nats-Msg-Id: id` under the durable `scope`.
+fn marker_key(scope: &str, id: &str) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!("{}.i{}", b64.encode(scope), b64.encode(id))
+}
+
+#[tokio::test]
+async fn a_marker_jetrelay_did_not_write_does_not_suppress_and_an_old_versions_empty_one_does() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["once.>"]).await;
+    let bucket = new_bucket(&js, true).await;
+    let kv = js.get_key_value(&bucket).await.unwrap();
+    let zeros = "0".repeat(64);
+    let foreign: [(&str, Vec<u8>); 5] = [
+        ("garbage", b"\xff\x00 not a marker\n".to_vec()),
+        ("forged", format!("v1 OTHER 9 {zeros}").into_bytes()),
+        ("future", format!("v2 {stream} 1 {zeros}").into_bytes()),
+        ("bad-stream", format!("v1 a\rb 1 {zeros}").into_bytes()),
+        ("legacy", Vec::new()),
+    ];
+    for (id, value) in &foreign {
+        kv.put(marker_key(&durable, id), value.clone().into())
+            .await
+            .unwrap();
+    }
+    let app = MockApp::ok().await;
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        &format!("[delivery]\nidempotency_bucket = \"{bucket}\"\nmax_in_flight = 1\n"),
+    ))
+    .await;
+    for (id, _) in &foreign {
+        publish_with(&js, "once.a", id, &[("Nats-Msg-Id", id)]).await;
+    }
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    let unknown = Some("unknown".to_string());
+    assert_eq!(
+        conflicts(&app),
+        [
+            ("garbage".to_string(), unknown.clone()),
+            ("forged".to_string(), Some("OTHER:9".to_string())),
+            ("future".to_string(), unknown.clone()),
+            ("bad-stream".to_string(), unknown),
+        ],
+        "sent with the conflict named; the old version's empty marker suppresses"
+    );
+    assert_eq!(
+        relay.metric("jetrelay_idempotency_conflicts_total").await,
+        4.0
+    );
+    assert_eq!(
+        relay.metric("jetrelay_duplicates_suppressed_total").await,
+        1.0
+    );
+    // Each one the app answered is marked as its own now.
+    let value = kv
+        .get(marker_key(&durable, "forged"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        value.starts_with(format!("v1 {stream} 2 ").as_bytes()),
+        "{value:?}"
     );
     relay.stop().await.unwrap();
 }
@@ -320,6 +469,111 @@ async fn a_missing_bucket_is_made_with_per_key_ttls_and_one_that_cannot_be_is_a_
 }
 
 #[tokio::test]
+async fn a_bucket_deleted_at_run_time_is_made_again_and_every_message_goes_on_being_marked_and_acked()
+ {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable, bucket) = (unique("S"), unique("d"), unique("marks"));
+    create_stream(&js, &stream, &["once.>"]).await;
+    let app = MockApp::ok().await;
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        &format!("[delivery]\nidempotency_bucket = \"{bucket}\"\n"),
+    ))
+    .await;
+    publish(&js, "once.a", 50).await;
+    eventually("acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    js.delete_key_value(&bucket).await.unwrap();
+    // 600 more: without the bucket made again, each request in flight waited for
+    // its marker until ack_wait (30 s) ran out.
+    publish(&js, "once.a", 600).await;
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    assert_eq!(app.requests().len(), 650, "each message once");
+    let info = js.get_stream(format!("KV_{bucket}")).await.unwrap();
+    assert!(
+        info.cached_info().config.allow_message_ttl,
+        "made as at startup"
+    );
+    let marked = marker_ids(&js, &bucket).await.len();
+    assert!(marked >= 590, "the markers written since: {marked}");
+    let (_, ready) = relay.get("/ready").await;
+    assert!(ready.contains("\"state\":\"consuming\""), "{ready}");
+    assert!(!ready.contains(&bucket), "{ready}");
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn while_the_bucket_cannot_be_made_again_ready_names_it_and_each_message_is_acked_without_its_marker()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats.conf");
+    // `b` may not create streams: the bucket, once deleted, stays gone.
+    std::fs::write(
+        &conf,
+        "no_auth_user: admin\nauthorization { users: [\n  {user: admin, password: admin}\n  {user: b, password: bpass, permissions: { publish: { deny: [\"$JS.API.STREAM.CREATE.>\"] } }}\n] }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
+    let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
+    let (_, js) = client(&nats).await;
+    let (stream, durable) = (unique("S"), unique("d"));
+    create_stream(&js, &stream, &["once.>"]).await;
+    let bucket = new_bucket(&js, true).await;
+    let app = MockApp::ok().await;
+    // One request at a time; a marker write is tried for ack_wait / 2 = 2 s.
+    let relay = Relay::ready(durable_config(
+        &nats,
+        &app,
+        &stream,
+        &durable,
+        &format!(
+            "[nats]\nuser = \"b\"\npassword_file = \"{}\"\n[consumer]\nack_wait_ms = 4000\n\
+             [delivery]\nidempotency_bucket = \"{bucket}\"\nmax_in_flight = 1\n",
+            dir.path().join("b.pass").display()
+        ),
+    ))
+    .await;
+    js.delete_key_value(&bucket).await.unwrap();
+    let start = std::time::Instant::now();
+    publish(&js, "once.a", 20).await;
+    eventually("all acked", T, || consumer_drained(&js, &stream, &durable)).await;
+    // The first held 2 s; the others tried once each, while /ready said why.
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "acked in {:?}",
+        start.elapsed()
+    );
+    assert_eq!(app.requests().len(), 20);
+    assert!(relay.metric("jetrelay_idempotency_failures_total").await >= 20.0);
+    let (code, ready) = relay.get("/ready").await;
+    assert_eq!(code, 200, "messages are acked: {ready}");
+    assert!(
+        ready.contains(&format!(
+            "idempotency markers cannot be written to bucket {bucket}"
+        )),
+        "{ready}"
+    );
+    assert!(ready.contains("markers cannot be written"), "{ready}");
+
+    // Made again by someone who may: the next marker is written, and /ready says
+    // nothing of it any more.
+    new_bucket_named(&js, &bucket).await;
+    publish(&js, "once.a", 1).await;
+    eventually("written again", T, || async {
+        !relay.get("/ready").await.1.contains(&bucket)
+    })
+    .await;
+    eventually("marked", T, || async {
+        marker_ids(&js, &bucket).await.len() == 1
+    })
+    .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn markers_asked_for_together_are_read_in_one_batched_direct_get_and_deletes_are_no_markers()
 {
     use jetrelay::seam::markers::Markers as _;
@@ -337,19 +591,28 @@ async fn markers_asked_for_together_are_read_in_one_batched_direct_get_and_delet
     // 300 keys (more than one request's 256 subjects): every third marked, and one
     // of those deleted again.
     let keys: Vec<String> = (0..300).map(|i| format!("s.k{i}")).collect();
-    let marked: Vec<String> = keys.iter().step_by(3).cloned().collect();
+    let marked: Vec<(String, String)> = keys
+        .iter()
+        .step_by(3)
+        .map(|k| (k.clone(), format!("value of {k}")))
+        .collect();
     store.mark(&marked).await.unwrap();
     let kv = js.get_key_value(&bucket).await.unwrap();
     kv.delete("s.k0").await.unwrap();
-    assert!(store.marked("s.k3").await.unwrap());
-    assert!(
-        !store.marked("s.k0").await.unwrap(),
+    assert_eq!(
+        store.marked("s.k3").await.unwrap().as_deref(),
+        Some(&b"value of s.k3"[..])
+    );
+    assert_eq!(
+        store.marked("s.k0").await.unwrap(),
+        None,
         "a delete is no marker"
     );
     assert_eq!(store.read_requests(), 2, "a lone read each");
     let answers = futures::future::join_all(keys.iter().map(|k| store.marked(k))).await;
     for (i, a) in answers.into_iter().enumerate() {
-        assert_eq!(a.unwrap(), i % 3 == 0 && i > 0, "s.k{i}");
+        let want = (i % 3 == 0 && i > 0).then(|| format!("value of s.k{i}").into_bytes());
+        assert_eq!(a.unwrap().map(|b| b.to_vec()), want, "s.k{i}");
     }
     assert_eq!(
         store.read_requests(),
