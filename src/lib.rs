@@ -9,6 +9,7 @@
 pub mod app;
 pub mod capacity;
 pub mod dead_letter;
+pub mod digest;
 pub mod duration;
 pub mod message;
 pub mod outputs;

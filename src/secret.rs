@@ -13,6 +13,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use crate::digest;
+
 /// How often the file is looked at, at most.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
@@ -169,17 +171,14 @@ pub struct Salt([u8; 16]);
 impl Salt {
     /// A salt from the system's random source.
     pub fn random() -> Salt {
-        let mut salt = [0u8; 16];
-        if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut salt).is_err() {
-            // No random source (it does not fail on the systems jetrelay runs on):
-            // the clock still makes the salt this process's own.
+        Salt(crate::digest::random().unwrap_or_else(|| {
+            // No random source: the clock and the process id still make the salt
+            // this process's own.
             let now = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default();
-            salt[..16].copy_from_slice(&now.as_nanos().to_le_bytes());
-            salt[0] ^= std::process::id().to_le_bytes()[0];
-        }
-        Salt(salt)
+            (now.as_nanos() ^ u128::from(std::process::id())).to_le_bytes()
+        }))
     }
 
     /// One salt for the tests of what flattens a config.
@@ -208,21 +207,13 @@ impl Salt {
     /// one, other text.
     pub fn fingerprint(&self, secret: &str) -> String {
         let mut hash = [0u8; 8];
-        let rounds =
-            std::num::NonZeroU32::new(FINGERPRINT_ROUNDS).unwrap_or(std::num::NonZeroU32::MIN);
-        ring::pbkdf2::derive(
-            ring::pbkdf2::PBKDF2_HMAC_SHA256,
-            rounds,
-            &self.0,
-            secret.as_bytes(),
-            &mut hash,
-        );
-        format!("<redacted pbkdf2:{}:{}>", hex(&self.0), hex(&hash))
+        digest::pbkdf2(&self.0, secret.as_bytes(), FINGERPRINT_ROUNDS, &mut hash);
+        format!(
+            "<redacted pbkdf2:{}:{}>",
+            digest::hex(&self.0),
+            digest::hex(&hash)
+        )
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The token of an `Authorization: Bearer <token>` value: the scheme in any case
@@ -270,9 +261,8 @@ mod tests {
             fnv ^= u64::from(*byte);
             fnv = fnv.wrapping_mul(0x0100_0000_01b3);
         }
-        let sha = hex(ring::digest::digest(&ring::digest::SHA256, b"hunter2").as_ref());
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &a.0);
-        let mac = hex(ring::hmac::sign(&key, b"hunter2").as_ref());
+        let sha = digest::hex(&digest::sha256(&[b"hunter2"]));
+        let mac = digest::hex(&digest::hmac_sha256(&a.0, b"hunter2"));
         for fast in [format!("{fnv:016x}"), sha, mac] {
             assert!(!fast.contains(shown_hash), "{fast} holds {shown_hash}");
         }

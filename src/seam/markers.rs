@@ -71,13 +71,8 @@ const V1: &str = "v1";
 /// (an id re-used for another message), not against forgery; SHA-256 because it is
 /// already in the build (`ring`, through rustls) and a collision is out of reach.
 pub fn digest(subject: &str, payload: &[u8]) -> [u8; 32] {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    ctx.update(&(subject.len() as u64).to_le_bytes());
-    ctx.update(subject.as_bytes());
-    ctx.update(payload);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(ctx.finish().as_ref());
-    out
+    let len = (subject.len() as u64).to_le_bytes();
+    crate::digest::sha256(&[&len, subject.as_bytes(), payload])
 }
 
 impl Marked {
@@ -95,17 +90,8 @@ impl Marked {
     /// The marker's value: `v1 <stream> <sequence> <digest, 64 hex digits>` (a
     /// stream name holds no space).
     pub fn value(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let seq = self.sequence.to_string();
-        let mut out = String::with_capacity(V1.len() + self.stream.len() + seq.len() + 67);
-        for word in [V1, " ", &self.stream, " ", &seq, " "] {
-            out.push_str(word);
-        }
-        for b in self.digest {
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 15)]));
-        }
-        out
+        let digest = crate::digest::hex(&self.digest);
+        format!("{V1} {} {} {digest}", self.stream, self.sequence)
     }
 
     /// Reads a value [`Marked::value`] wrote; `None` for anything else (another
