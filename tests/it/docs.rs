@@ -2,7 +2,7 @@
 //! in the reference page (`docs/reference.md`) with its default, and no key that it
 //! does not take; every metric the code names is in the reference's metrics table,
 //! and back; a line of an example config (`config/*.toml`) that says it holds the
-//! default does.
+//! default does; the README stays within its length.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -320,4 +320,15 @@ fn every_config_the_readme_shows_loads() {
         rest = &body[end..];
     }
     assert!(blocks >= 1, "no TOML block in the README");
+}
+
+/// The README is a front page, not a manual: at most 2,500 words (as `wc -w` counts
+/// them); the detail belongs in `docs/`.
+#[test]
+fn the_readme_stays_within_2500_words() {
+    let words = read(&repo().join("README.md")).split_whitespace().count();
+    assert!(
+        words <= 2500,
+        "README.md has {words} words, over 2,500: move the detail to docs/"
+    );
 }
