@@ -87,6 +87,12 @@ impl AutoJoin {
         self.timeout / 3
     }
 
+    /// Whether a member whose liveness record was last written `silent_for` ago must
+    /// stop taking work ([`fenced`]).
+    pub fn is_fenced(&self, silent_for: Duration) -> bool {
+        fenced(silent_for, self.timeout)
+    }
+
     /// Beats, marks this member as auto-joined, and adds it to the membership unless
     /// it is there. Returns whether the membership was written. When this process adds
     /// it, it records so beside the group's config (what makes the member prunable);
@@ -238,6 +244,35 @@ impl AutoJoin {
         let stream = crate::group::elastic_stream(&self.stream, &self.group);
         if let Err(e) = self.nats.delete_consumer(&stream, member).await {
             tracing::warn!(member, error = %chain(&e), "cannot delete the member consumer; the server removes it once inactive");
+        }
+    }
+}
+
+/// Whether a member silent for `silent_for` (no liveness write taken) must stop taking
+/// work: once its next beat, a third of `timeout` away, could come after the others
+/// prune it (at `timeout`), its partitions may already be another's. Stopping two
+/// beats in keeps one member per partition even before the prune is seen.
+pub fn fenced(silent_for: Duration, timeout: Duration) -> bool {
+    silent_for.saturating_add(timeout / 3) >= timeout
+}
+
+#[cfg(test)]
+mod fence_tests {
+    use super::*;
+
+    #[test]
+    fn a_member_stops_two_beats_into_its_silence() {
+        let t = Duration::from_secs(3);
+        let ms = Duration::from_millis;
+        for (silent, want) in [
+            (ms(0), false),
+            (ms(1000), false),
+            (ms(1999), false),
+            (ms(2000), true),
+            (ms(3000), true),
+            (Duration::MAX, true),
+        ] {
+            assert_eq!(fenced(silent, t), want, "{silent:?}");
         }
     }
 }

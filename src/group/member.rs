@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::{Instant, Interval};
 
 use crate::capacity::Held;
@@ -98,6 +99,11 @@ pub struct GroupSource {
     /// Elastic: the pause on the server of the member consumer this instance deleted
     /// to replace it (`jetrelay pause`), put on its replacement once created.
     carried_pause: Option<time::OffsetDateTime>,
+    /// An auto-joined member's fence (`source/gauges.rs`'s heartbeats): true while its
+    /// liveness record has gone unwritten so long that the others may have pruned it.
+    fence: Option<watch::Receiver<bool>>,
+    /// Whether the fence is up: nothing is pulled or joined, what is held is released.
+    fenced: bool,
 }
 
 impl GroupSource {
@@ -165,6 +171,8 @@ impl GroupSource {
             join_at: None,
             overlaps: 0,
             carried_pause: None,
+            fence: None,
+            fenced: false,
             quiescing: false,
             stopped: false,
             paused: false,
@@ -208,6 +216,11 @@ impl GroupSource {
                 "member {} is not in the membership of group {}",
                 self.s.member, self.s.group
             )));
+        }
+        if self.fenced {
+            // What the membership says is not what this member does while fenced.
+            self.pending
+                .push_back(PullEvent::Unavailable(self.fence_reason()));
         }
     }
 
@@ -369,7 +382,52 @@ impl GroupSource {
 
     /// A join that failed for a reason retrying may fix waits for the next tick; the
     /// member is not ready meanwhile.
+    /// Follows the fence of this member's heartbeats (an auto-joined member).
+    pub fn fence_with(&mut self, fence: watch::Receiver<bool>) {
+        self.fence = Some(fence);
+    }
+
+    /// The fence went up (the liveness record unwritten so long that the others may
+    /// prune this member at any moment, and give its partitions to another): pulling
+    /// stops, what is held but not started is released, nothing joins, and the member
+    /// is not ready. Down again (a beat was written, which also puts the member back
+    /// in the membership): it follows the membership as before.
+    async fn on_fence(&mut self, up: bool) {
+        if up == self.fenced {
+            return;
+        }
+        self.fenced = up;
+        if up {
+            tracing::warn!(member = %self.s.member, group = %self.s.group, "the liveness record has not been written for two beats: this member stops taking work before the others prune it");
+            self.pending
+                .push_back(PullEvent::Unavailable(self.fence_reason()));
+            if let Some(p) = self.puller.as_mut() {
+                p.stop();
+                if !self.quiescing {
+                    self.quiescing = true;
+                    self.pending.push_back(PullEvent::Quiesce);
+                }
+            }
+        } else {
+            tracing::info!(member = %self.s.member, "the liveness record is written again: this member takes work again");
+            self.announce();
+            if self.puller.is_none() && !self.quiescing {
+                self.join_or_log().await;
+            }
+        }
+    }
+
+    fn fence_reason(&self) -> String {
+        format!(
+            "member {}'s liveness record cannot be written: not taking work (the others prune it after source.member_timeout_ms)",
+            self.s.member
+        )
+    }
+
     async fn join_or_log(&mut self) {
+        if self.fenced {
+            return;
+        }
         match self.try_join().await {
             Ok(()) => {}
             Err(e) if e.is_fatal() => self.pending.push_back(PullEvent::Fatal(e.into())),
@@ -600,6 +658,17 @@ impl Source for GroupSource {
             // the back-off sleep are re-polled next time.
             tokio::select! {
                 ev = self.watch.next(), if !self.ended => self.on_kv(ev).await,
+                // Cancel-safe: `changed` marks nothing seen until it returns.
+                up = async {
+                    let Some(f) = self.fence.as_mut() else {
+                        return std::future::pending().await;
+                    };
+                    if f.changed().await.is_err() {
+                        // The heartbeats ended (the turn is ending): nothing more.
+                        return std::future::pending().await;
+                    }
+                    *f.borrow_and_update()
+                }, if !self.ended => self.on_fence(up).await,
                 ev = async {
                     match self.puller.as_mut() {
                         Some(p) => p.next(held).await,

@@ -85,30 +85,47 @@ impl Gauges {
 }
 
 /// An auto-joined member's heartbeats (and pruning), every third of the timeout,
-/// until dropped.
-pub(super) fn heartbeats(auto: &AutoJoin) -> AbortOnDrop {
+/// until dropped; and whether the member must stop taking work (true once its
+/// liveness record has gone unwritten long enough that the others may prune it
+/// before its next beat: `group::autojoin::fenced`). A beat that takes longer than
+/// the interval counts as failed, so that a hung write cannot hold the fence open.
+pub(super) fn heartbeats(auto: &AutoJoin) -> (AbortOnDrop, watch::Receiver<bool>) {
     let auto = auto.clone();
-    AbortOnDrop(tokio::spawn(async move {
-        let mut failing = false;
-        let mut tick = tokio::time::interval(auto.every());
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
+    let (fence_tx, fence_rx) = watch::channel(false);
+    let task = tokio::spawn(
+        async move {
+            let mut last_ok = tokio::time::Instant::now();
+            let mut failing = false;
+            let mut tick = tokio::time::interval(auto.every());
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
-            match auto.beat().await {
-                Ok(()) if failing => {
-                    failing = false;
-                    tracing::info!("the liveness record is written again");
+            loop {
+                tick.tick().await;
+                let why = match tokio::time::timeout(auto.every(), auto.beat()).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(chain(&e)),
+                    Err(_) => Some("the write did not complete within a beat".to_string()),
+                };
+                match why {
+                    None => {
+                        if std::mem::take(&mut failing) {
+                            tracing::info!("the liveness record is written again");
+                        }
+                        last_ok = tokio::time::Instant::now();
+                    }
+                    Some(why) if !failing => {
+                        failing = true;
+                        tracing::warn!(error = %why, "cannot write the liveness record: silent past source.member_timeout_ms, this member is pruned by the others (and joins again once back); it stops taking work two beats in");
+                    }
+                    Some(_) => {}
                 }
-                Ok(()) => {}
-                Err(e) if !failing => {
-                    failing = true;
-                    tracing::warn!(error = %chain(&e), "cannot write the liveness record: silent past source.member_timeout_ms, this member is pruned by the others (and joins again once back)");
-                }
-                Err(_) => {}
+                let fenced = auto.is_fenced(last_ok.elapsed());
+                fence_tx.send_if_modified(|f| std::mem::replace(f, fenced) != fenced);
             }
         }
-    }.in_current_span()))
+        .in_current_span(),
+    );
+    (AbortOnDrop(task), fence_rx)
 }
 
 /// A task aborted when this is dropped.

@@ -236,12 +236,15 @@ impl Runner {
             None => None,
         };
         joined.clone_from(&auto);
-        let beats = auto.as_ref().map(heartbeats);
-        let Some(source) = at.waits.join_group(at.nats, member, at.shutdown).await? else {
+        let (beats, fence) = auto.as_ref().map(heartbeats).unzip();
+        let Some(mut source) = at.waits.join_group(at.nats, member, at.shutdown).await? else {
             drop(beats);
             at.waits.leave(auto.as_ref()).await;
             return Ok(None);
         };
+        if let Some(fence) = fence {
+            source.fence_with(fence);
+        }
         let (stream, consumer) = member.consumer();
         let ended = self.run_bound(at, source, &stream, &consumer).await;
         drop(beats);

@@ -3,7 +3,8 @@
 //! instant, a killed member pruned after its timeout, a hand-added member never
 //! pruned (a forged liveness marker included), a member cut off past its timeout
 //! pruned on a cluster and back again, one that cannot write its liveness record
-//! pruned and silent until it can, two instances of one member stopping cleanly.
+//! pruned and silent until it can (and taking no work from two beats into its
+//! silence, before the prune), two instances of one member stopping cleanly.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -716,6 +717,101 @@ async fn a_member_that_cannot_write_its_liveness_record_stops_pulling_once_prune
     .await;
     assert_key_order(&app_a);
     assert_key_order(&app_b);
+    ra.stop().await.unwrap();
+    rb.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_member_whose_liveness_writes_fail_stops_taking_work_before_the_others_prune_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats.conf");
+    std::fs::write(&conf, auth_conf(false)).unwrap();
+    std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
+    let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
+    let (_, js) = client(&nats).await;
+    let stream = unique("E");
+    create_stream(&js, &stream, &["e.*"]).await;
+    let admin = admin(&nats).await;
+    create_elastic_eg(&admin, &stream, 4).await;
+    // b's app is slow, so that b always holds more than it has started: what a member
+    // pruned while working would go on delivering.
+    let app_a = MockApp::ok().await;
+    let app_b = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(50))).await;
+    let ra = Relay::ready(member_config(
+        &nats, &app_a, "elastic", &stream, "eg", "a", AUTO,
+    ))
+    .await;
+    let as_b = format!(
+        "{AUTO}[nats]\nuser = \"b\"\npassword_file = \"{}\"\n[delivery]\nmax_in_flight = 2\n",
+        dir.path().join("b.pass").display()
+    );
+    let rb = Relay::ready(member_config(
+        &nats, &app_b, "elastic", &stream, "eg", "b", &as_b,
+    ))
+    .await;
+    eventually("two members, two partitions each", T, || async {
+        ra.health.status().partitions.len() == 2 && rb.health.status().partitions.len() == 2
+    })
+    .await;
+    // A publisher runs through what follows: 8 keys, 10 messages a key a second.
+    let publisher = {
+        let js = js.clone();
+        tokio::spawn(async move {
+            for _ in 0..100 {
+                publish_keys(&js, "e", 8, 1).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    eventually("b is served", T, || async { app_b.requests().len() >= 5 }).await;
+    // b may no longer write its liveness record.
+    std::fs::write(&conf, auth_conf(true)).unwrap();
+    nats.reload();
+    eventually("b says it takes no work", T, || async {
+        let s = rb.health.status();
+        s.reason.contains("liveness record cannot be written")
+    })
+    .await;
+    let fenced_at = app_b.requests().len();
+    eventually("b is pruned", T, || async {
+        members(&admin, &stream).await == set(&["a"])
+    })
+    .await;
+    let pruned_at = app_b.requests().len();
+    eventually("a owns every partition", T, || async {
+        ra.health.status().partitions == [0, 1, 2, 3]
+    })
+    .await;
+    publisher.await.unwrap();
+    eventually("a delivers the rest", T, || async {
+        bodies(&[&app_a, &app_b]).len() == 800
+    })
+    .await;
+    // What b had started before the fence may end after it; nothing starts after the
+    // prune (before, b delivered what it held, a pinned batch's worth, meanwhile
+    // the partitions were a's).
+    assert_eq!(
+        app_b.requests().len(),
+        pruned_at,
+        "b started nothing once pruned (fenced at {fenced_at})"
+    );
+    assert!(
+        pruned_at <= fenced_at + 2,
+        "{fenced_at} at the fence, {pruned_at} at the prune"
+    );
+    assert_key_order(&app_a);
+    // b may write again: it takes work again.
+    std::fs::write(&conf, auth_conf(false)).unwrap();
+    nats.reload();
+    eventually("b owns two partitions again", T, || async {
+        rb.health.status().partitions.len() == 2 && ra.health.status().partitions.len() == 2
+    })
+    .await;
+    publish_keys(&js, "e", 8, 2).await;
+    eventually("b is served again", T, || async {
+        app_b.requests().len() > pruned_at
+    })
+    .await;
     ra.stop().await.unwrap();
     rb.stop().await.unwrap();
 }
