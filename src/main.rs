@@ -191,10 +191,14 @@ fn main() -> ExitCode {
         Command::Ps { options } => {
             let json = options.json;
             admin(&options, |nats| async move {
-                jetrelay::cli::ps::run(&nats, json)
+                let listing = jetrelay::cli::ps::run(&nats, json)
                     .await
-                    .map(|text| (text, false))
-                    .map_err(|e| (jetrelay::ops::telemetry::chain(&e), false))
+                    .map_err(|e| (jetrelay::ops::telemetry::chain(&e), false))?;
+                // With --json, stdout stays JSON: what was left out goes to stderr.
+                if let Some(line) = listing.ignored {
+                    eprintln!("jetrelay: {line}");
+                }
+                Ok((listing.text, false))
             })
         }
         Command::Run { config } => {

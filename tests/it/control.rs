@@ -627,11 +627,20 @@ async fn ps_lists_every_instance_that_announces_itself_and_srv_answers_as_adr32_
     .await;
     let out = ok(&files[0].path(), &["ps"]).await;
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].starts_with("INSTANCE  SOURCE"), "{out}");
+    assert!(
+        lines[0].starts_with("INSTANCE ") && lines[0].contains("  SOURCE  "),
+        "{out}"
+    );
     assert_eq!(
         lines.len(),
         4,
         "a header and the three that announce: {out}"
+    );
+    // Two instances share the name pod-a: each shows its id.
+    assert_ne!(
+        lines[1].split(' ').next(),
+        lines[2].split(' ').next(),
+        "{out}"
     );
     assert!(
         lines[1].starts_with("pod-a")
