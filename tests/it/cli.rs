@@ -6,7 +6,10 @@ use futures::StreamExt;
 use serde_json::json;
 
 use crate::support::daemon::BIN;
-use crate::support::{MockApp, NatsServer, Relay, unique};
+use std::time::Duration;
+
+use crate::support::groups::static_group;
+use crate::support::{MockApp, NatsServer, Relay, create_stream, publish, unique};
 
 /// `jetrelay <args>` (no config file): exit code, stdout, stderr.
 async fn jetrelay(args: &[&str]) -> (Option<i32>, String, String) {
@@ -149,4 +152,102 @@ async fn ps_tells_instances_of_one_name_apart_and_shows_a_service_source_as_its_
     for r in relays {
         r.stop().await.unwrap();
     }
+}
+
+/// `jetrelay <args>` with stdout a pipe whose reader has gone, as after `| head -1`:
+/// exit code and stderr.
+async fn into_closed_pipe(args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = tokio::process::Command::new(BIN)
+        .args(args)
+        .env_remove("JETRELAY_CONFIG")
+        .env("RUST_BACKTRACE", "1")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .await
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn every_command_that_prints_ends_quietly_with_0_when_its_reader_has_gone() {
+    let (nats, js, group_stream, _admin) = static_group(2, &["m1"]).await;
+    let stream = unique("P");
+    create_stream(&js, &stream, &["p.>"]).await;
+    publish(&js, "p.a", 3).await;
+    let letters = unique("DLQ");
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: letters.clone(),
+        subjects: vec!["dlq.>".into()],
+        allow_direct: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    publish(&js, "dlq.x", 2).await;
+    let app = MockApp::ok().await;
+    let text = |admin: &str| {
+        format!(
+            "[nats]\nservers = \"{}\"\n[source]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"d\"\n\
+             [http]\nurl = \"{}\"\n[admin]\nlisten = \"{admin}\"\n[log]\nlevel = \"warn\"\n",
+            nats.url(),
+            app.url()
+        )
+    };
+    let relay =
+        Relay::ready(jetrelay::config::Config::from_toml(&[&text("127.0.0.1:0")]).unwrap()).await;
+    app.wait_for("three", Duration::from_secs(10), |r| r.len() == 3)
+        .await;
+    // The running relay's admin port, for drain and --diff-running.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jetrelay.toml");
+    std::fs::write(&file, text(&relay.admin.to_string())).unwrap();
+    let (f, url) = (file.to_str().unwrap(), nats.url());
+    let running = format!("http://{}/config", relay.admin);
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["--help"],
+        vec!["--version"],
+        vec!["ps", "--help"],
+        vec!["ps", "--server", url],
+        vec!["ps", "--server", url, "--json"],
+        vec!["check", "--config", f],
+        vec!["check", "--offline", "--config", f],
+        vec!["check", "--config", f, "--diff-running", &running],
+        vec!["group", "static", "ls", &group_stream, "--server", url],
+        vec![
+            "group",
+            "static",
+            "info",
+            &group_stream,
+            "cg",
+            "--server",
+            url,
+        ],
+        vec!["dlq", "ls", &letters, "--server", url],
+        vec!["replay", "--seq", "1", "--dry-run", "--config", f],
+        vec!["pause", "--config", f],
+        vec!["resume", "--config", f],
+        vec!["drain", "--config", f, "--wait", "5s"],
+    ];
+    for args in &commands {
+        let (code, err) = into_closed_pipe(args).await;
+        assert_eq!((code, err.as_str()), (Some(0), ""), "{args:?}");
+        // And each does print: the same command into a pipe that is read (--diff-running
+        // says 1: the file's admin.listen is not the running one's port 0).
+        if args[0] != "drain" {
+            let (code, out, err) = jetrelay(args).await;
+            assert!(
+                matches!(code, Some(0 | 1)) && !out.is_empty(),
+                "{args:?}: {code:?} {out}{err}"
+            );
+        }
+    }
+    relay.stop().await.unwrap();
 }
