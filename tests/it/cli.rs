@@ -251,3 +251,41 @@ async fn every_command_that_prints_ends_quietly_with_0_when_its_reader_has_gone(
     }
     relay.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn check_names_the_sources_own_managed_stream_keys_in_its_publish_hints() {
+    let nats = NatsServer::start().await;
+    let (a, b) = (unique("A"), unique("B"));
+    let source = |name: &str, stream: &str, subjects: &str| {
+        format!(
+            "[sources.{name}]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{name}\"\n\
+             [sources.{name}.topology]\nstream = \"managed\"\n\
+             [sources.{name}.topology.managed_stream]\nsubjects = [{subjects}]\n"
+        )
+    };
+    let text = format!(
+        "[nats]\nservers = \"{}\"\n[http]\nurl = \"http://127.0.0.1:1\"\n\
+         [publish]\nallowed_subjects = [\"out.b.>\", \"out.none.>\"]\n{}{}",
+        nats.url(),
+        source("a", &a, "\"in.a.>\""),
+        source("b", &b, "\"in.b.>\", \"out.b.>\""),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jetrelay.toml");
+    std::fs::write(&file, text).unwrap();
+    let (code, out, err) = jetrelay(&["check", "--config", file.to_str().unwrap()]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    // B's stream, to be created, takes out.b.> but no atomic batch: the fix is in
+    // source b's table, not the top-level one (which several sources do not read).
+    assert!(
+        out.contains("Change: sources.b.topology.managed_stream.allow_atomic = true, or publish.atomic = false"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "or add \"out.none.>\" to sources.a.topology.managed_stream.subjects (stream {a}), or add \"out.none.>\" to sources.b.topology.managed_stream.subjects (stream {b})"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains(" topology.managed_stream."), "{out}");
+}
