@@ -24,6 +24,14 @@ pub fn beyond_latest(t: OffsetDateTime) -> bool {
     t > LATEST_TAKEN
 }
 
+/// Why a time is too late ([`beyond_latest`]): the words after `what` (the flag and
+/// its value).
+pub fn too_late(what: &str) -> String {
+    format!(
+        "{what}: after 2262-04-11T23:47:15Z, the latest time jetrelay takes: nanoseconds since 1970 run out then, and nats-server would read a later time as another"
+    )
+}
+
 /// Why a duration did not parse: the words a person reads after the flag's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadDuration(pub String);
@@ -103,6 +111,9 @@ mod tests {
             ("2262-04-12T00:00:00Z", true),
             ("9999-12-31T23:59:59Z", true),
         ] {
+            if beyond_latest(OffsetDateTime::parse(text, &Rfc3339).unwrap()) {
+                assert!(too_late("--x").contains(&LATEST_TAKEN.format(&Rfc3339).unwrap()));
+            }
             let t = OffsetDateTime::parse(text, &Rfc3339).unwrap();
             assert_eq!(beyond_latest(t), beyond, "{text}");
         }

@@ -65,14 +65,10 @@ pub struct PauseReport {
     pub failed: bool,
 }
 
-/// Why a time is too late for any command: past what nanoseconds since 1970 hold
-/// ([`crate::duration::LATEST`]), which nats-server would read as another time. Named
-/// with `what` (the flag and its value).
+/// Why a time is too late for any command ([`crate::duration::too_late`]), named with
+/// `what` (the flag and its value).
 pub fn too_late(what: &str) -> TargetError {
-    TargetError::Usage(format!(
-        "{what}: after {}, the latest time jetrelay takes: nanoseconds since 1970 run out then, and nats-server would read a later time as another",
-        rfc3339(crate::duration::LATEST_TAKEN)
-    ))
+    TargetError::Usage(crate::duration::too_late(what))
 }
 
 /// `--for` or `--until` (neither: until resumed, [`ServerPause::UNTIL_RESUMED`]) as
