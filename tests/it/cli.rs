@@ -1,13 +1,14 @@
 //! The command-line tools as a shell runs them, against what they cannot trust:
 //! `jetrelay ps` among forged discovery answers (oversized, too many, hostile text),
-//! and every command that prints writing into a pipe its reader closed.
+//! every command that prints writing into a pipe its reader closed, and `check`'s
+//! hints in a config of several sources.
+
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::json;
 
 use crate::support::daemon::BIN;
-use std::time::Duration;
-
 use crate::support::groups::static_group;
 use crate::support::{MockApp, NatsServer, Relay, create_stream, publish, unique};
 
