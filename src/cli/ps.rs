@@ -104,8 +104,9 @@ impl Ignored {
                 why.push(format!("{n} {what}"));
             }
         }
+        let noun = if replies == 1 { "reply" } else { "replies" };
         let mut line =
-            (replies > 0).then(|| format!("{replies} replies ignored: {}", why.join(", ")));
+            (replies > 0).then(|| format!("{replies} {noun} ignored: {}", why.join(", ")));
         if self.rows > 0 {
             let rows = format!(
                 "{} sources not shown: past {} rows",
@@ -449,7 +450,7 @@ mod tests {
         assert!(table(&[]).starts_with("no jetrelay answered"));
         assert_eq!(
             infos.ignored.line().as_deref(),
-            Some("1 replies ignored: 1 not a jetrelay's answer, or an instance's id again")
+            Some("1 reply ignored: 1 not a jetrelay's answer, or an instance's id again")
         );
     }
 
