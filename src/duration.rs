@@ -1,8 +1,36 @@
 //! Durations as people type them on a command line or in a query: a number and a
 //! unit, repeated (`500ms`, `25s`, `90m`, `1h30m`, `2d`), more than zero and at most
-//! a bound. The callers name the flag or parameter in their own errors.
+//! a bound; and the latest time a command takes ([`LATEST`]). The callers name the
+//! flag or parameter in their own errors.
 
 use std::time::Duration;
+
+use time::OffsetDateTime;
+
+/// The last instant nanoseconds since 1970 hold in 64 bits,
+/// 2262-04-11T23:47:16.854775807Z: nats-server reads a time past it as another (a
+/// replay's start time as the stream's beginning). An open-ended pause ends exactly
+/// at it; a command takes no time after [`LATEST_TAKEN`].
+pub const LATEST: OffsetDateTime =
+    OffsetDateTime::UNIX_EPOCH.saturating_add(time::Duration::nanoseconds(i64::MAX));
+
+/// The latest time a command takes, 2262-04-11T23:47:15Z: a whole second before
+/// [`LATEST`], so that whatever is after it says "open-ended".
+pub const LATEST_TAKEN: OffsetDateTime = OffsetDateTime::UNIX_EPOCH
+    .saturating_add(time::Duration::seconds(i64::MAX / 1_000_000_000 - 1));
+
+/// Whether `t` is too late for a command to take (after [`LATEST_TAKEN`]).
+pub fn beyond_latest(t: OffsetDateTime) -> bool {
+    t > LATEST_TAKEN
+}
+
+/// Why a time is too late ([`beyond_latest`]): the words after `what` (the flag and
+/// its value).
+pub fn too_late(what: &str) -> String {
+    format!(
+        "{what}: after 2262-04-11T23:47:15Z, the latest time jetrelay takes: nanoseconds since 1970 run out then, and nats-server would read a later time as another"
+    )
+}
 
 /// Why a duration did not parse: the words a person reads after the flag's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +90,34 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use time::format_description::well_known::Rfc3339;
+
+    #[test]
+    fn the_latest_time_table() {
+        assert_eq!(
+            LATEST.format(&Rfc3339).unwrap(),
+            "2262-04-11T23:47:16.854775807Z"
+        );
+        assert_eq!(
+            LATEST_TAKEN.format(&Rfc3339).unwrap(),
+            "2262-04-11T23:47:15Z"
+        );
+        for (text, beyond) in [
+            ("2026-12-01T00:00:00Z", false),
+            ("2262-04-11T00:00:00Z", false),
+            ("2262-04-11T23:47:15Z", false),
+            ("2262-04-11T23:47:15.000000001Z", true),
+            ("2262-04-11T23:47:16Z", true),
+            ("2262-04-12T00:00:00Z", true),
+            ("9999-12-31T23:59:59Z", true),
+        ] {
+            if beyond_latest(OffsetDateTime::parse(text, &Rfc3339).unwrap()) {
+                assert!(too_late("--x").contains(&LATEST_TAKEN.format(&Rfc3339).unwrap()));
+            }
+            let t = OffsetDateTime::parse(text, &Rfc3339).unwrap();
+            assert_eq!(beyond_latest(t), beyond, "{text}");
+        }
+    }
 
     const HOUR: Duration = Duration::from_secs(3600);
 

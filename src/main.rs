@@ -191,10 +191,14 @@ fn main() -> ExitCode {
         Command::Ps { options } => {
             let json = options.json;
             admin(&options, |nats| async move {
-                jetrelay::cli::ps::run(&nats, json)
+                let listing = jetrelay::cli::ps::run(&nats, json)
                     .await
-                    .map(|text| (text, false))
-                    .map_err(|e| (jetrelay::ops::telemetry::chain(&e), false))
+                    .map_err(|e| (jetrelay::ops::telemetry::chain(&e), false))?;
+                // With --json, stdout stays JSON: what was left out goes to stderr.
+                if let Some(line) = listing.ignored {
+                    eprintln!("jetrelay: {line}");
+                }
+                Ok((listing.text, false))
             })
         }
         Command::Run { config } => {
@@ -398,22 +402,22 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
 }
 
 /// `jetrelay check`: 0 when `run` could proceed, 1 when it would stop.
-#[allow(clippy::print_stdout)] // `check` reports to the terminal.
 async fn check(config: Config) -> anyhow::Result<ExitCode> {
     // What needs no server first: a config that is fine says so even when NATS is
     // not there.
     let settings = jetrelay::cli::check::offline(&config)?;
-    println!("{}", jetrelay::cli::check::config_ok(&settings));
+    if let Err(code) = out(&jetrelay::cli::check::config_ok(&settings)) {
+        return Ok(code);
+    }
     let report = jetrelay::cli::check::check(&config).await?;
     Ok(reported(&report))
 }
 
 /// `jetrelay check --offline`: 0 when the config and its files are fine; a problem
 /// is a config error (64).
-#[allow(clippy::print_stdout)] // `check` reports to the terminal.
 async fn check_offline(config: Config) -> anyhow::Result<ExitCode> {
-    println!("{}", jetrelay::cli::check::without_nats(&config).await?);
-    Ok(ExitCode::SUCCESS)
+    let text = jetrelay::cli::check::without_nats(&config).await?;
+    Ok(out(&text).err().unwrap_or(ExitCode::SUCCESS))
 }
 
 /// `jetrelay check --diff-running`: 0 when a reload would apply (or change nothing),
@@ -425,10 +429,11 @@ async fn diff_running(config: Config, url: String) -> anyhow::Result<ExitCode> {
 }
 
 /// A check's lines on stdout; 0 when it found nothing that stops, else 1.
-#[allow(clippy::print_stdout)] // `check` reports to the terminal.
 fn reported(report: &jetrelay::cli::check::Report) -> ExitCode {
     for line in &report.lines {
-        println!("{line}");
+        if let Err(code) = out(line) {
+            return code;
+        }
     }
     if report.ok {
         ExitCode::SUCCESS
@@ -506,7 +511,7 @@ fn replay<'a>(
 /// Runs a command about the consumers of the config in `file`: `job` answers
 /// `Ok((text, failed))` (exit 1 when failed), or why it could not run (64 for the
 /// user's command line or config, else 1).
-#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
+#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
 fn on_config<F, Fut>(file: Option<&std::path::Path>, job: F) -> ExitCode
 where
     F: FnOnce(Config) -> Fut,
@@ -528,7 +533,9 @@ where
     };
     match runtime.block_on(job(config)) {
         Ok((text, failed)) => {
-            println!("{text}");
+            if let Err(code) = out(&text) {
+                return code;
+            }
             if failed {
                 ExitCode::FAILURE
             } else {
@@ -548,7 +555,7 @@ where
 
 /// `jetrelay drain`: 0 drained, 1 not within the wait (or another answer), 64 usage,
 /// config or a refused token, 69 the admin port does not answer.
-#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
+#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
 fn drain(file: Option<&Path>, wait: Option<&str>) -> ExitCode {
     use jetrelay::cli::drain::DrainError;
     let config = match Config::load(file) {
@@ -563,7 +570,9 @@ fn drain(file: Option<&Path>, wait: Option<&str>) -> ExitCode {
     };
     match runtime.block_on(jetrelay::cli::drain::run(&config, wait)) {
         Ok(done) => {
-            println!("{}", done.text);
+            if let Err(code) = out(&done.text) {
+                return code;
+            }
             if done.drained {
                 ExitCode::SUCCESS
             } else {
@@ -585,7 +594,7 @@ fn drain(file: Option<&Path>, wait: Option<&str>) -> ExitCode {
 
 /// Runs an admin command on a NATS connection made from `options`: `job` answers
 /// `Ok((text, failed))` or `Err((message, usage))`.
-#[allow(clippy::print_stderr, clippy::print_stdout)] // The admin commands talk to the terminal.
+#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
 fn admin<F, Fut>(options: &ConnectOptions, job: F) -> ExitCode
 where
     F: FnOnce(jetrelay::nats::Nats) -> Fut,
@@ -622,7 +631,9 @@ where
     });
     match result {
         Ok((text, failed)) => {
-            println!("{text}");
+            if let Err(code) = out(&text) {
+                return code;
+            }
             if failed {
                 ExitCode::FAILURE
             } else {
@@ -636,6 +647,24 @@ where
             } else {
                 ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// Writes `text` and a line break to stdout, the one way a command prints. `Err` is
+/// the exit when stdout does not take it: a reader that went away (a closed pipe:
+/// `jetrelay ps | head -1`) ends the command quietly with 0, as ripgrep and fd do;
+/// another failure (a full disk) says so and is 1.
+#[allow(clippy::print_stderr)] // The process edge talks to the terminal.
+fn out(text: &str) -> Result<(), ExitCode> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("jetrelay: cannot write the output: {e}");
+            Err(ExitCode::FAILURE)
         }
     }
 }

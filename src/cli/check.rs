@@ -6,7 +6,7 @@ use crate::daemon::settings::Settings;
 use crate::group::manage::GroupAdmin;
 use crate::group::spec::Member;
 use crate::nats::{MarkerBucket, Nats, NatsError};
-use crate::outputs::{self, Capture, Needs};
+use crate::outputs::{self, Capture, ManagedStream, Needs};
 use crate::route::To;
 use crate::source::settings::{Binding, DeadLetters, SourceSettings};
 use crate::subject;
@@ -410,8 +410,7 @@ async fn publishing(
     let needs = Needs {
         atomic: settings.publish.atomic,
         window: settings.publish.window_needed,
-        managed_stream: (config.topology.stream == StreamMode::Managed)
-            .then(|| config.source.stream.clone()),
+        managed: managed_streams(config, settings),
     };
     for pattern in &settings.publish.rules.allowed {
         match captures(nats, pattern, planned).await {
@@ -420,6 +419,29 @@ async fn publishing(
         }
     }
     lines
+}
+
+/// Each source's managed stream, named by the key of its table: where the user
+/// writes it (`sources.<name>.topology.managed_stream` of several sources).
+fn managed_streams(config: &Config, settings: &Settings) -> Vec<ManagedStream> {
+    let single = config.sources.is_empty();
+    settings
+        .sources
+        .iter()
+        .filter_map(|source| match &source.binding {
+            Binding::Durable(request) if request.stream_mode == StreamMode::Managed => {
+                Some(ManagedStream {
+                    stream: request.stream.clone(),
+                    key: if single {
+                        "topology.managed_stream".into()
+                    } else {
+                        format!("sources.{}.topology.managed_stream", source.name)
+                    },
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// A duration in milliseconds as people read it: `7d`, `2h`, `2m`, `30s`; `forever`

@@ -65,35 +65,31 @@ pub struct PauseReport {
     pub failed: bool,
 }
 
-/// The furthest a pause can end: the last instant of year 9999 (nats-server keeps
-/// `pause_until` as an RFC 3339 time, whose years have four digits).
-pub fn furthest() -> OffsetDateTime {
-    time::PrimitiveDateTime::MAX.assume_utc()
+/// Why a time is too late for any command ([`crate::duration::too_late`]), named with
+/// `what` (the flag and its value).
+pub fn too_late(what: &str) -> TargetError {
+    TargetError::Usage(crate::duration::too_late(what))
 }
 
-/// `--for` or `--until` (neither: until resumed) as the pause asked for.
+/// `--for` or `--until` (neither: until resumed, [`ServerPause::UNTIL_RESUMED`]) as
+/// the pause asked for.
 ///
 /// # Errors
 /// [`PauseError::Usage`] for a duration or time that does not parse, is not in the
-/// future, or ends past [`furthest`].
+/// future, or is too late for a command ([`too_late`]).
 pub fn request(
     duration: Option<&str>,
     at: Option<&str>,
     now: OffsetDateTime,
 ) -> Result<Request, PauseError> {
-    let too_far = |flag: String| {
-        PauseError::Usage(format!(
-            "{flag}: the pause would end after {}, the furthest a pause can end",
-            rfc3339(furthest())
-        ))
-    };
     let t = match (duration, at) {
         (Some(_), Some(_)) => {
             return Err(PauseError::Usage("give --for or --until, not both".into()));
         }
         (Some(d), None) => now
             .checked_add(parse_duration("--for", d)?)
-            .ok_or_else(|| too_far(format!("--for {d:?}")))?,
+            .filter(|t| !crate::duration::beyond_latest(*t))
+            .ok_or_else(|| too_late(&format!("--for {d:?}")))?,
         (None, Some(t)) => OffsetDateTime::parse(t, &Rfc3339)
             .map_err(|e| {
                 PauseError::Usage(format!(
@@ -101,10 +97,9 @@ pub fn request(
                 ))
             })?
             .checked_to_offset(time::UtcOffset::UTC)
-            .ok_or_else(|| too_far(format!("--until {t:?}")))?,
-        (None, None) => now
-            .checked_add(ServerPause::INDEFINITE)
-            .unwrap_or_else(furthest),
+            .filter(|t| !crate::duration::beyond_latest(*t))
+            .ok_or_else(|| too_late(&format!("--until {t:?}")))?,
+        (None, None) => ServerPause::UNTIL_RESUMED,
     };
     if t <= now {
         return Err(PauseError::Usage(format!(
@@ -353,13 +348,13 @@ mod tests {
         assert_eq!(
             request(None, None, now).unwrap(),
             Request::Pause {
-                until: now + ServerPause::INDEFINITE,
+                until: ServerPause::UNTIL_RESUMED,
                 open_ended: true
             }
         );
         assert_eq!(
-            until(None, Some("9999-12-31T23:59:59Z"), now).unwrap(),
-            OffsetDateTime::parse("9999-12-31T23:59:59Z", &Rfc3339).unwrap()
+            until(None, Some("2262-04-11T23:47:15Z"), now).unwrap(),
+            crate::duration::LATEST_TAKEN
         );
         for (d, t) in [
             (Some("1m"), Some("2026-12-01T18:30:00Z")),
@@ -367,35 +362,49 @@ mod tests {
             (None, Some("2026-12-01T11:00:00Z")),
             (None, Some("10000-01-01T00:00:00Z")),
             (None, Some("9999-12-31T23:00:00-05:00")),
+            (None, Some("9999-12-31T23:59:59Z")),
+            (None, Some("2262-04-11T23:47:16Z")),
+            (None, Some("2262-04-12T00:00:00Z")),
         ] {
             assert!(until(d, t, now).unwrap_err().is_usage(), "{d:?} {t:?}");
         }
     }
 
     #[test]
-    fn a_pause_past_year_9999_is_a_usage_error_naming_the_flag_never_a_panic() {
+    fn a_pause_past_2262_is_a_usage_error_naming_the_flag_never_a_panic() {
         let now = OffsetDateTime::parse("2026-12-01T12:00:00Z", &Rfc3339).unwrap();
-        for d in ["2147483647d", "2147483647h", "2920000d", "1d2147483647d"] {
+        for d in [
+            "2147483647d",
+            "2147483647h",
+            "2920000d",
+            "1d2147483647d",
+            "86000d",
+        ] {
             let e = request(Some(d), None, now).unwrap_err();
             assert!(e.is_usage(), "{d}: {e}");
             let text = e.to_string();
             assert!(
-                text.contains("--for") && text.contains("9999-12-31T23:59:59"),
+                text.contains("--for") && text.contains("2262-04-11T23:47:15Z"),
                 "{d}: {text}"
             );
         }
-        let e = request(None, Some("9999-12-31T23:00:00-05:00"), now).unwrap_err();
-        assert!(e.to_string().contains("--until"), "{e}");
-        // The furthest is allowed; so is the default from any time before 9899.
-        assert!(request(Some("2700000d"), None, now).is_ok());
-        let late = OffsetDateTime::parse("9990-01-01T00:00:00Z", &Rfc3339).unwrap();
+        for t in ["9999-12-31T23:59:59Z", "9999-12-31T23:00:00-05:00"] {
+            let e = request(None, Some(t), now).unwrap_err();
+            assert!(e.to_string().contains("--until"), "{e}");
+            assert!(e.to_string().contains("2262-04-11"), "{e}");
+        }
+        // 85,000 days from 2026 end in 2259: taken.
+        assert!(request(Some("85000d"), None, now).is_ok());
+        // The open-ended pause ends later than any time taken, from any time.
+        let late = OffsetDateTime::parse("2262-01-01T00:00:00Z", &Rfc3339).unwrap();
         assert_eq!(
             request(None, None, late).unwrap(),
             Request::Pause {
-                until: furthest(),
+                until: ServerPause::UNTIL_RESUMED,
                 open_ended: true
             }
         );
+        assert!(crate::duration::beyond_latest(ServerPause::UNTIL_RESUMED));
     }
 
     fn result(until: Option<&str>) -> ConsumerResult {
@@ -412,21 +421,21 @@ mod tests {
 
     #[test]
     fn a_pause_to_a_stated_time_is_reported_as_that_time_however_far() {
-        let far = OffsetDateTime::parse("9999-12-31T23:59:59Z", &Rfc3339).unwrap();
+        let far = crate::duration::LATEST_TAKEN;
         let stated = Request::Pause {
             until: far,
             open_ended: false,
         };
         assert_eq!(
-            human(&result(Some("9999-12-31T23:59:59Z")), &stated),
-            "paused S > C until 9999-12-31T23:59:59Z"
+            human(&result(Some("2262-04-11T23:47:15Z")), &stated),
+            "paused S > C until 2262-04-11T23:47:15Z"
         );
         let open = Request::Pause {
             until: far,
             open_ended: true,
         };
         assert_eq!(
-            human(&result(Some("9999-12-31T23:59:59Z")), &open),
+            human(&result(Some("2262-04-11T23:47:16.854775807Z")), &open),
             "paused S > C until resumed (jetrelay resume)"
         );
     }

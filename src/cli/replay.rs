@@ -45,7 +45,9 @@ pub struct ReplayRequest<'a> {
 /// `--since` (a duration back from `now`, or an RFC 3339 time) or `--seq`.
 ///
 /// # Errors
-/// [`TargetError::Usage`] naming what does not parse, or for both or neither.
+/// [`TargetError::Usage`] naming what does not parse, for both or neither, and for a
+/// time in the future or too late for any command
+/// ([`crate::duration::beyond_latest`]).
 pub fn point(
     since: Option<&str>,
     seq: Option<u64>,
@@ -62,6 +64,14 @@ pub fn point(
         (None, Some(n)) => Ok(Point::Seq(n)),
         (Some(text), None) => {
             if let Ok(t) = OffsetDateTime::parse(text, &Rfc3339) {
+                if crate::duration::beyond_latest(t) {
+                    return Err(super::pause::too_late(&format!("--since {text:?}")));
+                }
+                if t > now {
+                    return Err(TargetError::Usage(format!(
+                        "--since {text:?}: in the future: nothing would be replayed"
+                    )));
+                }
                 return Ok(Point::Since(t));
             }
             let back = super::pause::parse_duration("--since", text).map_err(|_| {
@@ -416,6 +426,18 @@ mod tests {
             (None, None, "from where"),
             (None, Some(0), "start at 1"),
             (Some("yesterday"), None, "neither a duration"),
+            (Some("1970-01-01T02:46:41Z"), None, "in the future"),
+            (Some("2100-01-01T00:00:00Z"), None, "in the future"),
+            (
+                Some("2262-04-12T00:00:00Z"),
+                None,
+                "after 2262-04-11T23:47:15Z",
+            ),
+            (
+                Some("9999-12-31T23:59:59Z"),
+                None,
+                "after 2262-04-11T23:47:15Z",
+            ),
         ] {
             let e = point(since, seq, now).unwrap_err().to_string();
             assert!(e.contains(why), "{since:?} {seq:?}: {e}");

@@ -243,12 +243,15 @@ pub fn parse_seqs(text: &str) -> Result<(u64, u64), String> {
 }
 
 /// Reads `--since`: a duration back from `now` (`90s`, `30m`, `2h`, `7d`) or an RFC
-/// 3339 time.
+/// 3339 time, not after [`crate::duration::LATEST_TAKEN`].
 ///
 /// # Errors
 /// A sentence saying what is wrong.
 pub fn parse_since(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime, String> {
     if let Ok(t) = OffsetDateTime::parse(text, &Rfc3339) {
+        if crate::duration::beyond_latest(t) {
+            return Err(crate::duration::too_late(&format!("--since {text:?}")));
+        }
         return Ok(t);
     }
     let (number, unit) = text.split_at(
@@ -583,6 +586,11 @@ mod tests {
         );
         for bad in ["", "2", "2w", "h", "yesterday"] {
             assert!(parse_since(bad, now).is_err(), "{bad}");
+        }
+        // Past what nanoseconds since 1970 hold: refused, as every command does.
+        for late in ["2262-04-12T00:00:00Z", "9999-12-31T23:59:59Z"] {
+            let e = parse_since(late, now).unwrap_err();
+            assert!(e.contains("after 2262-04-11T23:47:15Z"), "{late}: {e}");
         }
     }
 

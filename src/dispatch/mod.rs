@@ -149,12 +149,9 @@ pub struct Dispatch<F, P, M> {
 
 /// What readiness says of a pause (`None`: not paused).
 fn paused_reason(pause: ServerPause) -> Option<String> {
-    pause.is_paused().then(|| {
-        format!(
-            "paused on the server {}",
-            pause.until_text(time::OffsetDateTime::now_utc())
-        )
-    })
+    pause
+        .is_paused()
+        .then(|| format!("paused on the server {}", pause.until_text()))
 }
 
 /// What the dispatcher takes that a reload (SIGHUP) may change. The loop follows a

@@ -2,7 +2,7 @@
 //! subscribes to `$SRV.<VERB>`, `$SRV.<VERB>.<service>` and `$SRV.<VERB>.<service>.<id>`,
 //! as `jetrelay` and as each service source's own service,
 //! for PING, INFO and STATS, with no queue group, so that every one answers), and
-//! asking it (one request, every answer that comes within a wait).
+//! asking it (one request, each answer that comes within a wait handed on as it comes).
 
 use std::time::Duration;
 
@@ -83,12 +83,19 @@ impl Nats {
         }))
     }
 
-    /// Asks every instance of the service (`$SRV.<VERB>.jetrelay`) and returns the
-    /// answers that came within `wait`.
+    /// Asks every instance of the service (`$SRV.<VERB>.jetrelay`) and hands each
+    /// answer that comes within `wait` to `each` as it comes; nothing is kept here,
+    /// so that what anyone on the account answers is held no longer than `each`
+    /// wants it.
     ///
     /// # Errors
     /// [`NatsError::Subscribe`] or [`NatsError::Publish`].
-    pub async fn discover(&self, ask: Ask, wait: Duration) -> Result<Vec<Bytes>, NatsError> {
+    pub async fn discover(
+        &self,
+        ask: Ask,
+        wait: Duration,
+        mut each: impl FnMut(&[u8]),
+    ) -> Result<(), NatsError> {
         let verb = Ask::ALL
             .iter()
             .find(|(a, _)| *a == ask)
@@ -104,10 +111,9 @@ impl Nats {
             .await
             .map_err(NatsError::Publish)?;
         let until = tokio::time::Instant::now() + wait;
-        let mut out = Vec::new();
         while let Ok(Some(m)) = tokio::time::timeout_at(until, sub.next()).await {
-            out.push(m.payload);
+            each(&m.payload);
         }
-        Ok(out)
+        Ok(())
     }
 }

@@ -105,11 +105,10 @@ pub(super) fn pause_of(info: &async_nats::jetstream::consumer::Info) -> ServerPa
     match (info.paused, info.config.pause_until) {
         (true, Some(until)) => ServerPause::Until(until),
         (true, None) => ServerPause::Until(
-            OffsetDateTime::now_utc()
-                + info
-                    .pause_remaining
-                    .and_then(|d| time::Duration::try_from(d).ok())
-                    .unwrap_or(ServerPause::INDEFINITE),
+            info.pause_remaining
+                .and_then(|d| time::Duration::try_from(d).ok())
+                .and_then(|d| OffsetDateTime::now_utc().checked_add(d))
+                .unwrap_or(ServerPause::UNTIL_RESUMED),
         ),
         (false, _) => ServerPause::Running,
     }

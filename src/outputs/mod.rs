@@ -413,8 +413,29 @@ pub struct Needs {
     /// How long the duplicate window must keep the outputs' ids
     /// ([`window_covers`]).
     pub window: Duration,
-    /// The managed source stream, whose subjects could take the pattern.
-    pub managed_stream: Option<String>,
+    /// The source streams `run` manages, whose subjects could take the pattern.
+    pub managed: Vec<ManagedStream>,
+}
+
+/// A source's managed stream, and where its settings are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedStream {
+    /// The stream.
+    pub stream: String,
+    /// The key of its table: `topology.managed_stream` for `[source]`,
+    /// `sources.<name>.topology.managed_stream` for one of several sources.
+    pub key: String,
+}
+
+impl Needs {
+    /// The key of the table that makes stream `stream` (`topology.managed_stream`
+    /// when no source names it).
+    fn table_of(&self, stream: &str) -> &str {
+        self.managed
+            .iter()
+            .find(|m| m.stream == stream)
+            .map_or("topology.managed_stream", |m| m.key.as_str())
+    }
 }
 
 /// What `jetrelay check` says about one allowed subject pattern: the streams that
@@ -433,9 +454,10 @@ pub fn findings(pattern: &str, streams: &[Capture], needs: &Needs) -> Vec<String
                 ""
             }
         );
-        if let Some(managed) = &needs.managed_stream {
+        for m in &needs.managed {
             fix.push_str(&format!(
-                ", or add \"{pattern}\" to topology.managed_stream.subjects (stream {managed})"
+                ", or add \"{pattern}\" to {}.subjects (stream {})",
+                m.key, m.stream
             ));
         }
         return vec![format!(
@@ -460,7 +482,7 @@ pub fn findings(pattern: &str, streams: &[Capture], needs: &Needs) -> Vec<String
         ));
         if atomic && !s.atomic {
             let how = if s.planned {
-                "topology.managed_stream.allow_atomic = true".to_string()
+                format!("{}.allow_atomic = true", needs.table_of(&s.stream))
             } else {
                 format!(
                     "allow_atomic: true on stream {} (jetrelay never changes a stream that exists)",
@@ -766,7 +788,7 @@ mod tests {
         let needs = |atomic| Needs {
             atomic,
             window: s(60),
-            managed_stream: None,
+            managed: Vec::new(),
         };
         // (streams, atomic, the warnings' telltale words)
         type Case = (Vec<Capture>, bool, Vec<&'static str>);
@@ -825,13 +847,42 @@ mod tests {
             "{got:?}"
         );
         let managed = Needs {
-            managed_stream: Some("ORDERS".into()),
+            managed: vec![ManagedStream {
+                stream: "ORDERS".into(),
+                key: "topology.managed_stream".into(),
+            }],
             ..needs(true)
         };
         let got = warnings(findings("out.>", &[], &managed));
         assert!(
             got[0]
                 .ends_with("or add \"out.>\" to topology.managed_stream.subjects (stream ORDERS)"),
+            "{got:?}"
+        );
+        // Of several sources, each managed stream is named by its source's table.
+        let two = Needs {
+            managed: ["orders", "audit"]
+                .map(|n| ManagedStream {
+                    stream: n.to_uppercase(),
+                    key: format!("sources.{n}.topology.managed_stream"),
+                })
+                .to_vec(),
+            ..needs(true)
+        };
+        let planned_audit = Capture {
+            planned: true,
+            ..capture("AUDIT", false, 120)
+        };
+        let got = warnings(findings("out.>", &[planned_audit], &two));
+        assert!(
+            got[0].contains("Change: sources.audit.topology.managed_stream.allow_atomic = true,"),
+            "{got:?}"
+        );
+        let got = warnings(findings("out.>", &[], &two));
+        assert!(
+            got[0].ends_with(
+                "or add \"out.>\" to sources.orders.topology.managed_stream.subjects (stream ORDERS), or add \"out.>\" to sources.audit.topology.managed_stream.subjects (stream AUDIT)"
+            ),
             "{got:?}"
         );
         // What nats-server makes slow, for atomic batches only.

@@ -310,23 +310,22 @@ pub enum ServerPause {
 }
 
 impl ServerPause {
-    /// A pause this far ahead or more is shown as lasting until resumed: `jetrelay
-    /// pause` without `--for`/`--until` pauses for [`ServerPause::INDEFINITE`].
-    pub const UNTIL_RESUMED_BEYOND: ::time::Duration = ::time::Duration::days(365 * 50);
-
-    /// How long `jetrelay pause` pauses without `--for` or `--until`.
-    pub const INDEFINITE: ::time::Duration = ::time::Duration::days(365 * 100);
+    /// When `jetrelay pause` without `--for`/`--until` ends: [`crate::duration::LATEST`],
+    /// later than any time a command takes, so that a pause to any time asked for is
+    /// shown as that time and only this one as lasting until resumed.
+    pub const UNTIL_RESUMED: ::time::OffsetDateTime = crate::duration::LATEST;
 
     /// Whether work must not start.
     pub fn is_paused(self) -> bool {
         matches!(self, ServerPause::Until(_))
     }
 
-    /// When it resumes, in words: `until resumed`, or `until <RFC 3339>`.
-    pub fn until_text(self, now: ::time::OffsetDateTime) -> String {
+    /// When it resumes, in words: `until resumed` (at [`ServerPause::UNTIL_RESUMED`]),
+    /// or `until <RFC 3339>`, however far.
+    pub fn until_text(self) -> String {
         match self {
             ServerPause::Running => "not paused".into(),
-            ServerPause::Until(t) if t - now >= Self::UNTIL_RESUMED_BEYOND => {
+            ServerPause::Until(t) if crate::duration::beyond_latest(t) => {
                 "until resumed (jetrelay resume)".into()
             }
             ServerPause::Until(t) => {
@@ -350,6 +349,24 @@ mod tests {
 
     fn header(name: &str) -> Ordering {
         Ordering::Header(KeyHeader::new(name).unwrap())
+    }
+
+    #[test]
+    fn a_pause_is_shown_until_its_time_however_far_and_only_the_open_ended_one_until_resumed() {
+        use ::time::format_description::well_known::Rfc3339;
+        let at = |t: &str| ServerPause::Until(::time::OffsetDateTime::parse(t, &Rfc3339).unwrap());
+        for (pause, shown) in [
+            (ServerPause::Running, "not paused"),
+            (at("2026-12-01T18:30:00Z"), "until 2026-12-01T18:30:00Z"),
+            (at("2100-01-01T00:00:00Z"), "until 2100-01-01T00:00:00Z"),
+            (at("2262-04-11T23:47:15Z"), "until 2262-04-11T23:47:15Z"),
+            (
+                ServerPause::Until(ServerPause::UNTIL_RESUMED),
+                "until resumed (jetrelay resume)",
+            ),
+        ] {
+            assert_eq!(pause.until_text(), shown);
+        }
     }
 
     #[test]

@@ -323,14 +323,18 @@ async fn pause_refuses_bad_usage_and_names_what_is_wrong() {
             vec!["pause", "--all-members"],
             "--all-members is for a group source",
         ),
-        // Past year 9999: refused, never a panic (exit 101).
+        // Past what nanoseconds since 1970 hold: refused, never a panic (exit 101).
         (
             vec!["pause", "--for", "2147483647d"],
             "--for \"2147483647d\"",
         ),
         (
             vec!["pause", "--until", "9999-12-31T23:00:00-05:00"],
-            "9999-12-31T23:59:59",
+            "after 2262-04-11T23:47:15Z",
+        ),
+        (
+            vec!["pause", "--until", "9999-12-31T23:59:59Z"],
+            "after 2262-04-11T23:47:15Z",
         ),
     ] {
         let (code, out, err) = jetrelay(&file.path(), &args).await;
@@ -623,11 +627,20 @@ async fn ps_lists_every_instance_that_announces_itself_and_srv_answers_as_adr32_
     .await;
     let out = ok(&files[0].path(), &["ps"]).await;
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].starts_with("INSTANCE  SOURCE"), "{out}");
+    assert!(
+        lines[0].starts_with("INSTANCE ") && lines[0].contains("  SOURCE  "),
+        "{out}"
+    );
     assert_eq!(
         lines.len(),
         4,
         "a header and the three that announce: {out}"
+    );
+    // Two instances share the name pod-a: each shows its id.
+    assert_ne!(
+        lines[1].split(' ').next(),
+        lines[2].split(' ').next(),
+        "{out}"
     );
     assert!(
         lines[1].starts_with("pod-a")
@@ -700,13 +713,13 @@ async fn ps_lists_every_instance_that_announces_itself_and_srv_answers_as_adr32_
 }
 
 #[tokio::test]
-async fn a_pause_until_the_last_second_of_year_9999_is_held_and_reported_as_that_time() {
+async fn a_pause_until_the_latest_time_taken_is_held_and_ready_shows_that_time() {
     let env = Env::start(&["p.>"]).await;
     let app = MockApp::ok().await;
     let file = ConfigFile::new(durable_text(&env.nats, &app, &env.stream, &env.durable));
     let relay = Relay::ready(file.config()).await;
-    let out = ok(&file.path(), &["pause", "--until", "9999-12-31T23:59:59Z"]).await;
-    assert!(out.contains("until 9999-12-31T23:59:59Z"), "{out}");
+    let out = ok(&file.path(), &["pause", "--until", "2262-04-11T23:47:15Z"]).await;
+    assert!(out.contains("until 2262-04-11T23:47:15Z"), "{out}");
     assert!(!out.contains("until resumed"), "{out}");
     let info = consumer_info(&env.js, &env.stream, &env.durable)
         .await
@@ -714,15 +727,66 @@ async fn a_pause_until_the_last_second_of_year_9999_is_held_and_reported_as_that
     assert!(info.paused, "the server holds it");
     assert_eq!(
         info.config.pause_until.map(|t| t.year()),
-        Some(9999),
+        Some(2262),
         "{:?}",
         info.config.pause_until
     );
-    wait_state(&relay, "paused").await;
+    // /ready names the time asked for, however far: not "until resumed".
+    let body = wait_state(&relay, "paused").await;
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("until 2262-04-11T23:47:15Z"),
+        "{body}"
+    );
+    // 2100 is past the 50 years that were once read as "until resumed".
+    let out = ok(&file.path(), &["pause", "--until", "2100-01-01T00:00:00Z"]).await;
+    assert!(out.contains("until 2100-01-01T00:00:00Z"), "{out}");
+    eventually("/ready says 2100", Duration::from_secs(5), || async {
+        state(&relay).await.1["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("until 2100-01-01T00:00:00Z"))
+    })
+    .await;
     ok(&file.path(), &["resume"]).await;
     publish(&env.js, "p.one", 3).await;
     app.wait_for("three", Duration::from_secs(10), |r| r.len() >= 3)
         .await;
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_replay_from_past_2262_or_from_the_future_is_refused_and_replays_nothing() {
+    let env = Env::start(&["p.>"]).await;
+    let app = MockApp::ok().await;
+    let file = ConfigFile::new(durable_text(&env.nats, &app, &env.stream, &env.durable));
+    let relay = Relay::ready(file.config()).await;
+    publish(&env.js, "p.a", 30).await;
+    app.wait_for("thirty", Duration::from_secs(10), |r| r.len() == 30)
+        .await;
+    acked_to(&env, 30).await;
+    let soon = (time::OffsetDateTime::now_utc() + time::Duration::hours(1))
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    for (since, says) in [
+        ("9999-12-31T23:59:59Z", "after 2262-04-11T23:47:15Z"),
+        ("2262-04-12T00:00:00Z", "after 2262-04-11T23:47:15Z"),
+        (soon.as_str(), "in the future: nothing would be replayed"),
+    ] {
+        for dry in [false, true] {
+            let mut args = vec!["replay", "--since", since];
+            if dry {
+                args.push("--dry-run");
+            }
+            let (code, out, err) = jetrelay(&file.path(), &args).await;
+            assert_eq!(code, Some(64), "{args:?}: {out}{err}");
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+    }
+    nothing_more(&app, Duration::from_millis(500)).await;
+    assert_eq!(app.requests().len(), 30, "nothing replayed");
+    acked_to(&env, 30).await;
     relay.stop().await.unwrap();
 }
 

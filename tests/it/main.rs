@@ -8,6 +8,7 @@ mod atomic;
 mod autojoin;
 mod batches;
 mod binary;
+mod cli;
 mod control;
 mod deploy;
 mod direct;
