@@ -69,6 +69,19 @@ pub enum Flaw {
     NoPartition(String),
     /// The header block could not be parsed: the lines that could be parsed are kept.
     MalformedHeaders(String),
+    /// The subject is not UTF-8 (the server forwards any bytes): delivered with those
+    /// bytes replaced by U+FFFD.
+    MalformedSubject(String),
+}
+
+impl std::fmt::Display for Flaw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Flaw::NoPartition(why) => write!(f, "no partition: {why}"),
+            Flaw::MalformedHeaders(why) => write!(f, "malformed headers: {why}"),
+            Flaw::MalformedSubject(why) => write!(f, "malformed subject: {why}"),
+        }
+    }
 }
 
 /// What makes a delivered message one that cannot be offered to the app: the
@@ -83,6 +96,8 @@ pub enum Invalid {
     /// without `:`, bytes that are not UTF-8): the lines that could be parsed are
     /// kept, the others are dropped.
     MalformedHeaders(String),
+    /// The subject is not UTF-8: what was delivered has those bytes replaced.
+    MalformedSubject(String),
 }
 
 impl Invalid {
@@ -93,17 +108,25 @@ impl Invalid {
             Invalid::Metadata(_) => "bad_metadata",
             Invalid::NoPartition(_) => "no_partition",
             Invalid::MalformedHeaders(_) => "malformed_headers",
+            Invalid::MalformedSubject(_) => "malformed_subject",
         }
     }
 
     /// Every name, for the metric's closed label set.
-    pub const NAMES: [&'static str; 3] = ["bad_metadata", "no_partition", "malformed_headers"];
+    pub const NAMES: [&'static str; 4] = [
+        "bad_metadata",
+        "no_partition",
+        "malformed_headers",
+        "malformed_subject",
+    ];
 }
 
 impl std::fmt::Display for Invalid {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (Invalid::Metadata(why) | Invalid::NoPartition(why) | Invalid::MalformedHeaders(why)) =
-            self;
+        let (Invalid::Metadata(why)
+        | Invalid::NoPartition(why)
+        | Invalid::MalformedHeaders(why)
+        | Invalid::MalformedSubject(why)) = self;
         write!(f, "{}: {why}", self.name())
     }
 }
@@ -160,6 +183,9 @@ impl Delivery {
             (_, Err(why)) => Some(Invalid::Metadata(why.clone())),
             (Some(Flaw::MalformedHeaders(why)), Ok(_)) => {
                 Some(Invalid::MalformedHeaders(why.clone()))
+            }
+            (Some(Flaw::MalformedSubject(why)), Ok(_)) => {
+                Some(Invalid::MalformedSubject(why.clone()))
             }
             (None, Ok(_)) => None,
         }

@@ -59,11 +59,15 @@ pub use service::{ServiceReplier, ServiceRequests};
 pub use settle::Settler;
 pub use streams::{Bound, ConsumerCounts, GroupConsumer, Listed, Tail};
 
-/// What was wrong with a message's header block, when the client could not take it as
-/// it is: the (patched) client delivers it with the lines that parsed and says so in
-/// its description (vendor/README.md). `None` for a well-formed block.
-fn malformed_headers(m: &async_nats::Message) -> Option<&str> {
-    m.description
-        .as_deref()
-        .and_then(|d| d.strip_prefix("malformed headers: "))
+/// What the (patched) client says was wrong with a message it could not take as it
+/// is (vendor/README.md): its header block (delivered with the lines that parsed), or
+/// a subject that is not UTF-8 (delivered with those bytes replaced by U+FFFD).
+fn malformed(m: &async_nats::Message) -> Option<crate::message::Flaw> {
+    use crate::message::Flaw;
+    let d = m.description.as_deref()?;
+    if let Some(why) = d.strip_prefix("malformed headers: ") {
+        return Some(Flaw::MalformedHeaders(why.to_string()));
+    }
+    d.strip_prefix("malformed subject: ")
+        .map(|why| Flaw::MalformedSubject(why.to_string()))
 }

@@ -632,8 +632,8 @@ fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
     // The client delivers a message whose header block does not parse with the lines
     // that did, and says so in the description (vendor/README.md). Unreadable
     // metadata is not copied here: `meta` says it, once.
-    if let Some(why) = super::malformed_headers(&m) {
-        flaw.get_or_insert_with(|| Flaw::MalformedHeaders(why.to_string()));
+    if let Some(malformed) = super::malformed(&m) {
+        flaw.get_or_insert(malformed);
     }
     Delivery {
         message: message::Message {

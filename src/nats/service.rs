@@ -195,7 +195,7 @@ fn to_request(endpoint: usize, m: async_nats::Message) -> ServiceRequest {
             }
         }
     }
-    let malformed = super::malformed_headers(&m).map(Box::from);
+    let malformed = super::malformed(&m).map(|f| Box::from(f.to_string()));
     ServiceRequest {
         endpoint,
         malformed,

@@ -265,7 +265,7 @@ struct MessageCollectors {
     ack_failures: IntCounter,
     retries_in_place: IntCounter,
     progress_sent: IntCounter,
-    invalid: [IntCounter; 3],
+    invalid: [IntCounter; 4],
     age: [Histogram; 3],
 }
 

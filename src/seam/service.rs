@@ -23,9 +23,9 @@ pub struct ServiceRequest {
     pub message: Message,
     /// Where the reply goes (`None`: a plain publish, nobody waits for an answer).
     pub reply: Option<String>,
-    /// What was wrong with its header block, when the client could not take it as
-    /// it is (a bad name, a line without `:`, a CR or LF alone): the request is
-    /// answered 400 without asking the app.
+    /// What was wrong with it, when the client could not take it as it is (its
+    /// header block: a bad name, a line without `:`, a CR or LF alone; or a subject
+    /// that is not UTF-8): the request is answered 400 without asking the app.
     pub malformed: Option<Box<str>>,
 }
 

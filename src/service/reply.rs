@@ -78,10 +78,10 @@ pub fn unavailable(why: Unavailable) -> Replied {
     own_error(503, why.reason(), "unavailable")
 }
 
-/// The reply to a request whose header block the client could not take as it is
-/// (400 at once: the app is not asked).
+/// The reply to a request the client could not take as it is (its header block, or
+/// a subject that is not UTF-8; `why` says which): 400 at once, the app not asked.
 pub fn malformed(why: &str) -> Replied {
-    own_error(400, &format!("malformed headers: {why}"), "malformed")
+    own_error(400, why, "malformed")
 }
 
 /// The reply to a request shed: too many were waiting for a slot (503 at once).

@@ -521,6 +521,40 @@ async fn a_member_full_in_bytes_keeps_its_pin() {
 }
 
 #[tokio::test]
+async fn a_message_whose_subject_is_not_utf8_is_dead_lettered_and_the_connection_stays_up() {
+    let app = MockApp::ok().await;
+    let env = Env::start(&["ms.>"]).await;
+    let dead = unique("DLQ");
+    dlq_stream(&env.js, &dead, "dead.ms").await;
+    // The server stores what a publisher sends; the client dropped its connection on
+    // every delivery of such a message (and the message came back after each one).
+    let block = b"NATS/1.0\r\nGood: yes\r\n\r\n";
+    raw_hpub(env.nats.url(), b"ms.caf\xe9", None, block, b"bad0").await;
+    publish(&env.js, "ms.good", 20).await;
+    let extra = "[dlq]\nsubject = \"dead.ms\"\n";
+    let relay = env.relay(&app, extra).await;
+    eventually("the good ones delivered", T, || async {
+        app.acked_seqs().len() == 20
+    })
+    .await;
+    eventually("the bad one dead-lettered", T, || async {
+        stored(&env.js, &dead).await == 1
+    })
+    .await;
+    assert!(app.requests().iter().all(|r| r.seq() > 1));
+    let letters = stream_messages(&env.js, &dead).await;
+    assert_eq!(letters[0].payload.as_ref(), b"bad0");
+    let reason = letters[0].headers.get("Jetrelay-Dlq-Reason").unwrap();
+    assert!(
+        reason.as_str().starts_with("jetrelay: malformed_subject: "),
+        "{reason}"
+    );
+    let series = "jetrelay_invalid_messages_total{reason=\"malformed_subject\"}";
+    assert_eq!(relay.metric(series).await, 1.0);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn messages_whose_headers_do_not_parse_are_dead_lettered_and_the_rest_flows() {
     let app = MockApp::ok().await;
     let env = Env::start(&["mh.>"]).await;

@@ -322,11 +322,24 @@ pub async fn raw_request(
     header_block: &[u8],
     payload: &[u8],
 ) {
+    raw_hpub(url, subject.as_bytes(), reply, header_block, payload).await;
+}
+
+/// As [`raw_request`], with the subject as bytes (a subject that is not UTF-8, as
+/// any publisher may send).
+pub async fn raw_hpub(
+    url: &str,
+    subject: &[u8],
+    reply: Option<&str>,
+    header_block: &[u8],
+    payload: &[u8],
+) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let subject = match reply {
-        Some(reply) => format!("{subject} {reply}"),
-        None => subject.to_string(),
-    };
+    let mut subject = subject.to_vec();
+    if let Some(reply) = reply {
+        subject.push(b' ');
+        subject.extend_from_slice(reply.as_bytes());
+    }
     let addr = url.trim_start_matches("nats://");
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (read, mut write) = stream.into_split();
@@ -336,9 +349,11 @@ pub async fn raw_request(
     let mut out =
         b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}\r\n"
             .to_vec();
+    out.extend_from_slice(b"HPUB ");
+    out.extend_from_slice(&subject);
     out.extend_from_slice(
         format!(
-            "HPUB {subject} {} {}\r\n",
+            " {} {}\r\n",
             header_block.len(),
             header_block.len() + payload.len()
         )

@@ -177,8 +177,11 @@ impl Connection {
         }
 
         if self.read_buf.starts_with(b"MSG ") {
-            let line = str::from_utf8(&self.read_buf[4..len])
-                .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err))?;
+            // A subject that is not UTF-8 (the server forwards any bytes a publisher
+            // sends) is the message's problem, not the connection's: it is delivered
+            // with the bytes replaced and a `description` saying so.
+            let line = String::from_utf8_lossy(&self.read_buf[4..len]);
+            let bad_subject = matches!(line, std::borrow::Cow::Owned(_));
             let mut args = line.split(' ').filter(|s| !s.is_empty());
 
             // Parse the operation syntax: MSG <subject> <sid> [reply-to] <#bytes>
@@ -245,14 +248,15 @@ impl Connection {
                 subject,
                 payload,
                 status: None,
-                description: None,
+                description: bad_subject.then(|| MALFORMED_SUBJECT.to_string()),
             }));
         }
 
         if self.read_buf.starts_with(b"HMSG ") {
             // Extract whitespace-delimited arguments that come after "HMSG".
-            let line = std::str::from_utf8(&self.read_buf[5..len])
-                .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err))?;
+            // As MSG's: a subject that is not UTF-8 is the message's problem.
+            let line = String::from_utf8_lossy(&self.read_buf[5..len]);
+            let bad_subject = matches!(line, std::borrow::Cow::Owned(_));
             let mut args = line.split_whitespace().filter(|s| !s.is_empty());
 
             // <subject> <sid> [reply-to] <# header bytes><# total bytes>
@@ -337,7 +341,10 @@ impl Connection {
             // was malformed (as nats.go passes such a message through). Failing here
             // would drop the connection, and the server would deliver the message
             // again after the reconnect, and so on forever.
-            let (status, description, headers) = parse_header_block(&header);
+            let (status, mut description, headers) = parse_header_block(&header);
+            if bad_subject && status.is_none() {
+                description = Some(MALFORMED_SUBJECT.to_string());
+            }
             trace!(
                 subject = %subject,
                 sid = %sid,
@@ -811,6 +818,10 @@ where
 /// name are left out, bytes that are not UTF-8 are replaced, and a message (not a
 /// status) whose block was malformed gets a `description` starting with
 /// `malformed headers:`.
+/// The `description` of a message whose subject was not UTF-8 (delivered with the
+/// bytes that are not replaced by U+FFFD).
+const MALFORMED_SUBJECT: &str = "malformed subject: not valid UTF-8";
+
 /// A CR or LF that is not part of a line's closing CRLF.
 const LONE_CR_OR_LF: [char; 2] = ['\r', '\n'];
 const LONE_CR_OR_LF_WHY: &str = "header line with a CR or LF inside it";
@@ -1264,36 +1275,47 @@ mod read_op {
         assert_eq!(connection.read_op().await.unwrap(), Some(ServerOp::Ping));
     }
 
-    // Regression for https://github.com/nats-io/nats.rs/issues/1572:
-    // nats-server forwards arbitrary bytes in subjects (no UTF-8 enforcement),
-    // so a publisher sending `balance.\xFF` reaches a `balance.*` subscriber.
-    // The parser must surface an io::Error rather than panicking, otherwise the
-    // ConnectionHandler task dies and the client never reconnects.
+    // nats-server forwards arbitrary bytes in subjects (no UTF-8 enforcement), so a
+    // publisher sending `balance.\xFF` reaches a `balance.*` subscriber
+    // (nats-io/nats.rs#1572). Upstream returns an io::Error, which drops the
+    // connection (and a JetStream message comes back after every reconnect); the
+    // message is delivered instead, its subject's bad bytes replaced and said so.
     #[tokio::test]
-    async fn msg_with_non_utf8_subject_returns_error() {
+    async fn msg_with_non_utf8_subject_is_delivered_and_the_connection_kept() {
         let (stream, mut server) = io::duplex(128);
         let mut connection = Connection::new(Box::new(stream), 0, Arc::new(Statistics::default()));
 
         server.write_all(b"MSG balance.\xFF 1 2\r\n").await.unwrap();
         server.write_all(b"hi\r\n").await.unwrap();
-
-        let err = connection.read_op().await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-    }
-
-    #[tokio::test]
-    async fn hmsg_with_non_utf8_subject_returns_error() {
-        let (stream, mut server) = io::duplex(128);
-        let mut connection = Connection::new(Box::new(stream), 0, Arc::new(Statistics::default()));
-
         server
-            .write_all(b"HMSG balance.\xFF 1 12 14\r\n")
+            .write_all(b"HMSG balance.\xFF 1 _INBOX.x 18 20\r\n")
             .await
             .unwrap();
-        server.write_all(b"NATS/1.0\r\n\r\nhi\r\n").await.unwrap();
+        server
+            .write_all(b"NATS/1.0\r\nA: b\r\n\r\nhi\r\nPING\r\n")
+            .await
+            .unwrap();
 
-        let err = connection.read_op().await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        for with_headers in [false, true] {
+            let Some(ServerOp::Message {
+                subject,
+                payload,
+                description,
+                headers,
+                ..
+            }) = connection.read_op().await.unwrap()
+            else {
+                panic!("not a message");
+            };
+            assert_eq!(subject.as_str(), "balance.\u{fffd}");
+            assert_eq!(payload, "hi");
+            assert_eq!(
+                description.as_deref(),
+                Some("malformed subject: not valid UTF-8")
+            );
+            assert_eq!(headers.is_some(), with_headers);
+        }
+        assert_eq!(connection.read_op().await.unwrap(), Some(ServerOp::Ping));
     }
 }
 
