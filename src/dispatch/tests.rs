@@ -2532,7 +2532,7 @@ async fn a_skip_route_settles_without_a_request_and_counts_per_route() {
 #[tokio::test(start_paused = true)]
 async fn a_source_whose_app_hangs_cannot_take_the_budget_from_another() {
     use crate::admission::Budget;
-    let budget = Budget::new(8);
+    let budget = Budget::new(8, 0);
     // "slow": every request takes 2 s (an app path that hangs until its timeout);
     // "fine": 10 ms. Equal weights: 4 slots each when both have work.
     let slow = rig(
