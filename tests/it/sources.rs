@@ -464,7 +464,8 @@ async fn with_a_budget_a_source_whose_app_hangs_leaves_the_other_its_share() {
 
 /// `budget.reserve`: the slot kept for a source is never lent, so one whose app hangs
 /// (its requests held for the whole 30 s timeout) cannot hold another's first request:
-/// it reaches the app at once, not when the hung requests time out.
+/// it reaches the app at once, not when the hung requests time out. A reload to
+/// `reserve = 0` lends it.
 #[tokio::test]
 async fn a_source_whose_app_hangs_cannot_hold_back_another_s_first_request() {
     let nats = NatsServer::start().await;
@@ -485,17 +486,20 @@ async fn a_source_whose_app_hangs_cannot_hold_back_another_s_first_request() {
         }
     })
     .await;
-    let relay = Relay::ready(sources_config(
-        &nats,
-        &app,
-        &format!(
-            "[budget]\nmax_in_flight = 8\n[delivery]\nmax_in_flight = 8\nshutdown_grace_ms = 500\n\
-             {}[sources.slow.http]\ntimeout_ms = 30000\n{}",
-            durable_table("slow", &slow),
-            durable_table("fast", &fast)
-        ),
-    ))
-    .await;
+    let config = |reserve: &str| {
+        sources_config(
+            &nats,
+            &app,
+            &format!(
+                "[budget]\nmax_in_flight = 8\n{reserve}[delivery]\nmax_in_flight = 8\nshutdown_grace_ms = 500\n\
+                 {}[sources.slow.http]\ntimeout_ms = 30000\n{}",
+                durable_table("slow", &slow),
+                durable_table("fast", &fast)
+            ),
+        )
+    };
+    // The default reserve, 1.
+    let relay = Relay::ready(config("")).await;
     publish(&js, "slow.x", 40).await;
     // Slow alone borrows all it may: the budget less fast's reserve.
     eventually("slow holds the budget", T, || async {
@@ -520,6 +524,15 @@ async fn a_source_whose_app_hangs_cannot_hold_back_another_s_first_request() {
         relay.metric("jetrelay_in_flight").await <= 8.0,
         "the budget"
     );
+    eventually("fast drained", T, || async {
+        consumer_drained(&js, &fast, "fast").await
+    })
+    .await;
+    relay.reloader.request(Ok(config("reserve = 0\n")));
+    eventually("slow borrows fast's slot too", T, || async {
+        relay.metric("jetrelay_in_flight{source=\"slow\"}").await == 8.0
+    })
+    .await;
     relay.stop().await.unwrap();
 }
 
