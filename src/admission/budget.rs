@@ -49,6 +49,8 @@ pub struct BudgetPermit {
 struct Ledger {
     /// `[budget] max_in_flight`; 0 = off (each source's own limit only).
     total: u32,
+    /// `[budget] reserve`: the slots kept for each source, never lent.
+    reserve: u32,
     /// The id of the next seat.
     next_id: u64,
     /// One per share alive, and per share dropped with requests still in flight.
@@ -93,11 +95,13 @@ impl Default for Budget {
 }
 
 impl Budget {
-    /// A budget of `max_in_flight` requests across the sources (0 = off).
-    pub fn new(max_in_flight: u32) -> Budget {
+    /// A budget of `max_in_flight` requests across the sources (0 = off), `reserve`
+    /// of them kept for each source whatever the others hold (never lent).
+    pub fn new(max_in_flight: u32, reserve: u32) -> Budget {
         Budget {
             ledger: Arc::new(Mutex::new(Ledger {
                 total: max_in_flight,
+                reserve,
                 next_id: 0,
                 seats: Vec::new(),
             })),
@@ -107,7 +111,7 @@ impl Budget {
     /// No budget: each source's own limit only. It still counts, so that a reload
     /// that sets a total knows what runs.
     pub fn off() -> Budget {
-        Budget::new(0)
+        Budget::new(0, 0)
     }
 
     /// A source's share, at `weight` (0: no share of its own, only what others
@@ -124,6 +128,7 @@ impl Budget {
                 in_flight: 0,
                 limit: u32::MAX,
                 waiting: false,
+                reserve: 0,
             },
             gone: false,
             wake: Arc::clone(&wake),
@@ -146,6 +151,16 @@ impl Budget {
         let mut ledger = lock(&self.ledger);
         if ledger.total != max_in_flight {
             ledger.total = max_in_flight;
+            ledger.wake(None);
+        }
+    }
+
+    /// A new reserve (a reload): a lower one lends what it no longer keeps, a higher
+    /// one is kept as slots free (nothing in flight is cut short).
+    pub fn set_reserve(&self, reserve: u32) {
+        let mut ledger = lock(&self.ledger);
+        if ledger.reserve != reserve {
+            ledger.reserve = reserve;
             ledger.wake(None);
         }
     }
@@ -294,8 +309,15 @@ impl Ledger {
         self.seats.iter().position(|s| s.id == id)
     }
 
+    /// Every seat's claim, with the reserve (none for a source gone).
     fn claims(&self) -> Vec<Claim> {
-        self.seats.iter().map(|s| s.claim).collect()
+        self.seats
+            .iter()
+            .map(|s| Claim {
+                reserve: if s.gone { 0 } else { self.reserve },
+                ..s.claim
+            })
+            .collect()
     }
 
     fn in_flight(&self) -> u32 {
@@ -364,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_slot_returns_when_its_permit_drops() {
-        let budget = Budget::new(2);
+        let budget = Budget::new(2, 0);
         let a = budget.member("a", 1);
         let first = a.try_start().unwrap();
         let second = a.try_start().unwrap();
@@ -386,7 +408,7 @@ mod tests {
 
     #[test]
     fn a_new_weight_moves_the_shares() {
-        let budget = Budget::new(4);
+        let budget = Budget::new(4, 0);
         let (a, b) = (budget.member("a", 1), budget.member("b", 1));
         b.set_waiting(true);
         let _a = take(&a, 2);
@@ -400,7 +422,7 @@ mod tests {
 
     #[test]
     fn an_idle_share_is_lent_and_given_back_as_slots_free() {
-        let budget = Budget::new(10);
+        let budget = Budget::new(10, 0);
         let (a, b) = (budget.member("a", 1), budget.member("b", 1));
         a.set_limit(32);
         b.set_limit(32);
@@ -424,8 +446,30 @@ mod tests {
     }
 
     #[test]
+    fn a_reserve_is_never_lent_to_a_source_whose_requests_hang() {
+        let budget = Budget::new(8, 1);
+        let (a, b) = (budget.member("a", 1), budget.member("b", 1));
+        a.set_limit(32);
+        b.set_limit(32);
+        // B has nothing: A takes all but B's reserve, and its requests never end.
+        let _hung = take(&a, 7);
+        assert!(a.try_start().is_none(), "B's one is kept");
+        // B's work arrives: its first request starts at once.
+        let first = b.try_start().expect("B's reserve");
+        assert!(b.try_start().is_none(), "the rest as A's requests end");
+        // A lower reserve lends it; a higher one is kept as slots free.
+        drop(first);
+        b.set_waiting(false);
+        budget.set_reserve(0);
+        assert!(woken(&a), "the reserve given up is lent");
+        let _eighth = a.try_start().expect("lent");
+        budget.set_reserve(1);
+        assert!(b.try_start().is_none(), "nothing in flight is cut short");
+    }
+
+    #[test]
     fn what_an_own_limit_cannot_use_is_lent() {
-        let budget = Budget::new(10);
+        let budget = Budget::new(10, 0);
         let (a, b) = (budget.member("a", 1), budget.member("b", 1));
         a.set_limit(32);
         b.set_limit(2);
@@ -439,7 +483,7 @@ mod tests {
 
     #[test]
     fn giving_up_a_share_wakes_who_it_lets_start() {
-        let budget = Budget::new(4);
+        let budget = Budget::new(4, 0);
         let (a, b) = (budget.member("a", 1), budget.member("b", 1));
         b.set_waiting(true);
         let _a = take(&a, 2);
@@ -454,7 +498,7 @@ mod tests {
 
     #[test]
     fn a_lowered_total_is_honoured_as_slots_return() {
-        let budget = Budget::new(4);
+        let budget = Budget::new(4, 0);
         let a = budget.member("a", 1);
         let mut held = take(&a, 4);
         budget.set_total(2);
@@ -475,7 +519,7 @@ mod tests {
 
     #[test]
     fn a_dropped_share_counts_until_its_requests_end() {
-        let budget = Budget::new(4);
+        let budget = Budget::new(4, 0);
         let (a, b) = (budget.member("a", 1), budget.member("b", 1));
         let held = take(&a, 3);
         drop(a);
@@ -495,7 +539,7 @@ mod tests {
     /// passed, and each source ends with as many slots as its weight says.
     #[tokio::test(start_paused = true)]
     async fn one_source_hogging_cannot_starve_another() {
-        let budget = Budget::new(8);
+        let budget = Budget::new(8, 0);
         let a = budget.member("a", 1);
         let b = budget.member("b", 3);
         a.set_limit(100);

@@ -24,6 +24,8 @@ pub struct Sample {
     pub latency: Duration,
     /// What it says of the app's capacity.
     pub signal: Signal,
+    /// The message was offered before: a failure of it again is its own.
+    pub retry: bool,
 }
 
 impl Sample {
@@ -31,8 +33,9 @@ impl Sample {
     /// 504 are overload, any other failure the message's own, whatever
     /// `retry_statuses` does with it); a timeout is overload; a connection broken
     /// after it was made (or a 2xx batch answer that does not parse) is a failure; an
-    /// app that cannot be reached says nothing of capacity.
-    pub fn of(f: &Forwarded) -> Sample {
+    /// app that cannot be reached says nothing of capacity. `attempt`: the message's
+    /// (a batch's lowest); past the first, a failure is not counted as the app's.
+    pub fn of(f: &Forwarded, attempt: u32) -> Sample {
         let signal = match (&f.outcome, f.class) {
             (Outcome::Unreachable, _) => Signal::Error,
             (_, HttpClass::Timeout) => Signal::Timeout,
@@ -42,6 +45,7 @@ impl Sample {
         Sample {
             latency: f.elapsed,
             signal,
+            retry: attempt > 1,
         }
     }
 }
@@ -111,6 +115,7 @@ impl Pacing {
                 latency_ns: u64::try_from(s.latency.as_nanos()).unwrap_or(u64::MAX),
                 signal: s.signal,
                 in_flight_at_start: in_flight,
+                retry: s.retry,
             });
         }
     }

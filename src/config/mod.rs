@@ -125,7 +125,9 @@ impl Config {
             .extract()
             .map_err(|e| problems::extraction(&figment, e))?;
         let found = if config.sources.is_empty() {
-            config.problems()
+            let mut p = Problems(config.problems());
+            config.reserves_fit(1, &mut p);
+            p.0
         } else {
             config.problems_of_sources(&figment)
         };
@@ -176,11 +178,12 @@ impl Config {
         p.0
     }
 
-    /// With a budget, every source must have a slot of its own when all compete: a
-    /// weight too small for the total would leave it only what others lend.
+    /// With a budget, the reserves must fit in it, and every source must have a slot
+    /// of its own when all compete: without a reserve, a weight too small for the
+    /// total would leave it only what others lend.
     fn check_shares(&self, views: &[SourceView], p: &mut Problems) {
         let total = self.budget.max_in_flight;
-        if total == 0 {
+        if total == 0 || !self.reserves_fit(views.len(), p) {
             return;
         }
         let claims: Vec<crate::pace::budget::Claim> = views
@@ -190,6 +193,7 @@ impl Config {
                 in_flight: 0,
                 limit: v.config.delivery.max_in_flight,
                 waiting: true,
+                reserve: self.budget.reserve,
             })
             .collect();
         let shares = crate::pace::budget::shares(total, &claims);

@@ -46,7 +46,8 @@ impl Change {
 /// `ordering`, `max_buffered` and the markers' (`idempotency_*`: the bucket is opened
 /// when the source starts), everything in `[http]`, `publish.allowed_subjects`,
 /// `publish.max_messages`, `publish.max_bytes`, `log.level`, `budget.max_in_flight`
-/// (a lower total lets what runs finish: `admission::Budget::set_total`).
+/// (a lower total lets what runs finish: `admission::Budget::set_total`) and
+/// `budget.reserve`.
 pub fn is_live(key: &str) -> bool {
     let (top, rest) = key.split_once('.').unwrap_or((key, ""));
     match top {
@@ -67,7 +68,7 @@ pub fn is_live(key: &str) -> bool {
                 | "idempotency_ttl_ms"
                 | "idempotency_key"
         ),
-        "budget" => rest == "max_in_flight",
+        "budget" => rest == "max_in_flight" || rest == "reserve",
         "http" => true,
         "publish" => {
             rest == "max_messages" || rest == "max_bytes" || rest.starts_with("allowed_subjects")
@@ -246,6 +247,7 @@ mod tests {
             ("log.level", true),
             ("log.format", false),
             ("budget.max_in_flight", true),
+            ("budget.reserve", true),
             ("source.stream", false),
             ("nats.servers", false),
             ("consumer.ack_wait_ms", false),

@@ -464,13 +464,14 @@ mod tests {
 
     #[test]
     fn a_weight_that_leaves_a_source_no_slot_of_the_budget_is_refused() {
-        let text = |budget: u32| {
+        let with = |budget: u32, reserve: u32| {
             format!(
-                "[http]\nurl = \"http://127.0.0.1:1/x\"\n[budget]\nmax_in_flight = {budget}\n\
+                "[http]\nurl = \"http://127.0.0.1:1/x\"\n[budget]\nmax_in_flight = {budget}\nreserve = {reserve}\n\
                  [sources.big]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"b\"\nweight = 100\n\
                  [sources.small]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"s\"\n"
             )
         };
+        let text = |budget: u32| with(budget, 0);
         let err = Config::from_toml(&[&text(10)]).unwrap_err();
         let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
         assert_eq!(keys, ["sources.small.weight"], "{err}");
@@ -479,5 +480,17 @@ mod tests {
             Config::from_toml(&[&text(0)]).is_ok(),
             "no budget, no shares"
         );
+        assert!(
+            Config::from_toml(&[&with(10, 1)]).is_ok(),
+            "a reserve is a slot of its own"
+        );
+        let err = Config::from_toml(&[&with(10, 6)]).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["budget.reserve"], "6 × 2 sources > 10: {err}");
+        assert!(
+            err.to_string().contains("6 for each of 2 sources is 12"),
+            "{err}"
+        );
+        assert!(Config::from_toml(&[&with(12, 6)]).is_ok());
     }
 }

@@ -329,7 +329,7 @@ impl Daemon {
         let export_stop = CancellationToken::new();
         let exporter = export(self.collector, &self.tracer, &export_stop, &deadline);
         let (changes_tx, changes) = mpsc::channel(64);
-        let budget = Budget::new(self.settings.budget);
+        let budget = Budget::new(self.settings.budget, self.settings.budget_reserve);
         let reloads = Reloads::start(
             &self.settings,
             &self.app,

@@ -219,6 +219,7 @@ impl Running {
         }
         self.rules.send_replace(settings.publish.rules.clone());
         self.fleet.budget.set_total(settings.budget);
+        self.fleet.budget.set_reserve(settings.budget_reserve);
         self.deadline.set_grace(settings.shutdown_grace);
         self.shown.send_replace(shown(&new));
         self.config = new;

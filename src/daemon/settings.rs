@@ -56,6 +56,8 @@ pub struct Settings {
     pub sources: Vec<SourceSettings>,
     /// Requests in flight across all sources (`budget.max_in_flight`; 0: off).
     pub budget: u32,
+    /// The slots of it kept for each source, never lent (`budget.reserve`).
+    pub budget_reserve: u32,
     /// The drain's grace.
     pub shutdown_grace: Duration,
     /// What the app may publish through jetrelay.
@@ -115,6 +117,7 @@ impl Settings {
             tracing,
             sources,
             budget: c.budget.max_in_flight,
+            budget_reserve: c.budget.reserve,
             shutdown_grace: Duration::from_millis(c.delivery.shutdown_grace_ms),
             publish: publishing(c),
             announce: c.admin.announce,

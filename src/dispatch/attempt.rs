@@ -92,7 +92,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                     None => &live.forwarder,
                 };
                 let f = self.request(forwarder, d, attempt, trace, &seen).await;
-                sample = Some(Sample::of(&f));
+                sample = Some(Sample::of(&f, attempt));
                 let status = match f.class {
                     HttpClass::Status(s) => Some(s),
                     _ => None,
@@ -518,7 +518,8 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         }
         let mut answer = self.offer_batch(&send).await;
         let live = self.live();
-        let sample = Some(Sample::of(&answer.forwarded));
+        let first = send.iter().map(|i| i.attempt).min().unwrap_or(1);
+        let sample = Some(Sample::of(&answer.forwarded, first));
         let lanes: Vec<&LaneKey> = send.iter().map(|i| &i.lane).collect();
         let ordered = self.ordering != Ordering::None;
         let mut dispositions: Vec<Disposition> = send

@@ -594,6 +594,8 @@ struct Knobs {
     rate_per_s: u32,
     /// `retry_statuses` (`["5xx"]`; every other 4xx terminates).
     retry: &'static [&'static str],
+    /// `consumer.max_deliver` (5).
+    max_attempts: Option<u32>,
     ordering: Ordering,
     progress_every: Duration,
     grace: Duration,
@@ -623,6 +625,7 @@ impl Default for Knobs {
             adaptive: false,
             rate_per_s: 0,
             retry: &["5xx"],
+            max_attempts: Some(5),
             ordering: Ordering::None,
             progress_every: Duration::from_secs(15),
             grace: Duration::from_secs(20),
@@ -684,7 +687,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(60),
             retry_after_max: Duration::from_secs(60),
-            max_attempts: Some(5),
+            max_attempts: knobs.max_attempts,
         },
         pace: crate::pace::PaceSettings {
             adaptive: knobs.adaptive,
@@ -2407,6 +2410,79 @@ async fn a_few_rejected_messages_do_not_hold_the_adaptive_limit_down() {
     }
 }
 
+/// 200 messages a second offered for 120 s to an app that takes 40 ms and has room
+/// for all of them, but answers 500 (in 2 ms) on every attempt to every 33rd message
+/// (3 %, poison), each NAKed delivery redelivered 1 s later, its count one up (as
+/// JetStream does under `retry_max_ms = 1000` and a `max_deliver` of 1000): the good
+/// messages acked by the end, and the limit then.
+async fn good_beside_poison(adaptive: bool) -> (usize, usize) {
+    let r = rig(
+        Knobs {
+            max_in_flight: 32,
+            adaptive,
+            retry: RETRIED,
+            max_attempts: Some(1000),
+            ..Knobs::default()
+        },
+        Box::new(move |seq, _, _| {
+            if seq % 33 == 0 {
+                (status(500), 2 * MS)
+            } else {
+                (status(200), 40 * MS)
+            }
+        }),
+    );
+    let sent = 24_000;
+    let mut read = 0;
+    let mut deliveries: HashMap<u64, u32> = HashMap::new();
+    let mut due = std::collections::VecDeque::new();
+    for seq in 1..=sent {
+        r.send(seq, "a");
+        wait(5 * MS).await;
+        {
+            let log = r.log.lock().unwrap();
+            for (s, told, at) in &log[read..] {
+                if matches!(told, Told::Nak(_)) {
+                    due.push_back((*at + S, *s));
+                }
+            }
+            read = log.len();
+        }
+        let now = Instant::now();
+        while let Some(&(at, s)) = due.front()
+            && at <= now
+        {
+            due.pop_front();
+            let n = deliveries.entry(s).or_insert(1);
+            *n += 1;
+            r.send_delivered(s, "a", *n);
+        }
+    }
+    let good = {
+        let log = r.log.lock().unwrap();
+        log.iter()
+            .filter(|(s, t, _)| s % 33 != 0 && *t == Told::Ack)
+            .count()
+    };
+    let limit = r.readiness.status().concurrency_limit;
+    r.stop().await;
+    (good, limit)
+}
+
+#[tokio::test(start_paused = true)]
+async fn poison_messages_redelivered_for_ever_do_not_hold_the_adaptive_limit_down() {
+    // Their retries were counted: as the poison piled up they were most of each
+    // window, and the limit fell to 1 after about 40 s (21,289 good against 23,265).
+    let (fixed, _) = good_beside_poison(false).await;
+    let (adaptive, limit) = good_beside_poison(true).await;
+    assert!(
+        adaptive * 10 >= fixed * 9,
+        "adaptive delivered {adaptive}, fixed {fixed}"
+    );
+    // 200 a second of 40 ms need 8 in flight.
+    assert!(limit >= 8, "the limit at the end: {limit}");
+}
+
 /// 1,000 messages a second for 10 s to an app that takes 5 ms (the limit reaches
 /// `max` while slow start leaves a backlog), then every request takes 5 s: the limit
 /// before the jump, then 0.5 s after each of three round trips.
@@ -2550,7 +2626,7 @@ async fn a_skip_route_settles_without_a_request_and_counts_per_route() {
 #[tokio::test(start_paused = true)]
 async fn a_source_whose_app_hangs_cannot_take_the_budget_from_another() {
     use crate::admission::Budget;
-    let budget = Budget::new(8);
+    let budget = Budget::new(8, 0);
     // "slow": every request takes 2 s (an app path that hangs until its timeout);
     // "fine": 10 ms. Equal weights: 4 slots each when both have work.
     let slow = rig(

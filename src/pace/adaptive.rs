@@ -7,11 +7,13 @@
 //! (429, 503, 504) and timeouts. A message's own failure (404, 409, 500, 502, any
 //! other answer outside 2xx, a broken connection) is neither a latency sample nor a
 //! cut: it lowers the limit only when such failures are more than half of a window's
-//! answers (an app that fails most of what it gets is overloaded, whatever each
-//! answer says). Retrying a status is the policy's business (`retry_statuses`), not
-//! this one's: a steady few per cent of rejected messages keep the limit where it
-//! is. What keeps it from oscillating between the floor and twice the optimum, as
-//! plain AIMD does:
+//! fresh answers (an app that fails most of what it gets is overloaded, whatever each
+//! answer says). A message offered before that fails again is not counted at all:
+//! poison messages retried for ever pile up, and their retries alone would soon be
+//! most of the answers. Retrying a status is the policy's business
+//! (`retry_statuses`), not this one's: a steady few per cent of rejected messages,
+//! retried or not, keep the limit where it is. What keeps it from oscillating between
+//! the floor and twice the optimum, as plain AIMD does:
 //!
 //! - evidence counts only when it was gathered under the limit in force: an overload
 //!   answer to a request started before the last change, or a latency sample from the
@@ -44,7 +46,7 @@ pub enum Signal {
     /// The message's own failure: any other answer (404, 409, 500, 502, 3xx, ...) or
     /// a connection that broke after it was made. Not a latency sample (a fast 404
     /// says nothing of the time the work takes) and no cut on its own; more than half
-    /// of a window's answers failing is a cut.
+    /// of a window's answers failing is a cut, the failures of retries not counted.
     Failure,
     /// The app could not be reached: a health matter, not a capacity signal.
     Error,
@@ -77,6 +79,9 @@ pub struct Observation {
     pub signal: Signal,
     /// Requests in flight right after this one started (itself included).
     pub in_flight_at_start: u32,
+    /// The message was offered before (its attempt past the first): a failure of it
+    /// again is its own, whatever share of the answers its retries make.
+    pub retry: bool,
 }
 
 /// The bounds and the fixed constants of the controller.
@@ -354,6 +359,11 @@ pub fn step(t: &Tuning, mut s: Adaptive, o: &Observation) -> Adaptive {
     let start = o.finished_ns.saturating_sub(o.latency_ns);
     match o.signal {
         Signal::Error => return s,
+        // A message that failed before and fails again is its own problem: counted,
+        // its retries would be most of a window once enough such messages cycle
+        // (their retries grow as they pile up, the fresh traffic shrinks with each
+        // cut), and a steady few per cent would drive the limit to `min`.
+        Signal::Failure if o.retry => return s,
         // Sent under an older limit: says nothing of this one.
         _ if start < s.changed_ns => return s,
         Signal::Overload => return overloaded(t, s, now, t.overload_factor),
@@ -585,6 +595,7 @@ mod tests {
             latency_ns: latency,
             signal,
             in_flight_at_start: in_flight,
+            retry: false,
         }
     }
 
@@ -961,6 +972,135 @@ mod tests {
                 "case {case}: W {workers} -> {fewer}: {before} not left within {bound} ({k:?})"
             );
         }
+    }
+
+    /// A closed loop at the limit in force (`adaptive`: the controller's; else fixed at
+    /// `t.max`) against an app of `workers` taking `service` a request (longer with a
+    /// queue, as [`drive`]'s), with a backlog of fresh messages of which every 33rd
+    /// (3 %) is poison: answered 500 at once on every attempt and retried 1 s later,
+    /// for ever (`max_deliver` 1000; retries start before fresh messages, as the
+    /// dispatcher's do). For `secs` seconds: the good messages answered, and the
+    /// limit at each second.
+    fn poison_run(
+        t: &Tuning,
+        adaptive: bool,
+        workers: u32,
+        service: u64,
+        secs: u64,
+    ) -> (u64, Vec<u32>) {
+        use std::cmp::Reverse;
+        use std::collections::{BinaryHeap, VecDeque};
+        let end = secs * 1_000 * MS;
+        let mut s = Adaptive::new(t, 0);
+        // (finish, start, poison, attempt, in flight at its start)
+        let mut running = BinaryHeap::new();
+        let mut retries: VecDeque<(u64, u32)> = VecDeque::new();
+        let (mut now, mut fresh, mut good) = (0u64, 0u64, 0u64);
+        let mut limits = Vec::new();
+        while now < end {
+            let limit = if adaptive { s.limit } else { t.max };
+            while running.len() < limit as usize {
+                let (poison, attempt) = match retries.front() {
+                    Some(&(due, attempt)) if due <= now => {
+                        retries.pop_front();
+                        (true, attempt + 1)
+                    }
+                    _ => {
+                        fresh += 1;
+                        (fresh % 33 == 0, 1)
+                    }
+                };
+                let n = running.len() as u32 + 1;
+                let latency = if poison {
+                    100 * US
+                } else {
+                    service * u64::from(n.max(workers)) / u64::from(workers)
+                };
+                running.push(Reverse((now + latency, now, poison, attempt, n)));
+            }
+            let Some(Reverse((finish, start, poison, attempt, n))) = running.pop() else {
+                break;
+            };
+            if finish / (1_000 * MS) > now / (1_000 * MS) {
+                limits.push(limit);
+            }
+            now = finish;
+            if poison {
+                retries.push_back((now + 1_000 * MS, attempt));
+            } else if now <= end {
+                good += 1;
+            }
+            let signal = if poison { Signal::Failure } else { Signal::Ok };
+            let o = Observation {
+                retry: attempt > 1,
+                ..obs(now, finish - start, signal, n)
+            };
+            s = step(t, s, &o);
+        }
+        (good, limits)
+    }
+
+    #[test]
+    fn poison_messages_retried_for_ever_leave_the_limit_where_a_fixed_one_is() {
+        let t = Tuning::new(1, 32);
+        for (workers, service) in [(32, 40 * MS), (16, 10 * MS), (32, 5 * MS)] {
+            let (fixed, _) = poison_run(&t, false, workers, service, 60);
+            let (adaptive, limits) = poison_run(&t, true, workers, service, 60);
+            assert!(
+                adaptive * 10 >= fixed * 9,
+                "W {workers}, {service} ns: {adaptive} good against {fixed} fixed; limit each second {limits:?}"
+            );
+            let late = &limits[40..];
+            let low = late.iter().filter(|&&l| l * 2 < workers).count();
+            assert!(
+                low * 5 <= late.len(),
+                "W {workers}: the last 20 s mostly at or over half the workers: {late:?}"
+            );
+        }
+    }
+
+    /// Overload still cuts while retries pile up: the same run where every fresh
+    /// message fails too (the app fails most of what it gets) ends low.
+    #[test]
+    fn fresh_failures_still_cut_among_retries() {
+        let t = Tuning::new(1, 32);
+        let (mut s, mut now) = steady_at(&t, 32);
+        // 64 answers: retries of poison failing, fresh ones mostly failing.
+        for i in 0..64u32 {
+            now += MS;
+            let retry = i % 2 == 0;
+            let signal = if retry || i % 8 != 1 {
+                Signal::Failure
+            } else {
+                Signal::Ok
+            };
+            let o = Observation {
+                retry,
+                ..obs(now, 10 * MS, signal, s.limit)
+            };
+            s = step(&t, s, &o);
+        }
+        assert!(s.limit < 32, "most fresh answers failed: {}", s.limit);
+        // The same retries beside fresh answers that succeed: no cut.
+        let (mut s, mut now) = steady_at(&t, 32);
+        for i in 0..64u32 {
+            now += MS;
+            let retry = i % 4 != 0;
+            let signal = if retry { Signal::Failure } else { Signal::Ok };
+            let o = Observation {
+                retry,
+                ..obs(now, if retry { 100 * US } else { 10 * MS }, signal, s.limit)
+            };
+            s = step(&t, s, &o);
+        }
+        assert_eq!(s.limit, 32, "three retries failing to one fresh success");
+        // An overload answer to a retry cuts as any other.
+        let (s, now) = steady_at(&t, 32);
+        let o = Observation {
+            retry: true,
+            ..obs(now + MS, MS, Signal::Overload, 32)
+        };
+        assert_eq!(step(&t, s, &o).limit, 24);
     }
 
     proptest! {

@@ -137,6 +137,7 @@ mod tests {
             latency_ns: 1,
             signal: Signal::Overload,
             in_flight_at_start: 32,
+            retry: false,
         });
         assert_eq!(p.limit(), 32);
         assert_eq!(p.take_start(0), Ok(()), "no rate limit: always");

@@ -502,7 +502,8 @@ impl<E: Exchange> Service<E> {
             self.tracer.end_serve(s, v.error());
         }
         TaskEnd {
-            sample: Some(Sample::of(&f)),
+            // A request is answered once: never a retry.
+            sample: Some(Sample::of(&f, 1)),
             reach: Reach::of(&f),
         }
     }

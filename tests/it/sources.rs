@@ -3,7 +3,8 @@
 //! metrics, and one that cannot run (a missing stream, a topology conflict) never
 //! stops another.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use figment::Figment;
 use figment::providers::{Format, Toml};
@@ -425,7 +426,7 @@ async fn with_a_budget_a_source_whose_app_hangs_leaves_the_other_its_share() {
         &nats,
         &app,
         &format!(
-            "[budget]\nmax_in_flight = 4\n[delivery]\nmax_in_flight = 4\n\
+            "[budget]\nmax_in_flight = 4\nreserve = 0\n[delivery]\nmax_in_flight = 4\n\
              {}[sources.slow.http]\ntimeout_ms = 1000\n{}",
             durable_table("slow", &slow),
             durable_table("fast", &fast)
@@ -458,6 +459,80 @@ async fn with_a_budget_a_source_whose_app_hangs_leaves_the_other_its_share() {
             >= 4.0,
         "slow's requests timed out meanwhile"
     );
+    relay.stop().await.unwrap();
+}
+
+/// `budget.reserve`: the slot kept for a source is never lent, so one whose app hangs
+/// (its requests held for the whole 30 s timeout) cannot hold another's first request:
+/// it reaches the app at once, not when the hung requests time out. A reload to
+/// `reserve = 0` lends it.
+#[tokio::test]
+async fn a_source_whose_app_hangs_cannot_hold_back_another_s_first_request() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (slow, fast) = (unique("SLOW"), unique("FAST"));
+    create_stream(&js, &slow, &["slow.>"]).await;
+    create_stream(&js, &fast, &["fast.>"]).await;
+    let hung = slow.clone();
+    let first_fast = Arc::new(Mutex::new(None));
+    let first = Arc::clone(&first_fast);
+    // The slow stream's requests never end within the test; the fast one's take 5 ms.
+    let app = MockApp::start(move |r, _| {
+        if r.header("nats-stream") == Some(hung.as_str()) {
+            Reply::status(200).after(Duration::from_secs(120))
+        } else {
+            first.lock().unwrap().get_or_insert_with(Instant::now);
+            Reply::status(200).after(Duration::from_millis(5))
+        }
+    })
+    .await;
+    let config = |reserve: &str| {
+        sources_config(
+            &nats,
+            &app,
+            &format!(
+                "[budget]\nmax_in_flight = 8\n{reserve}[delivery]\nmax_in_flight = 8\nshutdown_grace_ms = 500\n\
+                 {}[sources.slow.http]\ntimeout_ms = 30000\n{}",
+                durable_table("slow", &slow),
+                durable_table("fast", &fast)
+            ),
+        )
+    };
+    // The default reserve, 1.
+    let relay = Relay::ready(config("")).await;
+    publish(&js, "slow.x", 40).await;
+    // Slow alone borrows all it may: the budget less fast's reserve.
+    eventually("slow holds the budget", T, || async {
+        relay.metric("jetrelay_in_flight{source=\"slow\"}").await >= 7.0
+    })
+    .await;
+    publish(&js, "fast.y", 20).await;
+    // Within a second on an idle host; 5 s leaves room for a loaded one, and is far
+    // from the 30 s a hung request holds its slot.
+    eventually(
+        "fast's first request reaches its app",
+        Duration::from_secs(5),
+        || async { first_fast.lock().unwrap().is_some() },
+    )
+    .await;
+    assert_eq!(
+        relay.metric("jetrelay_in_flight{source=\"slow\"}").await,
+        7.0,
+        "slow's hung requests still hold their slots"
+    );
+    assert!(
+        relay.metric("jetrelay_in_flight").await <= 8.0,
+        "the budget"
+    );
+    eventually("fast drained", T, || async {
+        consumer_drained(&js, &fast, "fast").await
+    })
+    .await;
+    relay.reloader.request(Ok(config("reserve = 0\n")));
+    eventually("slow borrows fast's slot too", T, || async {
+        relay.metric("jetrelay_in_flight{source=\"slow\"}").await == 8.0
+    })
+    .await;
     relay.stop().await.unwrap();
 }
 

@@ -9,15 +9,18 @@
 //! `--rejects-workers` taking `--rejects-service-ms`, answering 404 at once to 1 % of
 //! the messages and 500 to 3 %, by stream sequence, every attempt): adaptive against
 //! the fixed limit at the same maximum, throughput of the good messages side by side;
-//! and against the fast Rust sink, adaptive against fixed at 64 in flight. Prints a
-//! markdown report and writes it to `<out>/adaptive-<unix-seconds>.md`. Never fails on
-//! timing.
+//! 3 % poison (the same app answering 500 to 3 % of the messages on every attempt,
+//! `max_deliver` 1000, a retry every second, `--poison-rate` messages a second
+//! published for `--poison-secs`): the good messages answered in that time, adaptive
+//! beside fixed; and against the fast Rust sink, adaptive against fixed at 64 in
+//! flight. Prints a markdown report and writes it to
+//! `<out>/adaptive-<unix-seconds>.md`. Never fails on timing.
 //!
 //!   adaptive --nats-server=PATH --relay=PATH [--out=DIR] [--n=2000] [--workers=8,4]
 //!            [--limits=1,2,4,8,16,32,64,256] [--queue=24] [--service-ms=10]
-//!            [--only=sink|rejects] [--sink-n=60000] [--rounds=3]
+//!            [--only=sink|rejects|poison] [--sink-n=60000] [--rounds=3]
 //!            [--sink-arms=fixed64,adaptive] [--rejects-n=4000] [--rejects-workers=32]
-//!            [--rejects-service-ms=40]
+//!            [--rejects-service-ms=40] [--poison-rate=200] [--poison-secs=60]
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -56,6 +59,16 @@ fn rejection(headers: &axum::http::HeaderMap) -> Option<StatusCode> {
     }
 }
 
+/// Poison: the message of stream sequence `seq` answered 500 at once on every attempt
+/// (3 %: the 500s of [`rejection`], without its 404s).
+fn poisoned(headers: &axum::http::HeaderMap) -> Option<StatusCode> {
+    let seq: u64 = headers.get("nats-sequence")?.to_str().ok()?.parse().ok()?;
+    matches!(seq % 100, 25 | 50 | 75).then_some(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// What the modelled app answers at once, before its workers (none: it works on all).
+type Rule = fn(&axum::http::HeaderMap) -> Option<StatusCode>;
+
 /// Of stream sequences `1..=n`, those [`rejection`] answers with a 200.
 fn good_of(n: usize) -> usize {
     (1..=n as u64)
@@ -65,15 +78,15 @@ fn good_of(n: usize) -> usize {
 
 impl Workers {
     async fn start(workers: usize, service: Duration, queue: usize) -> Result<Workers, Error> {
-        Workers::start_with(workers, service, queue, false).await
+        Workers::start_with(workers, service, queue, None).await
     }
 
-    /// With `rejects`, some messages are answered 404 or 500 at once ([`rejection`]).
+    /// With a `rule`, some messages are answered at once ([`rejection`], [`poisoned`]).
     async fn start_with(
         workers: usize,
         service: Duration,
         queue: usize,
-        rejects: bool,
+        rule: Option<Rule>,
     ) -> Result<Workers, Error> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let w = Workers {
@@ -92,7 +105,7 @@ impl Workers {
                 let s = s.clone();
                 async move {
                     let arrived = Instant::now();
-                    if let Some(code) = rejects.then(|| rejection(&headers)).flatten() {
+                    if let Some(code) = rule.and_then(|r| r(&headers)) {
                         s.rejected.fetch_add(1, SeqCst);
                         return code;
                     }
@@ -398,7 +411,7 @@ async fn rejects(env: &Env, args: &Args, rounds: usize) -> Result<String, Error>
     let workers: usize = args.num("rejects-workers", 32)?;
     let service = Duration::from_millis(args.num("rejects-service-ms", 40)?);
     filled(env, "REJECT", n as u64).await?;
-    let app = Workers::start_with(workers, service, 10 * workers, true).await?;
+    let app = Workers::start_with(workers, service, 10 * workers, Some(rejection)).await?;
     let good = good_of(n);
     let arms = [
         (format!("fixed {workers}"), (workers, Mode::Fixed)),
@@ -434,6 +447,115 @@ async fn rejects(env: &Env, args: &Args, rounds: usize) -> Result<String, Error>
         md.push_str(&format!(
             "| {label} | {rate:.0} | {:.2} | {rejected} | {limit:.1} |\n",
             rate / base
+        ));
+    }
+    md.push('\n');
+    Ok(md)
+}
+
+/// One arm of 3 % poison on its own stream: jetrelay started on it, then `rate`
+/// messages a second published for `secs`: the good ones answered 200 by the end of
+/// the publishing and 10 s later, the limit's mean (`/metrics` every second) and its
+/// last reading.
+async fn poison_run(
+    env: &Env,
+    app: &Workers,
+    stream: &str,
+    (max, mode): (usize, Mode),
+    rate: u64,
+    secs: u64,
+) -> Result<(usize, usize, f64, f64), Error> {
+    app.reset();
+    env.js
+        .create_stream(jetstream::stream::Config {
+            name: stream.to_string(),
+            subjects: vec![format!("{}.>", stream.to_lowercase())],
+            ..Default::default()
+        })
+        .await?;
+    let mut c = config(env, stream, "dpoison", &app.url, max, mode);
+    // Retried every second, for ever within the run; the poison held (ack pending)
+    // never fills the consumer's max_ack_pending (max_buffered).
+    c.text = c
+        .text
+        .replacen("max_deliver = -1", "max_deliver = 1000", 1)
+        .replacen("max_buffered = 256", "max_buffered = 4096", 1)
+        .replacen(
+            "[delivery]\n",
+            "[delivery]\nretry_initial_ms = 1000\nretry_max_ms = 1000\n",
+            1,
+        );
+    let relay = start_relay(env, &c, "dpoison").await?;
+    let admin = relay.admin.ok_or("no admin port")?;
+    let subject = format!("{}.m", stream.to_lowercase());
+    let payload = bytes::Bytes::from(vec![b'x'; 128]);
+    let start = Instant::now();
+    let (mut sum, mut k, mut last) = (0.0, 0u32, 0.0);
+    // One tick of 100 ms publishes a tenth of a second's messages.
+    for tick in 0..secs * 10 {
+        let mut acks = Vec::new();
+        for _ in 0..rate / 10 {
+            acks.push(env.js.publish(subject.clone(), payload.clone()).await?);
+        }
+        for ack in acks {
+            ack.await?;
+        }
+        if tick % 10 == 0
+            && let Some(v) = relay_metric(admin, "jetrelay_concurrency_limit")
+                .await
+                .ok()
+                .and_then(|v| v.first().map(|x| x.1))
+        {
+            (sum, k, last) = (sum + v, k + 1, v);
+        }
+        let next = start + Duration::from_millis(100 * (tick + 1));
+        tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
+    }
+    let in_time = app.answered.load(SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let later = app.answered.load(SeqCst);
+    finish(env, stream, relay, "dpoison").await?;
+    env.js.delete_stream(stream).await?;
+    Ok((in_time, later, sum / f64::from(k.max(1)), last))
+}
+
+/// 3 % poison, retried every second for ever: fixed and adaptive at the same maximum,
+/// one run each on a stream of its own, as a report section.
+async fn poison(env: &Env, args: &Args) -> Result<String, Error> {
+    let workers: usize = args.num("rejects-workers", 32)?;
+    let service = Duration::from_millis(args.num("rejects-service-ms", 40)?);
+    let rate: u64 = args.num("poison-rate", 200)?;
+    let secs: u64 = args.num("poison-secs", 60)?;
+    let app = Workers::start_with(workers, service, 10 * workers, Some(poisoned)).await?;
+    let sent = (rate / 10 * 10 * secs) as usize;
+    let good = good_of(sent) + sent / 100;
+    let arms = [
+        (format!("fixed {workers}"), (workers, Mode::Fixed)),
+        (
+            format!("adaptive (1–{workers})"),
+            (workers, Mode::Adaptive(None)),
+        ),
+    ];
+    let mut md = format!(
+        "3 % poison: an app of {workers} workers, {} ms a request, answering 500 at once to 3 % of the messages (by stream sequence) on every attempt; `max_deliver` 1000, retried every second (`retry_initial_ms` = `retry_max_ms` = 1000); {rate} messages a second published for {secs} s, {good} of them good; one run per arm, each on a stream of its own; the limit from `/metrics` every second:\n\n| arm | good answered in the {secs} s | × {} | 10 s later | mean limit | last limit |\n|---|---|---|---|---|---|\n",
+        service.as_millis(),
+        arms[0].0
+    );
+    let mut base = None;
+    for (i, (label, arm)) in arms.iter().enumerate() {
+        let f = poison_run(env, &app, &format!("POISON{i}"), *arm, rate, secs).await?;
+        eprintln!(
+            "poison {label}: {} good in {secs} s, {} 10 s later, mean limit {:.1}, last {}",
+            f.0, f.1, f.2, f.3
+        );
+        let base = *base.get_or_insert(f.0.max(1));
+        md.push_str(&format!(
+            "| {label} | {} | {:.2} | {} | {:.1} | {} |\n",
+            f.0,
+            f.0 as f64 / base as f64,
+            f.1,
+            f.2,
+            f.3
         ));
     }
     md.push('\n');
@@ -508,7 +630,7 @@ async fn main() -> Result<(), Error> {
             .collect::<Result<_, _>>()?)
     };
     // `--only=sink`: the fast sink alone (a quick look at what adaptive costs);
-    // `--only=rejects`: the rejected messages alone.
+    // `--only=rejects`: the rejected messages alone; `--only=poison`: 3 % poison alone.
     let only = args.get("only");
     let one_part = only.is_some();
     let workers = if one_part {
@@ -569,8 +691,11 @@ async fn main() -> Result<(), Error> {
         }
     }
     let rounds: usize = args.num("rounds", 3)?;
-    if only != Some("sink") {
+    if !matches!(only, Some("sink" | "poison")) {
         md.push_str(&rejects(&env, &args, rounds).await?);
+    }
+    if !matches!(only, Some("sink" | "rejects")) {
+        md.push_str(&poison(&env, &args).await?);
     }
     if !one_part {
         filled(&env, "STEP", 100_000).await?;
@@ -580,7 +705,7 @@ async fn main() -> Result<(), Error> {
             moved.as_secs_f64() * 1000.0
         ));
     }
-    if only != Some("rejects") {
+    if !matches!(only, Some("rejects" | "poison")) {
         md.push_str(&sink_section(&env, &args, rounds).await?);
     }
     print!("{md}");
