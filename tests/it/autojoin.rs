@@ -501,7 +501,12 @@ async fn a_member_cut_off_past_its_timeout_is_pruned_on_a_cluster_and_joins_agai
         },
     )
     .await;
-    assert_eq!(rb.health.status().state, State::Consuming);
+    // Ready once its liveness record is written again (the fence down), which may
+    // come a moment after the membership shows it back.
+    eventually("b consuming", T, || async {
+        rb.health.status().state == State::Consuming
+    })
+    .await;
     publish_keys(&js, "e", 8, 2).await;
     sourced(&js, &stream, 48).await;
     eventually("b is served again, 48 delivered", T, || async {

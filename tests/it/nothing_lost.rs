@@ -560,7 +560,7 @@ async fn messages_whose_headers_do_not_parse_are_dead_lettered_and_the_rest_flow
     let env = Env::start(&["mh.>"]).await;
     let dead = unique("DLQ");
     dlq_stream(&env.js, &dead, "dead.mh").await;
-    let bad: [&[u8]; 7] = [
+    let bad: [&[u8]; 8] = [
         b"NATS/1.0\r\nBad Name: v\r\nGood: yes\r\n\r\n",
         b"NATS/1.0\r\nN\xc3\xa4me: v\r\nGood: yes\r\n\r\n",
         b"NATS/1.0\r\nno colon here\r\nGood: yes\r\n\r\n",
@@ -570,6 +570,8 @@ async fn messages_whose_headers_do_not_parse_are_dead_lettered_and_the_rest_flow
         b"NATS/1.0\r\nX-Bad: a\rb\r\nGood: yes\r\n\r\n",
         b"NATS/1.0\r\nX-Bad: a\nb\r\nGood: yes\r\n\r\n",
         b"NATS/1.0\r\nX-Bad: a\r\n b\rc\r\nGood: yes\r\n\r\n",
+        // No name at all (the fuzz target's find): the client kept it as a header.
+        b"NATS/1.0\r\n: v\r\nGood: yes\r\n\r\n",
     ];
     for (i, block) in bad.iter().enumerate() {
         raw_publish(

@@ -895,6 +895,11 @@ fn parse_header_block(block: &[u8]) -> (Option<StatusCode>, Option<String>, Head
             malformed = Some("header line without `:`");
             continue;
         };
+        if name.is_empty() {
+            // `HeaderName` takes "", which no header may be named (and HTTP refuses).
+            malformed = Some("empty header name");
+            continue;
+        }
         let Ok(name) = HeaderName::from_str(name) else {
             malformed = Some("invalid header name");
             continue;
@@ -1228,7 +1233,7 @@ mod read_op {
         let (stream, mut server) = io::duplex(1024);
         let mut connection = Connection::new(Box::new(stream), 0, Arc::new(Statistics::default()));
 
-        let blocks: [&[u8]; 9] = [
+        let blocks: [&[u8]; 10] = [
             b"NATS/1.0\r\nBad Name: v\r\nGood: yes\r\n\r\n",
             b"NATS/1.0\r\nno colon here\r\nGood: yes\r\n\r\n",
             b"NATS/1.0\r\nX-Latin1: caf\xe9\r\nGood: yes\r\n\r\n",
@@ -1239,6 +1244,7 @@ mod read_op {
             b"NATS/1.0\r\nX-Bad: a\r\r\nGood: yes\r\n\r\n",
             b"NATS/1.0\r\nX-Bad: a\r\n b\rc\r\nGood: yes\r\n\r\n",
             b"NATS/1.0 \r\r\nGood: yes\r\n\r\n",
+            b"NATS/1.0\r\n: v\r\nGood: yes\r\n\r\n",
         ];
         for (sid, block) in blocks.iter().enumerate() {
             let total = block.len() + 2;
