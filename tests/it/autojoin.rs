@@ -630,37 +630,72 @@ fn auth_conf(deny_b: bool) -> String {
     )
 }
 
+/// A server with [`auth_conf`], an `e.*` stream and its elastic group `eg` of 4
+/// partitions.
+struct WithAuth {
+    dir: tempfile::TempDir,
+    nats: NatsServer,
+    js: async_nats::jetstream::Context,
+    stream: String,
+    admin: jetrelay::group::manage::GroupAdmin,
+}
+
+impl WithAuth {
+    async fn start() -> WithAuth {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("nats.conf");
+        std::fs::write(&conf, auth_conf(false)).unwrap();
+        std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
+        let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
+        let (_, js) = client(&nats).await;
+        let stream = unique("E");
+        create_stream(&js, &stream, &["e.*"]).await;
+        let admin = admin(&nats).await;
+        create_elastic_eg(&admin, &stream, 4).await;
+        WithAuth {
+            dir,
+            nats,
+            js,
+            stream,
+            admin,
+        }
+    }
+
+    /// Member b's extra config (auto-join, as user b), with `extra` after it.
+    fn as_b(&self, extra: &str) -> String {
+        format!(
+            "{AUTO}[nats]\nuser = \"b\"\npassword_file = \"{}\"\n{extra}",
+            self.dir.path().join("b.pass").display()
+        )
+    }
+
+    /// Whether b may write its liveness record, from now on (a server reload).
+    fn deny_b(&self, deny: bool) {
+        std::fs::write(self.dir.path().join("nats.conf"), auth_conf(deny)).unwrap();
+        self.nats.reload();
+    }
+}
+
 #[tokio::test]
 async fn a_member_that_cannot_write_its_liveness_record_stops_pulling_once_pruned_and_joins_again_when_it_can()
  {
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("nats.conf");
-    std::fs::write(&conf, auth_conf(false)).unwrap();
-    std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
-    let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
-    let (_, js) = client(&nats).await;
-    let stream = unique("E");
-    create_stream(&js, &stream, &["e.*"]).await;
-    let admin = admin(&nats).await;
-    create_elastic_eg(&admin, &stream, 4).await;
+    let w = WithAuth::start().await;
+    let (nats, js, stream, admin) = (&w.nats, &w.js, &w.stream, &w.admin);
     let (app_a, app_b) = (MockApp::ok().await, MockApp::ok().await);
     let ra = Relay::ready(member_config(
-        &nats, &app_a, "elastic", &stream, "eg", "a", AUTO,
+        nats, &app_a, "elastic", stream, "eg", "a", AUTO,
     ))
     .await;
-    let as_b = format!(
-        "{AUTO}[nats]\nuser = \"b\"\npassword_file = \"{}\"\n",
-        dir.path().join("b.pass").display()
-    );
+    let as_b = w.as_b("");
     let rb = Relay::ready(member_config(
-        &nats, &app_b, "elastic", &stream, "eg", "b", &as_b,
+        nats, &app_b, "elastic", stream, "eg", "b", &as_b,
     ))
     .await;
     eventually("two members, two partitions each", T, || async {
         ra.health.status().partitions.len() == 2 && rb.health.status().partitions.len() == 2
     })
     .await;
-    publish_keys(&js, "e", 8, 2).await;
+    publish_keys(js, "e", 8, 2).await;
     eventually("both served, 16 delivered", T, || async {
         bodies(&[&app_a, &app_b]).len() == 16
     })
@@ -668,10 +703,9 @@ async fn a_member_that_cannot_write_its_liveness_record_stops_pulling_once_prune
     assert!(!app_b.requests().is_empty(), "b had its share");
 
     // b may no longer write its liveness record: a prunes it once the record expires.
-    std::fs::write(&conf, auth_conf(true)).unwrap();
-    nats.reload();
+    w.deny_b(true);
     eventually("b is pruned", T, || async {
-        members(&admin, &stream).await == set(&["a"])
+        members(admin, stream).await == set(&["a"])
     })
     .await;
     eventually("a owns every partition", T, || async {
@@ -684,7 +718,7 @@ async fn a_member_that_cannot_write_its_liveness_record_stops_pulling_once_prune
     .await;
     let served_b = app_b.requests().len();
     for _ in 0..5 {
-        publish_keys(&js, "e", 8, 2).await;
+        publish_keys(js, "e", 8, 2).await;
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     eventually(
@@ -705,17 +739,16 @@ async fn a_member_that_cannot_write_its_liveness_record_stops_pulling_once_prune
     );
 
     // b may write again: it joins again and is served.
-    std::fs::write(&conf, auth_conf(false)).unwrap();
-    nats.reload();
+    w.deny_b(false);
     eventually("b joined again", T, || async {
-        members(&admin, &stream).await == set(&["a", "b"])
+        members(admin, stream).await == set(&["a", "b"])
     })
     .await;
     eventually("b owns two partitions again", T, || async {
         rb.health.status().partitions.len() == 2 && ra.health.status().partitions.len() == 2
     })
     .await;
-    publish_keys(&js, "e", 8, 2).await;
+    publish_keys(js, "e", 8, 2).await;
     eventually("b is served again", T, || async {
         bodies(&[&app_a, &app_b]).len() == 112 && app_b.requests().len() > served_b
     })
@@ -728,30 +761,19 @@ async fn a_member_that_cannot_write_its_liveness_record_stops_pulling_once_prune
 
 #[tokio::test]
 async fn a_member_whose_liveness_writes_fail_stops_taking_work_before_the_others_prune_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("nats.conf");
-    std::fs::write(&conf, auth_conf(false)).unwrap();
-    std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
-    let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
-    let (_, js) = client(&nats).await;
-    let stream = unique("E");
-    create_stream(&js, &stream, &["e.*"]).await;
-    let admin = admin(&nats).await;
-    create_elastic_eg(&admin, &stream, 4).await;
+    let w = WithAuth::start().await;
+    let (nats, js, stream, admin) = (&w.nats, &w.js, &w.stream, &w.admin);
     // b's app is slow, so that b always holds more than it has started: what a member
     // pruned while working would go on delivering.
     let app_a = MockApp::ok().await;
     let app_b = MockApp::start(|_, _| Reply::status(200).after(Duration::from_millis(50))).await;
     let ra = Relay::ready(member_config(
-        &nats, &app_a, "elastic", &stream, "eg", "a", AUTO,
+        nats, &app_a, "elastic", stream, "eg", "a", AUTO,
     ))
     .await;
-    let as_b = format!(
-        "{AUTO}[nats]\nuser = \"b\"\npassword_file = \"{}\"\n[delivery]\nmax_in_flight = 2\n",
-        dir.path().join("b.pass").display()
-    );
+    let as_b = w.as_b("[delivery]\nmax_in_flight = 2\n");
     let rb = Relay::ready(member_config(
-        &nats, &app_b, "elastic", &stream, "eg", "b", &as_b,
+        nats, &app_b, "elastic", stream, "eg", "b", &as_b,
     ))
     .await;
     eventually("two members, two partitions each", T, || async {
@@ -770,8 +792,7 @@ async fn a_member_whose_liveness_writes_fail_stops_taking_work_before_the_others
     };
     eventually("b is served", T, || async { app_b.requests().len() >= 5 }).await;
     // b may no longer write its liveness record.
-    std::fs::write(&conf, auth_conf(true)).unwrap();
-    nats.reload();
+    w.deny_b(true);
     eventually("b says it takes no work", T, || async {
         let s = rb.health.status();
         s.reason.contains("liveness record cannot be written")
@@ -779,7 +800,7 @@ async fn a_member_whose_liveness_writes_fail_stops_taking_work_before_the_others
     .await;
     let fenced_at = app_b.requests().len();
     eventually("b is pruned", T, || async {
-        members(&admin, &stream).await == set(&["a"])
+        members(admin, stream).await == set(&["a"])
     })
     .await;
     let pruned_at = app_b.requests().len();
@@ -806,13 +827,12 @@ async fn a_member_whose_liveness_writes_fail_stops_taking_work_before_the_others
     );
     assert_key_order(&app_a);
     // b may write again: it takes work again.
-    std::fs::write(&conf, auth_conf(false)).unwrap();
-    nats.reload();
+    w.deny_b(false);
     eventually("b owns two partitions again", T, || async {
         rb.health.status().partitions.len() == 2 && ra.health.status().partitions.len() == 2
     })
     .await;
-    publish_keys(&js, "e", 8, 2).await;
+    publish_keys(js, "e", 8, 2).await;
     eventually("b is served again", T, || async {
         app_b.requests().len() > pruned_at
     })
