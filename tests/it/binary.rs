@@ -360,18 +360,8 @@ async fn sigterm_drains_and_exits_zero() {
 }
 
 async fn cli(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = tokio::process::Command::new(BIN)
-        .arg("group")
-        .args(args)
-        .args(["--server", url])
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let server = ["--server", url];
+    crate::support::daemon::run_bin(["group"].iter().chain(args).chain(&server)).await
 }
 
 #[tokio::test]

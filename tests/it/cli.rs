@@ -14,17 +14,7 @@ use crate::support::{MockApp, NatsServer, Relay, create_stream, publish, unique}
 
 /// `jetrelay <args>` (no config file): exit code, stdout, stderr.
 async fn jetrelay(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = tokio::process::Command::new(BIN)
-        .args(args)
-        .env_remove("JETRELAY_CONFIG")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::support::daemon::run_bin(args).await
 }
 
 /// What a terminal must not be handed raw: control characters (but the line

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support::app::Reply;
-use crate::support::daemon::{BIN, Daemon};
+use crate::support::daemon::Daemon;
 use crate::support::groups::{elastic_group, static_group};
 use crate::support::{Env, MockApp, NatsServer, Relay, consumer_info, eventually, publish};
 
@@ -81,19 +81,9 @@ async fn static_members(
 
 /// `jetrelay <args> --config <file>`: exit code, stdout, stderr.
 async fn jetrelay(config: &Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = tokio::process::Command::new(BIN)
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env_remove("JETRELAY_CONFIG")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let config = config.as_os_str();
+    let args = args.iter().map(std::ffi::OsStr::new);
+    crate::support::daemon::run_bin(args.chain([std::ffi::OsStr::new("--config"), config])).await
 }
 
 async fn ok(config: &Path, args: &[&str]) -> String {

@@ -11,6 +11,26 @@ use tokio::time::Instant;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_jetrelay");
 
+/// `jetrelay <args>` run to its end, without `JETRELAY_CONFIG` from the test's
+/// environment: exit code, stdout, stderr.
+pub async fn run_bin<I, A>(args: I) -> (Option<i32>, String, String)
+where
+    I: IntoIterator<Item = A>,
+    A: AsRef<std::ffi::OsStr>,
+{
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("JETRELAY_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 pub struct Daemon {
     child: Child,
     pub admin: String,
