@@ -386,11 +386,11 @@ async fn a_marker_jetrelay_did_not_write_does_not_suppress_and_an_old_versions_e
     relay.stop().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_missing_bucket_is_made_with_per_key_ttls_and_one_that_cannot_be_is_a_clear_error() {
+/// A server where connections without credentials are `admin` (allowed everything)
+/// and user `b` (password in `<dir>/b.pass`) may not create streams.
+async fn server_where_b_cannot_create_streams() -> (tempfile::TempDir, NatsServer) {
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("nats.conf");
-    // `b` may not create streams: no bucket of its own.
     std::fs::write(
         &conf,
         "no_auth_user: admin\nauthorization { users: [\n  {user: admin, password: admin}\n  {user: b, password: bpass, permissions: { publish: { deny: [\"$JS.API.STREAM.CREATE.>\"] } }}\n] }\n",
@@ -398,6 +398,13 @@ async fn a_missing_bucket_is_made_with_per_key_ttls_and_one_that_cannot_be_is_a_
     .unwrap();
     std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
     let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
+    (dir, nats)
+}
+
+#[tokio::test]
+async fn a_missing_bucket_is_made_with_per_key_ttls_and_one_that_cannot_be_is_a_clear_error() {
+    // `b` may not create streams: no bucket of its own.
+    let (dir, nats) = server_where_b_cannot_create_streams().await;
     let (_, js) = client(&nats).await;
     let (stream, bucket) = (unique("S"), unique("marks"));
     create_stream(&js, &stream, &["once.>"]).await;
@@ -508,16 +515,8 @@ async fn a_bucket_deleted_at_run_time_is_made_again_and_every_message_goes_on_be
 #[tokio::test]
 async fn while_the_bucket_cannot_be_made_again_ready_names_it_and_each_message_is_acked_without_its_marker()
  {
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("nats.conf");
     // `b` may not create streams: the bucket, once deleted, stays gone.
-    std::fs::write(
-        &conf,
-        "no_auth_user: admin\nauthorization { users: [\n  {user: admin, password: admin}\n  {user: b, password: bpass, permissions: { publish: { deny: [\"$JS.API.STREAM.CREATE.>\"] } }}\n] }\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("b.pass"), "bpass").unwrap();
-    let nats = NatsServer::start_with(&["-c", conf.to_str().unwrap()]).await;
+    let (dir, nats) = server_where_b_cannot_create_streams().await;
     let (_, js) = client(&nats).await;
     let (stream, durable) = (unique("S"), unique("d"));
     create_stream(&js, &stream, &["once.>"]).await;
