@@ -4,6 +4,8 @@ each with a reply subject; prints, per wait bound, how many were shed (503 at on
 jetrelay's peak and current RSS. Loopback only.
 
     python bench/py_service_flood.py <jetrelay binary> <nats-server binary> [labels...]
+
+FLOOD_N and FLOOD_KIB change the count and size (1500 and 256 by default).
 """
 import asyncio, os, subprocess, sys, tempfile, time
 import natsio as nats
@@ -11,7 +13,8 @@ from natsio.errors import NoRespondersError
 from aiohttp import web
 
 BIN, NATS = sys.argv[1], sys.argv[2]
-N, SIZE = 1500, 256 * 1024
+N = int(os.environ.get("FLOOD_N", "1500"))
+SIZE = int(os.environ.get("FLOOD_KIB", "256")) * 1024
 
 async def slow(req):
     await req.read()
@@ -77,6 +80,7 @@ endpoints = [{{ name = "e", subject = "flood.e", path = "/e" }}]
 CASES = {
     "default": ("bound (defaults 256/64MiB)", ""),
     "small": ("bound 32 / 8 MiB", "max_buffered = 32\nmax_buffered_bytes = 8388608"),
+    "bytes": ("bound 100000 / 64 MiB", "max_buffered = 100000\nmax_buffered_bytes = 67108864"),
     "none": ("no bound (100000 / huge)", "max_buffered = 100000\nmax_buffered_bytes = 4294967296"),
 }
 
