@@ -916,6 +916,10 @@ fn parse_header_block(block: &[u8]) -> (Option<StatusCode>, Option<String>, Head
             malformed = Some(LONE_CR_OR_LF_WHY);
             continue;
         }
+        // Trimmed whole, as Go's textproto reads it: a value folded onto an empty
+        // first line (`X:\r\n a`) is `a`, not ` a`.
+        let blank = value.len() - value.trim_start().len();
+        value.drain(..blank);
         value.truncate(value.trim_end().len());
 
         headers.append(name, value.into_header_value());
@@ -1279,6 +1283,21 @@ mod read_op {
         // The connection goes on.
         server.write_all(b"PING\r\n").await.unwrap();
         assert_eq!(connection.read_op().await.unwrap(), Some(ServerOp::Ping));
+    }
+
+    #[test]
+    fn folded_values_are_joined_and_trimmed() {
+        let blocks: [(&[u8], &str); 3] = [
+            (b"NATS/1.0\r\nX: a\r\n b\r\n\r\n", "a b"),
+            // Folded onto an empty first line: as Go's textproto reads it.
+            (b"NATS/1.0\r\nX:\r\n a\r\n\r\n", "a"),
+            (b"NATS/1.0\r\nX:  a \t\r\n\r\n", "a"),
+        ];
+        for (block, want) in blocks {
+            let (status, description, headers) = super::parse_header_block(block);
+            assert_eq!((status, description), (None, None));
+            assert_eq!(headers.get("X").unwrap().as_str(), want, "{block:?}");
+        }
     }
 
     // nats-server forwards arbitrary bytes in subjects (no UTF-8 enforcement), so a
