@@ -137,11 +137,13 @@ impl Config {
 }
 
 /// Whether two listeners cannot both bind: one port (not 0, which the system picks)
-/// on one address, or on any address where either listens on all of them.
+/// on one address, or where one listens on all addresses that cover the other's: all
+/// IPv4 ones (`0.0.0.0`) an IPv4 address, all (`[::]`, dual-stack on Linux) any.
 fn clash(a: SocketAddr, b: SocketAddr) -> bool {
-    a.port() != 0
-        && a.port() == b.port()
-        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+    let covers = |x: std::net::IpAddr, y: std::net::IpAddr| {
+        x == y || (x.is_unspecified() && (x.is_ipv6() || y.is_ipv4()))
+    };
+    a.port() != 0 && a.port() == b.port() && (covers(a.ip(), b.ip()) || covers(b.ip(), a.ip()))
 }
 
 #[cfg(test)]
@@ -154,6 +156,9 @@ mod tests {
             ("0.0.0.0:9090", "127.0.0.1:9090", true),
             ("127.0.0.1:9090", "127.0.0.1:9090", true),
             ("127.0.0.1:9090", "[::]:9090", true),
+            ("0.0.0.0:9090", "[::1]:9090", false),
+            ("0.0.0.0:9090", "[::]:9090", true),
+            ("[::1]:9090", "[::1]:9090", true),
             ("127.0.0.1:9090", "127.0.0.2:9090", false),
             ("0.0.0.0:9090", "127.0.0.1:9091", false),
             ("127.0.0.1:0", "127.0.0.1:0", false),

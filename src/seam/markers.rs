@@ -157,15 +157,15 @@ impl Seen {
 /// What `found` (the value under the delivery's key, `None`: no marker) says of the
 /// delivery `d` (what its own marker would record).
 ///
-/// An empty value is what versions before the digest wrote: taken as this message's,
-/// so that a rolling upgrade does not send again what the old version's members
-/// answered (a redelivery, a partition taken over); such markers are gone after
-/// `idempotency_ttl_ms`. Anything else that is not a v1 value is a conflict, never
-/// a reason to skip the message.
+/// Only a marker that records this message suppresses it. Anything that is not a v1
+/// value naming its digest is a conflict, never a reason to skip the message: the
+/// empty value versions before the digest wrote too (it proves nothing of what it
+/// marks, and anyone who may write the bucket can write it), so that during an
+/// upgrade a message such a marker covers is sent again, flagged `unknown`, for at
+/// most `idempotency_ttl_ms`.
 pub fn judge(found: Option<&[u8]>, d: &Marked) -> Seen {
     match found {
         None => Seen::Fresh,
-        Some([]) => Seen::Processed,
         Some(value) => match Marked::parse(value) {
             Some(m) if m.digest == d.digest => Seen::Processed,
             Some(m) => Seen::Conflict(format!("{}:{}", m.stream, m.sequence)),
@@ -284,7 +284,7 @@ mod tests {
         let cases: Vec<(Option<Vec<u8>>, Seen)> = vec![
             (None, Seen::Fresh),
             // Written before markers recorded their message: taken as this one's.
-            (Some(Vec::new()), Seen::Processed),
+            (Some(Vec::new()), unknown.clone()),
             (Some(own.value().into_bytes()), Seen::Processed),
             // The same message from elsewhere (a publisher re-sent it after the
             // duplicate window; another stream): the same digest.

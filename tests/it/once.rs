@@ -321,7 +321,7 @@ fn marker_key(scope: &str, id: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_marker_jetrelay_did_not_write_does_not_suppress_and_an_old_versions_empty_one_does() {
+async fn a_marker_that_does_not_record_the_message_does_not_suppress_it_nor_an_empty_one() {
     let nats = NatsServer::start().await;
     let (_, js) = client(&nats).await;
     let (stream, durable) = (unique("S"), unique("d"));
@@ -361,17 +361,18 @@ async fn a_marker_jetrelay_did_not_write_does_not_suppress_and_an_old_versions_e
             ("garbage".to_string(), unknown.clone()),
             ("forged".to_string(), Some("OTHER:9".to_string())),
             ("future".to_string(), unknown.clone()),
-            ("bad-stream".to_string(), unknown),
+            ("bad-stream".to_string(), unknown.clone()),
+            ("legacy".to_string(), unknown),
         ],
-        "sent with the conflict named; the old version's empty marker suppresses"
+        "sent with the conflict named, the empty marker (an older version's, or anyone's) too"
     );
     assert_eq!(
         relay.metric("jetrelay_idempotency_conflicts_total").await,
-        4.0
+        5.0
     );
     assert_eq!(
         relay.metric("jetrelay_duplicates_suppressed_total").await,
-        1.0
+        0.0
     );
     // Each one the app answered is marked as its own now.
     let value = kv
