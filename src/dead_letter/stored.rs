@@ -285,14 +285,24 @@ pub fn replay_id(dlq_stream: &str, dlq_seq: u64) -> String {
     format!("jetrelay-replay:{dlq_stream}:{dlq_seq}")
 }
 
+/// The reason of a letter whose subject was not UTF-8 (`message::Invalid`'s name).
+const MALFORMED_SUBJECT: &str = "malformed_subject: ";
+
 /// The message that replays `m` to its original subject or to `to`; `Err` (why) when
-/// it cannot be replayed (its payload was left out of the letter).
+/// it cannot be replayed (its payload was left out of the letter, or its subject was
+/// not UTF-8 and only `--to` can say where it goes).
 ///
 /// # Errors
 /// A sentence saying why.
 pub fn replay(m: &Stored, dlq_stream: &str, to: Option<&str>) -> Result<Output, String> {
     verify(m).map_err(|why| not_a_letter(dlq_stream, &why))?;
     let e = entry(m);
+    if to.is_none() && e.reason.contains(MALFORMED_SUBJECT) {
+        return Err(format!(
+            "its subject {:?} held bytes that are not UTF-8 (shown as U+FFFD), which the letter cannot keep: not replayed (--to replays it elsewhere)",
+            e.subject
+        ));
+    }
     let subject = to.unwrap_or(&e.subject);
     if let Err(why) = subject::validate_publish_subject(subject) {
         return Err(format!("its subject {subject:?} {why}: not replayed"));
@@ -611,6 +621,23 @@ mod tests {
             replay(&letter(7, &[]), "DLQ", Some("retry.x"))
                 .unwrap()
                 .subject,
+            "retry.x"
+        );
+        // A subject that was not UTF-8: the letter holds it with U+FFFD, not its bytes.
+        let mut bad = letter(10, &[]);
+        for (n, v) in &mut bad.headers {
+            match n.as_str() {
+                "Jetrelay-Dlq-Subject" => *v = "orders.caf\u{fffd}".into(),
+                "Jetrelay-Dlq-Reason" => {
+                    *v = "jetrelay: malformed_subject: not valid UTF-8".into();
+                }
+                _ => {}
+            }
+        }
+        let why = replay(&bad, "DLQ", None).unwrap_err();
+        assert!(why.contains("not UTF-8") && why.contains("--to"), "{why}");
+        assert_eq!(
+            replay(&bad, "DLQ", Some("retry.x")).unwrap().subject,
             "retry.x"
         );
         let omitted = letter(9, &[("Jetrelay-Dlq-Payload-Omitted", "2000000")]);
