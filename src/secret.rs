@@ -151,6 +151,15 @@ fn read(key: &str, path: &PathBuf) -> Result<Arc<str>, SecretError> {
     Ok(Arc::from(text))
 }
 
+/// The token of an `Authorization: Bearer <token>` value: the scheme in any case
+/// (RFC 7235: auth schemes are case-insensitive), one or more spaces, the token
+/// with surrounding blanks trimmed; `None` for another scheme or no token.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Whether two secrets are equal, in time that does not depend on where they differ.
 pub fn same(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
@@ -163,6 +172,25 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bearer_tokens_scheme_in_any_case() {
+        let cases = [
+            ("Bearer t0k", Some("t0k")),
+            ("bearer t0k", Some("t0k")),
+            ("BEARER t0k", Some("t0k")),
+            ("bEaReR   t0k ", Some("t0k")),
+            ("Bearer ", None),
+            ("Bearer", None),
+            ("Basic t0k", None),
+            ("Bearert0k", None),
+            ("t0k", None),
+            ("", None),
+        ];
+        for (value, want) in cases {
+            assert_eq!(bearer_token(value), want, "{value:?}");
+        }
+    }
 
     #[test]
     fn read_at_load_again_when_it_changes_and_kept_while_unreadable() {

@@ -111,11 +111,21 @@ impl Config {
                 "must be 0 (forever) or at least 60000: dead letters are kept to be looked at",
             );
         }
-        if self.admin.listen.parse::<SocketAddr>().is_err() {
-            p.add(
+        match self.admin.listen.parse::<SocketAddr>() {
+            Err(_) => p.add(
                 "admin.listen",
                 "must be an address and port, like 0.0.0.0:9090",
-            );
+            ),
+            Ok(admin) => {
+                if let Some(publish) = self.publish.listen_addr()
+                    && clash(admin, publish)
+                {
+                    p.add(
+                        "publish.listen",
+                        format!("{publish} is admin.listen's port ({admin}): give each its own"),
+                    );
+                }
+            }
         }
         if !crate::ops::telemetry::is_valid_filter(&self.log.level) {
             p.add(
@@ -123,5 +133,56 @@ impl Config {
                 "must be a level (error, warn, info, debug, trace) or a filter directive",
             );
         }
+    }
+}
+
+/// Whether two listeners cannot both bind: one port (not 0, which the system picks)
+/// on one address, or on any address where either listens on all of them.
+fn clash(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_listeners_clash_on_one_port_of_one_address_or_all() {
+        let cases = [
+            ("0.0.0.0:9090", "127.0.0.1:9090", true),
+            ("127.0.0.1:9090", "127.0.0.1:9090", true),
+            ("127.0.0.1:9090", "[::]:9090", true),
+            ("127.0.0.1:9090", "127.0.0.2:9090", false),
+            ("0.0.0.0:9090", "127.0.0.1:9091", false),
+            ("127.0.0.1:0", "127.0.0.1:0", false),
+        ];
+        for (a, b, want) in cases {
+            let (a, b): (SocketAddr, SocketAddr) = (a.parse().unwrap(), b.parse().unwrap());
+            assert_eq!(clash(a, b), want, "{a} {b}");
+            assert_eq!(clash(b, a), want, "{b} {a}");
+        }
+    }
+
+    #[test]
+    fn the_publish_endpoint_on_the_admin_port_is_refused() {
+        let toml = r#"
+            [nats]
+            servers = "nats://127.0.0.1:4222"
+            [http]
+            url = "http://127.0.0.1:8080"
+            [source]
+            stream = "S"
+            durable = "d"
+            [publish]
+            listen = "9090"
+            allowed_subjects = ["out.>"]
+        "#;
+        use figment::providers::Format;
+        let figment = figment::Figment::from(figment::providers::Toml::string(toml));
+        let err = Config::from_figment(figment).unwrap_err().to_string();
+        assert!(err.contains("publish.listen"), "{err}");
+        assert!(err.contains("admin.listen's port"), "{err}");
     }
 }

@@ -58,3 +58,12 @@ pub use replay::ReplayFacts;
 pub use service::{ServiceReplier, ServiceRequests};
 pub use settle::Settler;
 pub use streams::{Bound, ConsumerCounts, GroupConsumer, Listed, Tail};
+
+/// What was wrong with a message's header block, when the client could not take it as
+/// it is: the (patched) client delivers it with the lines that parsed and says so in
+/// its description (vendor/README.md). `None` for a well-formed block.
+fn malformed_headers(m: &async_nats::Message) -> Option<&str> {
+    m.description
+        .as_deref()
+        .and_then(|d| d.strip_prefix("malformed headers: "))
+}

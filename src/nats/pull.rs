@@ -123,9 +123,6 @@ pub struct Puller {
     frozen: bool,
 }
 
-/// How the (patched) client marks a message whose header block did not parse.
-const MALFORMED_HEADERS: &str = "malformed headers: ";
-
 /// Room for a message's subject and reply subject beyond the server's `max_payload`
 /// (which counts headers and payload).
 const SUBJECTS_ROOM: u64 = 4096;
@@ -635,11 +632,7 @@ fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
     // The client delivers a message whose header block does not parse with the lines
     // that did, and says so in the description (vendor/README.md). Unreadable
     // metadata is not copied here: `meta` says it, once.
-    if let Some(why) = m
-        .description
-        .as_deref()
-        .and_then(|d| d.strip_prefix(MALFORMED_HEADERS))
-    {
+    if let Some(why) = super::malformed_headers(&m) {
         flaw.get_or_insert_with(|| Flaw::MalformedHeaders(why.to_string()));
     }
     Delivery {

@@ -195,8 +195,10 @@ fn to_request(endpoint: usize, m: async_nats::Message) -> ServiceRequest {
             }
         }
     }
+    let malformed = super::malformed_headers(&m).map(Box::from);
     ServiceRequest {
         endpoint,
+        malformed,
         message: Message {
             subject: m.subject.to_string(),
             headers,

@@ -63,8 +63,8 @@ pub fn may_drain(token: Option<&str>, caller: Caller<'_>) -> bool {
     match token {
         Some(token) => caller
             .authorization
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|given| crate::secret::same(given.trim().as_bytes(), token.as_bytes())),
+            .and_then(crate::secret::bearer_token)
+            .is_some_and(|given| crate::secret::same(given.as_bytes(), token.as_bytes())),
         None => caller.loopback && !caller.browser && caller.local_host,
     }
 }
@@ -206,6 +206,8 @@ mod tests {
             (Some("s3cret"), None, false, false),
             (Some("s3cret"), Some("Bearer s3cret"), false, true),
             (Some("s3cret"), Some("Bearer s3cret"), true, true),
+            (Some("s3cret"), Some("bearer s3cret"), false, true),
+            (Some("s3cret"), Some("BEARER  s3cret"), false, true),
             (Some("s3cret"), Some("Bearer s3cre"), true, false),
             (Some("s3cret"), Some("Bearer s3cretX"), true, false),
             (Some("s3cret"), Some("Basic s3cret"), true, false),

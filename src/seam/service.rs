@@ -23,6 +23,10 @@ pub struct ServiceRequest {
     pub message: Message,
     /// Where the reply goes (`None`: a plain publish, nobody waits for an answer).
     pub reply: Option<String>,
+    /// What was wrong with its header block, when the client could not take it as
+    /// it is (a bad name, a line without `:`, a CR or LF alone): the request is
+    /// answered 400 without asking the app.
+    pub malformed: Option<Box<str>>,
 }
 
 /// A reply: headers and a body.

@@ -87,9 +87,9 @@ fn guard(headers: &HeaderMap, token: Option<&str>, kind: Kind) -> Result<(), (St
     let get = |name| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
     if let Some(token) = token {
         let given = get(header::AUTHORIZATION.as_str())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(secret::bearer_token)
             .unwrap_or("");
-        if !secret::same(given.trim().as_bytes(), token.as_bytes()) {
+        if !secret::same(given.as_bytes(), token.as_bytes()) {
             return Err((
                 StatusCode::UNAUTHORIZED,
                 "Authorization: Bearer <token> is required (publish.token_file)".into(),

@@ -382,6 +382,11 @@ impl<E: Exchange> Service<E> {
                 .service_request(&endpoint.name, "no_reply", Duration::ZERO);
             return;
         };
+        if let Some(why) = &request.malformed {
+            let v = reply::malformed(why);
+            self.refuse(run, request.endpoint, to, received, v);
+            return;
+        }
         if !run.joined || run.draining {
             let why = if run.draining {
                 Unavailable::Draining
@@ -400,7 +405,7 @@ impl<E: Exchange> Service<E> {
             return;
         }
         let i = request.endpoint;
-        if run.waiting.push(self.spec.wait, request, received).is_err() {
+        if !run.waiting.push(self.spec.wait, request, received) {
             self.refuse(run, i, to, received, reply::shed());
         }
     }

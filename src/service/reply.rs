@@ -45,7 +45,7 @@ pub struct Replied {
     /// What is sent to the requester.
     pub reply: Response,
     /// The `class` label: the app's result class, or `unavailable` / `shed` /
-    /// `too_large`.
+    /// `too_large` / `malformed`.
     pub class: &'static str,
     /// The error the reply says, when it says one: `(code, reason)`.
     pub error: Option<(u16, String)>,
@@ -76,6 +76,12 @@ pub fn own_error(code: u16, reason: &str, class: &'static str) -> Replied {
 /// The reply to a request the app was not asked (503 at once).
 pub fn unavailable(why: Unavailable) -> Replied {
     own_error(503, why.reason(), "unavailable")
+}
+
+/// The reply to a request whose header block the client could not take as it is
+/// (400 at once: the app is not asked).
+pub fn malformed(why: &str) -> Replied {
+    own_error(400, &format!("malformed headers: {why}"), "malformed")
 }
 
 /// The reply to a request shed: too many were waiting for a slot (503 at once).

@@ -94,6 +94,7 @@ impl Wire {
 
 fn request(i: usize, payload: &str, to: Option<&str>) -> ServiceRequest {
     ServiceRequest {
+        malformed: None,
         endpoint: i,
         message: Message {
             subject: format!("svc.{i}"),

@@ -42,20 +42,17 @@ pub struct Waiting {
 }
 
 impl Waiting {
-    /// Holds `request` (received at `at`) when the bound allows, else hands it back.
-    pub fn push(
-        &mut self,
-        bound: WaitBound,
-        request: ServiceRequest,
-        at: Instant,
-    ) -> Result<(), ServiceRequest> {
+    /// Holds `request` (received at `at`) when the bound allows; false when it does
+    /// not (the request is not kept: the caller sheds it).
+    #[must_use]
+    pub fn push(&mut self, bound: WaitBound, request: ServiceRequest, at: Instant) -> bool {
         let n = size(&request);
         if !may_wait(bound, self.queue.len(), self.bytes, n) {
-            return Err(request);
+            return false;
         }
         self.bytes += n;
         self.queue.push_back((request, at, n));
-        Ok(())
+        true
     }
 
     /// The oldest request and when it was received.
@@ -111,6 +108,7 @@ mod tests {
 
     fn request(payload: usize) -> ServiceRequest {
         ServiceRequest {
+            malformed: None,
             endpoint: 0,
             message: Message {
                 subject: "s".into(),
@@ -134,7 +132,7 @@ mod tests {
                     Some(p) => {
                         let r = request(p);
                         let fits = may_wait(B, w.len(), w.bytes(), size(&r));
-                        prop_assert_eq!(w.push(B, r, at).is_ok(), fits);
+                        prop_assert_eq!(w.push(B, r, at), fits);
                         if fits {
                             model.push_back(p);
                         }

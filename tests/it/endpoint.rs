@@ -498,6 +498,15 @@ async fn with_a_token_only_requests_that_carry_it_publish() {
             ],
             "200",
         ),
+        // The scheme in any case (RFC 7235).
+        (
+            vec![
+                named,
+                "Content-Type: text/plain",
+                "Authorization: bearer s3cret",
+            ],
+            "200",
+        ),
         // A browser is refused even with it.
         (
             vec![

@@ -162,6 +162,46 @@ async fn a_service_replies_with_the_apps_answer_and_its_errors_as_service_errors
 }
 
 #[tokio::test]
+async fn a_request_whose_headers_the_client_cannot_take_is_answered_400_and_the_service_goes_on() {
+    let nats = NatsServer::start().await;
+    let (nc, _) = client(&nats).await;
+    let app = MockApp::start(echo).await;
+    let svc = unique("svc").to_lowercase();
+    let relay = Relay::ready(service_config(&nats, &app.url(), &svc, "")).await;
+    let bad: [&[u8]; 4] = [
+        b"NATS/1.0\r\nX-Bad: a\rb\r\n\r\n",
+        b"NATS/1.0\r\nX-Bad: a\nb\r\n\r\n",
+        b"NATS/1.0\r\nBad Name: v\r\n\r\n",
+        b"NATS/1.0\r\nno colon here\r\n\r\n",
+    ];
+    let inbox = nc.new_inbox();
+    let mut replies = nc.subscribe(inbox.clone()).await.unwrap();
+    nc.flush().await.unwrap();
+    for block in bad {
+        let subject = format!("{svc}.create");
+        raw_request(nats.url(), &subject, Some(&inbox), block, b"o-1").await;
+        let reply = tokio::time::timeout(T, futures::StreamExt::next(&mut replies))
+            .await
+            .expect("a reply in time")
+            .expect("a reply");
+        assert_eq!(
+            header(&reply, "Nats-Service-Error-Code").as_deref(),
+            Some("400"),
+            "{block:?}"
+        );
+        let why = header(&reply, "Nats-Service-Error").unwrap_or_default();
+        assert!(why.starts_with("malformed headers: "), "{why}");
+    }
+    assert!(app.requests().is_empty(), "the app is never asked");
+    let ok = ask(&nc, &format!("{svc}.create"), "o-2").await;
+    assert_eq!(&ok.payload[..], b"{\"echo\":\"o-2\"}");
+    let malformed =
+        "jetrelay_requests_total{class=\"malformed\",endpoint=\"create\",source=\"rpc\"}";
+    assert_eq!(relay.metric(malformed).await, bad.len() as f64);
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn fifty_concurrent_requests_each_get_their_own_reply_beside_a_stream_source() {
     let nats = NatsServer::start().await;
     let (nc, js) = client(&nats).await;

@@ -311,7 +311,22 @@ impl Relay {
 /// to build: a bad name, a line without `:`, bytes that are not UTF-8) over the NATS
 /// protocol itself, and waits for the server's PONG.
 pub async fn raw_publish(url: &str, subject: &str, header_block: &[u8], payload: &[u8]) {
+    raw_request(url, subject, None, header_block, payload).await;
+}
+
+/// As [`raw_publish`], with `reply` as the message's reply subject when given.
+pub async fn raw_request(
+    url: &str,
+    subject: &str,
+    reply: Option<&str>,
+    header_block: &[u8],
+    payload: &[u8],
+) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let subject = match reply {
+        Some(reply) => format!("{subject} {reply}"),
+        None => subject.to_string(),
+    };
     let addr = url.trim_start_matches("nats://");
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (read, mut write) = stream.into_split();

@@ -811,6 +811,20 @@ where
 /// name are left out, bytes that are not UTF-8 are replaced, and a message (not a
 /// status) whose block was malformed gets a `description` starting with
 /// `malformed headers:`.
+/// A CR or LF that is not part of a line's closing CRLF.
+const LONE_CR_OR_LF: [char; 2] = ['\r', '\n'];
+const LONE_CR_OR_LF_WHY: &str = "header line with a CR or LF inside it";
+/// How a folded (continued) header line starts.
+const FOLDED: [char; 2] = [' ', '\t'];
+
+/// The parser of an `HMSG`'s header block, for fuzzing (not part of the API).
+#[doc(hidden)]
+pub fn parse_header_block_for_fuzzing(
+    block: &[u8],
+) -> (Option<StatusCode>, Option<String>, HeaderMap) {
+    parse_header_block(block)
+}
+
 fn parse_header_block(block: &[u8]) -> (Option<StatusCode>, Option<String>, HeaderMap) {
     let mut malformed: Option<&'static str> = None;
     let text = match std::str::from_utf8(block) {
@@ -820,8 +834,15 @@ fn parse_header_block(block: &[u8]) -> (Option<StatusCode>, Option<String>, Head
             String::from_utf8_lossy(block)
         }
     };
-    let mut lines = text.lines().peekable();
+    // Lines end with CRLF; a CR or LF alone is inside a line, where no header may
+    // hold it (`HeaderValue` asserts it away): such a line is left out, and the
+    // message is malformed, rather than the client panicking.
+    let mut lines = text.split("\r\n").peekable();
     let version_line_suffix = match lines.next().and_then(|l| l.strip_prefix("NATS/1.0")) {
+        Some(suffix) if suffix.contains(LONE_CR_OR_LF) => {
+            malformed = Some(LONE_CR_OR_LF_WHY);
+            ""
+        }
         Some(suffix) => suffix.trim(),
         None => {
             malformed = Some("header version line does not begin with `NATS/1.0`");
@@ -854,6 +875,11 @@ fn parse_header_block(block: &[u8]) -> (Option<StatusCode>, Option<String>, Head
         if line.is_empty() {
             continue;
         }
+        if line.contains(LONE_CR_OR_LF) {
+            malformed = Some(LONE_CR_OR_LF_WHY);
+            while lines.next_if(|s| s.starts_with(FOLDED)).is_some() {}
+            continue;
+        }
         let Some((name, value)) = line.split_once(':') else {
             malformed = Some("header line without `:`");
             continue;
@@ -865,8 +891,14 @@ fn parse_header_block(block: &[u8]) -> (Option<StatusCode>, Option<String>, Head
         // Read the header value, which might have been split into multiple lines
         // `trim_start` and `trim_end` do the same job as doing `value.trim().to_owned()` at the end, but without a reallocation
         let mut value = value.trim_start().to_owned();
-        while let Some(v) = lines.next_if(|s| s.starts_with(char::is_whitespace)) {
+        let mut folded_bad = false;
+        while let Some(v) = lines.next_if(|s| s.starts_with(FOLDED)) {
+            folded_bad |= v.contains(LONE_CR_OR_LF);
             value.push_str(v);
+        }
+        if folded_bad {
+            malformed = Some(LONE_CR_OR_LF_WHY);
+            continue;
         }
         value.truncate(value.trim_end().len());
 
@@ -1185,11 +1217,17 @@ mod read_op {
         let (stream, mut server) = io::duplex(1024);
         let mut connection = Connection::new(Box::new(stream), 0, Arc::new(Statistics::default()));
 
-        let blocks: [&[u8]; 4] = [
+        let blocks: [&[u8]; 9] = [
             b"NATS/1.0\r\nBad Name: v\r\nGood: yes\r\n\r\n",
             b"NATS/1.0\r\nno colon here\r\nGood: yes\r\n\r\n",
             b"NATS/1.0\r\nX-Latin1: caf\xe9\r\nGood: yes\r\n\r\n",
             b"NATS/1.0\r\nN\xc3\xa4me: v\r\nGood: yes\r\n\r\n",
+            // A CR or LF alone inside a line (`HeaderValue` panicked on it).
+            b"NATS/1.0\r\nX-Bad: a\rb\r\nGood: yes\r\n\r\n",
+            b"NATS/1.0\r\nX-Bad: a\nb\r\nGood: yes\r\n\r\n",
+            b"NATS/1.0\r\nX-Bad: a\r\r\nGood: yes\r\n\r\n",
+            b"NATS/1.0\r\nX-Bad: a\r\n b\rc\r\nGood: yes\r\n\r\n",
+            b"NATS/1.0 \r\r\nGood: yes\r\n\r\n",
         ];
         for (sid, block) in blocks.iter().enumerate() {
             let total = block.len() + 2;
@@ -1216,7 +1254,9 @@ mod read_op {
                 description.unwrap().starts_with("malformed headers: "),
                 "block {sid}"
             );
-            assert_eq!(headers.unwrap().get("Good").unwrap().as_str(), "yes");
+            let headers = headers.unwrap();
+            assert_eq!(headers.get("Good").unwrap().as_str(), "yes");
+            assert!(headers.get("X-Bad").is_none(), "block {sid}");
         }
 
         // The connection goes on.

@@ -251,6 +251,11 @@ mod auth;
 pub(crate) mod auth_utils;
 pub mod client;
 pub mod connection;
+/// Entry points for fuzz targets: not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::connection::parse_header_block_for_fuzzing as parse_header_block;
+}
 mod connector;
 mod options;
 
