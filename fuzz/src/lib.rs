@@ -24,12 +24,15 @@ use jetrelay::seam::Ordering;
 use jetrelay::subject;
 use jetrelay::trace::context as trace;
 
+pub mod headers;
+
 /// A target's entry function.
 pub type Entry = fn(&[u8]);
 
 /// Every target: its name (its `[[bin]]` in `fuzz/Cargo.toml` and its corpus folder)
 /// and its entry function.
 pub const TARGETS: &[(&str, Entry)] = &[
+    ("nats_headers", headers::nats_headers),
     ("app_answers", app_answers),
     ("trace_context", trace_context),
     ("config", config),
