@@ -275,10 +275,7 @@ mod tests {
         figment::Jail::expect_with(|jail| {
             jail.create_file("c.toml", MINIMAL)?;
             // The fuzzer's find: figment sliced this at a char index and panicked.
-            jail.set_env(
-                "JETRELAY_HTTP__URL",
-                "\"http://127.0.0.1:8080/\u{e9}\\n\"",
-            );
+            jail.set_env("JETRELAY_HTTP__URL", "\"http://127.0.0.1:8080/\u{e9}\\n\"");
             let err = Config::load(Some(Path::new("c.toml"))).unwrap_err();
             assert!(
                 err.to_string()
