@@ -178,7 +178,7 @@ pub const HEADER_PREFIX: &str = "nats-header-";
 ///
 /// # Errors
 /// [`Refusal::Malformed`] for a subject that cannot be published to, or a header the
-/// message may not carry.
+/// message may not carry; [`Refusal::TooManyHeaders`] past [`MAX_HEADERS`] values.
 pub fn from_request(
     subject: &str,
     request_headers: &[(&str, &str)],
@@ -201,6 +201,11 @@ pub fn from_request(
         };
         check_header(&own, &[(*value).to_string()], Author::Endpoint)
             .map_err(Refusal::Malformed)?;
+        // The bound of a document's message holds here too (the HTTP server's own
+        // cap on request headers is not this room's to rely on).
+        if headers.len() == MAX_HEADERS {
+            return Err(Refusal::TooManyHeaders { max: MAX_HEADERS });
+        }
         headers.push((own, (*value).to_string()));
     }
     Ok(Output {
@@ -746,6 +751,30 @@ mod tests {
                 .unwrap()
                 .headers
                 .is_empty()
+        );
+    }
+
+    /// Found by fuzzing (fuzz/corpus/app_answers/crash-bad71dbd…): a raw publish
+    /// kept every `Nats-Header-*` and `Nats-Msg-Id` it was given, past the
+    /// [`MAX_HEADERS`] a document's message may carry.
+    #[test]
+    fn a_raw_publish_carries_at_most_max_headers_values() {
+        let names: Vec<String> = (0..=MAX_HEADERS)
+            .map(|i| format!("Nats-Header-X-{i}"))
+            .collect();
+        let headers = |n: usize| -> Vec<(&str, &str)> {
+            names[..n].iter().map(|h| (h.as_str(), "v")).collect()
+        };
+        let o = from_request("a", &headers(MAX_HEADERS), Bytes::new()).unwrap();
+        assert_eq!(o.headers.len(), MAX_HEADERS);
+        assert_eq!(
+            from_request("a", &headers(MAX_HEADERS + 1), Bytes::new()),
+            Err(Refusal::TooManyHeaders { max: MAX_HEADERS })
+        );
+        let ids = vec![("Nats-Msg-Id", "k"); MAX_HEADERS + 1];
+        assert_eq!(
+            from_request("a", &ids, Bytes::new()),
+            Err(Refusal::TooManyHeaders { max: MAX_HEADERS })
         );
     }
 
