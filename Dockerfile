@@ -5,7 +5,7 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so that source edits do not rebuild them.
 COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
-# The patched async-nats (vendor/README.md).
+# The patched crates (vendor/README.md).
 COPY vendor ./vendor
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
  && cargo build --release --locked \

@@ -584,14 +584,19 @@ fn dead_letter(rest: &[u8], c: u8) {
     }
 }
 
-/// Replies as `jetrelay ps` reads them: one JSON document a line, INFO answers.
+/// Replies as `jetrelay ps` reads them: one answer a line, INFO answers, taken within
+/// its bounds; every string it prints escaped.
 fn discovery(rest: &[u8]) {
-    let infos: Vec<serde_json::Value> = rest
-        .split(|b| *b == b'\n')
-        .filter_map(|l| serde_json::from_slice(l).ok())
-        .collect();
+    let mut infos = jetrelay::cli::ps::Infos::default();
+    for answer in rest.split(|b| *b == b'\n') {
+        infos.take(answer);
+    }
     let none = std::collections::BTreeMap::new();
     let rows = jetrelay::cli::ps::rows(&infos, &none, &none, Duration::from_secs(1));
     let table = jetrelay::cli::ps::table(&rows);
     assert!(!table.is_empty());
+    assert!(
+        !table.chars().any(|c| c.is_control() && c != '\n'),
+        "a control character reached the table"
+    );
 }
