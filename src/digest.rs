@@ -16,7 +16,9 @@ pub fn sha256(parts: &[&[u8]]) -> [u8; 32] {
     out
 }
 
-/// HMAC-SHA256 of `data` under `key`.
+/// HMAC-SHA256 of `data` under `key` (the tests' fast hash to compare a fingerprint
+/// with).
+#[cfg(test)]
 pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
     let mut out = [0u8; 32];
@@ -36,6 +38,18 @@ pub fn pbkdf2(salt: &[u8], secret: &[u8], rounds: u32, out: &mut [u8]) {
 pub fn random<const N: usize>() -> Option<[u8; N]> {
     let mut out = [0u8; N];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut out).ok()?;
+    Some(out)
+}
+
+/// `N` bytes from exactly `2 × N` hex digits (either case); `None` for anything else.
+pub fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != 2 * N || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
     Some(out)
 }
 
@@ -71,5 +85,10 @@ mod tests {
         pbkdf2(b"salt", b"passwd", 1, &mut out);
         assert_eq!(hex(&out), "55ac046e56e3089fec1691c22544b605");
         assert_ne!(random::<16>(), random::<16>());
+        assert_eq!(unhex::<2>("0aFf"), Some([0x0a, 0xff]));
+        assert_eq!(unhex::<2>(&hex(&[1, 254])), Some([1, 254]));
+        for bad in ["0a", "0aff00", "+f0a", "0a f", "zzzz"] {
+            assert_eq!(unhex::<2>(bad), None, "{bad}");
+        }
     }
 }

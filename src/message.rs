@@ -74,16 +74,6 @@ pub enum Flaw {
     MalformedSubject(String),
 }
 
-impl std::fmt::Display for Flaw {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Flaw::NoPartition(why) => write!(f, "no partition: {why}"),
-            Flaw::MalformedHeaders(why) => write!(f, "malformed headers: {why}"),
-            Flaw::MalformedSubject(why) => write!(f, "malformed subject: {why}"),
-        }
-    }
-}
-
 /// What makes a delivered message one that cannot be offered to the app: the
 /// metric's label and the `+TERM` reason, built by [`Delivery::invalid`].
 #[derive(Debug, Clone, PartialEq, Eq)]

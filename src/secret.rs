@@ -195,11 +195,7 @@ impl Salt {
     /// `shown` holds one.
     pub fn of_shown(shown: &str) -> Option<Salt> {
         let hex = shown.split("<redacted pbkdf2:").nth(1)?.get(..32)?;
-        let mut salt = [0u8; 16];
-        for (i, b) in salt.iter_mut().enumerate() {
-            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(Salt(salt))
+        digest::unhex(hex).map(Salt)
     }
 
     /// How `secret` is shown: PBKDF2-HMAC-SHA256 with this salt, 64 bits of it, the

@@ -380,8 +380,6 @@ impl GroupSource {
         Ok(())
     }
 
-    /// A join that failed for a reason retrying may fix waits for the next tick; the
-    /// member is not ready meanwhile.
     /// Follows the fence of this member's heartbeats (an auto-joined member).
     pub fn fence_with(&mut self, fence: watch::Receiver<bool>) {
         self.fence = Some(fence);
@@ -424,6 +422,8 @@ impl GroupSource {
         )
     }
 
+    /// A join that failed for a reason retrying may fix waits for the next tick; the
+    /// member is not ready meanwhile. None while the fence is up.
     async fn join_or_log(&mut self) {
         if self.fenced {
             return;

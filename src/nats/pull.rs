@@ -630,7 +630,8 @@ fn to_delivery(m: Message, cfg: &PullerConfig) -> Delivery {
         (None, subject.clone(), None)
     };
     // The client delivers a message whose header block does not parse with the lines
-    // that did, and says so in the description (vendor/README.md). Unreadable
+    // that did, or whose subject is not UTF-8 with those bytes replaced, and says so
+    // in the description (vendor/README.md). Unreadable
     // metadata is not copied here: `meta` says it, once.
     if let Some(malformed) = super::malformed(&m) {
         flaw.get_or_insert(malformed);

@@ -195,7 +195,10 @@ fn to_request(endpoint: usize, m: async_nats::Message) -> ServiceRequest {
             }
         }
     }
-    let malformed = super::malformed(&m).map(|f| Box::from(f.to_string()));
+    // Said as the client says it: "malformed headers: …" or "malformed subject: …".
+    let malformed = super::malformed(&m)
+        .and(m.description.as_deref())
+        .map(Box::from);
     ServiceRequest {
         endpoint,
         malformed,

@@ -99,7 +99,7 @@ impl Marked {
     pub fn parse(value: &[u8]) -> Option<Marked> {
         let text = std::str::from_utf8(value).ok()?;
         let mut words = text.split(' ');
-        let (Some(V1), Some(stream), Some(seq), Some(hex), None) = (
+        let (Some(V1), Some(stream), Some(seq), Some(digest), None) = (
             words.next(),
             words.next(),
             words.next(),
@@ -113,19 +113,14 @@ impl Marked {
         let name = |b: u8| b.is_ascii_graphic() && !b".*>/\\".contains(&b);
         if stream.is_empty()
             || !stream.bytes().all(name)
-            || hex.len() != 64
             || !seq.bytes().all(|b| b.is_ascii_digit())
         {
             return None;
         }
-        let mut digest = [0u8; 32];
-        for (i, out) in digest.iter_mut().enumerate() {
-            *out = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
         Some(Marked {
             stream: stream.to_string(),
             sequence: seq.parse().ok()?,
-            digest,
+            digest: crate::digest::unhex(digest)?,
         })
     }
 }
@@ -135,8 +130,8 @@ impl Marked {
 pub enum Seen {
     /// No marker: the message goes to the app.
     Fresh,
-    /// A marker of this message (the same digest), or one an earlier version wrote
-    /// (empty: it recorded no message): processed before, acked without a request.
+    /// A marker of this message (the same digest): processed before, acked without
+    /// a request.
     Processed,
     /// A marker of another message: the message goes to the app with
     /// `Jetrelay-Idempotency-Conflict: <this>`, `<stream>:<sequence>` of the marked
@@ -277,13 +272,13 @@ mod tests {
     #[test]
     fn what_a_marker_says_of_a_delivery_table() {
         let own = Marked::of(&delivery(&[])).unwrap();
-        let hex = |d: [u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let hex = |d: [u8; 32]| crate::digest::hex(&d);
         let other = hex([7; 32]);
         let conflict = |s: &str| Seen::Conflict(s.to_string());
         let unknown = conflict("unknown");
         let cases: Vec<(Option<Vec<u8>>, Seen)> = vec![
             (None, Seen::Fresh),
-            // Written before markers recorded their message: taken as this one's.
+            // Written before markers recorded their message: it proves nothing.
             (Some(Vec::new()), unknown.clone()),
             (Some(own.value().into_bytes()), Seen::Processed),
             // The same message from elsewhere (a publisher re-sent it after the
