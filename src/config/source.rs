@@ -4,8 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Config, Problems};
+use super::{Config, Problems, RouteConfig};
 use crate::subject;
+
+/// `weight`'s bound: a share of the budget is `weight / Σ weights`.
+const MAX_WEIGHT: u64 = 1000;
 
 /// `source.kind`
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -70,6 +73,10 @@ pub struct SourceConfig {
     pub endpoints: Vec<EndpointConfig>,
     /// `service`: the longest answer handed on as a reply; a longer one replies 502.
     pub max_reply_bytes: u64,
+    /// Its share of `[budget]` when sources compete (1 to 1000).
+    pub weight: u64,
+    /// Its routes, first match first (`[[source.routes]]`).
+    pub routes: Vec<RouteConfig>,
 }
 
 /// One endpoint of a service: requests on `subject` are POSTed to `path`.
@@ -103,13 +110,29 @@ impl Default for SourceConfig {
             queue_group: "q".into(),
             endpoints: Vec::new(),
             max_reply_bytes: 1 << 20,
+            weight: 1,
+            routes: Vec::new(),
         }
+    }
+}
+
+impl SourceConfig {
+    /// Its share of the budget when sources compete: `weight`, else 1.
+    pub fn weight(&self) -> u32 {
+        u32::try_from(self.weight).unwrap_or(1)
     }
 }
 
 impl Config {
     pub(super) fn check_source(&self, p: &mut Problems) {
         let s = &self.source;
+        if !(1..=MAX_WEIGHT).contains(&s.weight) {
+            p.add(
+                "source.weight",
+                format!("must be a whole number from 1 to {MAX_WEIGHT}"),
+            );
+        }
+        self.check_routes(p);
         // At least a few heartbeats (every third of it) before a member is pruned.
         p.range(
             "source.member_timeout_ms",

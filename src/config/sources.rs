@@ -6,47 +6,16 @@
 //! every default of the single form holds for each source unchanged. The single
 //! `[source]` form is one source named `default`; both forms together are an error.
 
-use std::collections::BTreeMap;
-
+use super::{Config, Problem, RouteConfig};
 use figment::Figment;
 use figment::providers::Serialized;
 use figment::value::{Dict, Value};
-use serde::{Deserialize, Serialize};
-
-use super::{Config, Problem};
-use crate::policy::Skip;
 
 /// The name of the one source of a config written with `[source]`.
 pub const DEFAULT_SOURCE: &str = "default";
 
 /// The tables a source may override key by key.
 pub const SOURCE_TABLES: [&str; 6] = ["consumer", "delivery", "http", "topology", "dlq", "publish"];
-
-/// A source's keys besides those of `[source]` and its tables.
-const OWN_KEYS: [&str; 2] = ["weight", "routes"];
-
-/// `weight`'s bound: a share of the budget is `weight / Σ weights`.
-const MAX_WEIGHT: u64 = 1000;
-
-/// `[[sources.<name>.routes]]`: the first route whose match holds decides where a
-/// message goes.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct RouteConfig {
-    /// The route's name in metrics and logs (its index when empty).
-    pub name: String,
-    /// NATS subject patterns, against the subject (the partition token stripped);
-    /// empty: any subject.
-    pub subjects: Vec<String>,
-    /// Header equality: every header listed must have the value given.
-    pub headers: BTreeMap<String, String>,
-    /// Replaces the path of the source's `http.url`.
-    pub path: String,
-    /// A URL of its own instead of the source's.
-    pub url: String,
-    /// Instead of a target: `ack`, `term` or `dlq`.
-    pub action: Option<Skip>,
-}
 
 /// One source as it runs: its name, the whole config as if it were the only source,
 /// its weight and its routes.
@@ -88,12 +57,9 @@ impl Config {
         set_at_top: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<SourceView>, Vec<Problem>> {
         if self.sources.is_empty() {
-            return Ok(vec![SourceView {
-                name: DEFAULT_SOURCE.to_string(),
-                config: self.clone(),
-                weight: 1,
-                routes: Vec::new(),
-            }]);
+            // `[source]` is `sources.default` whose tables are the top level's: its
+            // rules are the config's own (`Config::problems`, checked at load).
+            return Ok(vec![SourceView::of(DEFAULT_SOURCE, self.clone())]);
         }
         let mut problems = Vec::new();
         let mut views = Vec::new();
@@ -111,26 +77,32 @@ impl Config {
         }
     }
 
-    /// The source `name`'s view.
+    /// The source `name`'s view: its own keys as `[source]`, its tables over the
+    /// top level's key by key, then every rule of the config.
     fn view(
         &self,
         name: &str,
         table: &Dict,
         set_at_top: &dyn Fn(&str) -> bool,
     ) -> Result<SourceView, Vec<Problem>> {
-        let at = |key: &str| format!("sources.{name}.{key}");
         if !valid_name(name) {
             return Err(vec![Problem::new(
                 format!("sources.{name}"),
                 "a source's name is 1 to 32 of a-z, 0-9, _ and -",
             )]);
         }
+        let mut problems = Vec::new();
         let mut own = Dict::new();
         let mut over = Dict::new();
         for (key, value) in table {
-            if SOURCE_TABLES.contains(&key.as_str()) {
-                over.insert(key.clone(), value.clone());
-            } else if !OWN_KEYS.contains(&key.as_str()) {
+            if PROCESS_TABLES.contains(&key.as_str()) {
+                problems.push(Problem::new(
+                    format!("sources.{name}.{key}"),
+                    format!("[{key}] is the process's, not a source's: set it once at the top level, as [{key}]"),
+                ));
+            } else if SOURCE_TABLES.contains(&key.as_str()) {
+                over.insert(key.clone(), per_source(name, key, value, &mut problems));
+            } else {
                 own.insert(key.clone(), value.clone());
             }
         }
@@ -138,120 +110,64 @@ impl Config {
         let mut top = self.clone();
         top.sources.clear();
         let figment = Figment::from(Serialized::defaults(&top)).merge(Serialized::defaults(&over));
-        let config: Config = figment.extract().map_err(|e| {
-            super::problems::extraction(&figment, e)
-                .problems()
+        let blamed = |found: &[Problem]| -> Vec<Problem> {
+            found
                 .iter()
                 .map(|p| blame(name, table, set_at_top, p))
-                .collect::<Vec<_>>()
-        })?;
-        let mut problems: Vec<Problem> = config
-            .problems()
-            .iter()
-            .map(|p| blame(name, table, set_at_top, p))
-            .collect();
-        let weight = match table.get("weight") {
-            None => 1,
-            Some(v) => match v.deserialize::<u64>() {
-                Ok(w) if (1..=MAX_WEIGHT).contains(&w) => u32::try_from(w).unwrap_or(1),
-                _ => {
-                    problems.push(Problem::new(
-                        at("weight"),
-                        format!("must be a whole number from 1 to {MAX_WEIGHT}"),
-                    ));
-                    1
-                }
-            },
+                .collect()
         };
-        let routes = match table.get("routes") {
-            None => Vec::new(),
-            Some(v) => v.deserialize::<Vec<RouteConfig>>().unwrap_or_else(|e| {
-                problems.push(Problem::new(at("routes"), e.to_string()));
-                Vec::new()
-            }),
-        };
-        if !routes.is_empty() && config.source.kind == Some(super::SourceKind::Service) {
-            problems.push(Problem::new(
-                at("routes"),
-                "a service's requests go by its endpoints (each with its path), not routes",
-            ));
+        let config: Config = figment
+            .extract()
+            .map_err(|e| blamed(super::problems::extraction(&figment, e).problems()))?;
+        problems.append(&mut blamed(&config.problems()));
+        if problems.is_empty() {
+            Ok(SourceView::of(name, config))
+        } else {
+            Err(problems)
         }
-        for (i, r) in routes.iter().enumerate() {
-            for why in route_problems(r, &config) {
-                problems.push(Problem::new(at(&format!("routes[{i}]")), why));
-            }
-        }
-        let mut names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
-        names.retain(|n| !n.is_empty());
-        names.sort_unstable();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            problems.push(Problem::new(
-                at("routes"),
-                format!("two routes are named {:?}", w[0]),
-            ));
-        }
-        if !problems.is_empty() {
-            return Err(problems);
-        }
-        Ok(SourceView {
-            name: name.to_string(),
-            config,
-            weight,
-            routes,
-        })
     }
 }
 
-/// What is wrong with a route of a source whose view is `c`.
-fn route_problems(r: &RouteConfig, c: &Config) -> Vec<String> {
-    let mut p = Vec::new();
-    let targets = usize::from(!r.path.is_empty()) + usize::from(!r.url.is_empty());
-    match (targets, r.action) {
-        (0, None) => p.push("needs a target (path or url) or an action".to_string()),
-        (2, _) => p.push("path and url together: give one".to_string()),
-        (1, Some(a)) => p.push(format!(
-            "action = {:?} beside a target: a route either sends or settles",
-            a.name()
-        )),
-        _ => {}
-    }
-    if r.subjects.is_empty() && r.headers.is_empty() {
-        p.push(
-            "an empty match (no subjects, no headers) would take every message: a message no route matches goes to http.url"
-                .to_string(),
-        );
-    }
-    for s in &r.subjects {
-        if let Err(e) = crate::subject::validate_filter(s) {
-            p.push(format!("subjects: {s:?}: {e}"));
+impl SourceView {
+    /// The source `name` whose view of the config is `config`.
+    fn of(name: &str, config: Config) -> SourceView {
+        SourceView {
+            name: name.to_string(),
+            weight: config.source.weight(),
+            routes: config.source.routes.clone(),
+            config,
         }
     }
-    for name in r.headers.keys() {
-        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-        if name.is_empty() || !name.bytes().all(token) {
-            p.push(format!("headers: {name:?} is not a header name"));
+}
+
+/// The tables only the process has: a source's table may not hold them.
+const PROCESS_TABLES: [&str; 5] = ["nats", "admin", "log", "otel", "budget"];
+
+/// The keys of a source's tables that only the process has: one drain's grace, one
+/// publish endpoint.
+const PROCESS_KEYS: [(&str, &str); 3] = [
+    ("delivery", "shutdown_grace_ms"),
+    ("publish", "listen"),
+    ("publish", "token_file"),
+];
+
+/// Source `name`'s table `table` (`value`) without the keys only the process has,
+/// each of which is a problem naming where it belongs.
+fn per_source(name: &str, table: &str, value: &Value, problems: &mut Vec<Problem>) -> Value {
+    let Some(dict) = value.as_dict() else {
+        // Not a table: extraction names it.
+        return value.clone();
+    };
+    let mut kept = dict.clone();
+    for (t, key) in PROCESS_KEYS {
+        if t == table && kept.remove(key).is_some() {
+            problems.push(Problem::new(
+                format!("sources.{name}.{table}.{key}"),
+                format!("is the process's, not a source's: set it once at the top level, as {table}.{key}"),
+            ));
         }
     }
-    if !r.path.is_empty() && !r.path.starts_with('/') {
-        p.push(format!("path {:?} must start with /", r.path));
-    }
-    if !r.url.is_empty() {
-        match url::Url::parse(&r.url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.password().is_none() => {}
-            Ok(_) => p.push(format!(
-                "url {:?}: an http(s) URL without a password",
-                super::redact(&r.url)
-            )),
-            Err(e) => p.push(format!("url {:?}: {e}", super::redact(&r.url))),
-        }
-    }
-    if c.delivery.batch_size > 1 {
-        p.push(
-            "routes with delivery.batch_size > 1 are not supported yet (a batch goes to one target): use routes without batches"
-                .to_string(),
-        );
-    }
-    p
+    Value::from(kept)
 }
 
 /// The key a problem of source `name`'s view is reported under: `source.x` is
@@ -292,6 +208,7 @@ fn dedupe(problems: &mut Vec<Problem>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Skip;
 
     const TWO: &str = r#"
         [http]
@@ -431,10 +348,96 @@ mod tests {
             "sources.Bad",
             "sources.w.weight",
             "sources.u.colour",
-            "sources.r.routes",
+            "sources.r.routes.0.subject",
         ] {
             assert!(k.contains(&key.to_string()), "{key} not in {k:?}");
         }
+    }
+
+    #[test]
+    fn a_key_only_the_process_has_is_refused_in_a_source_naming_where_it_belongs() {
+        let base = "[http]\nurl = \"http://127.0.0.1:1/x\"\n\
+                    [sources.a]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"a\"\n";
+        for (extra, key, belongs) in [
+            (
+                "[sources.a.delivery]\nshutdown_grace_ms = 99999\nmax_in_flight = 4\n",
+                "sources.a.delivery.shutdown_grace_ms",
+                "as delivery.shutdown_grace_ms",
+            ),
+            (
+                "[sources.a.publish]\nlisten = \"127.0.0.1:9999\"\n",
+                "sources.a.publish.listen",
+                "as publish.listen",
+            ),
+            (
+                "[sources.a.publish]\ntoken_file = \"/t\"\n",
+                "sources.a.publish.token_file",
+                "as publish.token_file",
+            ),
+            (
+                "[sources.a.nats]\nname = \"x\"\n",
+                "sources.a.nats",
+                "as [nats]",
+            ),
+            (
+                "[sources.a.admin]\nlisten = \"x\"\n",
+                "sources.a.admin",
+                "as [admin]",
+            ),
+            (
+                "[sources.a.log]\nlevel = \"debug\"\n",
+                "sources.a.log",
+                "as [log]",
+            ),
+            (
+                "[sources.a.otel]\nendpoint = \"x\"\n",
+                "sources.a.otel",
+                "as [otel]",
+            ),
+            (
+                "[sources.a.budget]\nmax_in_flight = 3\n",
+                "sources.a.budget",
+                "as [budget]",
+            ),
+        ] {
+            let err = Config::from_toml(&[&format!("{base}{extra}")]).unwrap_err();
+            let found: Vec<String> = err.problems().iter().map(|p| p.to_string()).collect();
+            assert_eq!(found.len(), 1, "{extra}: {found:?}");
+            assert!(found[0].starts_with(&format!("{key}: ")), "{found:?}");
+            assert!(
+                found[0].contains("is the process's, not a source's"),
+                "{found:?}"
+            );
+            assert!(found[0].contains(belongs), "{found:?}");
+        }
+        // The same keys at the top level are the process's, as before.
+        let ok = format!(
+            "{base}[delivery]\nshutdown_grace_ms = 9999\n[publish]\nlisten = \"127.0.0.1:0\"\nallowed_subjects = [\"out.>\"]\n"
+        );
+        Config::from_toml(&[&ok]).unwrap();
+    }
+
+    #[test]
+    fn the_single_form_may_route_and_weigh_as_sources_default() {
+        let text = "[http]\nurl = \"http://127.0.0.1:1/x\"\n\
+                    [source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\nweight = 7\n\
+                    [[source.routes]]\nsubjects = [\"noise.>\"]\naction = \"ack\"\n\
+                    [[source.routes]]\nname = \"orders\"\nsubjects = [\"orders.>\"]\npath = \"/orders\"\n";
+        let views = Config::from_toml(&[text]).unwrap().source_views().unwrap();
+        let [one] = views.as_slice() else {
+            panic!("{views:?}")
+        };
+        assert_eq!((one.name.as_str(), one.weight), ("default", 7));
+        assert_eq!(one.routes.len(), 2);
+        assert_eq!(one.routes[0].action, Some(Skip::Ack));
+        assert_eq!(one.routes[1].path, "/orders");
+        // Its routes' and weight's problems are keyed as written.
+        let err = Config::from_toml(&[&text
+            .replace("weight = 7", "weight = 0")
+            .replace("path = \"/orders\"", "path = \"orders\"")])
+        .unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["source.weight", "source.routes[1]"], "{err}");
     }
 
     #[test]

@@ -673,6 +673,29 @@ fn check_offline_validates_the_config_and_its_files_without_nats() {
         "{out}"
     );
     assert!(!out.contains("s3cret"), "{out}");
+    // A key only the process has, in a source's table (file or environment): 64,
+    // naming it and where it belongs, never "ok" for a key nothing reads.
+    let grace = two.replace(
+        "[sources.pay]",
+        "[sources.orders.delivery]\nshutdown_grace_ms = 99999\n[sources.pay]",
+    );
+    let (code, out, err) = check(&write_config(&dir, &grace), &[]);
+    assert_eq!(code, Some(64), "{out}{err}");
+    assert!(
+        err.contains("sources.orders.delivery.shutdown_grace_ms: is the process's, not a source's: set it once at the top level, as delivery.shutdown_grace_ms"),
+        "{err}"
+    );
+    let (code, out, err) = check(
+        &write_config(&dir, two),
+        &[("JETRELAY_SOURCES__PAY__PUBLISH__LISTEN", "127.0.0.1:9999")],
+    );
+    assert_eq!(code, Some(64), "{out}{err}");
+    assert!(
+        err.contains(
+            "JETRELAY_SOURCES__PAY__PUBLISH__LISTEN (sources.pay.publish.listen): is the process's"
+        ),
+        "{err}"
+    );
     // A file the NATS table names and nobody can read: 64, naming the key.
     let path = write_config(&dir, &config(&dir.path().join("missing")));
     let (code, out, err) = check(&path, &[]);
