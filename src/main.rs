@@ -1,6 +1,7 @@
 //! The process edge: command line, config loading, logging, the runtime, signals and
 //! exit codes (0 clean stop, 64 bad config or usage, 1 runtime failure; `drain`: 69
 //! when the admin port does not answer). The only place that reads argv or exits.
+//! mimalloc is the global allocator, built without transparent huge pages (peak RSS).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

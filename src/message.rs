@@ -2,7 +2,9 @@
 //! strings, payload; what any subscriber receives, a request as well as a JetStream
 //! delivery), and one JetStream delivery ([`Delivery`]: the message, its metadata
 //! parsed once from the ack subject, the partition, the origin, and what else breaks
-//! what the transport promises). [`Offered`] is either, as the app is offered it.
+//! what the transport promises; its expiry, [`Delivery::expires_at`], from its
+//! `Nats-TTL` as nats-server counts it). [`Offered`] is either, as the app is offered
+//! it.
 //!
 //! Built by the NATS boundary, read by the dispatcher, the header mapping and the log.
 

@@ -2,6 +2,21 @@
 //! delivery count become one [`Disposition`]. Also the retry backoff and the parsing of
 //! `Retry-After` and `Jetrelay-Action`.
 //!
+//! The rules ([`Policy::decide`]): a 2xx acks; an exact status in `retry_statuses` or
+//! `term_statuses` wins over a class (`5xx`) in the other list, and a status in
+//! neither retries. A retry (a retry status, a broken connection, a timeout, an answer
+//! that does not parse) waits the exponential backoff on the attempt, or the app's
+//! `Retry-After` capped at `retry_after_max_ms`, never less than `retry_initial_ms`;
+//! an attempt at `max_deliver` terminates instead ([`TermReason::MaxDeliver`], naming
+//! the last failure). `Jetrelay-Action` overrides the status. A message that cannot be
+//! offered ([`TermReason::Invalid`]), a route's `term` or `dlq`, and an expired
+//! message ([`is_expired`]; a retry past the expiry, [`within_life`]) terminate
+//! without a request. An unreachable app holds the message ([`Disposition::Hold`]):
+//! no attempt is counted, and it is offered again after [`Policy::unreachable_delay`].
+//! An answer whose outputs could not be published retries as a failed request
+//! ([`Policy::publish_failed`]). How a disposition is carried out (a delayed NAK, or a
+//! retry in place in an ordered lane) is the dispatcher's.
+//!
 //! No I/O, no clocks (the caller passes `now`), no outside crate types.
 
 use std::fmt;

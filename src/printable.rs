@@ -2,7 +2,8 @@
 //! is shown with its control characters and the bidirectional formatting characters
 //! (which make text display in another order than it is) escaped, so that it can
 //! neither drive the terminal nor disguise itself. `jetrelay dlq`'s output and the
-//! text log format go through here.
+//! text log format go through here. Also [`list`]: a list bounded for one log line
+//! (`a, b, c (+N more)`).
 
 use std::borrow::Cow;
 

@@ -1,5 +1,6 @@
 //! NATS names and subjects as pure functions: syntax checks, wildcard coverage and
-//! overlap, and the partition token of group subjects.
+//! overlap, the partition token of group subjects, and the longest subject taken
+//! ([`MAX_SUBJECT_LEN`]).
 //!
 //! No I/O and no outside crate types; the topology plan and the config use these.
 

@@ -1,6 +1,8 @@
 //! TLS files checked when they are configured, before anything connects: a CA bundle
 //! or a certificate file holds PEM certificates that parse as X.509, a key file a
 //! PEM private key that the crypto provider (ring, as async-nats uses) can sign with.
+//! Also the rustls client configs of the app's and the collector's clients, with what
+//! they offer in ALPN (`http/1.1`; `h2` first under `http.version = "auto"`).
 //! The only module that names `rustls` and `rustls-pki-types` types.
 //!
 //! A missing or broken file is a configuration error naming its key, not a

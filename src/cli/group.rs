@@ -1,6 +1,7 @@
 //! `jetrelay group static|elastic …`: the admin commands, with orbit.go `cg`'s
 //! argument shapes, printing tables or JSON. Parsing and printing only; the work is
-//! in `group::admin`.
+//! in `group::manage`. Names read from the stored config are escaped for the terminal
+//! (`crate::printable`), and at most 100 members are listed as text.
 
 use clap::{Args, Subcommand};
 use serde_json::json;

@@ -3,14 +3,25 @@
 //! partitions, creates the member consumer and pulls from it with the pinned pull
 //! engine, and follows the group's life.
 //!
-//! Static (spec §7): every config change is fatal and a deleted or purged group ends
-//! the member cleanly; in both cases the member consumer is deleted, as the reference
-//! does. Elastic (§8.3–8.4), fixing the reference's B4, B15, B16 and B24: only a
-//! change of this member's own filters moves anything; a consumer that vanished is
-//! rejoined by the fixed-rate self-correction tick; before the consumer is deleted
-//! and recreated, pulling stops and the dispatcher settles or releases everything
-//! held (`Quiesce`); only the pinned instance deletes, the others back off
-//! 400–500 ms without blocking.
+//! A stored config this member cannot follow (one that does not parse or breaks a
+//! limit, any change of a static group's layout, a change of an elastic group's
+//! shape) suspends it: pulling stops and the source is unavailable, saying why, until
+//! a config it can follow is back; the consumer is kept (the reference deletes a
+//! static member's consumer on any change, and a restart then replays the whole
+//! stream). A deleted or purged group ends the member cleanly; a static member then
+//! deletes its consumer, as the reference does. A join that fails for a reason
+//! retrying may fix (JetStream unavailable during a leader election) is tried again
+//! on a fixed-rate tick (`ack_wait` + 0.5 s), which also reads the config again in
+//! case the watch missed a change; the source is unavailable meanwhile.
+//!
+//! Elastic (§8.3–8.4), fixing the reference's B4, B15, B16 and B24: only a change of
+//! this member's own filters moves anything; a consumer that vanished is rejoined
+//! (noticed by the pull engine, or by the tick's check) once what it delivered is
+//! settled or released; before the consumer is deleted and recreated, pulling stops
+//! and the dispatcher settles or releases everything held (`Quiesce`); only the
+//! pinned instance deletes, the others back off 400–500 ms without blocking. An elastic
+//! member's acks are always confirmed: an ack the server had not processed when the
+//! consumer is deleted would be lost with it.
 
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -7,6 +7,9 @@
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it
 //! is never logged. A 2xx answer of type `application/vnd.jetrelay.publish+json` is
 //! kept (up to a bound from `publish.max_bytes`) and read as the outputs to publish.
+//! [`Forwarder::forward_batch`] sends a batch's document and reads its per-message
+//! answer; [`Forwarder::exchange`] keeps the whole answer, bounded, for a caller that
+//! hands it on (a service source's reply).
 
 use std::borrow::Cow;
 use std::future::Future;

@@ -1,4 +1,5 @@
-//! The NATS boundary: the only module that names `async_nats` types.
+//! The NATS boundary: the only module that names `async_nats` types. async-nats itself
+//! is vendored with fixes (`vendor/async-nats`, `vendor/README.md`).
 //!
 //! - `connect`: connection options from `[nats]`, and the connection state as a
 //!   `watch` of [`ConnState`] (the client's own reconnect is used; there is no second

@@ -9,7 +9,9 @@
 //! answer is the PubAck of the last message with `batch` and `count`. The server
 //! stores all of them or none. A batch that carries a `Nats-Msg-Id` already in the
 //! stream's duplicate window is refused whole (10201): for deterministic ids, that
-//! means the batch was committed before, and is reported as a duplicate commit.
+//! means the batch was committed before, and is reported as a duplicate commit. A
+//! connection keeps at most [`crate::outputs::SERVER_BATCHES_IN_FLIGHT`] batches open
+//! at once (nats-server's default bound per stream); the others wait.
 
 use std::time::Duration;
 

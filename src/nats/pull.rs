@@ -9,6 +9,14 @@
 //! one pull kept outstanding even with a full buffer, carrying the pin id so the pin
 //! stays alive. Pulls are re-issued after a reconnect (the server forgets them) and
 //! when the server's idle heartbeats stop.
+//!
+//! A pull the server refuses for the next message's size (409 "Message Size Exceeds
+//! MaxBytes") is not repeated until there is more room; while the buffer is full in
+//! bytes, the keep-alive is a one-byte pull, sent at most every half expiry, which the
+//! server cannot fill. The pin is learned from a message's `Nats-Pin-Id` and forgotten
+//! on 423. 409 "Consumer Deleted" and 503 (no responders) report the consumer gone
+//! (the source binds or joins again); 400 and "Exceeded MaxRequest…" are fatal; any
+//! other 409 (a leader change, a server shutting down) just ends its pull.
 
 use std::collections::VecDeque;
 use std::future::Future;

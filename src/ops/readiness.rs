@@ -7,6 +7,10 @@
 //! connection is `not_ready` with the connection's reason whatever the dispatcher was
 //! doing, and an instance without the pin says whether another one holds it.
 //! Transitions of what is shown are logged once each, here.
+//!
+//! Each source reports through its own [`SourceReadiness`]; the connection is the
+//! process's, and the process's status is the [`summary`] of its sources'. `drained`
+//! is final: set after a drain, it stays until the process stops.
 
 use std::sync::Arc;
 

@@ -5,6 +5,12 @@
 //! the pull engine buffer. Pure: the caller's monotonic nanoseconds come in; the
 //! dispatcher owns the one [`Pacer`] and feeds it one [`Observation`] per finished
 //! request.
+//!
+//! The limit belongs to the source, not to the app: each source's runner has its own
+//! pacer, which learns the latency of that source's requests (its path, its messages,
+//! its batch size), so that one source's slow endpoint never throttles another's fast
+//! one on the same app. What the sources may send together is the process's budget,
+//! above them.
 
 pub mod adaptive;
 pub mod bucket;
