@@ -6,18 +6,19 @@
 
 pub use crate::policy::Skip;
 
-/// Where a route sends what it matches.
+/// Where a route sends what it matches: `T` is its target (the settings of one, or
+/// what sends to it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum To {
+pub enum To<T> {
     /// The route's own target (a path or URL of the app).
-    Target,
+    Target(T),
     /// No request: this action.
     Skip(Skip),
 }
 
-/// One route.
+/// One route, with its target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
+pub struct Route<T> {
     /// Its name in metrics and logs: as configured, else its index.
     pub name: String,
     /// Subject patterns (NATS wildcards); empty: any subject.
@@ -26,10 +27,36 @@ pub struct Route {
     /// any headers.
     pub headers: Vec<(String, String)>,
     /// Where what it matches goes.
-    pub to: To,
+    pub to: To<T>,
 }
 
-impl Route {
+impl<T> To<T> {
+    /// The same, its target borrowed.
+    pub fn as_ref(&self) -> To<&T> {
+        match self {
+            To::Target(t) => To::Target(t),
+            To::Skip(s) => To::Skip(*s),
+        }
+    }
+}
+
+impl<T> Route<T> {
+    /// The same route with its target made by `f` (settings into what sends).
+    ///
+    /// # Errors
+    /// `f`'s.
+    pub fn try_map<U, E>(&self, f: impl FnOnce(&T) -> Result<U, E>) -> Result<Route<U>, E> {
+        Ok(Route {
+            name: self.name.clone(),
+            subjects: self.subjects.clone(),
+            headers: self.headers.clone(),
+            to: match &self.to {
+                To::Target(t) => To::Target(f(t)?),
+                To::Skip(s) => To::Skip(*s),
+            },
+        })
+    }
+
     /// Whether a message with `subject` and `headers` is this route's.
     pub fn matches(&self, subject: &str, headers: &[(String, String)]) -> bool {
         let subject_ok = self.subjects.is_empty()
@@ -48,11 +75,11 @@ impl Route {
 
 /// The first route `subject` and `headers` match, with its index; `None`: the
 /// source's own target.
-pub fn pick<'a>(
-    routes: &'a [Route],
+pub fn pick<'a, T>(
+    routes: &'a [Route<T>],
     subject: &str,
     headers: &[(String, String)],
-) -> Option<(usize, &'a Route)> {
+) -> Option<(usize, &'a Route<T>)> {
     routes
         .iter()
         .enumerate()
@@ -63,7 +90,7 @@ pub fn pick<'a>(
 mod tests {
     use super::*;
 
-    fn route(name: &str, subjects: &[&str], headers: &[(&str, &str)], to: To) -> Route {
+    fn route(name: &str, subjects: &[&str], headers: &[(&str, &str)], to: To<()>) -> Route<()> {
         Route {
             name: name.into(),
             subjects: subjects.iter().map(|s| s.to_string()).collect(),
@@ -85,8 +112,8 @@ mod tests {
     #[test]
     fn the_first_match_wins_table() {
         let routes = [
-            route("created", &["orders.*.created"], &[], To::Target),
-            route("v2", &[], &[("Type", "v2")], To::Target),
+            route("created", &["orders.*.created"], &[], To::Target(())),
+            route("v2", &[], &[("Type", "v2")], To::Target(())),
             route("noise", &["orders.noise.>"], &[], To::Skip(Skip::Ack)),
             route(
                 "both",
@@ -122,10 +149,10 @@ mod tests {
             picks in proptest::collection::vec(0usize..6, 0..6),
         ) {
             let patterns = ["a", "a.>", "*.b", "b.*", ">", "a.b"];
-            let routes: Vec<Route> = picks
+            let routes: Vec<Route<()>> = picks
                 .iter()
                 .enumerate()
-                .map(|(i, p)| route(&i.to_string(), &[patterns[*p]], &[], To::Target))
+                .map(|(i, p)| route(&i.to_string(), &[patterns[*p]], &[], To::Target(())))
                 .collect();
             let subject = tokens.join(".");
             let first = routes.iter().position(|r| r.matches(&subject, &[]));

@@ -8,7 +8,7 @@ use crate::group::spec::Member;
 use crate::nats::{MarkerBucket, Nats, NatsError};
 use crate::outputs::{self, Capture, ManagedStream, Needs};
 use crate::route::To;
-use crate::source::settings::{Binding, DeadLetters, SourceSettings};
+use crate::source::settings::{Binding, DeadLetters, KindSettings, SourceSettings};
 use crate::subject;
 use crate::topology::{
     ConsumerPlan, StreamAction, StreamMode, StreamPlan, StreamSpec, Table, TopologyRequest,
@@ -80,7 +80,17 @@ pub fn config_ok(settings: &Settings) -> String {
 
 /// What a source consumes, as the config says it.
 fn consumes(source: &SourceSettings) -> String {
-    match &source.binding {
+    let stream = match &source.kind {
+        KindSettings::Stream(stream) => stream,
+        KindSettings::Service(service) => {
+            let spec = &service.spec;
+            return format!(
+                "source.kind = service, service {} {}, queue group {}",
+                spec.name, spec.version, spec.queue_group
+            );
+        }
+    };
+    match &stream.binding {
         Binding::Durable(request) => format!("source.kind = durable, stream {}", request.stream),
         Binding::Group(member) => format!(
             "source.kind = {}, stream {}, group {}, member {}",
@@ -89,38 +99,30 @@ fn consumes(source: &SourceSettings) -> String {
             member.group,
             member.member
         ),
-        Binding::Service(spec) => format!(
-            "source.kind = service, service {} {}, queue group {}",
-            spec.name, spec.version, spec.queue_group
-        ),
     }
 }
 
 /// A source's routes, one line each (none: nothing).
 fn routes(source: &SourceSettings) -> String {
     let mut out = String::new();
-    for r in &source.routes {
-        let subjects = match r.route.subjects.as_slice() {
+    for r in source.stream().map_or(&[][..], |s| &s.routes) {
+        let subjects = match r.subjects.as_slice() {
             [] => "any subject".to_string(),
             s => s.join(", "),
         };
         let headers: String = r
-            .route
             .headers
             .iter()
             .map(|(n, v)| format!(" and {n}: {v}"))
             .collect();
-        let to = match (&r.route.to, &r.target) {
-            (To::Skip(skip), _) => format!("{} without a request", skip.name()),
+        let to = match &r.to {
+            To::Skip(skip) => format!("{} without a request", skip.name()),
             // A user:password in the URL is never printed.
-            (To::Target, Some(target)) => {
-                format!("POST {}", crate::config::redact(target.url.as_str()))
-            }
-            (To::Target, None) => "the source's url".to_string(),
+            To::Target(target) => format!("POST {}", crate::config::redact(target.url.as_str())),
         };
         out.push_str(&format!(
             "\n  route {}: {subjects}{headers} -> {to}",
-            r.route.name
+            r.name
         ));
     }
     out
@@ -217,34 +219,34 @@ pub async fn check(config: &Config) -> Result<Report, CheckError> {
         if several {
             whole.lines.push(format!("source {}:", source.name));
         }
-        let mut one = match &source.binding {
+        let stream = match &source.kind {
+            KindSettings::Stream(stream) => stream,
+            KindSettings::Service(service) => {
+                let spec = &service.spec;
+                whole.lines.extend(spec.endpoints.iter().map(|e| {
+                    format!(
+                        "endpoint {}: requests on {} in queue group {} (no stream, no consumer)",
+                        e.name, e.subject, spec.queue_group
+                    )
+                }));
+                continue;
+            }
+        };
+        let mut one = match &stream.binding {
             Binding::Durable(request) => {
-                let (report, plan) = report(&nats, request, source.retry.on_missing).await;
+                let (report, plan) = report(&nats, request, stream.retry.on_missing).await;
                 if request.stream_mode == StreamMode::Managed {
                     planned.extend(plan.and_then(|p| p.after()));
                 }
                 report
             }
             Binding::Group(member) => group_report(&nats, member).await,
-            Binding::Service(spec) => Report {
-                ok: true,
-                lines: spec
-                    .endpoints
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "endpoint {}: requests on {} in queue group {} (no stream, no consumer)",
-                            e.name, e.subject, spec.queue_group
-                        )
-                    })
-                    .collect(),
-            },
         };
-        if let Some(dlq) = &source.dead_letters {
+        if let Some(dlq) = &stream.dead_letters {
             let mut lines = dead_letters(&nats, dlq, &dlq.replicas_of, &mut planned).await;
             one.lines.append(&mut lines);
         }
-        if let Some(i) = &source.idempotency {
+        if let Some(i) = &stream.idempotency {
             let (ok, line) = markers(&nats, &i.bucket).await;
             one.ok &= ok;
             one.lines.push(line);
@@ -428,8 +430,8 @@ fn managed_streams(config: &Config, settings: &Settings) -> Vec<ManagedStream> {
     settings
         .sources
         .iter()
-        .filter_map(|source| match &source.binding {
-            Binding::Durable(request) if request.stream_mode == StreamMode::Managed => {
+        .filter_map(|source| match source.stream().map(|s| &s.binding) {
+            Some(Binding::Durable(request)) if request.stream_mode == StreamMode::Managed => {
                 Some(ManagedStream {
                     stream: request.stream.clone(),
                     key: if single {

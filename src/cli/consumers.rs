@@ -90,10 +90,14 @@ pub async fn connect(
 /// [`TargetError::Group`] when the membership cannot be read.
 pub async fn of(
     nats: &Nats,
-    source: &Binding,
+    source: &SourceSettings,
     all_members: bool,
 ) -> Result<Vec<Target>, TargetError> {
-    match source {
+    // A service consumes no stream: there is no consumer to act on.
+    let Some(stream) = source.stream() else {
+        return Ok(Vec::new());
+    };
+    match &stream.binding {
         Binding::Durable(r) if all_members => Err(TargetError::Usage(format!(
             "--all-members is for a group source; source.kind is durable (consumer {})",
             r.consumer.name
@@ -110,7 +114,5 @@ pub async fn of(
             let (s, c) = m.consumer();
             Ok(vec![(Some(m.member.clone()), s, c)])
         }
-        // A service consumes no stream: there is no consumer to act on.
-        Binding::Service(_) => Ok(Vec::new()),
     }
 }

@@ -15,7 +15,7 @@ use crate::group::manage::GroupAdmin;
 use crate::nats::{Nats, TopologyError};
 use crate::ops::telemetry::chain;
 use crate::seam::ServerPause;
-use crate::source::settings::Binding;
+use crate::source::settings::{Binding, SourceSettings};
 use crate::topology::ConsumerMode;
 
 /// What the command was asked.
@@ -137,8 +137,12 @@ fn rfc3339(t: OffsetDateTime) -> String {
 /// With `--all-members`: the group-wide pause recorded (before the members' consumers
 /// are paused, so that a member joining meanwhile finds it) or removed (before they
 /// are resumed).
-async fn group_wide(nats: &Nats, source: &Binding, request: &Request) -> Result<(), PauseError> {
-    let Binding::Group(m) = source else {
+async fn group_wide(
+    nats: &Nats,
+    source: &SourceSettings,
+    request: &Request,
+) -> Result<(), PauseError> {
+    let Some(Binding::Group(m)) = source.stream().map(|s| &s.binding) else {
         return Ok(());
     };
     let admin = GroupAdmin::new(nats.clone());
@@ -205,9 +209,9 @@ pub async fn run(
         // Of several sources, --all-members is for the groups among them.
         let members = all_members && (source.pinned() || !several);
         if members {
-            group_wide(&nats, &source.binding, &request).await?;
+            group_wide(&nats, source, &request).await?;
         }
-        targets.extend(consumers::of(&nats, &source.binding, members).await?);
+        targets.extend(consumers::of(&nats, source, members).await?);
     }
     let mode = config.topology.consumer;
     let mut outcomes = Vec::new();

@@ -178,7 +178,7 @@ pub async fn run(
     for source in chosen {
         // Of several sources, --all-members is for the groups among them.
         let members = request.all_members && (source.pinned() || !several);
-        targets.extend(consumers::of(&nats, &source.binding, members).await?);
+        targets.extend(consumers::of(&nats, source, members).await?);
     }
     if !nats.can_reset_consumers() {
         return Ok(refused_all(

@@ -39,7 +39,7 @@ use self::problems::Problems;
 pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
 pub use self::routes::RouteConfig;
-pub use self::source::{EndpointConfig, SourceConfig, SourceKind};
+pub use self::source::{EndpointConfig, SourceConfig, SourceKind, SourceSpec};
 pub use self::sources::{DEFAULT_SOURCE, SOURCE_TABLES, SourceView, valid_name};
 pub use self::topology::{ManagedStreamConfig, TopologyConfig};
 use crate::seam::Ordering;

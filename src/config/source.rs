@@ -79,6 +79,55 @@ pub struct SourceConfig {
     pub routes: Vec<RouteConfig>,
 }
 
+/// A source's own keys by kind, as its rules checked them: each kind holds only
+/// its keys (`SourceConfig` is the table as written, where a key of another kind
+/// is named and refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSpec {
+    /// A plain durable pull consumer.
+    Durable {
+        /// The stream.
+        stream: String,
+        /// The consumer's name.
+        durable: String,
+        /// Its filters.
+        filter_subjects: Vec<String>,
+    },
+    /// A member of a static group.
+    Static {
+        /// The group's origin stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// This member.
+        member: String,
+    },
+    /// A member of an elastic group.
+    Elastic {
+        /// The group's origin stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// This member.
+        member: String,
+        /// With `auto_join`: how long a silent member is kept (ms).
+        auto_join_timeout_ms: Option<u64>,
+    },
+    /// A NATS service.
+    Service {
+        /// Its name.
+        service: String,
+        /// Its version.
+        version: String,
+        /// Its queue group.
+        queue_group: String,
+        /// Its endpoints, in order.
+        endpoints: Vec<EndpointConfig>,
+        /// The longest answer handed on as a reply.
+        max_reply_bytes: u64,
+    },
+}
+
 /// One endpoint of a service: requests on `subject` are POSTed to `path`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -117,6 +166,36 @@ impl Default for SourceConfig {
 }
 
 impl SourceConfig {
+    /// Its keys by kind; `None` without a kind (which its rule refuses).
+    pub fn spec(&self) -> Option<SourceSpec> {
+        let s = self.clone();
+        Some(match self.kind? {
+            SourceKind::Durable => SourceSpec::Durable {
+                stream: s.stream,
+                durable: s.durable,
+                filter_subjects: s.filter_subjects,
+            },
+            SourceKind::Static => SourceSpec::Static {
+                stream: s.stream,
+                group: s.group,
+                member: s.member,
+            },
+            SourceKind::Elastic => SourceSpec::Elastic {
+                stream: s.stream,
+                group: s.group,
+                member: s.member,
+                auto_join_timeout_ms: s.auto_join.then_some(s.member_timeout_ms),
+            },
+            SourceKind::Service => SourceSpec::Service {
+                service: s.service,
+                version: s.version,
+                queue_group: s.queue_group,
+                endpoints: s.endpoints,
+                max_reply_bytes: s.max_reply_bytes,
+            },
+        })
+    }
+
     /// Its share of the budget when sources compete: `weight`, else 1.
     pub fn weight(&self) -> u32 {
         u32::try_from(self.weight).unwrap_or(1)

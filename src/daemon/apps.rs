@@ -39,10 +39,10 @@ pub(super) struct Apps {
 /// What one source sends through, and whether it is what it had before.
 #[derive(Debug, Clone)]
 pub(super) struct SourceApp {
+    /// Its client (its routes' and endpoints' targets are sent through it too).
+    pub(super) client: AppClient,
     /// Its target through its client.
     pub(super) forwarder: Forwarder,
-    /// Each route's target through its client, when the route sends.
-    pub(super) route_forwarders: Vec<Option<Forwarder>>,
     /// Whether its app is healthy.
     pub(super) app_healthy: watch::Receiver<Health>,
     /// A client or probe was built anew for it (a reload must hand it on).
@@ -103,17 +103,9 @@ impl Apps {
             let client = apps.clients[at].client.clone();
             let key = shared_key(&s.client);
             let (health, probe_rebuilt) = apps.probe(&client, &key, s, previous, rebuilt[at]);
-            let route_forwarders = (s.routes.iter())
-                .map(|r| {
-                    r.target
-                        .as_ref()
-                        .map(|t| Forwarder::new(&client, t))
-                        .transpose()
-                })
-                .collect::<Result<Vec<_>, _>>()?;
             out.push(SourceApp {
                 forwarder: Forwarder::new(&client, &s.target)?,
-                route_forwarders,
+                client,
                 app_healthy: health,
                 rebuilt: rebuilt[at] || probe_rebuilt,
             });

@@ -17,8 +17,8 @@ use crate::source::error::SourceError;
 /// Why a source ended for good.
 #[derive(Debug)]
 pub(super) enum Failed {
-    /// It failed.
-    Source(SourceError),
+    /// The source of this name failed.
+    Source(String, SourceError),
     /// Its task panicked.
     Task(tokio::task::JoinError),
 }
@@ -132,6 +132,6 @@ impl SourceTasks {
             tracing::info!(source = %name, "source removed: drained");
             return None;
         }
-        result.err().map(Failed::Source)
+        result.err().map(|e| Failed::Source(name, e))
     }
 }

@@ -12,6 +12,7 @@ pub mod reload;
 pub mod settings;
 pub mod shutdown;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,17 +25,14 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::Budget;
 use crate::config::{Config, ConfigError};
 use crate::daemon::apps::{Apps, SourceApp};
-use crate::daemon::reload::{Reloader, SourceChange};
+use crate::daemon::reload::{Reloader, SourceChange, StartError};
 use crate::daemon::settings::Settings;
-use crate::dispatch::{DispatchError, Live};
-use crate::group::member::JoinError;
 use crate::http::client::ClientError;
 use crate::http::collector::Collector;
-use crate::http::forward::Forwarder;
-use crate::nats::{Nats, NatsError, TopologyError};
+use crate::nats::{Nats, NatsError};
 use crate::ops::drain::{Drain, DrainOutcome};
-use crate::ops::metrics::{Metrics, SourceMetrics, Tallied};
-use crate::ops::readiness::{Readiness, SourceReadiness};
+use crate::ops::metrics::{Metrics, Tallied};
+use crate::ops::readiness::Readiness;
 use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
 use crate::seam::time::{Deadline, bounded};
@@ -72,18 +70,18 @@ pub enum DaemonError {
     /// NATS failed.
     #[error(transparent)]
     Nats(#[from] NatsError),
-    /// The topology cannot be used.
+    /// A source failed for good (the process ends with the first, once none runs).
+    #[error("source {name}")]
+    Source {
+        /// Its name.
+        name: String,
+        /// Why.
+        #[source]
+        error: SourceError,
+    },
+    /// A source could not be started.
     #[error(transparent)]
-    Topology(#[from] TopologyError),
-    /// The message source failed.
-    #[error(transparent)]
-    Dispatch(#[from] DispatchError),
-    /// The consumer group cannot be joined.
-    #[error("cannot join the consumer group")]
-    Group(#[source] JoinError),
-    /// A service source's runner failed.
-    #[error(transparent)]
-    Service(#[from] crate::service::ServiceError),
+    Start(#[from] StartError),
     /// The config does not parse into settings.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -98,38 +96,33 @@ pub enum DaemonError {
     SourceTask(#[source] tokio::task::JoinError),
 }
 
-impl From<SourceError> for DaemonError {
-    /// A source's failure keeps its kind (a test, a log line and the exit code tell
-    /// them apart as before there were several sources).
-    fn from(e: SourceError) -> DaemonError {
-        match e {
-            SourceError::Nats(e) => DaemonError::Nats(e),
-            SourceError::Topology(e) => DaemonError::Topology(e),
-            SourceError::Dispatch(e) => DaemonError::Dispatch(e),
-            SourceError::Group(e) => DaemonError::Group(e),
-            SourceError::Service(e) => DaemonError::Service(e),
-        }
-    }
-}
-
 impl DaemonError {
     /// Whether the error is the user's configuration (exit 64) rather than a runtime
     /// failure (exit 1).
     pub fn is_config(&self) -> bool {
         match self {
-            DaemonError::Nats(e) => e.is_config(),
-            other => matches!(
-                other,
-                DaemonError::App(
-                    ClientError::SecretFile(_)
-                        | ClientError::Header(_)
-                        | ClientError::Proxy(..)
-                        | ClientError::TlsCa { .. }
-                ) | DaemonError::Config(_)
-                    | DaemonError::Secret(_)
-            ),
+            DaemonError::Nats(e)
+            | DaemonError::Source {
+                error: SourceError::Nats(e),
+                ..
+            } => e.is_config(),
+            DaemonError::Start(StartError::App(e)) => is_config_client(e),
+            DaemonError::App(e) => is_config_client(e),
+            other => matches!(other, DaemonError::Config(_) | DaemonError::Secret(_)),
         }
     }
+}
+
+/// Whether the app's client could not be built because of the config's files or
+/// values.
+fn is_config_client(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::SecretFile(_)
+            | ClientError::Header(_)
+            | ClientError::Proxy(..)
+            | ClientError::TlsCa { .. }
+    )
 }
 
 /// The built daemon, not yet running.
@@ -138,8 +131,6 @@ pub struct Daemon {
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
-    /// Each source's readiness and collectors, in the order of `settings.sources`.
-    sources: Vec<(SourceReadiness, SourceMetrics)>,
     admin: TcpListener,
     /// The publish endpoint's listener and the token it requires, when it is on.
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
@@ -185,24 +176,19 @@ impl Daemon {
     pub async fn build(config: Config) -> Result<Daemon, DaemonError> {
         let settings = Settings::from_config(&config)?;
         for source in &settings.sources {
-            if source.pinned() && source.ack_wait < Duration::from_secs(2) {
+            if let Some(stream) = source.stream()
+                && source.pinned()
+                && stream.ack_wait < Duration::from_secs(2)
+            {
                 tracing::warn!(
                     source = %source.name,
-                    ack_wait_ms = source.ack_wait.as_millis(),
+                    ack_wait_ms = stream.ack_wait.as_millis(),
                     "consumer.ack_wait_ms below 2000 in a consumer group: pull expiry and pin timeout meet, and the pin may flap while idle"
                 );
             }
         }
         let metrics = Metrics::new()?;
         let readiness = Readiness::new(metrics.clone());
-        let sources = settings
-            .sources
-            .iter()
-            .map(|s| {
-                let m = metrics.source(&s.name)?;
-                Ok((readiness.source(&s.name, s.member(), m.clone()), m))
-            })
-            .collect::<Result<_, DaemonError>>()?;
         let admin = TcpListener::bind(&config.admin.listen)
             .await
             .map_err(|source| DaemonError::AdminBind {
@@ -236,7 +222,6 @@ impl Daemon {
             settings,
             metrics,
             readiness,
-            sources,
             admin,
             publish,
             app,
@@ -315,50 +300,37 @@ impl Daemon {
     /// # Errors
     /// [`DaemonError`].
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), DaemonError> {
-        let admin_stop = CancellationToken::new();
         let (admin_cap, publish_cap) = self.connection_caps();
         let (shown_tx, shown_rx) = watch::channel(reload::shown(&self.config));
         let shown = self.admin_shown(shown_rx);
-        let admin = tokio::spawn(crate::serve::admin::serve(
-            self.admin,
-            shown,
-            admin_cap,
-            admin_stop.clone(),
-        ));
         let deadline = self.deadline;
-        let export_stop = CancellationToken::new();
-        let exporter = export(self.collector, &self.tracer, &export_stop, &deadline);
         let (changes_tx, changes) = mpsc::channel(64);
         let budget = Budget::new(self.settings.budget, self.settings.budget_reserve);
-        let reloads = Reloads::start(
+        let (reloads, runners) = Reloads::start(
             &self.settings,
-            &self.app,
+            self.app,
             reload::Fleet {
                 readiness: self.readiness.clone(),
                 metrics: self.metrics.clone(),
                 tracer: self.tracer.clone(),
                 deadline: deadline.clone(),
-                budget: budget.clone(),
+                budget,
                 changes: changes_tx,
                 drain: self.drain.clone(),
             },
             self.config,
             self.reloads,
             shown_tx,
-        );
-        let runners = (self.settings.sources.iter().cloned())
-            .zip(self.sources)
-            .zip(reloads.live.iter().cloned())
-            .map(|((settings, (readiness, metrics)), live)| Runner {
-                budget: budget.member(&settings.name, settings.weight),
-                tracer: self.tracer.for_source(settings.trace.clone()),
-                settings,
-                readiness,
-                metrics,
-                live,
-                deadline: deadline.clone(),
-            })
-            .collect();
+        )?;
+        let admin_stop = CancellationToken::new();
+        let admin = tokio::spawn(crate::serve::admin::serve(
+            self.admin,
+            shown,
+            admin_cap,
+            admin_stop.clone(),
+        ));
+        let export_stop = CancellationToken::new();
+        let exporter = export(self.collector, &self.tracer, &export_stop, &deadline);
         let supervisor = Supervisor {
             tracer: self.tracer,
             settings: self.settings,
@@ -434,55 +406,41 @@ fn export(
 /// What a reload changes (the dispatcher's live settings, the endpoint's rules),
 /// and the task that applies reloads.
 struct Reloads {
-    /// Each source's, in the order of `settings.sources`.
-    live: Vec<watch::Receiver<Arc<Live<Forwarder>>>>,
     rules: watch::Receiver<Rules>,
     task: JoinHandle<()>,
     stop: CancellationToken,
 }
 
 impl Reloads {
+    /// What runs from no sources, as a reload makes it (the runners of every
+    /// source, returned to start), then the task that applies reloads to it.
+    ///
+    /// # Errors
+    /// [`DaemonError::Start`] when a source cannot be started.
     fn start(
         settings: &Settings,
-        app: &(Apps, Vec<SourceApp>),
+        (apps, per_source): (Apps, Vec<SourceApp>),
         fleet: reload::Fleet,
         config: Config,
         requests: mpsc::Receiver<Result<Config, ConfigError>>,
         shown: watch::Sender<String>,
-    ) -> Reloads {
-        let (apps, per_source) = app;
-        let (senders, live) = settings
-            .sources
-            .iter()
-            .zip(per_source)
-            .map(|(s, a)| {
-                let (tx, rx) = watch::channel(Arc::new(reload::live_of(s, a)));
-                ((s.name.clone(), tx), rx)
-            })
-            .unzip();
+    ) -> Result<(Reloads, Vec<Runner>), DaemonError> {
         let (rules_tx, rules) = watch::channel(settings.publish.rules.clone());
+        let mut running = reload::Running {
+            config,
+            settings: settings.clone(),
+            apps,
+            live: BTreeMap::new(),
+            rules: rules_tx,
+            shown,
+            deadline: fleet.deadline.clone(),
+            metrics: fleet.metrics.clone(),
+            fleet,
+        };
+        let runners = running.boot(&per_source)?;
         let stop = CancellationToken::new();
-        let task = tokio::spawn(reload::serve(
-            reload::Running {
-                config,
-                settings: settings.clone(),
-                apps: apps.clone(),
-                live: senders,
-                rules: rules_tx,
-                shown,
-                deadline: fleet.deadline.clone(),
-                metrics: fleet.metrics.clone(),
-                fleet,
-            },
-            requests,
-            stop.clone(),
-        ));
-        Reloads {
-            live,
-            rules,
-            task,
-            stop,
-        }
+        let task = tokio::spawn(reload::serve(running, requests, stop.clone()));
+        Ok((Reloads { rules, task, stop }, runners))
     }
 
     async fn stop(self) {
@@ -554,7 +512,7 @@ impl Supervisor {
         )
         .await
         .map_err(|failed| match failed {
-            fleet::Failed::Source(e) => DaemonError::from(e),
+            fleet::Failed::Source(name, error) => DaemonError::Source { name, error },
             fleet::Failed::Task(e) => DaemonError::SourceTask(e),
         });
         let drained = self.drain.is_asked();
@@ -696,8 +654,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_source_error_keeps_its_kind_in_the_daemon() {
-        let e = DaemonError::from(SourceError::Nats(NatsError::Closed));
-        assert!(matches!(e, DaemonError::Nats(NatsError::Closed)), "{e:?}");
+    fn a_source_error_names_the_source_and_keeps_its_kind() {
+        let e = DaemonError::Source {
+            name: "orders".into(),
+            error: SourceError::Nats(NatsError::Closed),
+        };
+        assert_eq!(
+            crate::ops::telemetry::chain(&e),
+            format!("source orders: {}", NatsError::Closed)
+        );
+        assert!(!e.is_config());
     }
 }

@@ -20,7 +20,8 @@ use crate::config::{Config, ConfigError};
 use crate::daemon::apps::{Apps, SourceApp};
 use crate::daemon::settings::Settings;
 use crate::dispatch::Live;
-use crate::http::forward::Forwarder;
+use crate::http::client::ClientError;
+use crate::http::forward::{Forwarder, TargetSettings};
 use crate::ops::drain::Drain;
 use crate::ops::metrics::Metrics;
 use crate::ops::readiness::Readiness;
@@ -29,8 +30,10 @@ use crate::ops::traces::Tracer;
 use crate::outputs::Rules;
 use crate::seam::time::Deadline;
 use crate::secret::Salt;
+use crate::service::Served;
 use crate::source::Runner;
-use crate::source::settings::SourceSettings;
+use crate::source::live::SourceLive;
+use crate::source::settings::{KindSettings, SourceSettings};
 
 /// Asks the running daemon to reload: what SIGHUP does. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -55,22 +58,39 @@ pub(super) fn channel() -> (Reloader, mpsc::Receiver<Result<Config, ConfigError>
     (Reloader { tx }, rx)
 }
 
-/// A source's dispatcher's live settings from its settings, with what it sends
-/// through.
-pub(super) fn live_of(source: &SourceSettings, app: &SourceApp) -> Live<Forwarder> {
-    Live {
-        forwarder: app.forwarder.clone(),
-        policy: source.policy.clone(),
-        pace: source.pace,
-        batch: source.batch,
-        outputs: source.outputs.clone(),
-        unhealthy_handover: source.unhealthy_handover,
-        app_healthy: app.app_healthy.clone(),
-        limits: source.limits,
-        confirmed_acks: source.confirmed_acks,
-        routes: source.routes.iter().map(|r| r.route.clone()).collect(),
-        route_forwarders: app.route_forwarders.clone(),
-    }
+/// A source's live settings, by kind, from its settings, with what it sends
+/// through: its target, and each of its routes' (or endpoints') targets.
+///
+/// # Errors
+/// [`ClientError`] when a target cannot be built.
+pub(super) fn live_of(source: &SourceSettings, app: &SourceApp) -> Result<SourceLive, ClientError> {
+    let forward = |t: &TargetSettings| Forwarder::new(&app.client, t);
+    Ok(match &source.kind {
+        KindSettings::Stream(stream) => SourceLive::Stream(Arc::new(Live {
+            forwarder: app.forwarder.clone(),
+            policy: source.policy.clone(),
+            pace: source.pace,
+            batch: stream.batch,
+            outputs: stream.outputs.clone(),
+            unhealthy_handover: stream.unhealthy_handover,
+            app_healthy: app.app_healthy.clone(),
+            limits: stream.limits,
+            confirmed_acks: stream.confirmed_acks,
+            routes: (stream.routes.iter())
+                .map(|r| r.try_map(forward))
+                .collect::<Result<_, _>>()?,
+        })),
+        KindSettings::Service(service) => SourceLive::Service(Arc::new(Served {
+            endpoints: service
+                .targets
+                .iter()
+                .map(forward)
+                .collect::<Result<_, _>>()?,
+            pace: source.pace,
+            app_healthy: app.app_healthy.clone(),
+            policy: source.policy.clone(),
+        })),
+    })
 }
 
 /// What runs, and the handles a reload changes it through.
@@ -81,8 +101,8 @@ pub(super) struct Running {
     pub(super) settings: Settings,
     /// The app's clients and probes in use.
     pub(super) apps: Apps,
-    /// Each source's live settings, by name.
-    pub(super) live: Vec<(String, watch::Sender<Arc<Live<Forwarder>>>)>,
+    /// Each running source's live settings, by name.
+    pub(super) live: BTreeMap<String, watch::Sender<SourceLive>>,
     pub(super) rules: watch::Sender<Rules>,
     /// The running config as `/config` shows it (JSON, secrets fingerprinted).
     pub(super) shown: watch::Sender<String>,
@@ -176,41 +196,10 @@ impl Running {
         let settings = Settings::from_config(&new).map_err(|e| Refused::Invalid(chain(&e)))?;
         let (apps, per_source) =
             Apps::build(&settings.sources, &self.apps).map_err(|e| Refused::Invalid(chain(&e)))?;
-        // Every source's new live settings, and every source to start, are made before
-        // anything is sent: a collector that cannot be registered refuses the reload.
-        let mut sends = Vec::new();
-        let mut live = Vec::with_capacity(settings.sources.len());
-        let mut started = Vec::new();
-        for (source, app) in settings.sources.iter().zip(per_source) {
-            match self.live.iter().position(|(n, _)| *n == source.name) {
-                Some(at) => {
-                    let kept = self.live.swap_remove(at);
-                    // A source whose settings, client and probe are as they were keeps
-                    // its live settings: its dispatcher sees nothing.
-                    if app.rebuilt || self.settings.source(&source.name) != Some(source) {
-                        sends.push((kept.1.clone(), live_of(source, &app)));
-                    }
-                    live.push(kept);
-                }
-                None => {
-                    let (tx, rx) = watch::channel(Arc::new(live_of(source, &app)));
-                    let runner = self.fleet.runner(source, rx).map_err(|e| {
-                        for r in &started {
-                            self.fleet.forget(r);
-                        }
-                        Refused::Invalid(chain(&e))
-                    })?;
-                    started.push(runner);
-                    live.push((source.name.clone(), tx));
-                }
-            }
-        }
-        // What is left of the running sources was removed.
-        let stopped: Vec<String> = self.live.drain(..).map(|(n, _)| n).collect();
-        self.live = live;
-        for (tx, now) in sends {
-            tx.send_replace(Arc::new(now));
-        }
+        let (started, stopped) = self
+            .apply(&settings, &per_source)
+            .map_err(|e| Refused::Invalid(chain(&e)))?;
+        // Adds first: the source loop ends when no source runs.
         for runner in started {
             self.fleet.change(SourceChange::Add(Box::new(runner)));
         }
@@ -227,6 +216,83 @@ impl Running {
         self.apps = apps;
         Ok(changes)
     }
+}
+
+impl Running {
+    /// What runs from no sources (the daemon's start): the runners of every source
+    /// of `settings`, built as a reload builds the sources it adds.
+    ///
+    /// # Errors
+    /// [`StartError`] when a source's targets or collectors cannot be made.
+    pub(super) fn boot(&mut self, per_source: &[SourceApp]) -> Result<Vec<Runner>, StartError> {
+        let settings = self.settings.clone();
+        // Nothing ran: nothing is stopped.
+        Ok(self.apply(&settings, per_source)?.0)
+    }
+
+    /// Makes `settings` (with `per_source`, its sources' apps in its order) what
+    /// runs: a source whose settings, client or probe changed gets its new live
+    /// settings; one not running yet gets a runner, and one no longer there is
+    /// named (both returned: the caller starts and drains them). Everything is made
+    /// before anything is sent, so that a failure changes nothing.
+    ///
+    /// # Errors
+    /// [`StartError`] when a source's targets or collectors cannot be made.
+    fn apply(
+        &mut self,
+        settings: &Settings,
+        per_source: &[SourceApp],
+    ) -> Result<(Vec<Runner>, Vec<String>), StartError> {
+        let mut sends = Vec::new();
+        let mut live = BTreeMap::new();
+        let mut started = Vec::new();
+        for (source, app) in settings.sources.iter().zip(per_source) {
+            let now = live_of(source, app)?;
+            match self.live.get(&source.name) {
+                Some(tx) => {
+                    // A source whose settings, client and probe are as they were keeps
+                    // its live settings: its dispatcher sees nothing.
+                    if app.rebuilt || self.settings.source(&source.name) != Some(source) {
+                        sends.push((tx.clone(), now));
+                    }
+                    live.insert(source.name.clone(), tx.clone());
+                }
+                None => {
+                    let (tx, rx) = watch::channel(now);
+                    match self.fleet.runner(source, rx) {
+                        Ok(runner) => started.push(runner),
+                        Err(e) => {
+                            for r in &started {
+                                self.fleet.forget(r);
+                            }
+                            return Err(e.into());
+                        }
+                    }
+                    live.insert(source.name.clone(), tx);
+                }
+            }
+        }
+        // What is left of the running sources was removed.
+        let running = std::mem::replace(&mut self.live, live);
+        for (tx, now) in sends {
+            tx.send_replace(now);
+        }
+        let stopped = (running.into_keys())
+            .filter(|name| !self.live.contains_key(name))
+            .collect();
+        Ok((started, stopped))
+    }
+}
+
+/// Why a source could not be started or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A target could not be built.
+    #[error(transparent)]
+    App(#[from] ClientError),
+    /// Its collectors could not be registered.
+    #[error(transparent)]
+    Metrics(#[from] crate::ops::metrics::MetricsError),
 }
 
 /// A change a reload makes to the set of running sources.
@@ -260,7 +326,7 @@ impl Fleet {
     fn runner(
         &self,
         source: &SourceSettings,
-        live: watch::Receiver<Arc<Live<Forwarder>>>,
+        live: watch::Receiver<SourceLive>,
     ) -> Result<Runner, crate::ops::metrics::MetricsError> {
         let metrics = self.metrics.source(&source.name)?;
         Ok(Runner {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::capacity::{Limits, PullTiming};
 use crate::config::{
-    AckMode, Config, ConfigError, NatsConfig, OtelProtocol, Problem, SourceKind, SourceView,
+    AckMode, Config, ConfigError, NatsConfig, OtelProtocol, Problem, SourceSpec, SourceView,
 };
 use url::Url;
 
@@ -38,7 +38,8 @@ use crate::route::{Route, To};
 use crate::service::wait::WaitBound;
 use crate::service::{ServiceEndpoint, ServiceSpec};
 use crate::source::settings::{
-    Binding, DeadLetters, Idempotency, Retry, RouteSettings, SourceSettings, dlq_duplicate_window,
+    Binding, DeadLetters, Idempotency, KindSettings, Retry, ServiceSettings, SourceSettings,
+    StreamSettings, dlq_duplicate_window,
 };
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 use crate::topology::{Discard, Retention, Storage};
@@ -94,21 +95,15 @@ impl Settings {
     pub fn from_config(c: &Config) -> Result<Settings, ConfigError> {
         let mut p: Vec<Problem> = Vec::new();
         let views = c.source_views().map_err(ConfigError::Invalid)?;
+        let single = c.sources.is_empty();
         let sources: Vec<SourceSettings> = views
             .iter()
             .filter_map(|v| {
-                let mut s = source(&v.config, &v.name, &mut p)?;
-                // A service's endpoints are its routes (config forbids routes beside them).
-                if !matches!(s.binding, Binding::Service(_)) {
-                    s.routes = routes(v, &s.target, &mut p);
-                }
-                s.weight = v.weight;
-                Some(s)
+                let at = Keys::of(&v.name, single);
+                source(v, &at, &mut p)
             })
             .collect();
-        let tracing = sources
-            .first()
-            .and_then(|s| tracing(c, &s.target.url, &mut p));
+        let tracing = tracing(c, &mut p);
         if !p.is_empty() || sources.len() != views.len() {
             return Err(ConfigError::Invalid(p));
         }
@@ -137,48 +132,85 @@ impl Settings {
     }
 }
 
+/// Where a source's keys are written: `source.` of the single form, else
+/// `sources.<name>.`, so that a problem names the key the user wrote.
+struct Keys(String);
+
+impl Keys {
+    fn of(name: &str, single: bool) -> Keys {
+        Keys(if single {
+            "source.".into()
+        } else {
+            format!("sources.{name}.")
+        })
+    }
+
+    /// The key of the source's own `key`.
+    fn at(&self, key: &str) -> String {
+        format!("{}{key}", self.0)
+    }
+}
+
 /// A source's view of the config (`[source]`, or `[sources.<name>]` over the
-/// top-level tables) parsed into the source `name`; `None` (with the problems in `p`)
+/// top-level tables) parsed into its settings; `None` (with the problems in `p`)
 /// when a value does not parse.
-fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings> {
+fn source(v: &SourceView, at: &Keys, p: &mut Vec<Problem>) -> Option<SourceSettings> {
+    let c = &v.config;
     let d = &c.delivery;
-    let ack_wait = Duration::from_millis(c.consumer.ack_wait_ms);
     let retry = status_set(p, "http.retry_statuses", &c.http.retry_statuses);
     let term = status_set(p, "http.term_statuses", &c.http.term_statuses);
-    if c.source.kind.is_none() {
-        p.push(Problem::new("source.kind", "is required"));
+    let spec = c.source.spec();
+    if spec.is_none() {
+        p.push(Problem::new(at.at("kind"), "is required"));
     }
     let (target, client, health) = (target(c, p), client(c, p), health(c, p));
-    let (Some(retry), Some(term), Some(kind), Some(target), Some(client)) =
-        (retry, term, c.source.kind, target, client)
+    let (Some(retry), Some(term), Some(spec), Some(target), Some(client)) =
+        (retry, term, spec, target, client)
     else {
         return None;
     };
-    let limits = Limits {
-        max_batch: d.max_batch,
-        max_buffered: d.max_buffered,
-        max_bytes: d.max_buffered_bytes,
+    let kind = match spec {
+        SourceSpec::Service {
+            service,
+            version,
+            queue_group,
+            endpoints,
+            max_reply_bytes,
+        } => KindSettings::Service(ServiceSettings {
+            targets: endpoints
+                .iter()
+                .map(|e| with_path(&target, &e.path))
+                .collect(),
+            spec: ServiceSpec {
+                name: service,
+                version,
+                queue_group,
+                endpoints: endpoints
+                    .into_iter()
+                    .map(|e| ServiceEndpoint {
+                        name: e.name,
+                        subject: e.subject,
+                    })
+                    .collect(),
+                max_reply_bytes: usize::try_from(max_reply_bytes).unwrap_or(usize::MAX),
+                connection: c.nats.name.clone(),
+                wait: WaitBound {
+                    requests: usize::try_from(d.max_buffered).unwrap_or(usize::MAX),
+                    bytes: d.max_buffered_bytes,
+                },
+            },
+        }),
+        stream => KindSettings::Stream(Box::new(stream_settings(v, stream, &target, at, p)?)),
     };
-    let confirmed_acks = d.ack == AckMode::Confirmed || kind == SourceKind::Elastic;
     Some(SourceSettings {
-        name: name.to_string(),
+        name: v.name.clone(),
         trace: SourceTrace {
-            name: name.to_string(),
+            name: v.name.clone(),
             consumer_group: consumer_group(c),
             app: app_target(&target.url),
         },
-        binding: binding(c, kind, limits, confirmed_acks),
         client,
         health,
-        retry: Retry {
-            on_missing: c.topology.on_missing,
-            initial: Duration::from_millis(c.topology.retry_initial_ms),
-            max: Duration::from_millis(c.topology.retry_max_ms),
-        },
-        limits,
-        ack_wait,
-        timing: PullTiming::for_ack_wait(ack_wait),
-        progress_every: ack_wait / 2,
         policy: Policy {
             retry,
             term,
@@ -191,6 +223,42 @@ fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings
         },
         max_in_flight: d.max_in_flight as usize,
         pace: pace(d),
+        weight: v.weight,
+        target,
+        kind,
+    })
+}
+
+/// What a stream source (`spec`: a durable or a group member) takes besides what
+/// every source does.
+fn stream_settings(
+    v: &SourceView,
+    spec: SourceSpec,
+    target: &TargetSettings,
+    at: &Keys,
+    p: &mut Vec<Problem>,
+) -> Option<StreamSettings> {
+    let c = &v.config;
+    let d = &c.delivery;
+    let ack_wait = Duration::from_millis(c.consumer.ack_wait_ms);
+    let limits = Limits {
+        max_batch: d.max_batch,
+        max_buffered: d.max_buffered,
+        max_bytes: d.max_buffered_bytes,
+    };
+    let confirmed_acks = d.ack == AckMode::Confirmed || matches!(spec, SourceSpec::Elastic { .. });
+    let binding = binding(c, spec, limits, confirmed_acks)?;
+    Some(StreamSettings {
+        binding,
+        retry: Retry {
+            on_missing: c.topology.on_missing,
+            initial: Duration::from_millis(c.topology.retry_initial_ms),
+            max: Duration::from_millis(c.topology.retry_max_ms),
+        },
+        limits,
+        ack_wait,
+        timing: PullTiming::for_ack_wait(ack_wait),
+        progress_every: ack_wait / 2,
         ordering: c.ordering(),
         confirmed_acks,
         unhealthy_handover: Duration::from_millis(c.http.unhealthy_handover_ms),
@@ -206,124 +274,85 @@ fn source(c: &Config, name: &str, p: &mut Vec<Problem>) -> Option<SourceSettings
         })
         .filter(|o| o.rules.enabled()),
         idempotency: idempotency(c),
-        routes: if kind == SourceKind::Service {
-            endpoint_routes(c, &target)
-        } else {
-            Vec::new()
-        },
-        weight: 1,
-        target,
+        routes: routes(v, target, at, p)?,
     })
 }
 
-/// A source's routes, parsed: each one's match, and its target (the source's with
-/// the route's path, or the route's URL).
-fn routes(v: &SourceView, target: &TargetSettings, p: &mut Vec<Problem>) -> Vec<RouteSettings> {
-    v.routes
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let key = format!("sources.{}.routes[{i}]", v.name);
-            let own = match (r.path.as_str(), r.url.as_str()) {
-                ("", "") => None,
-                (path, "") => {
-                    let mut url = target.url.clone();
-                    url.set_path(path);
-                    url.set_query(None);
-                    Some(url)
-                }
-                (_, raw) => url(p, &key, raw),
-            };
-            RouteSettings {
-                route: Route {
-                    name: if r.name.is_empty() {
-                        i.to_string()
-                    } else {
-                        r.name.clone()
-                    },
-                    subjects: r.subjects.clone(),
-                    headers: r.headers.clone().into_iter().collect(),
-                    to: r.action.map_or(To::Target, To::Skip),
-                },
-                target: own.map(|url| TargetSettings {
-                    url,
-                    ..target.clone()
-                }),
-            }
-        })
-        .collect()
-}
-
-/// Where a source of this kind gets its messages: the durable's topology, or the
-/// group membership.
-fn binding(c: &Config, kind: SourceKind, limits: Limits, confirmed_acks: bool) -> Binding {
-    match kind {
-        SourceKind::Durable => Binding::Durable(topology_request(c)),
-        kind @ (SourceKind::Static | SourceKind::Elastic) => Binding::Group(Member {
-            flavour: if kind == SourceKind::Static {
-                Flavour::Static
-            } else {
-                Flavour::Elastic
-            },
-            stream: c.source.stream.clone(),
-            group: c.source.group.clone(),
-            member: c.source.member.clone(),
-            template: template(c),
-            limits,
-            confirmed_acks,
-            auto_join: (c.source.auto_join && kind == SourceKind::Elastic)
-                .then(|| Duration::from_millis(c.source.member_timeout_ms)),
-        }),
-        SourceKind::Service => Binding::Service(ServiceSpec {
-            name: c.source.service.clone(),
-            version: c.source.version.clone(),
-            queue_group: c.source.queue_group.clone(),
-            endpoints: c
-                .source
-                .endpoints
-                .iter()
-                .map(|e| ServiceEndpoint {
-                    name: e.name.clone(),
-                    subject: e.subject.clone(),
-                })
-                .collect(),
-            max_reply_bytes: usize::try_from(c.source.max_reply_bytes).unwrap_or(usize::MAX),
-            connection: c.nats.name.clone(),
-            wait: WaitBound {
-                requests: usize::try_from(c.delivery.max_buffered).unwrap_or(usize::MAX),
-                bytes: c.delivery.max_buffered_bytes,
-            },
-        }),
+/// `target` with its path replaced by `path` (none: as it is).
+fn with_path(target: &TargetSettings, path: &str) -> TargetSettings {
+    let mut url = target.url.clone();
+    if !path.is_empty() {
+        url.set_path(path);
+        url.set_query(None);
+    }
+    TargetSettings {
+        url,
+        ..target.clone()
     }
 }
 
-/// A service's endpoints as the source's routes, in order: each one's target is the
-/// source's `http.url` with the endpoint's path (the URL itself without one), so that
-/// the app's clients and a reload build and rebuild them as they do a route's.
-fn endpoint_routes(c: &Config, target: &TargetSettings) -> Vec<RouteSettings> {
-    c.source
-        .endpoints
-        .iter()
-        .map(|e| {
-            let mut url = target.url.clone();
-            if !e.path.is_empty() {
-                url.set_path(&e.path);
-                url.set_query(None);
-            }
-            RouteSettings {
-                route: Route {
-                    name: e.name.clone(),
-                    subjects: vec![e.subject.clone()],
-                    headers: Vec::new(),
-                    to: To::Target,
-                },
-                target: Some(TargetSettings {
-                    url,
-                    ..target.clone()
-                }),
-            }
+/// A source's routes, parsed: each one's match, and its target (the source's with
+/// the route's path, or the route's URL) or action.
+fn routes(
+    v: &SourceView,
+    target: &TargetSettings,
+    at: &Keys,
+    p: &mut Vec<Problem>,
+) -> Option<Vec<Route<TargetSettings>>> {
+    let mut out = Vec::with_capacity(v.routes.len());
+    for (i, r) in v.routes.iter().enumerate() {
+        let to = match (r.action, r.url.as_str()) {
+            (Some(skip), _) => To::Skip(skip),
+            (None, "") => To::Target(with_path(target, &r.path)),
+            (None, raw) => To::Target(TargetSettings {
+                url: url(p, &at.at(&format!("routes[{i}].url")), raw)?,
+                ..target.clone()
+            }),
+        };
+        out.push(Route {
+            name: if r.name.is_empty() {
+                i.to_string()
+            } else {
+                r.name.clone()
+            },
+            subjects: r.subjects.clone(),
+            headers: r.headers.clone().into_iter().collect(),
+            to,
+        });
+    }
+    Some(out)
+}
+
+/// Where a stream source gets its messages: the durable's topology, or the group
+/// membership; `None` for a service (which has its own settings).
+fn binding(c: &Config, spec: SourceSpec, limits: Limits, confirmed_acks: bool) -> Option<Binding> {
+    let member = |flavour, stream, group, member, auto_join: Option<u64>| {
+        Binding::Group(Member {
+            flavour,
+            stream,
+            group,
+            member,
+            template: template(c),
+            limits,
+            confirmed_acks,
+            auto_join: auto_join.map(Duration::from_millis),
         })
-        .collect()
+    };
+    Some(match spec {
+        SourceSpec::Durable { .. } => Binding::Durable(topology_request(c)),
+        SourceSpec::Static {
+            stream,
+            group,
+            member: m,
+        } => member(Flavour::Static, stream, group, m, None),
+        SourceSpec::Elastic {
+            stream,
+            group,
+            member: m,
+            auto_join_timeout_ms,
+        } => member(Flavour::Elastic, stream, group, m, auto_join_timeout_ms),
+        SourceSpec::Service { .. } => return None,
+    })
 }
 
 /// `publish.allowed_subjects` and the bounds per answer or request.
@@ -417,7 +446,7 @@ pub struct Tracing {
 }
 
 /// `[otel]`, parsed: `None` without an endpoint.
-fn tracing(c: &Config, app_url: &Url, p: &mut Vec<Problem>) -> Option<Tracing> {
+fn tracing(c: &Config, p: &mut Vec<Problem>) -> Option<Tracing> {
     let o = &c.otel;
     if o.endpoint.is_empty() {
         return None;
@@ -426,12 +455,10 @@ fn tracing(c: &Config, app_url: &Url, p: &mut Vec<Problem>) -> Option<Tracing> {
     Some(Tracing {
         settings: TraceSettings {
             sample_ratio: o.sample_ratio,
-            consumer_group: consumer_group(c),
             resource: Resource {
                 service_name: o.service_name.clone(),
                 instance_id: c.nats.name.clone(),
             },
-            app: app_target(app_url),
         },
         collector: CollectorSettings {
             endpoint,
@@ -457,18 +484,27 @@ fn idempotency(c: &Config) -> Option<Idempotency> {
         bucket: d.idempotency_bucket.clone(),
         ttl: Duration::from_millis(d.idempotency_ttl_ms),
         key: d.idempotency_key,
-        scope: match c.source.kind {
-            Some(SourceKind::Durable) | None => c.source.durable.clone(),
-            Some(_) => c.source.group.clone(),
+        scope: if is_group(c) {
+            c.source.group.clone()
+        } else {
+            c.source.durable.clone()
         },
     })
 }
 
 fn consumer_group(c: &Config) -> String {
-    match c.source.kind {
-        Some(SourceKind::Durable) | None => c.source.durable.clone(),
-        Some(_) => format!("{}/{}", c.source.group, c.source.member),
+    if is_group(c) {
+        format!("{}/{}", c.source.group, c.source.member)
+    } else {
+        c.source.durable.clone()
     }
+}
+
+/// Whether the source is a group member.
+fn is_group(c: &Config) -> bool {
+    c.source
+        .kind
+        .is_some_and(crate::config::SourceKind::is_group)
 }
 
 /// The app as a source's request spans name it.
@@ -662,6 +698,14 @@ mod tests {
         Settings::from_config(&c).unwrap().sources.remove(0)
     }
 
+    /// The one source of a config, a stream's.
+    fn stream(toml: &str) -> StreamSettings {
+        match settings(toml).kind {
+            KindSettings::Stream(s) => *s,
+            KindSettings::Service(_) => panic!("a stream source"),
+        }
+    }
+
     const MEMBER: &str = "[source]\nstream = \"S\"\ngroup = \"g\"\nmember = \"m\"\n\
                           [http]\nurl = \"http://127.0.0.1:1/x\"\n\
                           [delivery]\nmax_buffered = 77\n[consumer]\nack_wait_ms = 4000\n\
@@ -676,7 +720,7 @@ mod tests {
 
     #[test]
     fn max_ack_pending_is_max_buffered_for_durables_and_members() {
-        let durable = settings(
+        let durable = stream(
             "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n\
              [http]\nurl = \"http://127.0.0.1:1/x\"\n[delivery]\nmax_buffered = 77\n",
         );
@@ -686,7 +730,7 @@ mod tests {
         assert_eq!(req.consumer.max_ack_pending, 77);
         assert_eq!(durable.limits.max_buffered, 77);
         for kind in ["static", "elastic"] {
-            let s = settings(&with_kind(kind));
+            let s = stream(&with_kind(kind));
             let Binding::Group(m) = &s.binding else {
                 panic!("a member");
             };
@@ -698,11 +742,11 @@ mod tests {
 
     #[test]
     fn timings_follow_the_ack_wait_and_elastic_acks_are_confirmed() {
-        let s = settings(&with_kind("elastic"));
+        let s = stream(&with_kind("elastic"));
         assert_eq!(s.progress_every, Duration::from_secs(2));
         assert_eq!(s.timing, PullTiming::for_ack_wait(Duration::from_secs(4)));
         assert!(s.confirmed_acks, "elastic acks are always confirmed");
-        let s = settings(&with_kind("static"));
+        let s = stream(&with_kind("static"));
         assert!(!s.confirmed_acks);
     }
 

@@ -55,13 +55,19 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         // One attempt runs under one config: a reload meanwhile applies to the next.
         let live = self.live();
         let mut sample = None;
-        let picked = crate::route::pick(&live.routes, &d.app_subject, &d.message.headers);
-        let expires = d.expires_at();
-        let seen = match picked {
-            Some((_, r)) if matches!(r.to, To::Skip(_)) => Seen::Fresh,
-            _ => self.seen_before(d).await,
+        // Where it goes: the first route it matches (to its target, or its action),
+        // else the source's target.
+        let (route, to) = match crate::route::pick(&live.routes, &d.app_subject, &d.message.headers)
+        {
+            Some((_, r)) => (Some(r.name.as_str()), r.to.as_ref()),
+            None => (None, To::Target(&live.forwarder)),
         };
-        let (outcome, status, http_ms, failure, published) = match (d.invalid(), picked) {
+        let expires = d.expires_at();
+        let seen = match to {
+            To::Skip(_) => Seen::Fresh,
+            To::Target(_) => self.seen_before(d).await,
+        };
+        let (outcome, status, http_ms, failure, published) = match (d.invalid(), to) {
             (Some(why), _) => {
                 self.metrics.invalid(&why);
                 (Outcome::Invalid(why), None, None, None, None)
@@ -70,27 +76,21 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             (None, _) if policy::is_expired(expires, SystemTime::now()) => {
                 (Outcome::Expired, None, None, None, None)
             }
-            (None, Some((_, r))) if let To::Skip(skip) = r.to => {
-                self.metrics.routed(&r.name, "skip");
+            (None, To::Skip(skip)) => {
+                let name = route.unwrap_or_default();
+                self.metrics.routed(name, "skip");
                 (
-                    Outcome::Routed(skip, r.name.clone()),
+                    Outcome::Routed(skip, name.to_string()),
                     None,
                     None,
                     None,
                     None,
                 )
             }
-            (None, picked) => {
-                let forwarder = match picked {
-                    Some((i, r)) => {
-                        self.metrics.routed(&r.name, "app");
-                        live.route_forwarders
-                            .get(i)
-                            .and_then(Option::as_ref)
-                            .unwrap_or(&live.forwarder)
-                    }
-                    None => &live.forwarder,
-                };
+            (None, To::Target(forwarder)) => {
+                if let Some(name) = route {
+                    self.metrics.routed(name, "app");
+                }
                 let f = self.request(forwarder, d, attempt, trace, &seen).await;
                 sample = Some(Sample::of(&f, attempt));
                 let status = match f.class {

@@ -180,11 +180,9 @@ pub struct Live<F> {
     pub limits: Limits,
     /// Whether acks wait for the server's confirmation (`delivery.ack`).
     pub confirmed_acks: bool,
-    /// The source's routes, first match first (a message none matches goes to
-    /// `forwarder`).
-    pub routes: Vec<Route>,
-    /// Each route's forwarder, when it sends (`To::Target`): aligned with `routes`.
-    pub route_forwarders: Vec<Option<F>>,
+    /// The source's routes, first match first, each with what sends to its target
+    /// (a message none matches goes to `forwarder`).
+    pub routes: Vec<Route<F>>,
 }
 
 /// Why the loop ended.

@@ -423,6 +423,18 @@ type Script = Box<dyn Fn(u64, u32, Instant) -> (Outcome, Duration) + Send + Sync
 /// request's outcome, the per-message answer of a 2xx, after how long.
 type BatchScript = Box<dyn Fn(&[(u64, u32)]) -> (Outcome, Option<Answer>, Duration) + Send + Sync>;
 
+/// The rig's routes, each an action (a route to a target of its own needs an app of
+/// its own, which the rig has not).
+fn skip_routes<F>(routes: &[crate::route::Route<()>]) -> Vec<crate::route::Route<F>> {
+    routes
+        .iter()
+        .map(|r| {
+            r.try_map(|()| Err(()))
+                .expect("the rig's routes are actions")
+        })
+        .collect()
+}
+
 struct FakeApp {
     script: Script,
     batch_script: Option<BatchScript>,
@@ -607,8 +619,8 @@ struct Knobs {
     letters: Option<PublishScript>,
     outputs: Option<PublishScript>,
     tracer: Tracer,
-    /// The source's routes (their targets are the app itself here).
-    routes: Vec<crate::route::Route>,
+    /// The source's routes: actions only (the rig has one app).
+    routes: Vec<crate::route::Route<()>>,
     /// Its share of a budget other rigs share (`None`: a budget that is off).
     budget: Option<crate::admission::BudgetShare>,
     /// A pinned member's instance (the source says it is pinned at the start).
@@ -713,8 +725,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
             max_bytes: 64 << 20,
         },
         confirmed_acks: false,
-        routes: knobs.routes.clone(),
-        route_forwarders: Vec::new(),
+        routes: skip_routes(&knobs.routes),
     };
     let (live_tx, live) = watch::channel(Arc::new(live));
     let marker_keys: Markings = Arc::default();
@@ -888,7 +899,6 @@ impl Rig {
             limits: old.limits,
             confirmed_acks: old.confirmed_acks,
             routes: Vec::new(),
-            route_forwarders: Vec::new(),
         };
         change(&mut live);
         self.live.send_replace(Arc::new(live));

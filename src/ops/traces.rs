@@ -40,12 +40,8 @@ pub const BATCH_DELAY: Duration = Duration::from_secs(1);
 pub struct TraceSettings {
     /// The share of messages without a context that start a sampled trace.
     pub sample_ratio: f64,
-    /// `messaging.consumer.group.name`: the durable, or `<group>/<member>`.
-    pub consumer_group: String,
     /// The resource the spans are exported with.
     pub resource: Resource,
-    /// The app, as the request spans name it.
-    pub app: AppTarget,
 }
 
 /// The app's address, for the request spans (`url.full` has no credentials).
@@ -59,7 +55,8 @@ pub struct AppTarget {
     pub port: u16,
 }
 
-/// Records spans. Cheap to clone; [`Tracer::off`] records nothing. A source's
+/// Records spans. Cheap to clone; [`Tracer::off`] records nothing. The process's
+/// (the publish endpoint's spans) names no source; a source's
 /// ([`Tracer::for_source`]) names the source on its spans, with its consumer and app.
 #[derive(Debug, Clone, Default)]
 pub struct Tracer(Option<Arc<Inner>>, Option<Arc<SourceTrace>>);
@@ -203,14 +200,11 @@ impl Tracer {
         a.set("messaging.operation.name", "process");
         a.set("messaging.operation.type", "process");
         a.set("messaging.destination.name", d.app_subject.clone());
-        a.set(
-            "messaging.consumer.group.name",
-            self.1.as_ref().map_or_else(
-                || inner.settings.consumer_group.clone(),
-                |s| s.consumer_group.clone(),
-            ),
-        );
         if let Some(source) = &self.1 {
+            a.set(
+                "messaging.consumer.group.name",
+                source.consumer_group.clone(),
+            );
             a.set("jetrelay.source", source.name.clone());
         }
         if let Some(id) = d.header("Nats-Msg-Id") {
@@ -407,9 +401,10 @@ impl Tracer {
 
     /// What a request span says of the app.
     fn http_attributes(&self, a: &mut Active) {
-        if let Some(inner) = &self.0 {
-            let app = self.1.as_ref().map_or(&inner.settings.app, |s| &s.app);
-            a.set("http.request.method", "POST");
+        a.set("http.request.method", "POST");
+        // Only a source's tracer sends to an app: the process's has none to name.
+        if let (Some(_), Some(source)) = (&self.0, &self.1) {
+            let app = &source.app;
             a.set("url.full", app.url.clone());
             a.set("server.address", app.host.clone());
             a.set("server.port", u32::from(app.port));
@@ -639,19 +634,22 @@ pub(crate) mod tests {
         let t = Tracer::new(
             TraceSettings {
                 sample_ratio: ratio,
-                consumer_group: "g".into(),
                 resource: Resource {
                     service_name: "jetrelay".into(),
                     instance_id: "i".into(),
                 },
-                app: AppTarget {
-                    url: "http://127.0.0.1:8080/messages".into(),
-                    host: "127.0.0.1".into(),
-                    port: 8080,
-                },
             },
             metrics.clone(),
-        );
+        )
+        .for_source(SourceTrace {
+            name: "default".into(),
+            consumer_group: "g".into(),
+            app: AppTarget {
+                url: "http://127.0.0.1:8080/messages".into(),
+                host: "127.0.0.1".into(),
+                port: 8080,
+            },
+        });
         (t, metrics)
     }
 

@@ -23,4 +23,8 @@ pub enum SourceError {
     /// The consumer group cannot be joined.
     #[error("cannot join the consumer group")]
     Group(#[source] JoinError),
+    /// Its live settings are not of its kind: a bug (a reload that changes a
+    /// source's kind is refused).
+    #[error("the source's live settings are not of its kind")]
+    Kind,
 }

@@ -6,6 +6,7 @@
 
 pub mod error;
 mod gauges;
+pub mod live;
 mod service;
 pub mod settings;
 mod wait;
@@ -17,10 +18,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::error::SourceError;
 use self::gauges::{Gauges, heartbeats};
-use self::settings::{Binding, SourceSettings};
+use self::live::{Following, SourceLive, follow};
+use self::settings::{Binding, KindSettings, SourceSettings, StreamSettings};
 use self::wait::{Waits, wait_connected};
 use crate::admission::BudgetShare;
-use crate::dispatch::{Dispatch, DispatchError, Ended, Live, Marking};
+use crate::dispatch::{Dispatch, DispatchError, Ended, Marking};
 use crate::group::autojoin::AutoJoin;
 use crate::group::model::Flavour;
 use crate::group::spec::Member;
@@ -42,8 +44,8 @@ pub struct Runner {
     pub readiness: SourceReadiness,
     /// Collectors.
     pub metrics: SourceMetrics,
-    /// What a reload may change, for its dispatcher.
-    pub live: watch::Receiver<Arc<Live<Forwarder>>>,
+    /// What a reload may change, for its dispatcher or service runner.
+    pub live: watch::Receiver<SourceLive>,
     /// Records spans.
     pub tracer: Tracer,
     /// The shutdown's deadline, shared with the process.
@@ -72,7 +74,11 @@ struct Turning<'a> {
 impl Runner {
     /// What it consumes, for discovery.
     fn consumes(&self) -> Consumes {
-        match &self.settings.binding {
+        let stream = match &self.settings.kind {
+            KindSettings::Stream(stream) => stream,
+            KindSettings::Service(service) => return Runner::serves(&service.spec),
+        };
+        match &stream.binding {
             Binding::Durable(r) => Consumes {
                 stream: r.stream.clone(),
                 consumer: r.consumer.name.clone(),
@@ -86,7 +92,6 @@ impl Runner {
                     group: Some(m.group.clone()),
                 }
             }
-            Binding::Service(spec) => Runner::serves(spec),
         }
     }
 
@@ -99,15 +104,16 @@ impl Runner {
         let nats = &nats;
         let shutdown = &shutdown;
         self.readiness.set_consumes(self.consumes());
-        let waits = self.waits();
         if !wait_connected(nats, shutdown).await? {
             return Ok(());
         }
         nats.check_server_version()?;
-        if let Binding::Service(spec) = &self.settings.binding {
-            return self.serve(nats, spec, shutdown).await;
-        }
-        if let Some(dlq) = &self.settings.dead_letters
+        let stream = match &self.settings.kind {
+            KindSettings::Service(service) => return self.serve(nats, service, shutdown).await,
+            KindSettings::Stream(stream) => stream,
+        };
+        let waits = self.waits(stream);
+        if let Some(dlq) = &stream.dead_letters
             && let Some(spec) = &dlq.managed
             && !waits.ensure_dlq_stream(nats, dlq, spec, shutdown).await?
         {
@@ -116,7 +122,7 @@ impl Runner {
         // The consumer's pause on the server, as the gauge task last read it.
         let (pause_tx, server_pause) = watch::channel(ServerPause::Running);
         let pause = Arc::new(pause_tx);
-        let markers = match &self.settings.idempotency {
+        let markers = match &stream.idempotency {
             Some(i) => {
                 let store = nats.marker_store(&i.bucket, i.ttl).await?;
                 tracing::info!(bucket = %i.bucket, "idempotency bucket ready");
@@ -126,12 +132,15 @@ impl Runner {
                     bucket: i.bucket.clone(),
                     key: i.key,
                     scope: i.scope.clone(),
-                    patience: self.settings.ack_wait,
+                    patience: stream.ack_wait,
                 })
             }
             None => None,
         };
-        let dispatch = self.dispatcher(nats, server_pause, markers);
+        let Some((dispatch, _following)) = self.dispatcher(stream, nats, server_pause, markers)
+        else {
+            return Err(SourceError::Kind);
+        };
         // Kept across rejoins: it knows whether this process added the member.
         let mut joined: Option<AutoJoin> = None;
         let at = Turning {
@@ -142,10 +151,9 @@ impl Runner {
             shutdown,
         };
         loop {
-            let turn = match &self.settings.binding {
+            let turn = match &stream.binding {
                 Binding::Group(member) => self.group_turn(&at, member, &mut joined).await?,
-                Binding::Durable(request) => self.durable_turn(&at, request).await?,
-                Binding::Service(_) => return Ok(()),
+                Binding::Durable(request) => self.durable_turn(&at, stream, request).await?,
             };
             let Some(ended) = turn else {
                 return Ok(());
@@ -165,10 +173,10 @@ impl Runner {
         }
     }
 
-    fn waits(&self) -> Waits {
+    fn waits(&self, stream: &StreamSettings) -> Waits {
         Waits {
             readiness: self.readiness.clone(),
-            retry: self.settings.retry,
+            retry: stream.retry,
             deadline: self.deadline.clone(),
         }
     }
@@ -179,27 +187,29 @@ impl Runner {
             readiness: self.readiness.clone(),
             pinned: self.settings.pinned(),
             work_queue: matches!(
-                &self.settings.binding,
-                Binding::Group(m) if m.flavour == Flavour::Elastic
+                self.settings.stream().map(|s| &s.binding),
+                Some(Binding::Group(m)) if m.flavour == Flavour::Elastic
             ),
         }
     }
 
-    /// The dispatcher, kept across binds and joins.
+    /// The dispatcher, kept across binds and joins, and the task that hands it the
+    /// source's reloads; `None` when the live settings are not a stream's.
     fn dispatcher(
         &self,
+        set: &StreamSettings,
         nats: &Nats,
         server_pause: watch::Receiver<ServerPause>,
         markers: Option<Marking<MarkerStore>>,
-    ) -> Dispatcher {
-        let set = &self.settings;
-        Arc::new(Dispatch {
-            live: self.live.clone(),
+    ) -> Option<(Dispatcher, Following)> {
+        let (live, following) = follow(&self.live, SourceLive::stream)?;
+        let dispatch = Arc::new(Dispatch {
+            live,
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
             max_buffered: set.limits.max_buffered as usize,
             deadline: self.deadline.clone(),
-            pinned_mode: set.pinned(),
+            pinned_mode: self.settings.pinned(),
             ordering: set.ordering,
             progress_every: set.progress_every,
             publisher: nats.publisher(),
@@ -209,7 +219,8 @@ impl Runner {
             letters_waiting_max: set.letters_waiting_max(),
             tracer: self.tracer.clone(),
             budget: self.budget.clone(),
-        })
+        });
+        Some((dispatch, following))
     }
 
     /// A group member: (auto-)joins, runs the dispatcher over the member's pinned
@@ -260,6 +271,7 @@ impl Runner {
     async fn durable_turn(
         &self,
         at: &Turning<'_>,
+        stream: &StreamSettings,
         request: &TopologyRequest,
     ) -> Result<Turn, SourceError> {
         if !at
@@ -269,7 +281,7 @@ impl Runner {
         {
             return Ok(None);
         }
-        let puller = at.nats.puller(self.puller_config(request)).await?;
+        let puller = at.nats.puller(puller_config(stream, request)).await?;
         let ended = self
             .run_bound(at, puller, &request.stream, &request.consumer.name)
             .await;
@@ -292,18 +304,18 @@ impl Runner {
         drop(gauges);
         ended
     }
+}
 
-    fn puller_config(&self, request: &TopologyRequest) -> PullerConfig {
-        let set = &self.settings;
-        PullerConfig {
-            stream: request.stream.clone(),
-            consumer: request.consumer.name.clone(),
-            group: None,
-            limits: set.limits,
-            timing: set.timing,
-            confirmed_acks: set.confirmed_acks,
-            partitioned: false,
-            origin_stream: None,
-        }
+/// A durable's puller.
+fn puller_config(set: &StreamSettings, request: &TopologyRequest) -> PullerConfig {
+    PullerConfig {
+        stream: request.stream.clone(),
+        consumer: request.consumer.name.clone(),
+        group: None,
+        limits: set.limits,
+        timing: set.timing,
+        confirmed_acks: set.confirmed_acks,
+        partitioned: false,
+        origin_stream: None,
     }
 }

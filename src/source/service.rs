@@ -5,17 +5,16 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Runner;
 use super::error::SourceError;
-use crate::dispatch::Live;
-use crate::http::forward::Forwarder;
+use super::live::{SourceLive, follow};
+use super::settings::ServiceSettings;
 use crate::nats::Nats;
 use crate::ops::announce::{Instance, ServiceAbout, ServiceStats, service_answer};
 use crate::ops::readiness::Consumes;
-use crate::service::{Served, Service, ServiceSpec};
+use crate::service::{Service, ServiceSpec};
 
 impl Runner {
     /// What a service source shows discovery of `jetrelay` it "consumes": its
@@ -35,9 +34,10 @@ impl Runner {
     pub(super) async fn serve(
         &self,
         nats: &Nats,
-        spec: &ServiceSpec,
+        service: &ServiceSettings,
         shutdown: &CancellationToken,
     ) -> Result<(), SourceError> {
+        let spec = &service.spec;
         let stats = ServiceStats::new(spec.endpoints.len());
         let about = ServiceAbout {
             instance: Instance {
@@ -71,16 +71,9 @@ impl Runner {
                 stop,
             )
             .await?;
-        let (tx, settings) = watch::channel(Arc::new(served(&self.live.borrow())));
-        let mut live = self.live.clone();
-        let follow = tokio::spawn(async move {
-            while live.changed().await.is_ok() {
-                let now = served(&live.borrow_and_update());
-                if tx.send(Arc::new(now)).is_err() {
-                    return;
-                }
-            }
-        });
+        let Some((settings, following)) = follow(&self.live, SourceLive::service) else {
+            return Err(SourceError::Kind);
+        };
         let service = Arc::new(Service {
             spec: spec.clone(),
             live: settings,
@@ -94,24 +87,8 @@ impl Runner {
         let subjects = spec.endpoints.iter().map(|e| e.subject.clone()).collect();
         let requests = nats.service_requests(subjects, &spec.queue_group);
         let ended = service.run(requests, shutdown.clone()).await;
-        follow.abort();
+        drop(following);
         announcing.abort();
         ended.map_err(SourceError::Service)
-    }
-}
-
-/// What the service runner takes of the source's live settings: each endpoint's
-/// forwarder (the routes' targets, one per endpoint), the pace, the health probe, the
-/// policy's unreachable backoff.
-fn served(live: &Live<Forwarder>) -> Served<Forwarder> {
-    Served {
-        endpoints: live
-            .route_forwarders
-            .iter()
-            .map(|f| f.clone().unwrap_or_else(|| live.forwarder.clone()))
-            .collect(),
-        pace: live.pace,
-        app_healthy: live.app_healthy.clone(),
-        policy: live.policy.clone(),
     }
 }

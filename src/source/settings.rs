@@ -20,16 +20,32 @@ use crate::seam::Ordering;
 use crate::service::ServiceSpec;
 use crate::topology::{OnMissing, StreamSpec, TopologyRequest};
 
-/// Where a source's messages come from.
+/// Where a stream source's messages come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Binding {
     /// A durable consumer: the topology it requires.
     Durable(TopologyRequest),
     /// A member of a static or elastic group.
     Group(Member),
-    /// A NATS service whose requests the app answers (`kind = "service"`); its
-    /// endpoints' targets are the source's routes, one per endpoint, in order.
-    Service(ServiceSpec),
+}
+
+/// What a source is, with what only that kind takes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KindSettings {
+    /// A consumer of a stream (a durable, or a group member).
+    Stream(Box<StreamSettings>),
+    /// A NATS service whose requests the app answers (`kind = "service"`).
+    Service(ServiceSettings),
+}
+
+/// A service source: its spec, and where each endpoint's requests go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceSettings {
+    /// The service as discovery shows it, and its endpoints' subjects.
+    pub spec: ServiceSpec,
+    /// Each endpoint's target (the source's `http.url` with the endpoint's path):
+    /// one per `spec.endpoints`, in its order (both are made from one list).
+    pub targets: Vec<TargetSettings>,
 }
 
 /// How a missing topology (or group) is waited for.
@@ -64,15 +80,31 @@ pub struct SourceSettings {
     pub name: String,
     /// What its spans say of it (its name, consumer and app).
     pub trace: SourceTrace,
-    /// Where its messages come from.
-    pub binding: Binding,
-    /// Where its messages go: the app's URL, the format, the timeout.
+    /// Where its messages (or requests) go: the app's URL, the format, the timeout.
     pub target: TargetSettings,
     /// The client it sends through (shared with every source whose client settings
     /// are the same); `pool` is this source's `max_in_flight`.
     pub client: ClientSettings,
     /// The app's health URL and its timing, when it has one.
     pub health: Option<HealthProbe>,
+    /// Outcome → disposition.
+    pub policy: Policy,
+    /// Concurrent requests to the app (adaptive: at most).
+    pub max_in_flight: usize,
+    /// The concurrency limit (fixed or adaptive) and the rate limit.
+    pub pace: PaceSettings,
+    /// Its share of `[budget]` when sources compete (`weight`).
+    pub weight: u32,
+    /// What it is, with what only its kind takes.
+    pub kind: KindSettings,
+}
+
+/// What a stream source (a durable or a group member) takes besides what every
+/// source does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamSettings {
+    /// Where its messages come from.
+    pub binding: Binding,
     /// Waiting for a missing topology.
     pub retry: Retry,
     /// Pull sizes and the bytes held.
@@ -83,12 +115,6 @@ pub struct SourceSettings {
     pub timing: PullTiming,
     /// How often a held message gets `+WPI`: half the ack wait.
     pub progress_every: Duration,
-    /// Outcome → disposition.
-    pub policy: Policy,
-    /// Concurrent requests to the app (adaptive: at most).
-    pub max_in_flight: usize,
-    /// The concurrency limit (fixed or adaptive) and the rate limit.
-    pub pace: PaceSettings,
     /// Lanes.
     pub ordering: Ordering,
     /// Whether acks wait for the server.
@@ -102,10 +128,9 @@ pub struct SourceSettings {
     pub batch: Option<Batching>,
     /// What the app's answers may publish (`None`: publishing is off).
     pub outputs: Option<OutputRules>,
-    /// Its share of `[budget]` when sources compete (`weight`).
-    pub weight: u32,
-    /// Its routes, first match first; a message none matches goes to `target`.
-    pub routes: Vec<RouteSettings>,
+    /// Its routes, first match first, each with its target; a message none matches
+    /// goes to the source's target.
+    pub routes: Vec<Route<TargetSettings>>,
     /// Processed-once markers (`delivery.idempotency_bucket`; `None`: off).
     pub idempotency: Option<Idempotency>,
 }
@@ -124,34 +149,36 @@ pub struct Idempotency {
     pub scope: String,
 }
 
-/// One route: what it matches and does, and its target when it sends.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RouteSettings {
-    /// The match and where it goes.
-    pub route: Route,
-    /// Its target (`route.to` is `To::Target`): the source's with its path or URL.
-    pub target: Option<TargetSettings>,
+impl SourceSettings {
+    /// Its stream settings, when it consumes a stream.
+    pub fn stream(&self) -> Option<&StreamSettings> {
+        match &self.kind {
+            KindSettings::Stream(s) => Some(s),
+            KindSettings::Service(_) => None,
+        }
+    }
+
+    /// Whether the source is a pinned group member.
+    pub fn pinned(&self) -> bool {
+        self.stream()
+            .is_some_and(|s| matches!(s.binding, Binding::Group(_)))
+    }
+
+    /// The group member it is, in a group.
+    pub fn member(&self) -> Option<String> {
+        match &self.stream()?.binding {
+            Binding::Group(m) => Some(m.member.clone()),
+            Binding::Durable(_) => None,
+        }
+    }
 }
 
-impl SourceSettings {
+impl StreamSettings {
     /// How many messages may be kept on their last delivery for a dead letter the
     /// DLQ does not store yet: a quarter of what is held (at least one), so that the
     /// rest of `max_ack_pending` keeps the consumer flowing.
     pub fn letters_waiting_max(&self) -> usize {
         (self.limits.max_buffered as usize / 4).max(1)
-    }
-
-    /// Whether the source is a pinned group member.
-    pub fn pinned(&self) -> bool {
-        matches!(self.binding, Binding::Group(_))
-    }
-
-    /// The group member it is, in a group.
-    pub fn member(&self) -> Option<String> {
-        match &self.binding {
-            Binding::Group(m) => Some(m.member.clone()),
-            Binding::Durable(_) | Binding::Service(_) => None,
-        }
     }
 }
 

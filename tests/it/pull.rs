@@ -315,7 +315,6 @@ async fn instance(
         },
         confirmed_acks: false,
         routes: Vec::new(),
-        route_forwarders: Vec::new(),
     };
     let (_live_tx, live) = tokio::sync::watch::channel(std::sync::Arc::new(live));
     let dispatch = Dispatch {

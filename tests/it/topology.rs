@@ -8,9 +8,22 @@ use async_nats::jetstream;
 use jetrelay::daemon::DaemonError;
 use jetrelay::daemon::settings::topology_request;
 use jetrelay::nats::{Nats, TopologyError};
+use jetrelay::source::error::SourceError;
 use jetrelay::topology::StreamProblem;
 
 use crate::support::*;
+
+/// The topology error that stopped the one source (named `default`), which the
+/// process's error names.
+fn topology(err: &DaemonError) -> Option<&TopologyError> {
+    match err {
+        DaemonError::Source {
+            name,
+            error: SourceError::Topology(e),
+        } if name == "default" => Some(e),
+        _ => None,
+    }
+}
 
 const T: Duration = Duration::from_secs(20);
 
@@ -94,8 +107,8 @@ async fn an_external_stream_is_never_created() {
     let err = relay.handle.await.unwrap().unwrap_err();
     assert!(
         matches!(
-            &err,
-            DaemonError::Topology(TopologyError::Stream(StreamProblem::Missing(s))) if *s == stream
+            topology(&err),
+            Some(TopologyError::Stream(StreamProblem::Missing(s))) if *s == stream
         ),
         "{err}"
     );
@@ -112,7 +125,7 @@ async fn an_external_stream_that_does_not_cover_the_filter_is_fatal_and_unchange
     let cfg = env.config(&app, "[source]\nfilter_subjects = [\"b.>\"]\n");
     let err = Relay::start(cfg).await.handle.await.unwrap().unwrap_err();
     assert!(
-        matches!(err, DaemonError::Topology(TopologyError::Stream(_))),
+        matches!(topology(&err), Some(TopologyError::Stream(_))),
         "{err}"
     );
     let info = env
@@ -172,10 +185,7 @@ async fn bind_only_never_creates_the_consumer() {
     );
     let err = Relay::start(cfg).await.handle.await.unwrap().unwrap_err();
     assert!(
-        matches!(
-            err,
-            DaemonError::Topology(TopologyError::ConsumerMissing(_))
-        ),
+        matches!(topology(&err), Some(TopologyError::ConsumerMissing(_))),
         "{err}"
     );
     assert!(
@@ -206,14 +216,14 @@ async fn an_incompatible_consumer_stops_startup_and_is_left_alone() {
         .await
         .unwrap()
         .unwrap_err();
-    match &err {
-        DaemonError::Topology(TopologyError::Conflict { rows, table, .. }) => {
+    match topology(&err) {
+        Some(TopologyError::Conflict { rows, table, .. }) => {
             assert!(rows.iter().any(|r| r.field == "max_ack_pending"
                 && r.current == "1000"
                 && r.required == "256"));
             assert!(table.contains("field"), "{table}");
         }
-        other => panic!("expected a conflict, got {other}"),
+        _ => panic!("expected a conflict, got {err}"),
     }
     let info = consumer_info(&env.js, &env.stream, &env.durable)
         .await
