@@ -113,11 +113,11 @@ impl SourceMetrics {
     pub fn app_healthy(&self, healthy: bool) {
         self.app.app_healthy.set(i64::from(healthy));
     }
+}
 
+one_event! {
     /// An answer to a batch did not parse.
-    pub fn batch_unparsable(&self) {
-        self.app.batch_bad_answers.inc();
-    }
+    batch_unparsable => app.batch_bad_answers;
 }
 
 /// The `class` label of an app's result.

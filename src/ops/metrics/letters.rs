@@ -50,9 +50,9 @@ impl SourceMetrics {
     pub fn dead_letters_waiting(&self, n: usize) {
         self.letters.dead_letters_waiting.set(gauge_value(n));
     }
+}
 
+one_event! {
     /// A dead letter was not stored (the message is retried or kept instead).
-    pub fn dead_letter_failed(&self) {
-        self.letters.dlq_failures.inc();
-    }
+    dead_letter_failed => letters.dlq_failures;
 }

@@ -204,19 +204,13 @@ impl SourceMetrics {
             .unwrap_or(0);
         self.flow.invalid[at].inc();
     }
+}
 
+one_event! {
     /// A confirmed ack was not confirmed.
-    pub fn ack_not_confirmed(&self) {
-        self.flow.ack_failures.inc();
-    }
-
+    ack_not_confirmed => flow.ack_failures;
     /// A retry stays in its ordered lane.
-    pub fn retried_in_place(&self) {
-        self.flow.retries_in_place.inc();
-    }
-
+    retried_in_place => flow.retries_in_place;
     /// A `+WPI` was sent for a held message.
-    pub fn progress_sent(&self) {
-        self.flow.progress_sent.inc();
-    }
+    progress_sent => flow.progress_sent;
 }

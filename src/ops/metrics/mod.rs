@@ -20,6 +20,21 @@ use prometheus::{
     TextEncoder,
 };
 
+/// Methods of [`SourceMetrics`] that each count one event on one counter: each
+/// method's doc and name, then its group of collectors and the counter.
+macro_rules! one_event {
+    ($($(#[$doc:meta])* $name:ident => $group:ident.$counter:ident;)+) => {
+        impl SourceMetrics {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self) {
+                    self.$group.$counter.inc();
+                }
+            )+
+        }
+    };
+}
+
 mod app;
 mod consumer;
 mod letters;

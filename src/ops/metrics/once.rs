@@ -49,21 +49,15 @@ impl SourceMetrics {
             self.message_age(AgeStage::Expired, age);
         }
     }
+}
 
+one_event! {
     /// A delivery's idempotency marker was found: acked without a request.
-    pub fn duplicate_suppressed(&self) {
-        self.once.duplicates.inc();
-    }
-
+    duplicate_suppressed => once.duplicates;
     /// An idempotency marker could not be written (the message was acked anyway) or
     /// read (the message was sent).
-    pub fn idempotency_failed(&self) {
-        self.once.marker_failures.inc();
-    }
-
+    idempotency_failed => once.marker_failures;
     /// A message whose key has a marker of another message was sent to the app, with
     /// `Jetrelay-Idempotency-Conflict`.
-    pub fn idempotency_conflict(&self) {
-        self.once.conflicts.inc();
-    }
+    idempotency_conflict => once.conflicts;
 }
