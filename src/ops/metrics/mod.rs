@@ -187,9 +187,7 @@ impl Registrar<'_> {
         )?)
     }
 
-    /// One counter per label value, resolved once (a label lookup per message is
-    /// measurable), every value present from the start (dashboards see zeros, not
-    /// gaps).
+    /// One histogram per label value, as [`Registrar::counters`].
     fn histograms<const N: usize>(
         &self,
         name: &str,
@@ -203,6 +201,9 @@ impl Registrar<'_> {
         Ok(values.map(|v| vec.with_label_values(&[v])))
     }
 
+    /// One counter per label value, resolved once (a label lookup per message is
+    /// measurable), every value present from the start (dashboards see zeros, not
+    /// gaps).
     fn counters<const N: usize>(
         &self,
         name: &str,
