@@ -177,28 +177,17 @@ impl AppClient {
                 within(deadline, sent).await.map(AppAnswer::H1)
             }
             Transport::H1(_) | Transport::Proxied => {
-                self.pooled(method, url, headers, body, timeout).await
+                // Built in place: the builder's `headers()` would copy the map entry
+                // by entry.
+                let mut request = reqwest::Request::new(method, url.clone());
+                *request.headers_mut() = headers;
+                *request.body_mut() = body.map(reqwest::Body::from);
+                *request.timeout_mut() = Some(timeout);
+                match self.client.execute(request).await {
+                    Ok(r) => Ok(AppAnswer::Pooled(r)),
+                    Err(e) => Err(Broke::of_reqwest(&e)),
+                }
             }
-        }
-    }
-
-    /// [`AppClient::send`] through reqwest's pool, the timeout set on the request.
-    async fn pooled(
-        &self,
-        method: reqwest::Method,
-        url: &reqwest::Url,
-        headers: HeaderMap,
-        body: Option<Bytes>,
-        timeout: Duration,
-    ) -> Result<AppAnswer, Broke> {
-        // Built in place: the builder's `headers()` would copy the map entry by entry.
-        let mut request = reqwest::Request::new(method, url.clone());
-        *request.headers_mut() = headers;
-        *request.body_mut() = body.map(reqwest::Body::from);
-        *request.timeout_mut() = Some(timeout);
-        match self.client.execute(request).await {
-            Ok(r) => Ok(AppAnswer::Pooled(r)),
-            Err(e) => Err(Broke::of_reqwest(&e)),
         }
     }
 
