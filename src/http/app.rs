@@ -63,23 +63,34 @@ pub struct ProxySettings {
     pub credentials_file: Option<String>,
 }
 
-/// The pooled client and the credentials every request to the app carries. Cheap to
+/// The pooled clients and the credentials every request to the app carries. Cheap to
 /// clone: clones share the pool.
 #[derive(Debug, Clone)]
 pub struct AppClient {
-    /// reqwest's pool: `https://` apps and proxies; for the others it only builds
-    /// the request template (`Forwarder::new`).
+    /// reqwest's pool: it builds every request's template (`Forwarder::new`), and
+    /// carries the requests that `transport` leaves to it.
     pub(super) client: reqwest::Client,
-    /// h2c's own connections (`crate::http::h2`), when there is no proxy.
-    h2c: Option<Arc<H2c>>,
-    /// HTTP/1.1's own pool (`crate::http::h1`) for `http://` apps, when there is no
-    /// proxy and the version is not h2c.
-    h1: Option<Arc<H1>>,
+    /// The client that carries the requests.
+    transport: Transport,
     pub(super) credentials: Arc<Credentials>,
     /// `http.version`: under h2c a broken request asks whether the app speaks HTTP/2.
     pub(super) version: HttpVersion,
     /// `http.unix_socket`, where that is asked.
     pub(super) socket: Option<Arc<std::path::Path>>,
+}
+
+/// The client that carries the app's requests, one, chosen by `http.proxy` and
+/// `http.version` (each dials `http.unix_socket` when it is set, TCP otherwise).
+#[derive(Debug, Clone)]
+enum Transport {
+    /// Through `http.proxy`: reqwest's pool carries every request.
+    Proxied,
+    /// HTTP/1.1 (or `auto`) without a proxy: jetrelay's own pool (`crate::http::h1`)
+    /// carries the requests to `http://` apps, reqwest's pool those to `https://` ones.
+    H1(Arc<H1>),
+    /// h2c without a proxy: its own connections (`crate::http::h2`) carry every
+    /// request.
+    H2c(Arc<H2c>),
 }
 
 impl AppClient {
@@ -121,15 +132,17 @@ impl AppClient {
             .build()
             .map_err(ClientError::Build)?;
         let socket: Option<Arc<std::path::Path>> = cfg.unix_socket.as_deref().map(Arc::from);
-        let own = cfg.proxy.is_none();
-        let h2c = (own && cfg.version == HttpVersion::H2c)
-            .then(|| Arc::new(H2c::new(socket.clone(), cfg.max_concurrent_streams)));
-        let h1 = (own && cfg.version != HttpVersion::H2c)
-            .then(|| Arc::new(H1::new(socket.clone(), cfg.pool)));
+        let transport = match (&cfg.proxy, cfg.version) {
+            (Some(_), _) => Transport::Proxied,
+            (None, HttpVersion::H2c) => Transport::H2c(Arc::new(H2c::new(
+                socket.clone(),
+                cfg.max_concurrent_streams,
+            ))),
+            (None, _) => Transport::H1(Arc::new(H1::new(socket.clone(), cfg.pool))),
+        };
         Ok(AppClient {
             client,
-            h2c,
-            h1,
+            transport,
             credentials,
             version: cfg.version,
             socket,
@@ -154,22 +167,27 @@ impl AppClient {
         let mut headers = headers;
         // What reqwest would add when it is missing: the same over every client.
         (headers.entry(ACCEPT)).or_insert(HeaderValue::from_static("*/*"));
-        if let Some(h2c) = &self.h2c {
-            let sent = h2c.exchange(method, url, headers, body);
-            return within(deadline, sent).await.map(AppAnswer::H2);
-        }
-        if let Some(h1) = self.h1.as_ref().filter(|_| url.scheme() == "http") {
-            let sent = h1.exchange(method, url, headers, body);
-            return within(deadline, sent).await.map(AppAnswer::H1);
-        }
-        // Built in place: the builder's `headers()` would copy the map entry by entry.
-        let mut request = reqwest::Request::new(method, url.clone());
-        *request.headers_mut() = headers;
-        *request.body_mut() = body.map(reqwest::Body::from);
-        *request.timeout_mut() = Some(timeout);
-        match self.client.execute(request).await {
-            Ok(r) => Ok(AppAnswer::Pooled(r)),
-            Err(e) => Err(Broke::of_reqwest(&e)),
+        match &self.transport {
+            Transport::H2c(h2c) => {
+                let sent = h2c.exchange(method, url, headers, body);
+                within(deadline, sent).await.map(AppAnswer::H2)
+            }
+            Transport::H1(h1) if url.scheme() == "http" => {
+                let sent = h1.exchange(method, url, headers, body);
+                within(deadline, sent).await.map(AppAnswer::H1)
+            }
+            Transport::H1(_) | Transport::Proxied => {
+                // Built in place: the builder's `headers()` would copy the map entry
+                // by entry.
+                let mut request = reqwest::Request::new(method, url.clone());
+                *request.headers_mut() = headers;
+                *request.body_mut() = body.map(reqwest::Body::from);
+                *request.timeout_mut() = Some(timeout);
+                match self.client.execute(request).await {
+                    Ok(r) => Ok(AppAnswer::Pooled(r)),
+                    Err(e) => Err(Broke::of_reqwest(&e)),
+                }
+            }
         }
     }
 
