@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::metrics::SourceCounts;
-use super::readiness::{Consumes, Status};
+use super::readiness::{Consumes, SourceStatus};
 
 /// The service name every jetrelay answers as.
 pub const SERVICE: &str = "jetrelay";
@@ -63,7 +63,7 @@ pub struct Announced {
     /// What it consumes.
     pub consumes: Consumes,
     /// Its readiness.
-    pub status: Status,
+    pub status: SourceStatus,
     /// Its counts.
     pub counts: SourceCounts,
 }
@@ -276,7 +276,7 @@ mod tests {
                 consumer: "cg-m1".into(),
                 group: Some("cg".into()),
             },
-            status: Status {
+            status: SourceStatus {
                 ready: true,
                 state: State::Consuming,
                 reason: String::new(),
@@ -286,7 +286,6 @@ mod tests {
                 concurrency_limit: 32,
                 paused: false,
                 facts: Default::default(),
-                sources: vec![],
             },
             counts: SourceCounts {
                 received: 10,

@@ -158,7 +158,10 @@ pub fn is_ready(state: State) -> bool {
 }
 
 /// The sources as a JSON object keyed by name.
-fn by_name<S: serde::Serializer>(sources: &[(String, Status)], s: S) -> Result<S::Ok, S::Error> {
+fn by_name<S: serde::Serializer>(
+    sources: &[(String, SourceStatus)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut map = s.serialize_map(Some(sources.len()))?;
     for (name, status) in sources {
@@ -167,12 +170,12 @@ fn by_name<S: serde::Serializer>(sources: &[(String, Status)], s: S) -> Result<S
     map.end()
 }
 
-/// What `/ready` shows of one source (and, for a single source, of the process).
+/// What `/ready` shows of one source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Status {
-    /// Whether `/ready` answers 200.
+pub struct SourceStatus {
+    /// Whether it is ready.
     pub ready: bool,
-    /// What the daemon is doing.
+    /// What it is doing.
     pub state: State,
     /// Why it is not ready (or what it waits for); empty when consuming.
     pub reason: String,
@@ -190,34 +193,58 @@ pub struct Status {
     /// What the state and reason are derived from.
     #[serde(skip)]
     pub facts: Facts,
-    /// Each source's own, by name, in the order they were added (the process's
-    /// fields above are derived from them by [`summary`]); `/ready` shows them as
-    /// `"sources": {"<name>": {...}}`.
-    #[serde(serialize_with = "by_name", skip_serializing_if = "Vec::is_empty")]
-    pub sources: Vec<(String, Status)>,
 }
 
-impl Status {
+/// What `/ready` shows of the process: its state, derived from its sources' by
+/// [`summary`] (a single source's fields are the process's, as `/ready` showed them
+/// before there were several), and each source's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// Whether `/ready` answers 200.
+    pub ready: bool,
+    /// What the process is doing.
+    pub state: State,
+    /// Why it is not ready (naming the first source that is not, of several).
+    pub reason: String,
+    /// The group member, of a single group source.
+    pub member: Option<String>,
+    /// Whether this instance holds the pin, of a single source.
+    pub pinned: bool,
+    /// The member's partitions, of a single group source.
+    pub partitions: Vec<u32>,
+    /// Requests to the app that may run at once now, all sources together.
+    pub concurrency_limit: usize,
+    /// Whether every source's consumer is paused on the server.
+    pub paused: bool,
+    /// Why NATS is not connected (every source's connection); `None` while it is.
+    #[serde(skip)]
+    pub nats_down: Option<String>,
+    /// Each source's own, by name, in the order they were added; `/ready` shows
+    /// them as `"sources": {"<name>": {...}}`.
+    #[serde(serialize_with = "by_name", skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<(String, SourceStatus)>,
+}
+
+impl SourceStatus {
     /// A source's status before it reports anything: starting, not connected.
-    fn starting(member: Option<String>, nats_down: Option<String>) -> Status {
-        let facts = Facts {
-            reason: "starting".into(),
-            nats_down,
-            ..Facts::default()
-        };
-        let (state, reason) = present(&facts);
-        Status {
+    fn starting(member: Option<String>, nats_down: Option<String>) -> SourceStatus {
+        let mut s = SourceStatus {
             ready: false,
-            state,
-            reason,
+            state: State::NotReady,
+            reason: String::new(),
             member,
             pinned: false,
             partitions: Vec::new(),
             concurrency_limit: 0,
             paused: false,
-            facts,
-            sources: Vec::new(),
-        }
+            facts: Facts {
+                reason: "starting".into(),
+                nats_down,
+                ..Facts::default()
+            },
+        };
+        s.present();
+        s
     }
 
     /// Derives what is shown from the facts. Returns whether the shown state or
@@ -237,21 +264,32 @@ impl Status {
 /// The process's status from its sources': a single source's is the process's; of
 /// several, the process is ready only when every source is, and shows the first
 /// source that is not (its reason prefixed with its name); with none it is not ready.
-pub fn summary(sources: &[(String, Status)], nats_down: Option<&String>) -> Status {
-    match sources {
+pub fn summary(sources: Vec<(String, SourceStatus)>, nats_down: Option<String>) -> Status {
+    let of = |s: &SourceStatus| Status {
+        ready: s.ready,
+        state: s.state,
+        reason: s.reason.clone(),
+        member: s.member.clone(),
+        pinned: s.pinned,
+        partitions: s.partitions.clone(),
+        concurrency_limit: s.concurrency_limit,
+        paused: s.paused,
+        nats_down: None,
+        sources: Vec::new(),
+    };
+    let mut top = match sources.as_slice() {
         [] => {
-            let mut s = Status::starting(None, nats_down.cloned());
-            s.facts.reason = "no source is configured".into();
-            s.present();
-            s
+            let mut none = SourceStatus::starting(None, nats_down.clone());
+            none.facts.reason = "no source is configured".into();
+            none.present();
+            of(&none)
         }
-        [(_, only)] => only.clone(),
+        [(_, only)] => of(only),
         many => {
-            let first = &many[0].1;
             let blocking = many.iter().find(|(_, s)| !s.ready);
             let (state, reason) = match blocking {
                 Some((name, s)) => (s.state, format!("source {name}: {}", s.reason)),
-                None => (first.state, first.reason.clone()),
+                None => (many[0].1.state, many[0].1.reason.clone()),
             };
             Status {
                 ready: blocking.is_none(),
@@ -262,15 +300,14 @@ pub fn summary(sources: &[(String, Status)], nats_down: Option<&String>) -> Stat
                 partitions: Vec::new(),
                 concurrency_limit: many.iter().map(|(_, s)| s.concurrency_limit).sum(),
                 paused: many.iter().all(|(_, s)| s.paused),
-                facts: Facts {
-                    state,
-                    nats_down: nats_down.cloned(),
-                    ..Facts::default()
-                },
+                nats_down: None,
                 sources: Vec::new(),
             }
         }
-    }
+    };
+    top.nats_down = nats_down;
+    top.sources = sources;
+    top
 }
 
 /// The process's readiness: what every source reports, and the NATS connection they
@@ -294,9 +331,7 @@ pub struct SourceReadiness {
 impl Readiness {
     /// Starts not ready, not connected, without sources.
     pub fn new(metrics: Metrics) -> Readiness {
-        let nats_down = Some("connecting to NATS".to_string());
-        let mut status = summary(&[], nats_down.as_ref());
-        status.facts.nats_down = nats_down;
+        let status = summary(Vec::new(), Some("connecting to NATS".to_string()));
         let (tx, _) = watch::channel(status);
         Readiness {
             tx: Arc::new(tx),
@@ -313,7 +348,7 @@ impl Readiness {
         metrics: SourceMetrics,
     ) -> SourceReadiness {
         self.tx.send_modify(|s| {
-            let own = Status::starting(member, s.facts.nats_down.clone());
+            let own = SourceStatus::starting(member, s.nats_down.clone());
             s.sources.retain(|(n, _)| n != name);
             s.sources.push((name.to_string(), own));
             s.resummarize();
@@ -391,16 +426,16 @@ impl Readiness {
     pub fn set_nats_down(&self, why: Option<String>) {
         self.metrics.nats_connected(why.is_none());
         self.tx.send_if_modified(|s| {
-            if s.facts.nats_down == why {
+            if s.nats_down == why {
                 return false;
             }
-            if s.facts.nats_down.is_some() != why.is_some() {
+            if s.nats_down.is_some() != why.is_some() {
                 match &why {
                     None => tracing::info!("connected to NATS"),
                     Some(why) => tracing::warn!(reason = %why, "not connected to NATS"),
                 }
             }
-            s.facts.nats_down.clone_from(&why);
+            s.nats_down.clone_from(&why);
             for (name, own) in &mut s.sources {
                 own.facts.nats_down.clone_from(&why);
                 if own.present() {
@@ -419,27 +454,26 @@ impl Status {
     /// connection.
     fn resummarize(&mut self) {
         let sources = std::mem::take(&mut self.sources);
-        let nats_down = self.facts.nats_down.take();
-        let mut top = summary(&sources, nats_down.as_ref());
-        top.facts.nats_down = nats_down;
-        top.sources = sources;
-        *self = top;
+        *self = summary(sources, self.nats_down.take());
     }
 }
 
 /// Logs a source's shown state after it changed.
-fn log_state(source: &str, s: &Status) {
+fn log_state(source: &str, s: &SourceStatus) {
     tracing::info!(source, state = s.state.name(), reason = %s.reason, "state changed");
 }
 
 impl SourceReadiness {
-    /// This source's current status.
-    pub fn status(&self) -> Status {
+    /// This source's current status (once removed, as it was before it started).
+    pub fn status(&self) -> SourceStatus {
         let s = self.tx.borrow();
         s.sources
             .iter()
             .find(|(n, _)| **n == *self.name)
-            .map_or_else(|| s.clone(), |(_, own)| own.clone())
+            .map_or_else(
+                || SourceStatus::starting(None, s.nats_down.clone()),
+                |(_, own)| own.clone(),
+            )
     }
 
     /// Sets what the source is doing and why. Draining is final, and drained too
@@ -522,7 +556,7 @@ impl SourceReadiness {
 
     /// Applies `change` (which says whether it changed anything) to this source's
     /// status and derives the process's again.
-    fn modify(&self, change: impl FnOnce(&mut Status) -> bool) {
+    fn modify(&self, change: impl FnOnce(&mut SourceStatus) -> bool) {
         self.tx.send_if_modified(|s| {
             let Some((_, own)) = s.sources.iter_mut().find(|(n, _)| **n == *self.name) else {
                 return false;
@@ -780,9 +814,30 @@ mod tests {
         process.set_nats_down(None);
         only.set(State::Standby, "");
         only.set_partitions(vec![1, 2]);
-        let (mut shown, own) = (process.status(), only.status());
-        shown.sources.clear();
-        assert_eq!(shown, own);
+        let (shown, own) = (process.status(), only.status());
+        assert_eq!(
+            (
+                shown.ready,
+                shown.state,
+                &shown.reason,
+                &shown.member,
+                shown.pinned,
+                &shown.partitions,
+                shown.concurrency_limit,
+                shown.paused
+            ),
+            (
+                own.ready,
+                own.state,
+                &own.reason,
+                &own.member,
+                own.pinned,
+                &own.partitions,
+                own.concurrency_limit,
+                own.paused
+            )
+        );
         assert_eq!(shown.partitions, vec![1, 2]);
+        assert_eq!(shown.sources, [("default".to_string(), own)]);
     }
 }
