@@ -26,6 +26,7 @@
 
 mod attempt;
 mod book;
+mod ends;
 mod fates;
 mod gate;
 mod handover;
@@ -47,16 +48,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use self::attempt::BatchItem;
-use self::book::{Book, Done, Fill, HeldMessage, LaneReturns, Settlement, Step, Verdict};
+use self::book::{Book, Done, Fill, Settlement, Step};
+pub use self::ends::{DispatchError, Ended};
 use self::gate::Gate;
 use self::lanes::LaneKey;
 pub use self::outputs::OutputRules;
-use self::timers::Due;
 use self::watched::Watched;
 use crate::admission::{BudgetPermit, BudgetShare, Pacing, Reach};
 use crate::capacity::Limits;
 use crate::message::Delivery;
-use crate::ops::metrics::{AgeStage, SettleLabel, SourceMetrics};
+use crate::ops::metrics::{AgeStage, SourceMetrics};
 use crate::ops::readiness::{SourceReadiness, State};
 use crate::ops::traces::Tracer;
 use crate::pace::PaceSettings;
@@ -183,25 +184,6 @@ pub struct Live<F> {
     /// The source's routes, first match first, each with what sends to its target
     /// (a message none matches goes to `forwarder`).
     pub routes: Vec<Route<F>>,
-}
-
-/// Why the loop ended.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Ended {
-    /// Shutdown was requested and the drain is complete.
-    Shutdown,
-    /// The consumer went away; go back to topology.
-    SourceLost(String),
-    /// The consumer group was deleted: drained, and the member stops cleanly.
-    GroupEnded(String),
-}
-
-/// A failure that ends the process.
-#[derive(Debug, thiserror::Error)]
-pub enum DispatchError {
-    /// The source refused for a reason retrying cannot fix.
-    #[error("the message source failed")]
-    Source(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// The loop's state besides the book and the gate.
@@ -899,206 +881,6 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         ));
         pacing.started(task.id(), book.tasks.len());
         book.running.insert(task.id(), ids);
-    }
-
-    /// A task reported back: each message's step, then each lane it ran: a lane none
-    /// of its messages still occupies is done, after what goes back to its front.
-    async fn done<S: Source>(&self, run: &mut Run<S, F>, done: Done) -> Flow {
-        let refresh = run.gate.app.reached(done.reach);
-        let now = Instant::now();
-        let mut lanes = LaneReturns::default();
-        for (id, step) in done.steps {
-            let book = &mut run.book;
-            let Some(lane) = book.lane_of(id) else {
-                continue;
-            };
-            let mut occupies = step.occupies_lane();
-            let mut requeue = None;
-            match step {
-                Step::Settled(s) => {
-                    if let Some(e) = book.take(id) {
-                        self.finish(e, s);
-                    }
-                }
-                Step::RetryIn(delay) => {
-                    self.metrics.retried_in_place();
-                    if let Some(e) = book.held.get_mut(&id) {
-                        e.attempt = e.attempt.saturating_add(1);
-                    }
-                    if run.draining {
-                        // Shutting down: hand the retry to JetStream with the same delay.
-                        self.give_back(book, run.deferred.as_mut(), id, delay).await;
-                        occupies = false;
-                    } else {
-                        book.retry_at(id, now + delay);
-                    }
-                }
-                Step::Hold => {
-                    if run.draining {
-                        // Another instance may reach its app: move it on at once.
-                        self.give_back(book, run.deferred.as_mut(), id, Duration::ZERO)
-                            .await;
-                        occupies = false;
-                    } else {
-                        let delay = self.live().policy.unreachable_delay(run.gate.app.streak());
-                        book.retry_at(id, now + delay);
-                    }
-                }
-                Step::DeadLetterIn(delay, verdict) => {
-                    let waits = book.held.get(&id).is_some_and(|e| e.verdict.is_some());
-                    if !waits && book.letters_waiting() >= self.letters_waiting_max {
-                        // As many wait already: this one would take one more of the
-                        // consumer's max_ack_pending, and enough would stall it.
-                        self.abandon_letter(book, id, &verdict).await;
-                        occupies = false;
-                    } else {
-                        // Kept even while draining: its last delivery, a NAK would
-                        // lose it.
-                        book.keep_for_letter(id, verdict);
-                        book.retry_at(id, now + delay);
-                    }
-                }
-                Step::Requeue => {
-                    if run.draining {
-                        self.give_back(book, run.deferred.as_mut(), id, Duration::ZERO)
-                            .await;
-                    } else {
-                        requeue = Some(id);
-                    }
-                }
-            }
-            lanes.note(lane, occupies, requeue);
-        }
-        run.book.return_lanes(lanes);
-        let waiting = run.book.letters_waiting();
-        let letters_changed = run.gate.letters_waiting != waiting;
-        if letters_changed {
-            run.gate.letters_waiting = waiting;
-            self.metrics.dead_letters_waiting(waiting);
-        }
-        if refresh || letters_changed {
-            Flow::Refresh
-        } else {
-            Flow::Go
-        }
-    }
-
-    /// Terminates, without its dead letter, a message whose letter the DLQ does not
-    /// store while [`Dispatch::letters_waiting_max`] others wait already. It is not
-    /// erased: it stays in its stream under its sequence (the log line says where).
-    async fn abandon_letter<T: Settle>(&self, book: &mut Book<T>, id: u64, verdict: &Verdict) {
-        let Some(mut e) = book.take(id) else {
-            return;
-        };
-        let reason = verdict.reason.to_string();
-        let result = e.settler.term(&reason).await;
-        self.end_span(
-            &mut e,
-            Settlement {
-                outcome: "term",
-                delay: None,
-            },
-        );
-        match &result {
-            Ok(()) => self
-                .metrics
-                .settled(SettleLabel::Term, e.received.elapsed()),
-            Err(err) => self.settle_failed(err),
-        }
-        let d = &e.delivery;
-        tracing::error!(
-            stream = d.meta.as_ref().map(|m| m.stream.as_str()).unwrap_or(""),
-            stream_seq = d.stream_seq(),
-            waiting = self.letters_waiting_max,
-            reason = %reason,
-            "message terminated without its dead letter: the DLQ does not store it and as many others wait already (it stays in its stream under its sequence)"
-        );
-    }
-
-    /// Releases one held message (NAK with `delay`); its lane is the caller's.
-    /// A message leaves the book to go back to JetStream: now, or with a pinned
-    /// instance's handover when its drain defers what it gives back.
-    async fn give_back<T: Settle>(
-        &self,
-        book: &mut Book<T>,
-        deferred: Option<&mut handover::Deferred<T>>,
-        id: u64,
-        delay: Duration,
-    ) {
-        match deferred {
-            Some(d) => {
-                if let Some(e) = book.take(id) {
-                    d.returned(e.settler.clone(), delay);
-                    self.finish(e, Settlement::RELEASED);
-                }
-            }
-            None => self.release_held(book, id, delay).await,
-        }
-    }
-
-    async fn release_held<T: Settle>(&self, book: &mut Book<T>, id: u64, delay: Duration) {
-        if let Some(e) = book.take(id) {
-            self.release(&e.settler, delay).await;
-            self.finish(e, Settlement::RELEASED);
-        }
-    }
-
-    /// A message leaves the book: its span ends with how it ended, and its age is
-    /// taken (when its action completed).
-    fn finish<T>(&self, mut e: HeldMessage<T>, s: Settlement) {
-        if s != Settlement::RELEASED
-            && let Some(age) = e.delivery.age(time::OffsetDateTime::now_utc())
-        {
-            self.metrics.message_age(AgeStage::Settled, age);
-        }
-        self.end_span(&mut e, s);
-    }
-
-    fn end_span<T>(&self, e: &mut HeldMessage<T>, s: Settlement) {
-        if let Some(span) = e.span.take() {
-            self.tracer.end_delivery(span, s.outcome, s.delay);
-        }
-    }
-
-    async fn timers_due<T: Settle>(&self, book: &mut Book<T>, draining: bool) {
-        let now = Instant::now();
-        while let Some((id, due)) = book.timers.pop_due(now) {
-            let Some(e) = book.held.get_mut(&id) else {
-                continue;
-            };
-            match due {
-                Due::Progress => {
-                    let settler = e.settler.clone();
-                    e.progress_at = now + self.progress_every;
-                    book.timers.schedule(e.progress_at, id, Due::Progress);
-                    match settler.progress().await {
-                        Ok(true) => self.metrics.progress_sent(),
-                        Ok(false) => {} // the connection is down: nobody would hear it
-                        Err(err) => self.settle_failed(&err),
-                    }
-                }
-                Due::Retry => {
-                    // Popped: it is no longer in the set.
-                    if e.retry_at.take().is_some() && (!draining || e.verdict.is_some()) {
-                        book.due.push_back(id);
-                    }
-                }
-            }
-        }
-    }
-
-    /// NAK: without delay for a message never offered to the app (it moves on at
-    /// once), with the remaining backoff for one waiting for a retry.
-    async fn release<T: Settle>(&self, settler: &T, delay: Duration) {
-        match settler.nak(delay).await {
-            Ok(()) => self.metrics.released(1),
-            Err(e) => self.settle_failed(&e),
-        }
-    }
-
-    fn settle_failed(&self, e: &impl std::fmt::Display) {
-        self.metrics.settle_failed(1);
-        tracing::warn!(error = %e, "cannot settle a message; JetStream redelivers it after ack_wait");
     }
 }
 
