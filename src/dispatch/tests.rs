@@ -2940,7 +2940,7 @@ async fn while_markers_cannot_be_written_readiness_names_the_bucket_and_each_mes
     );
     r.send(1, "a");
     wait(10 * S).await;
-    let reason = r.readiness.status().reason;
+    let reason = r.readiness.status().shown.reason;
     assert!(
         reason.starts_with("idempotency markers cannot be written to bucket marks ("),
         "{reason}"

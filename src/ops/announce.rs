@@ -266,7 +266,7 @@ fn stats_endpoint(s: &Announced) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::readiness::State;
+    use crate::ops::readiness::{Shown, State};
 
     fn view() -> Announced {
         Announced {
@@ -277,14 +277,16 @@ mod tests {
                 group: Some("cg".into()),
             },
             status: SourceStatus {
-                ready: true,
-                state: State::Consuming,
-                reason: String::new(),
-                member: Some("m1".into()),
-                pinned: true,
-                partitions: vec![0, 1],
-                concurrency_limit: 32,
-                paused: false,
+                shown: Shown {
+                    ready: true,
+                    state: State::Consuming,
+                    reason: String::new(),
+                    member: Some("m1".into()),
+                    pinned: true,
+                    partitions: vec![0, 1],
+                    concurrency_limit: 32,
+                    paused: false,
+                },
                 facts: Default::default(),
             },
             counts: SourceCounts {

@@ -170,52 +170,50 @@ fn by_name<S: serde::Serializer>(
     map.end()
 }
 
-/// What `/ready` shows of one source.
+/// What `/ready` shows of a source, or of the process (then a projection of its
+/// sources').
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SourceStatus {
-    /// Whether it is ready.
+pub struct Shown {
+    /// Whether it is ready (`/ready` answers 200 when the process is).
     pub ready: bool,
     /// What it is doing.
     pub state: State,
-    /// Why it is not ready (or what it waits for); empty when consuming.
+    /// Why it is not ready (or what it waits for); empty when consuming. The
+    /// process's names the first source that is not ready, of several.
     pub reason: String,
-    /// The group member, in group sources.
+    /// The group member, in a group source (the process: of a single one).
     pub member: Option<String>,
-    /// Whether this instance holds the pin.
+    /// Whether this instance holds the pin (the process: of a single source).
     pub pinned: bool,
-    /// This member's partitions, in group sources.
+    /// The member's partitions, in a group source (the process: of a single one).
     pub partitions: Vec<u32>,
     /// Requests to the app that may run at once now (`max_in_flight`, or the
-    /// adaptive limit); 0 before delivery starts.
+    /// adaptive limit; the process: all sources together); 0 before delivery starts.
     pub concurrency_limit: usize,
-    /// Whether the consumer is paused on the server (`jetrelay pause`).
+    /// Whether the consumer is paused on the server (`jetrelay pause`; the process:
+    /// every source's).
     pub paused: bool,
+}
+
+/// One source's status: what `/ready` shows of it, and the facts it is derived from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceStatus {
+    /// What is shown.
+    #[serde(flatten)]
+    pub shown: Shown,
     /// What the state and reason are derived from.
     #[serde(skip)]
     pub facts: Facts,
 }
 
-/// What `/ready` shows of the process: its state, derived from its sources' by
-/// [`summary`] (a single source's fields are the process's, as `/ready` showed them
-/// before there were several), and each source's own.
+/// The process's status: what `/ready` shows of it (derived from its sources' by
+/// [`summary`]: a single source's is the process's, as `/ready` showed it before
+/// there were several), the NATS connection, and each source's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Status {
-    /// Whether `/ready` answers 200.
-    pub ready: bool,
-    /// What the process is doing.
-    pub state: State,
-    /// Why it is not ready (naming the first source that is not, of several).
-    pub reason: String,
-    /// The group member, of a single group source.
-    pub member: Option<String>,
-    /// Whether this instance holds the pin, of a single source.
-    pub pinned: bool,
-    /// The member's partitions, of a single group source.
-    pub partitions: Vec<u32>,
-    /// Requests to the app that may run at once now, all sources together.
-    pub concurrency_limit: usize,
-    /// Whether every source's consumer is paused on the server.
-    pub paused: bool,
+    /// What is shown.
+    #[serde(flatten)]
+    pub shown: Shown,
     /// Why NATS is not connected (every source's connection); `None` while it is.
     #[serde(skip)]
     pub nats_down: Option<String>,
@@ -225,18 +223,34 @@ pub struct Status {
     pub sources: Vec<(String, SourceStatus)>,
 }
 
+impl std::ops::Deref for SourceStatus {
+    type Target = Shown;
+    fn deref(&self) -> &Shown {
+        &self.shown
+    }
+}
+
+impl std::ops::Deref for Status {
+    type Target = Shown;
+    fn deref(&self) -> &Shown {
+        &self.shown
+    }
+}
+
 impl SourceStatus {
     /// A source's status before it reports anything: starting, not connected.
     fn starting(member: Option<String>, nats_down: Option<String>) -> SourceStatus {
         let mut s = SourceStatus {
-            ready: false,
-            state: State::NotReady,
-            reason: String::new(),
-            member,
-            pinned: false,
-            partitions: Vec::new(),
-            concurrency_limit: 0,
-            paused: false,
+            shown: Shown {
+                ready: false,
+                state: State::NotReady,
+                reason: String::new(),
+                member,
+                pinned: false,
+                partitions: Vec::new(),
+                concurrency_limit: 0,
+                paused: false,
+            },
             facts: Facts {
                 reason: "starting".into(),
                 nats_down,
@@ -251,12 +265,13 @@ impl SourceStatus {
     /// reason changed.
     fn present(&mut self) -> bool {
         let (state, reason) = present(&self.facts);
-        let changed = state != self.state || reason != self.reason;
-        self.state = state;
-        self.reason = reason;
-        self.ready = is_ready(state);
-        self.pinned = self.facts.pinned;
-        self.paused = state == State::Paused;
+        let s = &mut self.shown;
+        let changed = state != s.state || reason != s.reason;
+        s.state = state;
+        s.reason = reason;
+        s.ready = is_ready(state);
+        s.pinned = self.facts.pinned;
+        s.paused = state == State::Paused;
         changed
     }
 }
@@ -265,33 +280,21 @@ impl SourceStatus {
 /// several, the process is ready only when every source is, and shows the first
 /// source that is not (its reason prefixed with its name); with none it is not ready.
 pub fn summary(sources: Vec<(String, SourceStatus)>, nats_down: Option<String>) -> Status {
-    let of = |s: &SourceStatus| Status {
-        ready: s.ready,
-        state: s.state,
-        reason: s.reason.clone(),
-        member: s.member.clone(),
-        pinned: s.pinned,
-        partitions: s.partitions.clone(),
-        concurrency_limit: s.concurrency_limit,
-        paused: s.paused,
-        nats_down: None,
-        sources: Vec::new(),
-    };
-    let mut top = match sources.as_slice() {
+    let shown = match sources.as_slice() {
         [] => {
             let mut none = SourceStatus::starting(None, nats_down.clone());
             none.facts.reason = "no source is configured".into();
             none.present();
-            of(&none)
+            none.shown
         }
-        [(_, only)] => of(only),
+        [(_, only)] => only.shown.clone(),
         many => {
             let blocking = many.iter().find(|(_, s)| !s.ready);
             let (state, reason) = match blocking {
                 Some((name, s)) => (s.state, format!("source {name}: {}", s.reason)),
                 None => (many[0].1.state, many[0].1.reason.clone()),
             };
-            Status {
+            Shown {
                 ready: blocking.is_none(),
                 state,
                 reason,
@@ -300,14 +303,14 @@ pub fn summary(sources: Vec<(String, SourceStatus)>, nats_down: Option<String>) 
                 partitions: Vec::new(),
                 concurrency_limit: many.iter().map(|(_, s)| s.concurrency_limit).sum(),
                 paused: many.iter().all(|(_, s)| s.paused),
-                nats_down: None,
-                sources: Vec::new(),
             }
         }
     };
-    top.nats_down = nats_down;
-    top.sources = sources;
-    top
+    Status {
+        shown,
+        nats_down,
+        sources,
+    }
 }
 
 /// The process's readiness: what every source reports, and the NATS connection they
@@ -515,21 +518,21 @@ impl SourceReadiness {
     pub fn set_partitions(&self, partitions: Vec<u32>) {
         self.metrics.partitions_assigned(partitions.len());
         self.modify(|own| {
-            if own.partitions == partitions {
+            if own.shown.partitions == partitions {
                 return false;
             }
             tracing::info!(
                 partitions = %crate::printable::list(&partitions, 32),
                 "membership changed"
             );
-            own.partitions = partitions;
+            own.shown.partitions = partitions;
             true
         });
     }
 
     /// Records the concurrency limit in force (shown, not a readiness fact).
     pub fn set_concurrency_limit(&self, limit: usize) {
-        self.modify(|own| std::mem::replace(&mut own.concurrency_limit, limit) != limit);
+        self.modify(|own| std::mem::replace(&mut own.shown.concurrency_limit, limit) != limit);
     }
 
     /// Records what the source consumes (for discovery).
@@ -815,28 +818,7 @@ mod tests {
         only.set(State::Standby, "");
         only.set_partitions(vec![1, 2]);
         let (shown, own) = (process.status(), only.status());
-        assert_eq!(
-            (
-                shown.ready,
-                shown.state,
-                &shown.reason,
-                &shown.member,
-                shown.pinned,
-                &shown.partitions,
-                shown.concurrency_limit,
-                shown.paused
-            ),
-            (
-                own.ready,
-                own.state,
-                &own.reason,
-                &own.member,
-                own.pinned,
-                &own.partitions,
-                own.concurrency_limit,
-                own.paused
-            )
-        );
+        assert_eq!(shown.shown, own.shown);
         assert_eq!(shown.partitions, vec![1, 2]);
         assert_eq!(shown.sources, [("default".to_string(), own)]);
     }

@@ -40,7 +40,7 @@ async fn shutdown_under_load_then_restart_delivers_everything_and_acks_only_afte
         let mut seen = Vec::new();
         while states.changed().await.is_ok() {
             let s = states.borrow_and_update().clone();
-            seen.push((s.state, s.reason));
+            seen.push((s.state, s.shown.reason));
         }
         seen
     });
