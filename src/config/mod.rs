@@ -13,6 +13,7 @@ mod http;
 mod nats;
 mod ops;
 mod otel;
+mod otel_env;
 mod problems;
 mod publish;
 pub mod reload;
@@ -229,9 +230,11 @@ impl Config {
     }
 }
 
-/// The file (when given), then the `JETRELAY_` environment.
+/// OpenTelemetry's own variables (below everything: `[otel]` wins), the file (when
+/// given), then the `JETRELAY_` environment.
 fn layered(file: Option<&Path>) -> Result<Figment, ConfigError> {
-    let mut figment = Figment::new();
+    let otel = otel_env::read(&|name| std::env::var(name).ok()).map_err(ConfigError::Invalid)?;
+    let mut figment = otel.into_iter().fold(Figment::new(), Figment::merge);
     if let Some(path) = file {
         if !path.is_file() {
             return Err(ConfigError::MissingFile(path.to_path_buf()));
@@ -239,10 +242,11 @@ fn layered(file: Option<&Path>) -> Result<Figment, ConfigError> {
         problems::check_syntax(path)?;
         figment = figment.merge(Toml::file_exact(path));
     }
-    // JETRELAY_CONFIG names the file; it is not a key of the tree.
-    let env = Env::prefixed(ENV_PREFIX)
-        .split("__")
-        .filter(|k| !k.as_str().eq_ignore_ascii_case("config"));
+    // JETRELAY_CONFIG names the file and JETRELAY_WATCH asks `run` to follow it:
+    // neither is a key of the tree.
+    let env = Env::prefixed(ENV_PREFIX).split("__").filter(|k| {
+        !k.as_str().eq_ignore_ascii_case("config") && !k.as_str().eq_ignore_ascii_case("watch")
+    });
     Ok(figment.merge(env))
 }
 

@@ -36,6 +36,9 @@ pub struct OtelConfig {
     pub headers: BTreeMap<String, String>,
     /// Header values from files, read again when they change.
     pub header_files: BTreeMap<String, String>,
+    /// The resource's attributes besides `service.name` and `service.instance.id`
+    /// (`deployment.environment`, `k8s.pod.name`, …).
+    pub resource_attributes: BTreeMap<String, String>,
 }
 
 impl Default for OtelConfig {
@@ -47,6 +50,7 @@ impl Default for OtelConfig {
             service_name: "jetrelay".into(),
             headers: BTreeMap::new(),
             header_files: BTreeMap::new(),
+            resource_attributes: BTreeMap::new(),
         }
     }
 }
@@ -74,6 +78,16 @@ impl Config {
             p.add("otel.service_name", "must not be empty");
         }
         super::http::check_static_headers(p, "otel.headers", &o.headers);
+        for name in o.resource_attributes.keys() {
+            if name.trim().is_empty() {
+                p.add("otel.resource_attributes", "an attribute without a name");
+            } else if matches!(name.as_str(), "service.name" | "service.instance.id") {
+                p.add(
+                    format!("otel.resource_attributes.{name}"),
+                    "is jetrelay's to set: service.name is otel.service_name, service.instance.id is nats.name",
+                );
+            }
+        }
         for (name, path) in &o.header_files {
             let key = format!("otel.header_files.{name}");
             if !crate::app::headers::is_valid_name(name) {

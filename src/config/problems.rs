@@ -182,11 +182,12 @@ pub(super) fn extraction(figment: &Figment, e: figment::Error) -> ConfigError {
 /// Names the environment variable of each problem whose value came from one.
 pub(super) fn with_origins(figment: &Figment, mut problems: Vec<Problem>) -> Vec<Problem> {
     for p in &mut problems {
-        if p.env.is_none()
-            && figment
-                .find_metadata(&p.key)
-                .is_some_and(|m| m.name.contains("environment"))
-        {
+        let Some(m) = figment.find_metadata(&p.key).filter(|_| p.env.is_none()) else {
+            continue;
+        };
+        if let Some(var) = super::otel_env::origin(&m.name) {
+            p.env = Some(var.to_string());
+        } else if m.name.contains("environment") {
             p.env = Some(env_var(&p.key.split('.').collect::<Vec<_>>()));
         }
     }

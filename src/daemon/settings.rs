@@ -458,6 +458,7 @@ fn tracing(c: &Config, p: &mut Vec<Problem>) -> Option<Tracing> {
             resource: Resource {
                 service_name: o.service_name.clone(),
                 instance_id: c.nats.name.clone(),
+                attributes: o.resource_attributes.clone().into_iter().collect(),
             },
         },
         collector: CollectorSettings {

@@ -637,6 +637,7 @@ pub(crate) mod tests {
                 resource: Resource {
                     service_name: "jetrelay".into(),
                     instance_id: "i".into(),
+                    attributes: vec![("deployment.environment".into(), "test".into())],
                 },
             },
             metrics.clone(),
@@ -731,6 +732,7 @@ pub(crate) mod tests {
         let resource = Resource {
             service_name: "s".into(),
             instance_id: "i".into(),
+            attributes: Vec::new(),
         };
         let mut buf = ExportBuffer::default();
         let first = buf.encode(&Framed, &resource, &[]);

@@ -12,6 +12,8 @@ pub struct Resource {
     pub service_name: String,
     /// `service.instance.id`.
     pub instance_id: String,
+    /// Its other attributes (`otel.resource_attributes`, `OTEL_RESOURCE_ATTRIBUTES`).
+    pub attributes: Vec<(String, String)>,
 }
 
 const VARINT: u8 = 0;
@@ -146,6 +148,9 @@ pub fn export_request(resource: &Resource, spans: &[Span], out: &mut Vec<u8>) {
                 &Value::Text(resource.instance_id.as_str().into()),
             );
             key_value(r, 1, "telemetry.sdk.language", &Value::Str("rust"));
+            for (k, v) in &resource.attributes {
+                key_value(r, 1, k, &Value::Text(v.as_str().into()));
+            }
         });
         nested(rs, 2, |ss| {
             nested(ss, 1, |scope| {

@@ -718,3 +718,75 @@ async fn a_service_request_is_a_server_span_under_the_requesters_context_with_a_
     }
     relay.stop().await.unwrap();
 }
+
+/// OpenTelemetry's own variables, as an operator injects them into the pod, configure
+/// the export of a `jetrelay run` whose config has no endpoint; where `[otel]` sets
+/// the same thing it wins.
+#[tokio::test]
+async fn opentelemetrys_own_variables_configure_the_export_and_otel_wins() {
+    let collector = FakeCollector::start(Wire::HttpProtobuf).await;
+    let app = MockApp::ok().await;
+    let env = Env::start(&["in.>"]).await;
+    let config = format!(
+        "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{}\"\nkind = \"durable\"\ndurable = \"{}\"\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [otel]\nservice_name = \"from-the-file\"\n",
+        env.nats.url(),
+        env.stream,
+        env.durable,
+        app.url()
+    );
+    let endpoint = format!("http://{}", collector.addr);
+    let _d = crate::support::daemon::Daemon::start_with_env(
+        &config,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_SERVICE_NAME", "from-the-variable"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=staging,k8s.pod.name=relay-0",
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=a%2Bb%3D"),
+            ("OTEL_TRACES_SAMPLER", "parentbased_always_on"),
+        ],
+    )
+    .await;
+    publish_with(&env.js, "in.a", "x", &[]).await;
+    eventually("a span exported", T, || async {
+        !collector.spans().is_empty()
+    })
+    .await;
+    let export = &collector.exports()[0];
+    let resource = |k: &str| export.resource.get(k).map(String::as_str);
+    assert_eq!(
+        resource("service.name"),
+        Some("from-the-file"),
+        "[otel] wins"
+    );
+    assert_eq!(resource("deployment.environment"), Some("staging"));
+    assert_eq!(resource("k8s.pod.name"), Some("relay-0"));
+    assert_eq!(
+        export.headers.get("x-api-key").map(String::as_str),
+        Some("a+b="),
+        "percent-decoded, a + kept"
+    );
+    // A sampler jetrelay does not have is exit 64, naming the variable.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, &config).unwrap();
+    let out = tokio::process::Command::new(crate::support::daemon::BIN)
+        .args(["check", "--offline", "--config"])
+        .arg(&path)
+        .env_remove("JETRELAY_CONFIG")
+        .env("OTEL_TRACES_SAMPLER", "jaeger_remote")
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("OTEL_TRACES_SAMPLER (otel.sample_ratio): \"jaeger_remote\""),
+        "{err}"
+    );
+}
