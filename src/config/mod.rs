@@ -39,7 +39,7 @@ pub use self::problems::{ConfigError, Problem};
 pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
 pub use self::source::{EndpointConfig, SourceConfig, SourceKind};
 pub use self::sources::{DEFAULT_SOURCE, RouteConfig, SOURCE_TABLES, SourceView, valid_name};
-pub use self::topology::{ManagedStreamConfig, TopologyConfig};
+pub use self::topology::TopologyConfig;
 use crate::seam::Ordering;
 pub use crate::topology::OnMissing;
 
