@@ -292,10 +292,12 @@ impl<'de> Visitor<'de> for Result_ {
                     retry_after = map.next_value::<Option<u64>>()?.map(Duration::from_millis);
                 }
                 "publish" => {
-                    outputs = Some(map.next_value_seed(outputs::document::List {
-                        author: Author::Answer,
-                        max: self.0.outputs,
-                    })?);
+                    outputs = Some(map.next_value_seed(outputs::document::Seed(
+                        outputs::document::List {
+                            author: Author::Answer,
+                            max: self.0.outputs,
+                        },
+                    ))?);
                 }
                 other => return Err(de::Error::custom(format!("unknown field {other:?}"))),
             }
