@@ -511,7 +511,6 @@ fn replay<'a>(
 /// Runs a command about the consumers of the config in `file`: `job` answers
 /// `Ok((text, failed))` (exit 1 when failed), or why it could not run (64 for the
 /// user's command line or config, else 1).
-#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
 fn on_config<F, Fut>(file: Option<&std::path::Path>, job: F) -> ExitCode
 where
     F: FnOnce(Config) -> Fut,
@@ -521,6 +520,49 @@ where
         jetrelay::ops::telemetry::LogFormat::Text,
         "warn,async_nats=off",
     );
+    config_command(file, job, |e| {
+        if e.is_usage() {
+            ExitCode::from(EX_USAGE)
+        } else {
+            ExitCode::FAILURE
+        }
+    })
+}
+
+/// `jetrelay drain`: 0 drained, 1 not within the wait (or another answer), 64 usage,
+/// config or a refused token, 69 the admin port does not answer.
+fn drain(file: Option<&Path>, wait: Option<&str>) -> ExitCode {
+    use jetrelay::cli::drain::DrainError;
+    config_command(
+        file,
+        |config| async move {
+            let done = jetrelay::cli::drain::run(&config, wait).await?;
+            Ok((done.text, !done.drained))
+        },
+        |e| match e {
+            DrainError::Usage(_) | DrainError::Secret(_) | DrainError::Refused { .. } => {
+                ExitCode::from(EX_USAGE)
+            }
+            DrainError::Unreachable(_) => ExitCode::from(EX_UNAVAILABLE),
+            DrainError::Failed { .. } => ExitCode::FAILURE,
+        },
+    )
+}
+
+/// Runs a command on the config in `file` (64 when it does not load): `job` answers
+/// `Ok((text, failed))` (the text printed, exit 1 when failed), or why it could not
+/// run (printed, the exit code `code`'s).
+#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
+fn config_command<F, Fut, E>(
+    file: Option<&Path>,
+    job: F,
+    code: impl FnOnce(&E) -> ExitCode,
+) -> ExitCode
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: Future<Output = Result<(String, bool), E>>,
+    E: std::error::Error + 'static,
+{
     let config = match Config::load(file) {
         Ok(c) => c,
         Err(e) => {
@@ -544,50 +586,7 @@ where
         }
         Err(e) => {
             eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
-            if e.is_usage() {
-                ExitCode::from(EX_USAGE)
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-    }
-}
-
-/// `jetrelay drain`: 0 drained, 1 not within the wait (or another answer), 64 usage,
-/// config or a refused token, 69 the admin port does not answer.
-#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
-fn drain(file: Option<&Path>, wait: Option<&str>) -> ExitCode {
-    use jetrelay::cli::drain::DrainError;
-    let config = match Config::load(file) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("jetrelay: {e}");
-            return ExitCode::from(EX_USAGE);
-        }
-    };
-    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
-        return ExitCode::FAILURE;
-    };
-    match runtime.block_on(jetrelay::cli::drain::run(&config, wait)) {
-        Ok(done) => {
-            if let Err(code) = out(&done.text) {
-                return code;
-            }
-            if done.drained {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
-            match e {
-                DrainError::Usage(_) | DrainError::Secret(_) | DrainError::Refused { .. } => {
-                    ExitCode::from(EX_USAGE)
-                }
-                DrainError::Unreachable(_) => ExitCode::from(EX_UNAVAILABLE),
-                DrainError::Failed { .. } => ExitCode::FAILURE,
-            }
+            code(&e)
         }
     }
 }
