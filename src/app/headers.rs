@@ -728,14 +728,23 @@ mod tests {
 
     #[test]
     fn cloudevents_binary_mode_table() {
-        let ce = |headers: &[(&str, &str)]| {
+        let ce_passing = |pass: &Pass, headers: &[(&str, &str)]| {
             map(
                 delivery(headers, Some(3)),
                 1,
-                &Pass::default(),
+                pass,
                 RequestFormat::Cloudevents,
                 None,
             )
+        };
+        let ce = |headers: &[(&str, &str)]| ce_passing(&Pass::default(), headers);
+        // A message that says it is CloudEvent evt-1 of type `ty`.
+        let event = |ty| {
+            [
+                ("ce-specversion", "1.0"),
+                ("ce-id", "evt-1"),
+                ("ce-type", ty),
+            ]
         };
         let m = ce(&[("X-Trace", "t"), ("ce-type", "forged")]);
         assert_eq!(get(&m, "ce-specversion"), ["1.0"]);
@@ -775,38 +784,12 @@ mod tests {
         // http.pass_headers decides which of its own pass: with only X-* passing, the
         // message is not taken for a CloudEvent, and its ce-* headers are jetrelay's.
         let only_x = Pass::new(&["X-*".to_string()]);
-        let m = map(
-            delivery(
-                &[
-                    ("ce-specversion", "1.0"),
-                    ("ce-id", "evt-1"),
-                    ("ce-type", "forged"),
-                ],
-                Some(3),
-            ),
-            1,
-            &only_x,
-            RequestFormat::Cloudevents,
-            None,
-        );
+        let m = ce_passing(&only_x, &event("forged"));
         assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
         assert_eq!(get(&m, "ce-type"), ["io.nats.jetstream.message"]);
         // Passing ce-specversion and ce-type but not ce-id: the id is jetrelay's.
         let some = Pass::new(&["ce-specversion".to_string(), "ce-type".to_string()]);
-        let m = map(
-            delivery(
-                &[
-                    ("ce-specversion", "1.0"),
-                    ("ce-id", "evt-1"),
-                    ("ce-type", "com.example.order"),
-                ],
-                Some(3),
-            ),
-            1,
-            &some,
-            RequestFormat::Cloudevents,
-            None,
-        );
+        let m = ce_passing(&some, &event("com.example.order"));
         assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
         assert_eq!(get(&m, "ce-type"), ["com.example.order"]);
         // Raw: nothing added.
