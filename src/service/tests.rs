@@ -28,7 +28,7 @@ use crate::seam::service::{
     Exchange, JoinError, Question, Replier, Requests, Response, ServiceRequest,
 };
 use crate::seam::time::Deadline;
-use crate::seam::{Forwarded, Health, HttpClass, NoAnswer};
+use crate::seam::{Forwarded, Health, HttpClass};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -194,19 +194,7 @@ impl Exchange for FakeApp {
             .push((q.endpoint.to_string(), payload));
         sleep(delay).await;
         self.in_flight.lock().unwrap().0 -= 1;
-        let f = |outcome, class, failure: Option<&'static str>| Forwarded {
-            outcome,
-            class,
-            skipped_headers: 0,
-            trace_dropped: Default::default(),
-            elapsed: delay,
-            bad_action: false,
-            failure: failure.map(|kind| NoAnswer {
-                kind,
-                cause: String::new(),
-            }),
-            outputs: None,
-        };
+        let f = |outcome, class, failure| Forwarded::fake(outcome, class, delay, failure);
         match does {
             Does::Answer(status, body) => {
                 let over = (body.len() > q.max_body).then_some(body.len());
