@@ -96,16 +96,8 @@ enum Command {
     /// source's consumer is moved back on the server (nats-server 2.14+), not deleted
     /// or renamed.
     Replay {
-        /// The TOML config file of the jetrelay whose consumer it is (environment
-        /// variables JETRELAY_* override it).
-        #[arg(long, env = "JETRELAY_CONFIG")]
-        config: Option<PathBuf>,
-        /// NATS server URL(s), comma-separated; overrides `nats.servers`.
-        #[arg(long)]
-        server: Option<String>,
-        /// Only this source (`[sources.<name>]`); every source of the config when omitted.
-        #[arg(long, value_name = "NAME")]
-        source: Option<String>,
+        #[command(flatten)]
+        consumers: Consumers,
         /// From this long ago (2h, 90m, 1d) or this RFC 3339 time (2026-12-01T14:00:00Z).
         #[arg(long, value_name = "DURATION|TIME", conflicts_with = "seq")]
         since: Option<String>,
@@ -115,9 +107,6 @@ enum Command {
         /// Print how many messages would come again; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Every member's consumer of the source's group, not only this member's.
-        #[arg(long)]
-        all_members: bool,
     },
     /// Drain the jetrelay running with this config (its admin port's /drain), as a
     /// preStop exec hook: it stops pulling, settles what is in flight, releases what
@@ -134,9 +123,9 @@ enum Command {
     },
 }
 
-/// Which consumers `pause` and `resume` act on, and how they print.
+/// Which consumers `pause`, `resume` and `replay` act on.
 #[derive(Debug, clap::Args)]
-struct PauseTarget {
+struct Consumers {
     /// The TOML config file of the jetrelay whose consumer it is (its `[source]` and
     /// `[nats]`; environment variables JETRELAY_* override it).
     #[arg(long, env = "JETRELAY_CONFIG")]
@@ -147,9 +136,16 @@ struct PauseTarget {
     /// Only this source (`[sources.<name>]`); every source of the config when omitted.
     #[arg(long, value_name = "NAME")]
     source: Option<String>,
-    /// Every member of the source's group, not only this member.
+    /// Every member's consumer of the source's group, not only this member's.
     #[arg(long)]
     all_members: bool,
+}
+
+/// Which consumers `pause` and `resume` act on, and how they print.
+#[derive(Debug, clap::Args)]
+struct PauseTarget {
+    #[command(flatten)]
+    consumers: Consumers,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -241,20 +237,17 @@ fn main() -> ExitCode {
         }
         Command::Resume { target } => pause(target, Request::Resume),
         Command::Replay {
-            config,
-            server,
-            source,
+            consumers: c,
             since,
             seq,
             dry_run,
-            all_members,
-        } => replay(config.as_deref(), |now| {
+        } => replay(c.config.as_deref(), |now| {
             Ok(jetrelay::cli::replay::ReplayRequest {
                 point: jetrelay::cli::replay::point(since.as_deref(), seq, now)?,
-                source: source.as_deref(),
-                all_members,
+                source: c.source.as_deref(),
+                all_members: c.all_members,
                 dry_run,
-                server: server.as_deref(),
+                server: c.server.as_deref(),
             })
         }),
         Command::Drain { config, wait } => drain(config.as_deref(), wait.as_deref()),
@@ -476,13 +469,14 @@ fn dlq(options: ConnectOptions, command: DlqCommand) -> ExitCode {
 /// `jetrelay pause|resume`: 0 done, 64 usage or config, 1 a consumer not paused
 /// (resumed) or NATS failing.
 fn pause(target: PauseTarget, request: Request) -> ExitCode {
-    on_config(target.config.as_deref(), move |config| async move {
+    let c = target.consumers;
+    on_config(c.config.as_deref(), move |config| async move {
         let done = jetrelay::cli::pause::run(
             &config,
-            target.server.as_deref(),
+            c.server.as_deref(),
             request,
-            target.source.as_deref(),
-            target.all_members,
+            c.source.as_deref(),
+            c.all_members,
             target.json,
         )
         .await?;
