@@ -568,16 +568,7 @@ where
         return ExitCode::FAILURE;
     };
     match runtime.block_on(job(config)) {
-        Ok((text, failed)) => {
-            if let Err(code) = out(&text) {
-                return code;
-            }
-            if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+        Ok((text, failed)) => finished(&text, failed),
         Err(e) => {
             eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
             code(&e)
@@ -623,16 +614,7 @@ where
         }
     });
     match result {
-        Ok((text, failed)) => {
-            if let Err(code) = out(&text) {
-                return code;
-            }
-            if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+        Ok((text, failed)) => finished(&text, failed),
         Err((message, usage)) => {
             eprintln!("jetrelay: {message}");
             if usage {
@@ -641,6 +623,19 @@ where
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+/// A command's text printed, and its exit: 1 when it `failed`, else 0 (or what [`out`]
+/// says).
+fn finished(text: &str, failed: bool) -> ExitCode {
+    if let Err(code) = out(text) {
+        return code;
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
