@@ -174,44 +174,9 @@ pub fn answer(body: &[u8], bounds: AnswerBounds) -> Answer {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Answer::AllAcked;
     }
-    match outputs::document::read(body, Object(Top(bounds))) {
+    match outputs::document::read(body, Top(bounds)) {
         Ok(answer) => answer,
         Err(e) => Answer::Unparsable(format!("not a batch answer: {e}")),
-    }
-}
-
-/// A reader of a JSON object's keys and values, read through [`Object`]: any other
-/// value is serde's error (the whole answer does not parse).
-trait Entries<'de>: Sized {
-    /// What it reads.
-    type Value;
-    /// What it reads, for serde's messages.
-    const EXPECTING: &'static str;
-
-    /// The object's entries.
-    fn read<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error>;
-}
-
-/// Reads one object with its [`Entries`].
-struct Object<F>(F);
-
-impl<'de, F: Entries<'de>> DeserializeSeed<'de> for Object<F> {
-    type Value = F::Value;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<F::Value, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de, F: Entries<'de>> Visitor<'de> for Object<F> {
-    type Value = F::Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(F::EXPECTING)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<F::Value, A::Error> {
-        self.0.read(map)
     }
 }
 
@@ -219,11 +184,22 @@ impl<'de, F: Entries<'de>> Visitor<'de> for Object<F> {
 /// form `{"publish": [...]}` refused (its outputs would belong to no message).
 struct Top(AnswerBounds);
 
-impl<'de> Entries<'de> for Top {
+impl<'de> DeserializeSeed<'de> for Top {
     type Value = Answer;
-    const EXPECTING: &'static str = "a JSON object";
 
-    fn read<A: MapAccess<'de>>(self, mut map: A) -> Result<Answer, A::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Answer, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Top {
+    type Value = Answer;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Answer, A::Error> {
         let mut results = None;
         let mut top_outputs = false;
         while let Some(key) = map.next_key::<String>()? {
@@ -270,7 +246,7 @@ impl<'de> Visitor<'de> for Results {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::new();
-        while let Some(item) = seq.next_element_seed(Object(Result_(self.0)))? {
+        while let Some(item) = seq.next_element_seed(Result_(self.0))? {
             if out.len() == self.0.results {
                 return Err(de::Error::custom(format!(
                     "more results than the batch's {} messages",
@@ -286,11 +262,22 @@ impl<'de> Visitor<'de> for Results {
 /// One result: `id`, `action`, `retry_after_ms`, `publish`; nothing else.
 struct Result_(AnswerBounds);
 
-impl<'de> Entries<'de> for Result_ {
+impl<'de> DeserializeSeed<'de> for Result_ {
     type Value = ItemResult;
-    const EXPECTING: &'static str = "a result";
 
-    fn read<A: MapAccess<'de>>(self, mut map: A) -> Result<ItemResult, A::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<ItemResult, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Result_ {
+    type Value = ItemResult;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a result")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ItemResult, A::Error> {
         let (mut id, mut action, mut retry_after, mut outputs) = (None, None, None, None);
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
