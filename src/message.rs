@@ -461,6 +461,39 @@ pub fn header_block_len(headers: &[(String, String)]) -> usize {
 pub const MAX_HEADER_BLOCK: usize = 65_535;
 
 #[cfg(test)]
+impl Delivery {
+    /// For the app's wire tests: message `seq` of stream ORDERS (consumer c's 7th,
+    /// its first delivery), published 2023-11-14T22:13:20Z on `3.orders.eu` and
+    /// handed to the app as `orders.eu` of partition 3, with `headers` and
+    /// `payload`; no origin.
+    pub(crate) fn orders_eu(seq: u64, headers: &[(&str, &str)], payload: &[u8]) -> Delivery {
+        Delivery {
+            message: Message {
+                subject: "3.orders.eu".into(),
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                payload: Bytes::copy_from_slice(payload),
+            },
+            meta: Ok(Meta {
+                stream: "ORDERS".into(),
+                consumer: "c".into(),
+                stream_seq: seq,
+                consumer_seq: 7,
+                delivered: 1,
+                pending: 0,
+                published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
+            }),
+            partition: Some(3),
+            app_subject: "orders.eu".into(),
+            origin: None,
+            flaw: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

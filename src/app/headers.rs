@@ -359,9 +359,7 @@ pub fn is_valid_value(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{Delivery, Message, Meta};
-    use bytes::Bytes;
-    use time::OffsetDateTime;
+    use crate::message::Delivery;
 
     /// Leaked: the mapped headers borrow from the delivery, and the tests build
     /// it inline.
@@ -375,27 +373,9 @@ mod tests {
         origin: Option<crate::message::Origin>,
     ) -> Offered<'static> {
         let delivery: &'static Delivery = Box::leak(Box::new(Delivery {
-            message: Message {
-                subject: "3.orders.eu".into(),
-                headers: headers
-                    .iter()
-                    .map(|(n, v)| (n.to_string(), v.to_string()))
-                    .collect(),
-                payload: Bytes::from_static(b"x"),
-            },
-            meta: Ok(Meta {
-                stream: "ORDERS".into(),
-                consumer: "c".into(),
-                stream_seq: 42,
-                consumer_seq: 7,
-                delivered: 2,
-                pending: 0,
-                published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
-            }),
             partition,
-            app_subject: "orders.eu".into(),
             origin,
-            flaw: None,
+            ..Delivery::orders_eu(42, headers, b"x")
         }));
         Offered::Delivery(delivery)
     }
