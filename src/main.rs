@@ -97,16 +97,8 @@ enum Command {
     /// source's consumer is moved back on the server (nats-server 2.14+), not deleted
     /// or renamed.
     Replay {
-        /// The TOML config file of the jetrelay whose consumer it is (environment
-        /// variables JETRELAY_* override it).
-        #[arg(long, env = "JETRELAY_CONFIG")]
-        config: Option<PathBuf>,
-        /// NATS server URL(s), comma-separated; overrides `nats.servers`.
-        #[arg(long)]
-        server: Option<String>,
-        /// Only this source (`[sources.<name>]`); every source of the config when omitted.
-        #[arg(long, value_name = "NAME")]
-        source: Option<String>,
+        #[command(flatten)]
+        consumers: Consumers,
         /// From this long ago (2h, 90m, 1d) or this RFC 3339 time (2026-12-01T14:00:00Z).
         #[arg(long, value_name = "DURATION|TIME", conflicts_with = "seq")]
         since: Option<String>,
@@ -116,9 +108,6 @@ enum Command {
         /// Print how many messages would come again; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Every member's consumer of the source's group, not only this member's.
-        #[arg(long)]
-        all_members: bool,
     },
     /// Drain the jetrelay running with this config (its admin port's /drain), as a
     /// preStop exec hook: it stops pulling, settles what is in flight, releases what
@@ -135,9 +124,9 @@ enum Command {
     },
 }
 
-/// Which consumers `pause` and `resume` act on, and how they print.
+/// Which consumers `pause`, `resume` and `replay` act on.
 #[derive(Debug, clap::Args)]
-struct PauseTarget {
+struct Consumers {
     /// The TOML config file of the jetrelay whose consumer it is (its `[source]` and
     /// `[nats]`; environment variables JETRELAY_* override it).
     #[arg(long, env = "JETRELAY_CONFIG")]
@@ -148,9 +137,16 @@ struct PauseTarget {
     /// Only this source (`[sources.<name>]`); every source of the config when omitted.
     #[arg(long, value_name = "NAME")]
     source: Option<String>,
-    /// Every member of the source's group, not only this member.
+    /// Every member's consumer of the source's group, not only this member's.
     #[arg(long)]
     all_members: bool,
+}
+
+/// Which consumers `pause` and `resume` act on, and how they print.
+#[derive(Debug, clap::Args)]
+struct PauseTarget {
+    #[command(flatten)]
+    consumers: Consumers,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -242,20 +238,17 @@ fn main() -> ExitCode {
         }
         Command::Resume { target } => pause(target, Request::Resume),
         Command::Replay {
-            config,
-            server,
-            source,
+            consumers: c,
             since,
             seq,
             dry_run,
-            all_members,
-        } => replay(config.as_deref(), |now| {
+        } => replay(c.config.as_deref(), |now| {
             Ok(jetrelay::cli::replay::ReplayRequest {
                 point: jetrelay::cli::replay::point(since.as_deref(), seq, now)?,
-                source: source.as_deref(),
-                all_members,
+                source: c.source.as_deref(),
+                all_members: c.all_members,
                 dry_run,
-                server: server.as_deref(),
+                server: c.server.as_deref(),
             })
         }),
         Command::Drain { config, wait } => drain(config.as_deref(), wait.as_deref()),
@@ -477,13 +470,14 @@ fn dlq(options: ConnectOptions, command: DlqCommand) -> ExitCode {
 /// `jetrelay pause|resume`: 0 done, 64 usage or config, 1 a consumer not paused
 /// (resumed) or NATS failing.
 fn pause(target: PauseTarget, request: Request) -> ExitCode {
-    on_config(target.config.as_deref(), move |config| async move {
+    let c = target.consumers;
+    on_config(c.config.as_deref(), move |config| async move {
         let done = jetrelay::cli::pause::run(
             &config,
-            target.server.as_deref(),
+            c.server.as_deref(),
             request,
-            target.source.as_deref(),
-            target.all_members,
+            c.source.as_deref(),
+            c.all_members,
             target.json,
         )
         .await?;
@@ -512,7 +506,6 @@ fn replay<'a>(
 /// Runs a command about the consumers of the config in `file`: `job` answers
 /// `Ok((text, failed))` (exit 1 when failed), or why it could not run (64 for the
 /// user's command line or config, else 1).
-#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
 fn on_config<F, Fut>(file: Option<&std::path::Path>, job: F) -> ExitCode
 where
     F: FnOnce(Config) -> Fut,
@@ -522,6 +515,49 @@ where
         jetrelay::ops::telemetry::LogFormat::Text,
         "warn,async_nats=off",
     );
+    config_command(file, job, |e| {
+        if e.is_usage() {
+            ExitCode::from(EX_USAGE)
+        } else {
+            ExitCode::FAILURE
+        }
+    })
+}
+
+/// `jetrelay drain`: 0 drained, 1 not within the wait (or another answer), 64 usage,
+/// config or a refused token, 69 the admin port does not answer.
+fn drain(file: Option<&Path>, wait: Option<&str>) -> ExitCode {
+    use jetrelay::cli::drain::DrainError;
+    config_command(
+        file,
+        |config| async move {
+            let done = jetrelay::cli::drain::run(&config, wait).await?;
+            Ok((done.text, !done.drained))
+        },
+        |e| match e {
+            DrainError::Usage(_) | DrainError::Secret(_) | DrainError::Refused { .. } => {
+                ExitCode::from(EX_USAGE)
+            }
+            DrainError::Unreachable(_) => ExitCode::from(EX_UNAVAILABLE),
+            DrainError::Failed { .. } => ExitCode::FAILURE,
+        },
+    )
+}
+
+/// Runs a command on the config in `file` (64 when it does not load): `job` answers
+/// `Ok((text, failed))` (the text printed, exit 1 when failed), or why it could not
+/// run (printed, the exit code `code`'s).
+#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
+fn config_command<F, Fut, E>(
+    file: Option<&Path>,
+    job: F,
+    code: impl FnOnce(&E) -> ExitCode,
+) -> ExitCode
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: Future<Output = Result<(String, bool), E>>,
+    E: std::error::Error + 'static,
+{
     let config = match Config::load(file) {
         Ok(c) => c,
         Err(e) => {
@@ -533,62 +569,10 @@ where
         return ExitCode::FAILURE;
     };
     match runtime.block_on(job(config)) {
-        Ok((text, failed)) => {
-            if let Err(code) = out(&text) {
-                return code;
-            }
-            if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+        Ok((text, failed)) => finished(&text, failed),
         Err(e) => {
             eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
-            if e.is_usage() {
-                ExitCode::from(EX_USAGE)
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-    }
-}
-
-/// `jetrelay drain`: 0 drained, 1 not within the wait (or another answer), 64 usage,
-/// config or a refused token, 69 the admin port does not answer.
-#[allow(clippy::print_stderr)] // The admin commands talk to the terminal.
-fn drain(file: Option<&Path>, wait: Option<&str>) -> ExitCode {
-    use jetrelay::cli::drain::DrainError;
-    let config = match Config::load(file) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("jetrelay: {e}");
-            return ExitCode::from(EX_USAGE);
-        }
-    };
-    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
-        return ExitCode::FAILURE;
-    };
-    match runtime.block_on(jetrelay::cli::drain::run(&config, wait)) {
-        Ok(done) => {
-            if let Err(code) = out(&done.text) {
-                return code;
-            }
-            if done.drained {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("jetrelay: {}", jetrelay::ops::telemetry::chain(&e));
-            match e {
-                DrainError::Usage(_) | DrainError::Secret(_) | DrainError::Refused { .. } => {
-                    ExitCode::from(EX_USAGE)
-                }
-                DrainError::Unreachable(_) => ExitCode::from(EX_UNAVAILABLE),
-                DrainError::Failed { .. } => ExitCode::FAILURE,
-            }
+            code(&e)
         }
     }
 }
@@ -631,16 +615,7 @@ where
         }
     });
     match result {
-        Ok((text, failed)) => {
-            if let Err(code) = out(&text) {
-                return code;
-            }
-            if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+        Ok((text, failed)) => finished(&text, failed),
         Err((message, usage)) => {
             eprintln!("jetrelay: {message}");
             if usage {
@@ -649,6 +624,19 @@ where
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+/// A command's text printed, and its exit: 1 when it `failed`, else 0 (or what [`out`]
+/// says).
+fn finished(text: &str, failed: bool) -> ExitCode {
+    if let Err(code) = out(text) {
+        return code;
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

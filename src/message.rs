@@ -463,6 +463,39 @@ pub fn header_block_len(headers: &[(String, String)]) -> usize {
 pub const MAX_HEADER_BLOCK: usize = 65_535;
 
 #[cfg(test)]
+impl Delivery {
+    /// For the app's wire tests: message `seq` of stream ORDERS (consumer c's 7th,
+    /// its first delivery), published 2023-11-14T22:13:20Z on `3.orders.eu` and
+    /// handed to the app as `orders.eu` of partition 3, with `headers` and
+    /// `payload`; no origin.
+    pub(crate) fn orders_eu(seq: u64, headers: &[(&str, &str)], payload: &[u8]) -> Delivery {
+        Delivery {
+            message: Message {
+                subject: "3.orders.eu".into(),
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                payload: Bytes::copy_from_slice(payload),
+            },
+            meta: Ok(Meta {
+                stream: "ORDERS".into(),
+                consumer: "c".into(),
+                stream_seq: seq,
+                consumer_seq: 7,
+                delivered: 1,
+                pending: 0,
+                published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
+            }),
+            partition: Some(3),
+            app_subject: "orders.eu".into(),
+            origin: None,
+            flaw: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -473,36 +506,35 @@ mod tests {
             ("never", Some(Ttl::Never)),
             ("NEVER", Some(Ttl::Never)),
             ("5", s(5)),
+            ("+3s", s(3)),
+            ("9223372036854775807", s(9_223_372_036_854_775_807)),
+            // Units, and fractions of them; what is under a second is cut off.
             ("90s", s(90)),
             ("1h30m", s(5400)),
             ("1.5m", s(90)),
+            (".5m", s(30)),
+            ("1.s", s(1)),
             ("1500ms", s(1)),
             ("2999ms", s(2)),
-            ("+3s", s(3)),
-            (".5m", s(30)),
             ("1s500ms", s(1)),
+            // Microseconds, in each of their spellings.
             ("1000000us", s(1)),
             ("1000000\u{b5}s", s(1)),
             ("1000000\u{3bc}s", s(1)),
-            ("0", None),
-            ("0s", None),
-            ("999ms", None),
-            ("-5s", None),
-            ("-5", None),
-            ("", None),
-            (" 5", None),
-            ("5 ", None),
-            ("5x", None),
-            ("s", None),
-            (".s", None),
-            ("1.s", s(1)),
-            ("forever", None),
-            ("99999999999999999999h", None),
-            ("9223372036854775807", s(9_223_372_036_854_775_807)),
-            ("9223372036854775808", None),
         ];
         for (value, want) in cases {
             assert_eq!(Ttl::parse(value), want, "{value:?}");
+        }
+        // No TTL: none under a second, none negative, nothing malformed, nothing past
+        // the nanoseconds an i64 holds.
+        let too_large = ["99999999999999999999h", "9223372036854775808"];
+        for value in [
+            "0", "0s", "999ms", "-5s", "-5", "", " 5", "5 ", "5x", "s", ".s", "forever",
+        ]
+        .into_iter()
+        .chain(too_large)
+        {
+            assert_eq!(Ttl::parse(value), None, "{value:?}");
         }
     }
 

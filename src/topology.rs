@@ -101,20 +101,24 @@ pub struct TopologyRequest {
     pub consumer_mode: ConsumerMode,
 }
 
-/// A stream's configuration, as far as this daemon cares.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A stream's configuration, as far as this daemon cares: one read from the server,
+/// or one this daemon would create. `[topology.managed_stream]` is one without its
+/// name (the source's stream names it; the config has no `name` key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct StreamSpec {
     /// The name.
+    #[serde(skip)]
     pub name: String,
-    /// Its subjects.
+    /// Its subjects (missing ones are added to an existing managed stream).
     pub subjects: Vec<String>,
     /// File or memory.
     pub storage: Storage,
-    /// Replicas.
+    /// Replicas (the config allows 1 to 5).
     pub replicas: u32,
-    /// Retention policy.
+    /// Limits, interest or work queue.
     pub retention: Retention,
-    /// Discard policy.
+    /// What a full stream discards.
     pub discard: Discard,
     /// Maximum age; 0 = unlimited.
     pub max_age_ms: u64,
@@ -124,14 +128,38 @@ pub struct StreamSpec {
     pub max_bytes: i64,
     /// The `Nats-Msg-Id` deduplication window.
     pub duplicate_window_ms: u64,
-    /// It answers direct gets (`jetrelay dlq` reads with them).
+    /// It answers direct gets (`jetrelay dlq` reads a stream with them).
     pub allow_direct: bool,
-    /// It takes atomic batches.
+    /// It takes atomic batches (what `[publish]` sends with `atomic = true`).
     pub allow_atomic: bool,
-    /// It takes per-message TTLs.
+    /// It takes per-message TTLs (`Nats-TTL`); the server never turns it off again.
     pub allow_msg_ttl: bool,
-    /// It takes fast-ingest batches (nats-server 2.14+).
+    /// It takes fast-ingest batches (nats-server 2.14+): what `jetrelay dlq replay
+    /// --fast` sends into this stream.
     pub allow_batched: bool,
+}
+
+/// The config's defaults: on file, one replica, no limits, a two-minute
+/// deduplication window, no flag.
+impl Default for StreamSpec {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            subjects: Vec::new(),
+            storage: Storage::File,
+            replicas: 1,
+            retention: Retention::Limits,
+            discard: Discard::Old,
+            max_age_ms: 0,
+            max_msgs: -1,
+            max_bytes: -1,
+            duplicate_window_ms: 120_000,
+            allow_direct: false,
+            allow_atomic: false,
+            allow_msg_ttl: false,
+            allow_batched: false,
+        }
+    }
 }
 
 /// What was (or will be) done to the stream, for a log line: `kept`, `created`, or
@@ -270,47 +298,19 @@ pub fn plan_stream(
 }
 
 fn stream_rows(have: &StreamSpec, want: &StreamSpec) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let mut cmp = |field, current, required| push_diff(&mut rows, field, current, required);
-    cmp(
-        "storage",
-        format!("{:?}", have.storage),
-        format!("{:?}", want.storage),
-    );
-    cmp(
-        "replicas",
-        have.replicas.to_string(),
-        want.replicas.to_string(),
-    );
-    cmp(
-        "retention",
-        format!("{:?}", have.retention),
-        format!("{:?}", want.retention),
-    );
-    cmp(
-        "discard",
-        format!("{:?}", have.discard),
-        format!("{:?}", want.discard),
-    );
-    cmp(
-        "max_age_ms",
-        have.max_age_ms.to_string(),
-        want.max_age_ms.to_string(),
-    );
-    cmp(
-        "max_msgs",
-        have.max_msgs.to_string(),
-        want.max_msgs.to_string(),
-    );
-    cmp(
-        "max_bytes",
-        have.max_bytes.to_string(),
-        want.max_bytes.to_string(),
-    );
-    cmp(
-        "duplicate_window_ms",
-        have.duplicate_window_ms.to_string(),
-        want.duplicate_window_ms.to_string(),
+    let mut rows = diff(
+        have,
+        want,
+        &[
+            ("storage", |s| format!("{:?}", s.storage)),
+            ("replicas", |s| s.replicas.to_string()),
+            ("retention", |s| format!("{:?}", s.retention)),
+            ("discard", |s| format!("{:?}", s.discard)),
+            ("max_age_ms", |s| s.max_age_ms.to_string()),
+            ("max_msgs", |s| s.max_msgs.to_string()),
+            ("max_bytes", |s| s.max_bytes.to_string()),
+            ("duplicate_window_ms", |s| s.duplicate_window_ms.to_string()),
+        ],
     );
     // A flag the config asks for and the stream lacks; one the stream has beyond
     // the config harms nothing and is not shown.
@@ -321,21 +321,33 @@ fn stream_rows(have: &StreamSpec, want: &StreamSpec) -> Vec<Row> {
         ("allow_batched", have.allow_batched, want.allow_batched),
     ] {
         if wants && !has {
-            cmp(field, has.to_string(), wants.to_string());
+            rows.push(Row {
+                field,
+                current: has.to_string(),
+                required: wants.to_string(),
+            });
         }
     }
     rows
 }
 
-/// Adds a row when the values differ.
-fn push_diff(rows: &mut Vec<Row>, field: &'static str, current: String, required: String) {
-    if current != required {
-        rows.push(Row {
-            field,
-            current,
-            required,
-        });
-    }
+/// A field's name and how a spec shows it in a row.
+type Field<T> = (&'static str, fn(&T) -> String);
+
+/// A row for each field where `current` and `required` show differently, in the
+/// fields' order.
+fn diff<T>(current: &T, required: &T, fields: &[Field<T>]) -> Vec<Row> {
+    fields
+        .iter()
+        .filter_map(|&(field, show)| {
+            let (current, required) = (show(current), show(required));
+            (current != required).then_some(Row {
+                field,
+                current,
+                required,
+            })
+        })
+        .collect()
 }
 
 /// The pinned-client priority settings of a consumer.
@@ -389,79 +401,39 @@ pub struct Row {
 
 /// The fields where `current` differs from `required`; empty means compatible.
 pub fn compare_consumer(required: &ConsumerSpec, current: &ConsumerSpec) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let mut cmp = |field, current, required| push_diff(&mut rows, field, current, required);
-    let sorted = |v: &[String]| {
-        let mut v = v.to_vec();
-        v.sort();
-        format!("{v:?}")
-    };
-    let priority = |p: &Option<Priority>| match p {
-        None => "none".to_string(),
-        Some(p) => format!("pinned_client group {} timeout {}ms", p.group, p.timeout_ms),
-    };
-    cmp("pull", current.pull.to_string(), required.pull.to_string());
-    cmp(
-        "durable",
-        current.durable.to_string(),
-        required.durable.to_string(),
-    );
-    cmp(
-        "inactive_threshold_ms",
-        current.inactive_threshold_ms.to_string(),
-        required.inactive_threshold_ms.to_string(),
-    );
-    cmp(
-        "filter_subjects",
-        sorted(&current.filter_subjects),
-        sorted(&required.filter_subjects),
-    );
-    cmp(
-        "deliver_policy",
-        current.deliver_policy.clone(),
-        required.deliver_policy.clone(),
-    );
-    cmp(
-        "ack_policy",
-        if current.ack_explicit {
-            "explicit"
-        } else {
-            "not explicit"
-        }
-        .into(),
-        if required.ack_explicit {
-            "explicit"
-        } else {
-            "not explicit"
-        }
-        .into(),
-    );
-    cmp(
-        "ack_wait_ms",
-        current.ack_wait_ms.to_string(),
-        required.ack_wait_ms.to_string(),
-    );
-    cmp(
-        "max_deliver",
-        current.max_deliver.to_string(),
-        required.max_deliver.to_string(),
-    );
-    cmp(
-        "max_ack_pending",
-        current.max_ack_pending.to_string(),
-        required.max_ack_pending.to_string(),
-    );
-    cmp(
-        "backoff_ms",
-        format!("{:?}", current.backoff_ms),
-        format!("{:?}", required.backoff_ms),
-    );
-    cmp(
-        "priority",
-        priority(&current.priority),
-        priority(&required.priority),
-    );
-    rows
+    diff(
+        current,
+        required,
+        &[
+            ("pull", |c| c.pull.to_string()),
+            ("durable", |c| c.durable.to_string()),
+            ("inactive_threshold_ms", |c| {
+                c.inactive_threshold_ms.to_string()
+            }),
+            ("filter_subjects", |c| {
+                let mut v = c.filter_subjects.clone();
+                v.sort();
+                format!("{v:?}")
+            }),
+            ("deliver_policy", |c| c.deliver_policy.clone()),
+            ("ack_policy", |c| {
+                if c.ack_explicit {
+                    "explicit"
+                } else {
+                    "not explicit"
+                }
+                .into()
+            }),
+            ("ack_wait_ms", |c| c.ack_wait_ms.to_string()),
+            ("max_deliver", |c| c.max_deliver.to_string()),
+            ("max_ack_pending", |c| c.max_ack_pending.to_string()),
+            ("backoff_ms", |c| format!("{:?}", c.backoff_ms)),
+            ("priority", |c| match &c.priority {
+                None => "none".to_string(),
+                Some(p) => format!("pinned_client group {} timeout {}ms", p.group, p.timeout_ms),
+            }),
+        ],
+    )
 }
 
 /// What to do about the consumer.
@@ -503,20 +475,12 @@ pub struct Table<'a>(pub &'a [Row]);
 
 impl fmt::Display for Table<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let w0 = self
-            .0
-            .iter()
-            .map(|r| r.field.len())
-            .max()
-            .unwrap_or(0)
-            .max(5);
-        let w1 = self
-            .0
-            .iter()
-            .map(|r| r.current.len())
-            .max()
-            .unwrap_or(0)
-            .max(7);
+        // A column is as wide as its widest cell, the header's included.
+        let width = |cell: fn(&Row) -> usize, header: &str| {
+            self.0.iter().map(cell).fold(header.len(), usize::max)
+        };
+        let w0 = width(|r| r.field.len(), "field");
+        let w1 = width(|r| r.current.len(), "current");
         writeln!(f, "{:<w0$}  {:<w1$}  required", "field", "current")?;
         for r in self.0 {
             writeln!(f, "{:<w0$}  {:<w1$}  {}", r.field, r.current, r.required)?;
@@ -533,18 +497,7 @@ mod tests {
         StreamSpec {
             name: "S".into(),
             subjects: subjects.iter().map(|s| s.to_string()).collect(),
-            storage: Storage::File,
-            replicas: 1,
-            retention: Retention::Limits,
-            discard: Discard::Old,
-            max_age_ms: 0,
-            max_msgs: -1,
-            max_bytes: -1,
-            duplicate_window_ms: 120_000,
-            allow_direct: false,
-            allow_atomic: false,
-            allow_msg_ttl: false,
-            allow_batched: false,
+            ..StreamSpec::default()
         }
     }
 

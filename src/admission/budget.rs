@@ -360,6 +360,25 @@ mod tests {
         share.freed().now_or_never().is_some()
     }
 
+    /// A budget of `total` slots (`reserve` kept for each source) and two sources of
+    /// it, a and b, of weight 1.
+    fn two(total: u32, reserve: u32) -> (Budget, BudgetShare, BudgetShare) {
+        let budget = Budget::new(total, reserve);
+        let (a, b) = (budget.member("a", 1), budget.member("b", 1));
+        (budget, a, b)
+    }
+
+    /// A budget of 4 where b waits for its share, 2, and a holds the other 2: the two
+    /// sources and a's permits.
+    fn half_kept_for_b() -> (BudgetShare, BudgetShare, Vec<BudgetPermit>) {
+        let (_, a, b) = two(4, 0);
+        b.set_waiting(true);
+        let held = take(&a, 2);
+        assert!(a.try_start().is_none(), "B's two are kept");
+        (a, b, held)
+    }
+
+    /// `n` requests started by `share`, each of which must be let start.
     fn take(share: &BudgetShare, n: usize) -> Vec<BudgetPermit> {
         (0..n)
             .map(|k| {
@@ -408,11 +427,7 @@ mod tests {
 
     #[test]
     fn a_new_weight_moves_the_shares() {
-        let budget = Budget::new(4, 0);
-        let (a, b) = (budget.member("a", 1), budget.member("b", 1));
-        b.set_waiting(true);
-        let _a = take(&a, 2);
-        assert!(a.try_start().is_none(), "B's two are kept");
+        let (a, b, _a) = half_kept_for_b();
         b.set_weight(3);
         assert!(!woken(&a), "B's share grew to 3");
         b.set_weight(0);
@@ -422,8 +437,7 @@ mod tests {
 
     #[test]
     fn an_idle_share_is_lent_and_given_back_as_slots_free() {
-        let budget = Budget::new(10, 0);
-        let (a, b) = (budget.member("a", 1), budget.member("b", 1));
+        let (budget, a, b) = two(10, 0);
         a.set_limit(32);
         b.set_limit(32);
         // B has nothing: A may take the whole total.
@@ -447,8 +461,7 @@ mod tests {
 
     #[test]
     fn a_reserve_is_never_lent_to_a_source_whose_requests_hang() {
-        let budget = Budget::new(8, 1);
-        let (a, b) = (budget.member("a", 1), budget.member("b", 1));
+        let (budget, a, b) = two(8, 1);
         a.set_limit(32);
         b.set_limit(32);
         // B has nothing: A takes all but B's reserve, and its requests never end.
@@ -469,8 +482,7 @@ mod tests {
 
     #[test]
     fn what_an_own_limit_cannot_use_is_lent() {
-        let budget = Budget::new(10, 0);
-        let (a, b) = (budget.member("a", 1), budget.member("b", 1));
+        let (budget, a, b) = two(10, 0);
         a.set_limit(32);
         b.set_limit(2);
         b.set_waiting(true);
@@ -483,11 +495,7 @@ mod tests {
 
     #[test]
     fn giving_up_a_share_wakes_who_it_lets_start() {
-        let budget = Budget::new(4, 0);
-        let (a, b) = (budget.member("a", 1), budget.member("b", 1));
-        b.set_waiting(true);
-        let _a = take(&a, 2);
-        assert!(a.try_start().is_none(), "B's two are kept");
+        let (a, b, _a) = half_kept_for_b();
         assert!(!woken(&a));
         b.set_waiting(false);
         assert!(woken(&a), "B lends its share");
@@ -519,8 +527,7 @@ mod tests {
 
     #[test]
     fn a_dropped_share_counts_until_its_requests_end() {
-        let budget = Budget::new(4, 0);
-        let (a, b) = (budget.member("a", 1), budget.member("b", 1));
+        let (budget, a, b) = two(4, 0);
         let held = take(&a, 3);
         drop(a);
         assert_eq!(budget.in_flight(), 3);

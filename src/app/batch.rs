@@ -292,10 +292,12 @@ impl<'de> Visitor<'de> for Result_ {
                     retry_after = map.next_value::<Option<u64>>()?.map(Duration::from_millis);
                 }
                 "publish" => {
-                    outputs = Some(map.next_value_seed(outputs::document::List {
-                        author: Author::Answer,
-                        max: self.0.outputs,
-                    })?);
+                    outputs = Some(map.next_value_seed(outputs::document::Seed(
+                        outputs::document::List {
+                            author: Author::Answer,
+                            max: self.0.outputs,
+                        },
+                    ))?);
                 }
                 other => return Err(de::Error::custom(format!("unknown field {other:?}"))),
             }
@@ -311,38 +313,17 @@ impl<'de> Visitor<'de> for Result_ {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-    use time::OffsetDateTime;
 
     use super::*;
-    use crate::message::{Delivery, Message, Meta, Origin};
+    use crate::message::{Delivery, Origin};
 
     fn delivery(seq: u64, payload: &[u8], headers: &[(&str, &str)]) -> Delivery {
         Delivery {
-            message: Message {
-                subject: "3.orders.eu".into(),
-                headers: headers
-                    .iter()
-                    .map(|(n, v)| (n.to_string(), v.to_string()))
-                    .collect(),
-                payload: Bytes::copy_from_slice(payload),
-            },
-            meta: Ok(Meta {
-                stream: "ORDERS".into(),
-                consumer: "c".into(),
-                stream_seq: seq,
-                consumer_seq: seq,
-                delivered: 1,
-                pending: 0,
-                published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
-            }),
-            partition: Some(3),
-            app_subject: "orders.eu".into(),
             origin: Some(Origin {
                 stream: "SRC".into(),
                 sequence: 40,
             }),
-            flaw: None,
+            ..Delivery::orders_eu(seq, headers, payload)
         }
     }
 

@@ -359,9 +359,7 @@ pub fn is_valid_value(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{Delivery, Message, Meta};
-    use bytes::Bytes;
-    use time::OffsetDateTime;
+    use crate::message::Delivery;
 
     /// Leaked: the mapped headers borrow from the delivery, and the tests build
     /// it inline.
@@ -375,27 +373,9 @@ mod tests {
         origin: Option<crate::message::Origin>,
     ) -> Offered<'static> {
         let delivery: &'static Delivery = Box::leak(Box::new(Delivery {
-            message: Message {
-                subject: "3.orders.eu".into(),
-                headers: headers
-                    .iter()
-                    .map(|(n, v)| (n.to_string(), v.to_string()))
-                    .collect(),
-                payload: Bytes::from_static(b"x"),
-            },
-            meta: Ok(Meta {
-                stream: "ORDERS".into(),
-                consumer: "c".into(),
-                stream_seq: 42,
-                consumer_seq: 7,
-                delivered: 2,
-                pending: 0,
-                published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
-            }),
             partition,
-            app_subject: "orders.eu".into(),
             origin,
-            flaw: None,
+            ..Delivery::orders_eu(42, headers, b"x")
         }));
         Offered::Delivery(delivery)
     }
@@ -728,14 +708,23 @@ mod tests {
 
     #[test]
     fn cloudevents_binary_mode_table() {
-        let ce = |headers: &[(&str, &str)]| {
+        let ce_passing = |pass: &Pass, headers: &[(&str, &str)]| {
             map(
                 delivery(headers, Some(3)),
                 1,
-                &Pass::default(),
+                pass,
                 RequestFormat::Cloudevents,
                 None,
             )
+        };
+        let ce = |headers: &[(&str, &str)]| ce_passing(&Pass::default(), headers);
+        // A message that says it is CloudEvent evt-1 of type `ty`.
+        let event = |ty| {
+            [
+                ("ce-specversion", "1.0"),
+                ("ce-id", "evt-1"),
+                ("ce-type", ty),
+            ]
         };
         let m = ce(&[("X-Trace", "t"), ("ce-type", "forged")]);
         assert_eq!(get(&m, "ce-specversion"), ["1.0"]);
@@ -775,38 +764,12 @@ mod tests {
         // http.pass_headers decides which of its own pass: with only X-* passing, the
         // message is not taken for a CloudEvent, and its ce-* headers are jetrelay's.
         let only_x = Pass::new(&["X-*".to_string()]);
-        let m = map(
-            delivery(
-                &[
-                    ("ce-specversion", "1.0"),
-                    ("ce-id", "evt-1"),
-                    ("ce-type", "forged"),
-                ],
-                Some(3),
-            ),
-            1,
-            &only_x,
-            RequestFormat::Cloudevents,
-            None,
-        );
+        let m = ce_passing(&only_x, &event("forged"));
         assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
         assert_eq!(get(&m, "ce-type"), ["io.nats.jetstream.message"]);
         // Passing ce-specversion and ce-type but not ce-id: the id is jetrelay's.
         let some = Pass::new(&["ce-specversion".to_string(), "ce-type".to_string()]);
-        let m = map(
-            delivery(
-                &[
-                    ("ce-specversion", "1.0"),
-                    ("ce-id", "evt-1"),
-                    ("ce-type", "com.example.order"),
-                ],
-                Some(3),
-            ),
-            1,
-            &some,
-            RequestFormat::Cloudevents,
-            None,
-        );
+        let m = ce_passing(&some, &event("com.example.order"));
         assert_eq!(get(&m, "ce-id"), ["ORDERS:42"]);
         assert_eq!(get(&m, "ce-type"), ["com.example.order"]);
         // Raw: nothing added.

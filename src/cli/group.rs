@@ -519,23 +519,16 @@ fn info(r: GroupReport, json: bool) -> String {
 mod tests {
     use super::*;
 
-    fn a(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    /// A command line's words, split at spaces.
+    fn a(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_string).collect()
     }
 
     #[test]
     fn wildcards_pair_with_the_filter_before_them() {
-        let f = pair_filters(&a(&[
-            "x",
-            "--filter",
-            "foo.*.*",
-            "--wildcards",
-            "1,2",
-            "--filter=bar.>",
-            "--filter",
-            "baz.*",
-            "--wildcards=1",
-        ]))
+        let f = pair_filters(&a(
+            "x --filter foo.*.* --wildcards 1,2 --filter=bar.> --filter baz.* --wildcards=1",
+        ))
         .unwrap();
         assert_eq!(
             f,
@@ -554,14 +547,14 @@ mod tests {
                 },
             ]
         );
-        assert!(pair_filters(&a(&["--wildcards", "1"])).is_err());
-        assert!(pair_filters(&a(&["--filter", "a.*", "--wildcards", "x"])).is_err());
+        assert!(pair_filters(&a("--wildcards 1")).is_err());
+        assert!(pair_filters(&a("--filter a.* --wildcards x")).is_err());
     }
 
     #[test]
     fn mappings_parse_or_name_the_bad_entry() {
         assert_eq!(
-            parse_mappings(&a(&["m1:0,1", "m2:2", "m3:"])).unwrap(),
+            parse_mappings(&a("m1:0,1 m2:2 m3:")).unwrap(),
             vec![
                 MemberMapping {
                     member: "m1".into(),
@@ -577,9 +570,9 @@ mod tests {
                 },
             ]
         );
-        let err = parse_mappings(&a(&["m1:0,x"])).unwrap_err();
+        let err = parse_mappings(&a("m1:0,x")).unwrap_err();
         assert!(err.to_string().contains("m1:0,x"));
-        assert!(parse_mappings(&a(&["m1"])).is_err());
+        assert!(parse_mappings(&a("m1")).is_err());
     }
 
     fn report(members: Vec<String>) -> GroupReport {

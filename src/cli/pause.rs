@@ -425,23 +425,24 @@ mod tests {
 
     #[test]
     fn a_pause_to_a_stated_time_is_reported_as_that_time_however_far() {
-        let far = crate::duration::LATEST_TAKEN;
-        let stated = Request::Pause {
-            until: far,
-            open_ended: false,
-        };
-        assert_eq!(
-            human(&result(Some("2262-04-11T23:47:15Z")), &stated),
-            "paused S > C until 2262-04-11T23:47:15Z"
-        );
-        let open = Request::Pause {
-            until: far,
-            open_ended: true,
-        };
-        assert_eq!(
-            human(&result(Some("2262-04-11T23:47:16.854775807Z")), &open),
-            "paused S > C until resumed (jetrelay resume)"
-        );
+        // A stated time, and the open-ended pause (what the server says it ends).
+        for (open_ended, until, says) in [
+            (false, "2262-04-11T23:47:15Z", "until 2262-04-11T23:47:15Z"),
+            (
+                true,
+                "2262-04-11T23:47:16.854775807Z",
+                "until resumed (jetrelay resume)",
+            ),
+        ] {
+            let request = Request::Pause {
+                until: crate::duration::LATEST_TAKEN,
+                open_ended,
+            };
+            assert_eq!(
+                human(&result(Some(until)), &request),
+                format!("paused S > C {says}")
+            );
+        }
     }
 
     #[test]

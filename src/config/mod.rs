@@ -42,7 +42,7 @@ pub use self::publish::{MAX_PUBLISH_BYTES, MAX_PUBLISH_MESSAGES, PublishConfig};
 pub use self::routes::RouteConfig;
 pub use self::source::{EndpointConfig, SourceConfig, SourceKind, SourceSpec};
 pub use self::sources::{DEFAULT_SOURCE, SOURCE_TABLES, SourceView, valid_name};
-pub use self::topology::{ManagedStreamConfig, TopologyConfig};
+pub use self::topology::TopologyConfig;
 use crate::seam::Ordering;
 pub use crate::topology::OnMissing;
 

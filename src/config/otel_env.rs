@@ -76,46 +76,7 @@ pub(super) fn read(get: &dyn Fn(&str) -> Option<String>) -> Result<Vec<OtelVar>,
         p.env = Some(var.to_string());
         problems.push(p);
     };
-    let protocol = var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        .map(|v| ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v))
-        .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL").map(|v| ("OTEL_EXPORTER_OTLP_PROTOCOL", v)));
-    let grpc = match &protocol {
-        Some((name, v)) => match v.as_str() {
-            "http/protobuf" | "grpc" => {
-                out.push(OtelVar::new(name, "otel.protocol", v.as_str()));
-                v == "grpc"
-            }
-            other => {
-                problem(
-                    "otel.protocol",
-                    name,
-                    format!("{other:?}: jetrelay exports \"http/protobuf\" or \"grpc\""),
-                );
-                false
-            }
-        },
-        None => false,
-    };
-    // The signal's own endpoint is the whole URL (its path is the traces' path);
-    // the general one is the base that `/v1/traces` is added to.
-    if let Some(v) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-        let base = if grpc {
-            v.as_str()
-        } else {
-            v.trim_end_matches('/').trim_end_matches("/v1/traces")
-        };
-        out.push(OtelVar::new(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "otel.endpoint",
-            base,
-        ));
-    } else if let Some(v) = var("OTEL_EXPORTER_OTLP_ENDPOINT") {
-        out.push(OtelVar::new(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "otel.endpoint",
-            v.as_str(),
-        ));
-    }
+    exporter(&var, &mut out, &mut problem);
     for name in [
         "OTEL_EXPORTER_OTLP_HEADERS",
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
@@ -173,6 +134,54 @@ pub(super) fn read(get: &dyn Fn(&str) -> Option<String>) -> Result<Vec<OtelVar>,
         Ok(out)
     } else {
         Err(problems)
+    }
+}
+
+/// Where and how spans go: the protocol, then the endpoint (the signal's own is the
+/// whole URL, its path the traces' path; the general one is the base that
+/// `/v1/traces` is added to).
+fn exporter(
+    var: &dyn Fn(&str) -> Option<String>,
+    out: &mut Vec<OtelVar>,
+    problem: &mut dyn FnMut(&str, &str, String),
+) {
+    let protocol = var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .map(|v| ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v))
+        .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL").map(|v| ("OTEL_EXPORTER_OTLP_PROTOCOL", v)));
+    let grpc = match &protocol {
+        Some((name, v)) => match v.as_str() {
+            "http/protobuf" | "grpc" => {
+                out.push(OtelVar::new(name, "otel.protocol", v.as_str()));
+                v == "grpc"
+            }
+            other => {
+                problem(
+                    "otel.protocol",
+                    name,
+                    format!("{other:?}: jetrelay exports \"http/protobuf\" or \"grpc\""),
+                );
+                false
+            }
+        },
+        None => false,
+    };
+    if let Some(v) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        let base = if grpc {
+            v.as_str()
+        } else {
+            v.trim_end_matches('/').trim_end_matches("/v1/traces")
+        };
+        out.push(OtelVar::new(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "otel.endpoint",
+            base,
+        ));
+    } else if let Some(v) = var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        out.push(OtelVar::new(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "otel.endpoint",
+            v.as_str(),
+        ));
     }
 }
 

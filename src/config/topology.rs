@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Config, DAY, HOUR, Problems};
 use crate::subject;
-use crate::topology::{ConsumerMode, Discard, OnMissing, Retention, Storage, StreamMode};
+use crate::topology::{ConsumerMode, OnMissing, StreamMode, StreamSpec};
 
 /// `[topology]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -21,8 +21,9 @@ pub struct TopologyConfig {
     pub retry_initial_ms: u64,
     /// The longest wait.
     pub retry_max_ms: u64,
-    /// The complete config of a managed stream.
-    pub managed_stream: Option<ManagedStreamConfig>,
+    /// The complete config of a managed stream (`[topology.managed_stream]`), named
+    /// by the source's stream.
+    pub managed_stream: Option<StreamSpec>,
 }
 
 impl Default for TopologyConfig {
@@ -34,59 +35,6 @@ impl Default for TopologyConfig {
             retry_initial_ms: 500,
             retry_max_ms: 30_000,
             managed_stream: None,
-        }
-    }
-}
-
-/// `[topology.managed_stream]`: the complete config of a stream this daemon owns.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ManagedStreamConfig {
-    /// Its subjects (missing ones are added to an existing stream).
-    pub subjects: Vec<String>,
-    /// File or memory.
-    pub storage: Storage,
-    /// Replicas (1 to 5).
-    pub replicas: u32,
-    /// Limits, interest or work queue.
-    pub retention: Retention,
-    /// What a full stream discards.
-    pub discard: Discard,
-    /// 0 = unlimited.
-    pub max_age_ms: u64,
-    /// -1 = unlimited.
-    pub max_msgs: i64,
-    /// -1 = unlimited.
-    pub max_bytes: i64,
-    /// The `Nats-Msg-Id` deduplication window.
-    pub duplicate_window_ms: u64,
-    /// Direct gets (`jetrelay dlq` reads a stream with them).
-    pub allow_direct: bool,
-    /// Atomic batch publish (what `[publish]` sends with `atomic = true`).
-    pub allow_atomic: bool,
-    /// Per-message TTLs (`Nats-TTL`); the server never turns it off again.
-    pub allow_msg_ttl: bool,
-    /// Fast-ingest batches (nats-server 2.14+): what `jetrelay dlq replay --fast`
-    /// sends into this stream.
-    pub allow_batched: bool,
-}
-
-impl Default for ManagedStreamConfig {
-    fn default() -> Self {
-        Self {
-            subjects: Vec::new(),
-            storage: Storage::File,
-            replicas: 1,
-            retention: Retention::Limits,
-            discard: Discard::Old,
-            max_age_ms: 0,
-            max_msgs: -1,
-            max_bytes: -1,
-            duplicate_window_ms: 120_000,
-            allow_direct: false,
-            allow_atomic: false,
-            allow_msg_ttl: false,
-            allow_batched: false,
         }
     }
 }

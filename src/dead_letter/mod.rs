@@ -83,16 +83,20 @@ pub fn left_out(name: &str) -> bool {
     lower.starts_with("nats-") || lower.starts_with("jetrelay-")
 }
 
-/// The headers of the DLQ message.
-pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
-    let d = dl.delivery;
-    let mut out: Vec<(String, String)> = d
-        .message
+/// The original headers a letter keeps (those not [`left_out`]).
+fn kept(d: &Delivery) -> Vec<(String, String)> {
+    d.message
         .headers
         .iter()
         .filter(|(n, _)| !left_out(n))
         .cloned()
-        .collect();
+        .collect()
+}
+
+/// The headers of the DLQ message.
+pub fn headers(dl: &DeadLetter<'_>) -> Vec<(String, String)> {
+    let d = dl.delivery;
+    let mut out = kept(d);
     let mut add = |n: &str, v: String| out.push((n.to_string(), v));
     // As published: a replay to it goes through a group's partition transform again.
     add(header::SUBJECT, d.app_subject.clone());
@@ -187,14 +191,7 @@ pub fn letter(dl: &DeadLetter<'_>, max_payload: usize, at_least: Shed) -> Option
     while let Some(level) = shed {
         let mut headers = headers(dl);
         if level >= Shed::Headers {
-            let original: Vec<(String, String)> = dl
-                .delivery
-                .message
-                .headers
-                .iter()
-                .filter(|(n, _)| !left_out(n))
-                .cloned()
-                .collect();
+            let original = kept(dl.delivery);
             headers.retain(|h| !original.contains(h));
             headers.push((
                 header::HEADERS_OMITTED.to_string(),

@@ -494,78 +494,24 @@ mod tests {
     fn selections_table() {
         let at = |t: &str| OffsetDateTime::parse(t, &Rfc3339).unwrap();
         let e = entry(&letter(7, &[]));
+        /// A selection of one criterion.
+        fn only(set: impl FnOnce(&mut Selection)) -> Selection {
+            let mut s = Selection::default();
+            set(&mut s);
+            s
+        }
         let cases = [
             (Selection::default(), true),
-            (
-                Selection {
-                    seqs: Some((7, 7)),
-                    ..Default::default()
-                },
-                true,
-            ),
-            (
-                Selection {
-                    seqs: Some((8, 9)),
-                    ..Default::default()
-                },
-                false,
-            ),
-            (
-                Selection {
-                    since: Some(at("2026-11-30T09:00:00Z")),
-                    ..Default::default()
-                },
-                true,
-            ),
-            (
-                Selection {
-                    since: Some(at("2026-11-30T11:00:00Z")),
-                    ..Default::default()
-                },
-                false,
-            ),
-            (
-                Selection {
-                    subject: Some("orders.*".into()),
-                    ..Default::default()
-                },
-                true,
-            ),
-            (
-                Selection {
-                    subject: Some("orders.us".into()),
-                    ..Default::default()
-                },
-                false,
-            ),
-            (
-                Selection {
-                    status: Some(503),
-                    ..Default::default()
-                },
-                true,
-            ),
-            (
-                Selection {
-                    status: Some(400),
-                    ..Default::default()
-                },
-                false,
-            ),
-            (
-                Selection {
-                    consumer: Some("w".into()),
-                    ..Default::default()
-                },
-                true,
-            ),
-            (
-                Selection {
-                    consumer: Some("w2".into()),
-                    ..Default::default()
-                },
-                false,
-            ),
+            (only(|s| s.seqs = Some((7, 7))), true),
+            (only(|s| s.seqs = Some((8, 9))), false),
+            (only(|s| s.since = Some(at("2026-11-30T09:00:00Z"))), true),
+            (only(|s| s.since = Some(at("2026-11-30T11:00:00Z"))), false),
+            (only(|s| s.subject = Some("orders.*".into())), true),
+            (only(|s| s.subject = Some("orders.us".into())), false),
+            (only(|s| s.status = Some(503)), true),
+            (only(|s| s.status = Some(400)), false),
+            (only(|s| s.consumer = Some("w".into())), true),
+            (only(|s| s.consumer = Some("w2".into())), false),
         ];
         for (s, want) in cases {
             assert_eq!(s.matches(&e), want, "{s:?}");

@@ -576,6 +576,13 @@ impl GroupSource {
         }
     }
 
+    /// Deletes this member's consumer `name`; a failure is logged, not returned.
+    async fn delete_or_warn(&mut self, name: &str) {
+        if let Err(e) = self.nats.delete_consumer(&self.consumer_stream, name).await {
+            tracing::warn!(error = %e, "cannot delete the member consumer");
+        }
+    }
+
     /// Ends the member: stops pulling and, for static groups, deletes its consumer
     /// (as the reference does on deletion and on any change).
     async fn finish(&mut self, ev: PullEvent) {
@@ -585,13 +592,7 @@ impl GroupSource {
         }
         if self.s.flavour == Flavour::Static && !self.filters.is_empty() {
             let name = pcgc::static_consumer(&self.s.group, &self.s.member);
-            if let Err(e) = self
-                .nats
-                .delete_consumer(&self.consumer_stream, &name)
-                .await
-            {
-                tracing::warn!(error = %e, "cannot delete the member consumer");
-            }
+            self.delete_or_warn(&name).await;
         }
         self.pending.push_back(ev);
     }
@@ -789,13 +790,7 @@ impl Source for GroupSource {
             // stream's first unacknowledged message.
             let name = self.s.member.clone();
             self.carry_pause(&name).await;
-            if let Err(e) = self
-                .nats
-                .delete_consumer(&self.consumer_stream, &name)
-                .await
-            {
-                tracing::warn!(error = %e, "cannot delete the member consumer");
-            }
+            self.delete_or_warn(&name).await;
             self.join_or_log().await;
         } else {
             // Let the pinned instance go first (non-blocking back-off).

@@ -107,17 +107,19 @@ pub enum ModelError {
     Legacy,
 }
 
-fn strings(v: Option<&Value>, key: &'static str) -> Result<Vec<String>, ModelError> {
+/// An array field (absent or `null`: empty), each item read by `item`; `problem`
+/// says what an item that does not read is not.
+fn array<'a, T>(
+    v: Option<&'a Value>,
+    key: &'static str,
+    item: impl Fn(&'a Value) -> Option<T>,
+    problem: &'static str,
+) -> Result<Vec<T>, ModelError> {
     match v {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => a
             .iter()
-            .map(|x| {
-                x.as_str().map(str::to_string).ok_or(ModelError::Field {
-                    key,
-                    problem: "must be an array of strings",
-                })
-            })
+            .map(|x| item(x).ok_or(ModelError::Field { key, problem }))
             .collect(),
         Some(_) => Err(ModelError::Field {
             key,
@@ -126,47 +128,21 @@ fn strings(v: Option<&Value>, key: &'static str) -> Result<Vec<String>, ModelErr
     }
 }
 
+fn strings(v: Option<&Value>, key: &'static str) -> Result<Vec<String>, ModelError> {
+    let string = |x: &Value| x.as_str().map(str::to_string);
+    array(v, key, string, "must be an array of strings")
+}
+
 fn numbers(v: Option<&Value>, key: &'static str) -> Result<Vec<u32>, ModelError> {
-    match v {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|x| {
-                x.as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or(ModelError::Field {
-                        key,
-                        problem: "must be an array of non-negative integers",
-                    })
-            })
-            .collect(),
-        Some(_) => Err(ModelError::Field {
-            key,
-            problem: "must be an array",
-        }),
-    }
+    let number = |x: &Value| x.as_u64().and_then(|n| u32::try_from(n).ok());
+    array(v, key, number, "must be an array of non-negative integers")
 }
 
 fn objects<'a>(
     v: Option<&'a Value>,
     key: &'static str,
 ) -> Result<Vec<&'a Map<String, Value>>, ModelError> {
-    match v {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|x| {
-                x.as_object().ok_or(ModelError::Field {
-                    key,
-                    problem: "must be an array of objects",
-                })
-            })
-            .collect(),
-        Some(_) => Err(ModelError::Field {
-            key,
-            problem: "must be an array",
-        }),
-    }
+    array(v, key, Value::as_object, "must be an array of objects")
 }
 
 fn int64(v: Option<&Value>, key: &'static str) -> Result<i64, ModelError> {
@@ -687,47 +663,27 @@ mod tests {
             filter: "foo.*".into(),
             wildcards: vec![1],
         }];
-        let with = |n: u32, members: &[&str], maps: Vec<MemberMapping>| {
+        let with = |n: u32, members: &[&str], maps: &[(&str, &[u32])]| {
             let mut g = GroupConfig::new_elastic(n, filter.clone(), 0, 0);
             g.members = members.iter().map(|m| m.to_string()).collect();
-            g.member_mappings = maps;
+            g.member_mappings = maps.iter().map(|(m, p)| mapping(m, p)).collect();
             g.problems().is_empty()
         };
-        assert!(with(2, &["m1", "m2"], vec![]));
-        assert!(!with(2, &["m1"], vec![mapping("m1", &[0, 1])]));
-        assert!(with(2, &[], vec![mapping("m1", &[0, 1])]));
-        assert!(!with(2, &[], vec![mapping("m1", &[1, 1])]));
-        assert!(!with(2, &[], vec![mapping("m1", &[1])]));
-        assert!(!with(2, &[], vec![mapping("m1", &[0, 1, 2])]));
-        assert!(!with(2, &[], vec![mapping("m1", &[0, 2])]));
-        assert!(!with(
-            2,
-            &[],
-            vec![mapping("m1", &[0]), mapping("m1", &[1])]
-        ));
-        assert!(!with(
-            2,
-            &[],
-            vec![mapping("m1", &[0, 1]), mapping("m2", &[0, 1])]
-        ));
-        assert!(!with(2, &[], vec![mapping("m1", &[2, 3])]));
-        assert!(with(2, &[], vec![mapping("m1", &[0]), mapping("m2", &[1])]));
-        assert!(!with(
-            3,
-            &[],
-            vec![mapping("m1", &[0]), mapping("m2", &[1])]
-        ));
-        assert!(!with(
-            3,
-            &[],
-            vec![mapping("m1", &[0, 2]), mapping("m2", &[1, 2])]
-        ));
-        assert!(with(
-            3,
-            &[],
-            vec![mapping("m1", &[0, 2]), mapping("m2", &[1])]
-        ));
-        assert!(!with(0, &[], vec![]));
+        assert!(with(2, &["m1", "m2"], &[]));
+        assert!(!with(2, &["m1"], &[("m1", &[0, 1])]));
+        assert!(with(2, &[], &[("m1", &[0, 1])]));
+        assert!(!with(2, &[], &[("m1", &[1, 1])]));
+        assert!(!with(2, &[], &[("m1", &[1])]));
+        assert!(!with(2, &[], &[("m1", &[0, 1, 2])]));
+        assert!(!with(2, &[], &[("m1", &[0, 2])]));
+        assert!(!with(2, &[], &[("m1", &[0]), ("m1", &[1])]));
+        assert!(!with(2, &[], &[("m1", &[0, 1]), ("m2", &[0, 1])]));
+        assert!(!with(2, &[], &[("m1", &[2, 3])]));
+        assert!(with(2, &[], &[("m1", &[0]), ("m2", &[1])]));
+        assert!(!with(3, &[], &[("m1", &[0]), ("m2", &[1])]));
+        assert!(!with(3, &[], &[("m1", &[0, 2]), ("m2", &[1, 2])]));
+        assert!(with(3, &[], &[("m1", &[0, 2]), ("m2", &[1])]));
+        assert!(!with(0, &[], &[]));
         let bad = |f: &str, w: &[u32]| {
             GroupConfig::new_elastic(
                 2,

@@ -650,60 +650,41 @@ mod tests {
             body,
             cause: "c".into(),
         };
-        let cases = [
-            (
-                b(true, Some(K::ConnectionRefused), false, false),
-                Outcome::Unreachable,
-                "connection refused",
-            ),
-            (
-                b(true, Some(K::NotFound), false, false),
-                Outcome::Unreachable,
-                "no socket",
-            ),
-            (
-                b(true, None, false, true),
-                Outcome::Unreachable,
-                "tls handshake failed",
-            ),
-            (
-                b(true, Some(K::Other), false, false),
-                Outcome::Unreachable,
-                "cannot connect",
-            ),
-            (
-                b(false, Some(K::ConnectionReset), false, false),
-                Outcome::TransportError,
-                "connection reset",
-            ),
-            (
-                b(false, Some(K::UnexpectedEof), false, false),
-                Outcome::TransportError,
-                "connection closed",
-            ),
-            (
-                b(false, Some(K::BrokenPipe), true, false),
-                Outcome::TransportError,
-                "broken pipe",
-            ),
-            (
-                b(false, None, true, false),
-                Outcome::TransportError,
-                "request body",
-            ),
-            (
-                b(false, None, false, false),
-                Outcome::TransportError,
-                "request failed",
-            ),
-            (Broke::timed_out(), Outcome::Timeout, "timeout"),
-        ];
-        for (broke, outcome, kind) in cases {
+        let check = |broke: Broke, outcome: Outcome, kind: &str| {
             let (o, class, failure) = no_answer(&broke);
             let timeout = outcome == Outcome::Timeout;
             assert_eq!((o, failure.kind), (outcome, kind), "{broke:?}");
             assert_eq!(class == HttpClass::Timeout, timeout, "{broke:?}");
+        };
+        // What breaks while connecting: the app is unreachable.
+        for (broke, kind) in [
+            (
+                b(true, Some(K::ConnectionRefused), false, false),
+                "connection refused",
+            ),
+            (b(true, Some(K::NotFound), false, false), "no socket"),
+            (b(true, None, false, true), "tls handshake failed"),
+            (b(true, Some(K::Other), false, false), "cannot connect"),
+        ] {
+            check(broke, Outcome::Unreachable, kind);
         }
+        // What breaks once connected: a transport error.
+        for (broke, kind) in [
+            (
+                b(false, Some(K::ConnectionReset), false, false),
+                "connection reset",
+            ),
+            (
+                b(false, Some(K::UnexpectedEof), false, false),
+                "connection closed",
+            ),
+            (b(false, Some(K::BrokenPipe), true, false), "broken pipe"),
+            (b(false, None, true, false), "request body"),
+            (b(false, None, false, false), "request failed"),
+        ] {
+            check(broke, Outcome::TransportError, kind);
+        }
+        check(Broke::timed_out(), Outcome::Timeout, "timeout");
         // A body that broke off is never the status it began with.
         let (o, _, f) = cut_off(&b(false, Some(K::ConnectionReset), false, false));
         assert_eq!(

@@ -41,7 +41,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::Nats;
-use super::outputs::{ApiError, PubAck, header_map, max_payload, oversized};
+use super::outputs::{ApiError, PubAck, check_sizes, codes, header_map};
 use crate::outputs::Output;
 
 /// The most messages per flow-control ack this client allows (the `<flow>` token);
@@ -176,17 +176,6 @@ impl FastError {
     }
 }
 
-/// JetStream's error codes that a fast batch tells apart.
-mod codes {
-    pub(super) const NOT_ENABLED: u64 = 10205;
-    pub(super) const INVALID_PATTERN: u64 = 10206;
-    pub(super) const INVALID_ID: u64 = 10207;
-    pub(super) const UNKNOWN_ID: u64 = 10208;
-    pub(super) const TOO_MANY_IN_FLIGHT: u64 = 10211;
-    pub(super) const MESSAGE_TOO_LARGE: u64 = 10054;
-    pub(super) const HEADER_TOO_LARGE: u64 = 10097;
-}
-
 /// Publishes fast-ingest batches. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct FastPublisher {
@@ -270,7 +259,7 @@ fn read_reply(m: &Message) -> Result<Reply, FastError> {
 /// An API error mapped to its variant.
 fn api_error(e: ApiError, at: u64) -> FastError {
     match e.err_code {
-        codes::NOT_ENABLED => FastError::NotEnabled,
+        codes::FAST_NOT_ENABLED => FastError::NotEnabled,
         codes::INVALID_PATTERN => FastError::InvalidPattern,
         codes::INVALID_ID => FastError::InvalidId,
         codes::UNKNOWN_ID => FastError::UnknownId,
@@ -318,6 +307,22 @@ struct Batch {
 }
 
 impl Batch {
+    /// A batch of `len` messages whose replies arrive under `<inbox>.>`, nothing sent.
+    fn new(inbox: String, len: usize) -> Batch {
+        Batch {
+            inbox,
+            len,
+            sent: 0,
+            acked: 0,
+            flow: u64::from(FAST_FLOW),
+            acks: 0,
+            stalls: 0,
+            started: false,
+            stopped: None,
+            end: None,
+        }
+    }
+
     fn reply(&self, seq: u64, op: Op) -> String {
         format!("{}.{FAST_FLOW}.fail.{seq}.{}.$FI", self.inbox, op as u8)
     }
@@ -387,25 +392,14 @@ impl FastPublisher {
                 stalls: 0,
             });
         };
-        self.check_sizes(outputs).map_err(no)?;
+        check_sizes(&self.client, outputs).map_err(|why| no(FastError::TooLarge(why)))?;
         let inbox = self.client.new_inbox();
         let mut replies = self
             .client
             .subscribe(format!("{inbox}.>"))
             .await
             .map_err(|e| no(FastError::Subscribe(e)))?;
-        let mut b = Batch {
-            inbox,
-            len: outputs.len(),
-            sent: 0,
-            acked: 0,
-            flow: u64::from(FAST_FLOW),
-            acks: 0,
-            stalls: 0,
-            started: false,
-            stopped: None,
-            end: None,
-        };
+        let mut b = Batch::new(inbox, outputs.len());
         // Dropping `replies` on return unsubscribes: once a batch is over, the server
         // answers whatever is still arriving with errors nobody needs to read.
         for (seq, o) in (1u64..).zip(outputs) {
@@ -511,14 +505,6 @@ impl FastPublisher {
             }
             Ok(sent) => sent.map_err(FastError::Publish),
             Err(_) => Err(FastError::Timeout),
-        }
-    }
-
-    /// Refuses a message the server would refuse for its size before anything is sent.
-    fn check_sizes(&self, outputs: &[Output]) -> Result<(), FastError> {
-        match oversized(outputs, max_payload(&self.client)) {
-            Some(why) => Err(FastError::TooLarge(why)),
-            None => Ok(()),
         }
     }
 }
@@ -652,19 +638,18 @@ mod tests {
         assert_eq!(e(10205).label(), "not_enabled");
     }
 
-    fn batch(len: usize) -> Batch {
-        Batch {
-            inbox: "_INBOX.abc".into(),
-            len,
-            sent: 0,
-            acked: 0,
-            flow: u64::from(FAST_FLOW),
-            acks: 0,
-            stalls: 0,
-            started: false,
-            stopped: None,
-            end: None,
+    /// The PubAck of a batch of `count` in stream S, its last at `seq`.
+    fn stored(seq: u64, count: u64) -> PubAck {
+        PubAck {
+            stream: Some("S".into()),
+            seq: Some(seq),
+            count: Some(count),
+            ..PubAck::default()
         }
+    }
+
+    fn batch(len: usize) -> Batch {
+        Batch::new("_INBOX.abc".into(), len)
     }
 
     #[test]
@@ -708,12 +693,7 @@ mod tests {
             "s",
         )
         .unwrap();
-        b.end = Some(PubAck {
-            stream: Some("S".into()),
-            seq: Some(40),
-            count: Some(4),
-            ..PubAck::default()
-        });
+        b.end = Some(stored(40, 4));
         let e = finish(b).unwrap_err();
         assert_eq!(e.confirmed, 4);
         assert!(matches!(
@@ -725,12 +705,7 @@ mod tests {
         ));
 
         let mut b = batch(3);
-        b.end = Some(PubAck {
-            stream: Some("S".into()),
-            seq: Some(0),
-            count: Some(3),
-            ..PubAck::default()
-        });
+        b.end = Some(stored(0, 3));
         let c = finish(b).unwrap();
         assert!(c.duplicate, "seq 0: the batch stored nothing new");
         assert_eq!(c.count, 3);

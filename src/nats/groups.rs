@@ -160,11 +160,7 @@ impl Nats {
         stream: &str,
         group: &str,
     ) -> Result<Vec<ConsumerState>, NatsError> {
-        let s = self
-            .js
-            .get_stream_no_info(stream)
-            .await
-            .map_err(|e| group_err("read the stream", e))?;
+        let s = self.group_stream(stream).await?;
         let mut list = s.consumers();
         let mut out = Vec::new();
         while let Some(info) = list.next().await {
@@ -187,11 +183,7 @@ impl Nats {
         group: &str,
     ) -> Result<Option<ConsumerState>, NatsError> {
         use async_nats::jetstream::context::ConsumerInfoErrorKind;
-        let s = self
-            .js
-            .get_stream_no_info(stream)
-            .await
-            .map_err(|e| group_err("read the stream", e))?;
+        let s = self.group_stream(stream).await?;
         match s.consumer_info(consumer).await {
             Ok(info) => Ok(Some(ConsumerState::of(&info, group))),
             Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
@@ -199,16 +191,23 @@ impl Nats {
         }
     }
 
+    /// Stream `name`'s handle (no info read), for a group's step.
+    async fn group_stream(
+        &self,
+        name: &str,
+    ) -> Result<async_nats::jetstream::stream::Stream<()>, NatsError> {
+        self.js
+            .get_stream_no_info(name)
+            .await
+            .map_err(|e| group_err("read the stream", e))
+    }
+
     /// Unpins a member consumer so that another instance is served.
     ///
     /// # Errors
     /// [`NatsError::Group`].
     pub async fn unpin(&self, stream: &str, consumer: &str, group: &str) -> Result<(), NatsError> {
-        let s = self
-            .js
-            .get_stream_no_info(stream)
-            .await
-            .map_err(|e| group_err("read the stream", e))?;
+        let s = self.group_stream(stream).await?;
         s.unpin_consumer(consumer, group)
             .await
             .map_err(|e| group_err("unpin", e))

@@ -103,14 +103,21 @@ impl OutputFailure for OutputError {
     }
 }
 
-/// JetStream's error codes that the publish path tells apart.
-mod codes {
-    pub(super) const NOT_ENABLED: u64 = 10174;
-    pub(super) const MESSAGE_TOO_LARGE: u64 = 10054;
-    pub(super) const HEADER_TOO_LARGE: u64 = 10097;
-    pub(super) const BATCH_TOO_LARGE: u64 = 10199;
-    pub(super) const DUPLICATE: u64 = 10201;
-    pub(super) const TOO_MANY_BATCHES: u64 = 10210;
+/// JetStream's error codes that a publish (one by one, atomic, or fast) tells apart.
+pub(super) mod codes {
+    pub(crate) const MESSAGE_TOO_LARGE: u64 = 10054;
+    pub(crate) const HEADER_TOO_LARGE: u64 = 10097;
+    /// The stream does not take atomic batches.
+    pub(crate) const ATOMIC_NOT_ENABLED: u64 = 10174;
+    pub(crate) const BATCH_TOO_LARGE: u64 = 10199;
+    pub(crate) const DUPLICATE: u64 = 10201;
+    /// The stream does not take fast-ingest batches.
+    pub(crate) const FAST_NOT_ENABLED: u64 = 10205;
+    pub(crate) const INVALID_PATTERN: u64 = 10206;
+    pub(crate) const INVALID_ID: u64 = 10207;
+    pub(crate) const UNKNOWN_ID: u64 = 10208;
+    pub(crate) const TOO_MANY_BATCHES: u64 = 10210;
+    pub(crate) const TOO_MANY_IN_FLIGHT: u64 = 10211;
 }
 
 /// Publishes outputs. Cheap to clone.
@@ -184,17 +191,19 @@ pub(super) struct ApiError {
     pub(super) description: String,
 }
 
-/// Why the first of `outputs` that the server would refuse for its size is too
-/// large, before anything is sent (`max`: the server's max_payload).
-pub(super) fn oversized(outputs: &[Output], max: usize) -> Option<String> {
+/// Refuses `outputs` when the server would refuse one of them for its size, before
+/// anything is sent: why the first that is too large is.
+pub(super) fn check_sizes(client: &async_nats::Client, outputs: &[Output]) -> Result<(), String> {
+    let max = max_payload(client);
     // Its size on the wire, and the batch headers, which add well under 200 bytes.
-    outputs.iter().find(|o| o.wire_size() + 200 > max).map(|o| {
-        format!(
+    match outputs.iter().find(|o| o.wire_size() + 200 > max) {
+        Some(o) => Err(format!(
             "a message to {} of {} bytes is over the server's max_payload ({max})",
             o.subject,
             o.wire_size()
-        )
-    })
+        )),
+        None => Ok(()),
+    }
 }
 
 impl OutputPublisher {
@@ -210,7 +219,7 @@ impl OutputPublisher {
         outputs: &[Output],
         atomic: bool,
     ) -> Result<Committed, OutputError> {
-        self.check_sizes(outputs)?;
+        check_sizes(&self.client, outputs).map_err(OutputError::TooLarge)?;
         if atomic && outputs.len() > 1 {
             return self.atomic(outputs).await;
         }
@@ -303,14 +312,6 @@ impl OutputPublisher {
         Err(OutputError::BadAnswer("empty batch".into()))
     }
 
-    /// Refuses a message the server would refuse for its size before anything is sent.
-    fn check_sizes(&self, outputs: &[Output]) -> Result<(), OutputError> {
-        match oversized(outputs, max_payload(&self.client)) {
-            Some(why) => Err(OutputError::TooLarge(why)),
-            None => Ok(()),
-        }
-    }
-
     /// One request; the answer read as a PubAck (or an empty ack), errors mapped.
     async fn request(&self, o: &Output, extra: HeaderMap) -> Result<PubAck, OutputError> {
         let request = self.client.request_with_headers(
@@ -345,7 +346,7 @@ fn read_answer(payload: &Bytes) -> Result<PubAck, OutputError> {
     match answer.error {
         None => Ok(answer),
         Some(e) => Err(match e.err_code {
-            codes::NOT_ENABLED => OutputError::NotAtomic,
+            codes::ATOMIC_NOT_ENABLED => OutputError::NotAtomic,
             codes::TOO_MANY_BATCHES => OutputError::TooManyBatches,
             codes::MESSAGE_TOO_LARGE | codes::HEADER_TOO_LARGE | codes::BATCH_TOO_LARGE => {
                 OutputError::TooLarge(e.description)

@@ -266,7 +266,7 @@ fn stats_endpoint(s: &Announced) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::readiness::{Shown, State};
+    use crate::ops::readiness::{Readout, State};
 
     fn view() -> Announced {
         Announced {
@@ -277,7 +277,7 @@ mod tests {
                 group: Some("cg".into()),
             },
             status: SourceStatus {
-                shown: Shown {
+                shown: Readout {
                     ready: true,
                     state: State::Consuming,
                     reason: String::new(),

@@ -173,7 +173,7 @@ fn by_name<S: serde::Serializer>(
 /// What `/ready` shows of a source, or of the process (then a projection of its
 /// sources').
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Shown {
+pub struct Readout {
     /// Whether it is ready (`/ready` answers 200 when the process is).
     pub ready: bool,
     /// What it is doing.
@@ -200,7 +200,7 @@ pub struct Shown {
 pub struct SourceStatus {
     /// What is shown.
     #[serde(flatten)]
-    pub shown: Shown,
+    pub shown: Readout,
     /// What the state and reason are derived from.
     #[serde(skip)]
     pub facts: Facts,
@@ -213,7 +213,7 @@ pub struct SourceStatus {
 pub struct Status {
     /// What is shown.
     #[serde(flatten)]
-    pub shown: Shown,
+    pub shown: Readout,
     /// Why NATS is not connected (every source's connection); `None` while it is.
     #[serde(skip)]
     pub nats_down: Option<String>,
@@ -224,15 +224,15 @@ pub struct Status {
 }
 
 impl std::ops::Deref for SourceStatus {
-    type Target = Shown;
-    fn deref(&self) -> &Shown {
+    type Target = Readout;
+    fn deref(&self) -> &Readout {
         &self.shown
     }
 }
 
 impl std::ops::Deref for Status {
-    type Target = Shown;
-    fn deref(&self) -> &Shown {
+    type Target = Readout;
+    fn deref(&self) -> &Readout {
         &self.shown
     }
 }
@@ -241,7 +241,7 @@ impl SourceStatus {
     /// A source's status before it reports anything: starting, not connected.
     fn starting(member: Option<String>, nats_down: Option<String>) -> SourceStatus {
         let mut s = SourceStatus {
-            shown: Shown {
+            shown: Readout {
                 ready: false,
                 state: State::NotReady,
                 reason: String::new(),
@@ -294,7 +294,7 @@ pub fn summary(sources: Vec<(String, SourceStatus)>, nats_down: Option<String>) 
                 Some((name, s)) => (s.state, format!("source {name}: {}", s.reason)),
                 None => (many[0].1.state, many[0].1.reason.clone()),
             };
-            Shown {
+            Readout {
                 ready: blocking.is_none(),
                 state,
                 reason,

@@ -9,6 +9,7 @@
 //! text is still read (skipped), so that a batch answer's other items keep their own
 //! verdicts; text that is not JSON fails the whole read.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine;
@@ -21,6 +22,91 @@ use crate::subject;
 /// A list's outputs, or why they cannot be published.
 pub(crate) type Outputs = Result<Vec<Output>, Refusal>;
 
+/// A reader of one JSON shape, read through [`Seed`]: what it makes of an object, a
+/// list or a string when that is its shape, and what of any other value, which is
+/// read past (never kept) so that the rest of the text is still read.
+pub(crate) trait Shape<'de>: Sized {
+    /// What it reads.
+    type Value;
+    /// What it reads, for serde's messages.
+    const EXPECTING: &'static str;
+
+    /// An object.
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(self.other())
+    }
+
+    /// A list.
+    fn seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(self.other())
+    }
+
+    /// A string.
+    fn string(self, _: Cow<'_, str>) -> Self::Value {
+        self.other()
+    }
+
+    /// Any value not of its shape.
+    fn other(self) -> Self::Value;
+}
+
+/// Reads one value with its [`Shape`].
+pub(crate) struct Seed<S>(pub(crate) S);
+
+impl<'de, S: Shape<'de>> DeserializeSeed<'de> for Seed<S> {
+    type Value = S::Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, S: Shape<'de>> Visitor<'de> for Seed<S> {
+    type Value = S::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(S::EXPECTING)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<S::Value, A::Error> {
+        self.0.map(map)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<S::Value, A::Error> {
+        self.0.seq(seq)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<S::Value, E> {
+        Ok(self.0.string(Cow::Borrowed(v)))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<S::Value, E> {
+        Ok(self.0.string(Cow::Owned(v)))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<S::Value, E> {
+        Ok(self.0.other())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<S::Value, E> {
+        Ok(self.0.other())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<S::Value, E> {
+        Ok(self.0.other())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<S::Value, E> {
+        Ok(self.0.other())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<S::Value, E> {
+        Ok(self.0.other())
+    }
+}
+
 /// Reads a `publish` list: at most `max` messages, their headers checked for
 /// `author`.
 #[derive(Debug, Clone, Copy)]
@@ -29,22 +115,11 @@ pub(crate) struct List {
     pub(crate) max: usize,
 }
 
-impl<'de> DeserializeSeed<'de> for List {
+impl<'de> Shape<'de> for List {
     type Value = Outputs;
+    const EXPECTING: &'static str = "a list of messages";
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Outputs, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for List {
-    type Value = Outputs;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of messages")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Outputs, A::Error> {
+    fn seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Outputs, A::Error> {
         let mut out = Vec::new();
         let mut refusal = None;
         let mut i = 0;
@@ -63,9 +138,9 @@ impl<'de> Visitor<'de> for List {
                 }
                 break;
             }
-            match seq.next_element_seed(OutputSeed {
+            match seq.next_element_seed(Seed(OutputSeed {
                 author: self.author,
-            })? {
+            }))? {
                 None => break,
                 Some(Ok(o)) => out.push(o),
                 Some(Err(Wrong::Malformed(why))) => {
@@ -83,33 +158,8 @@ impl<'de> Visitor<'de> for List {
         })
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Outputs, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Err(Refusal::Malformed("\"publish\" is not a list".into())))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Outputs, E> {
-        Ok(Err(Refusal::Malformed("\"publish\" is not a list".into())))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Outputs, E> {
-        self.visit_str("")
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Outputs, E> {
-        self.visit_str("")
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Outputs, E> {
-        self.visit_str("")
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Outputs, E> {
-        self.visit_str("")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Outputs, E> {
-        self.visit_str("")
+    fn other(self) -> Outputs {
+        Err(Refusal::Malformed("\"publish\" is not a list".into()))
     }
 }
 
@@ -139,22 +189,11 @@ struct OutputSeed {
     author: Author,
 }
 
-impl<'de> DeserializeSeed<'de> for OutputSeed {
+impl<'de> Shape<'de> for OutputSeed {
     type Value = Result<Output, Wrong>;
+    const EXPECTING: &'static str = "a message";
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for OutputSeed {
-    type Value = Result<Output, Wrong>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a message")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut subject, mut headers, mut payload) = (None, Vec::new(), None);
         let mut wrong: Option<Wrong> = None;
         while let Some(key) = map.next_key::<String>()? {
@@ -163,7 +202,7 @@ impl<'de> Visitor<'de> for OutputSeed {
                 continue;
             }
             let failed = match key.as_str() {
-                "subject" => match map.next_value_seed(Text)? {
+                "subject" => match map.next_value_seed(Seed(Text))? {
                     Some(s) => match subject::validate_publish_subject(&s) {
                         Ok(()) => {
                             subject = Some(s);
@@ -174,13 +213,13 @@ impl<'de> Visitor<'de> for OutputSeed {
                     None => Some("subject has the wrong type".into()),
                 },
                 "headers" => map
-                    .next_value_seed(Headers {
+                    .next_value_seed(Seed(Headers {
                         out: &mut headers,
                         author: self.author,
-                    })?
+                    }))?
                     .err(),
                 k @ ("data" | "data_base64") => {
-                    let text = map.next_value_seed(Text)?;
+                    let text = map.next_value_seed(Seed(Text))?;
                     match (text, payload.is_some()) {
                         (_, true) => Some("has both data and data_base64".into()),
                         (None, _) => Some(format!("{k} has the wrong type").into()),
@@ -219,90 +258,24 @@ impl<'de> Visitor<'de> for OutputSeed {
         })
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Err("not an object".into()))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Err("not an object".into()))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        self.visit_str("")
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        self.visit_str("")
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        self.visit_str("")
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        self.visit_str("")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        self.visit_str("")
+    fn other(self) -> Self::Value {
+        Err("not an object".into())
     }
 }
 
 /// A JSON string, or `None` for any other value (read past).
 pub(crate) struct Text;
 
-impl<'de> DeserializeSeed<'de> for Text {
+impl<'de> Shape<'de> for Text {
     type Value = Option<String>;
+    const EXPECTING: &'static str = "a string";
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Text {
-    type Value = Option<String>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
+    fn string(self, v: Cow<'_, str>) -> Option<String> {
+        Some(v.into_owned())
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<String>, E> {
-        Ok(Some(v.to_string()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Option<String>, E> {
-        Ok(Some(v))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(None)
+    fn other(self) -> Option<String> {
+        None
     }
 }
 
@@ -314,22 +287,11 @@ struct Headers<'h> {
     author: Author,
 }
 
-impl<'de> DeserializeSeed<'de> for Headers<'_> {
+impl<'de> Shape<'de> for Headers<'_> {
     type Value = Result<(), Wrong>;
+    const EXPECTING: &'static str = "an object of headers";
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Headers<'_> {
-    type Value = Result<(), Wrong>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object of headers")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut wrong = None;
         while let Some(name) = map.next_key::<String>()? {
             if wrong.is_some() {
@@ -337,43 +299,18 @@ impl<'de> Visitor<'de> for Headers<'_> {
                 continue;
             }
             wrong = map
-                .next_value_seed(Values {
+                .next_value_seed(Seed(Values {
                     name: &name,
                     out: self.out,
                     author: self.author,
-                })?
+                }))?
                 .err();
         }
         Ok(wrong.map_or(Ok(()), Err))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Err("headers has the wrong type".into()))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Err("headers has the wrong type".into()))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        self.visit_str("")
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        self.visit_str("")
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        self.visit_str("")
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        self.visit_str("")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        self.visit_str("")
+    fn other(self) -> Self::Value {
+        Err("headers has the wrong type".into())
     }
 }
 
@@ -401,30 +338,15 @@ impl Values<'_> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Values<'_> {
+impl<'de> Shape<'de> for Values<'_> {
     type Value = Result<(), Wrong>;
+    const EXPECTING: &'static str = "a string or a list of strings";
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Values<'_> {
-    type Value = Result<(), Wrong>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string or a list of strings")
+    fn string(mut self, v: Cow<'_, str>) -> Self::Value {
+        self.push(v.into_owned())
     }
 
-    fn visit_str<E: de::Error>(mut self, v: &str) -> Result<Self::Value, E> {
-        Ok(self.push(v.to_string()))
-    }
-
-    fn visit_string<E: de::Error>(mut self, v: String) -> Result<Self::Value, E> {
-        Ok(self.push(v))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Self::Value, A::Error> {
+    fn seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut wrong = None;
         loop {
             if wrong.is_some() || self.out.len() >= MAX_HEADERS {
@@ -435,7 +357,7 @@ impl<'de> Visitor<'de> for Values<'_> {
                 wrong = wrong.or(Some(Wrong::TooManyHeaders));
                 continue;
             }
-            match seq.next_element_seed(Text)? {
+            match seq.next_element_seed(Seed(Text))? {
                 None => break,
                 Some(Some(v)) => wrong = self.push(v).err(),
                 Some(None) => wrong = Some(self.not_strings()),
@@ -444,29 +366,8 @@ impl<'de> Visitor<'de> for Values<'_> {
         Ok(wrong.map_or(Ok(()), Err))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Err(self.not_strings()))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Err(self.not_strings()))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Err(self.not_strings()))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Err(self.not_strings()))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Err(self.not_strings()))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Err(self.not_strings()))
+    fn other(self) -> Self::Value {
+        Err(self.not_strings())
     }
 }
 
@@ -475,27 +376,16 @@ pub(crate) struct Document {
     pub(crate) list: List,
 }
 
-impl<'de> DeserializeSeed<'de> for Document {
+impl<'de> Shape<'de> for Document {
     type Value = Outputs;
+    const EXPECTING: &'static str = "a JSON object";
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Outputs, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Document {
-    type Value = Outputs;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Outputs, A::Error> {
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Outputs, A::Error> {
         let mut found: Option<Outputs> = None;
         let mut wrong = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
-                "publish" if found.is_none() => found = Some(map.next_value_seed(self.list)?),
+                "publish" if found.is_none() => found = Some(map.next_value_seed(Seed(self.list))?),
                 other => {
                     map.next_value::<IgnoredAny>()?;
                     wrong = wrong.or(Some(if other == "publish" {
@@ -512,33 +402,8 @@ impl<'de> Visitor<'de> for Document {
         Ok(found.unwrap_or_else(|| Err(Refusal::Malformed("no \"publish\" list".into()))))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Outputs, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Err(Refusal::Malformed("not a JSON object".into())))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Outputs, E> {
-        Ok(Err(Refusal::Malformed("not a JSON object".into())))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Outputs, E> {
-        self.visit_str("")
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Outputs, E> {
-        self.visit_str("")
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Outputs, E> {
-        self.visit_str("")
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Outputs, E> {
-        self.visit_str("")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Outputs, E> {
-        self.visit_str("")
+    fn other(self) -> Outputs {
+        Err(Refusal::Malformed("not a JSON object".into()))
     }
 }
 

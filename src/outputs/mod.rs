@@ -129,12 +129,12 @@ pub enum Author {
 /// [`Refusal::Malformed`] saying what is wrong (JSON, shape, a subject, a
 /// header); [`Refusal::TooMany`].
 pub fn parse(body: &[u8], author: Author, max_messages: usize) -> Result<Vec<Output>, Refusal> {
-    let seed = document::Document {
+    let seed = document::Seed(document::Document {
         list: document::List {
             author,
             max: max_messages,
         },
-    };
+    });
     document::read(body, seed).map_err(|e| Refusal::Malformed(format!("not JSON: {e}")))?
 }
 

@@ -599,35 +599,57 @@ mod tests {
         }
     }
 
-    /// A closed loop against an app of `workers` whose latency is `service` up to
-    /// `workers` in flight and grows with the queue beyond (Little's law): the limit
-    /// after each observation.
-    fn drive(
-        t: &Tuning,
-        mut s: Adaptive,
-        now: &mut u64,
-        n: usize,
-        workers: u32,
-        service: u64,
-        rng: &mut fastrand::Rng,
-    ) -> (Adaptive, Vec<u32>) {
-        let mut limits = Vec::with_capacity(n);
-        for _ in 0..n {
-            let l = s.limit;
-            let latency = if l <= workers {
-                service
-            } else {
-                service * u64::from(l) / u64::from(workers)
-            };
-            *now += latency / u64::from(l) + rng.u64(0..1000);
-            s = step(t, s, &obs(*now, latency, Signal::Ok, l));
-            assert!((t.min..=t.max).contains(&s.limit), "{} outside", s.limit);
-            limits.push(s.limit);
-        }
-        (s, limits)
+    /// A closed loop's tuning, clock and dice, for [`Run::drive`].
+    struct Run {
+        t: Tuning,
+        now: u64,
+        rng: fastrand::Rng,
     }
 
-    /// Where the limit settles against [`drive`]'s app: the most in flight whose
+    impl Run {
+        /// Limits of 1 to `max`, at time 0, the dice seeded with `seed`.
+        fn new(max: u32, seed: u64) -> Run {
+            Run {
+                t: Tuning::new(1, max),
+                now: 0,
+                rng: fastrand::Rng::with_seed(seed),
+            }
+        }
+
+        /// A closed loop against an app of `workers` whose latency is `service` up to
+        /// `workers` in flight and grows with the queue beyond (Little's law): the
+        /// limit after each observation.
+        fn drive(
+            &mut self,
+            mut s: Adaptive,
+            n: usize,
+            workers: u32,
+            service: u64,
+        ) -> (Adaptive, Vec<u32>) {
+            let t = &self.t;
+            let mut limits = Vec::with_capacity(n);
+            for _ in 0..n {
+                let l = s.limit;
+                let latency = if l <= workers {
+                    service
+                } else {
+                    service * u64::from(l) / u64::from(workers)
+                };
+                self.now += latency / u64::from(l) + self.rng.u64(0..1000);
+                s = step(t, s, &obs(self.now, latency, Signal::Ok, l));
+                assert!((t.min..=t.max).contains(&s.limit), "{} outside", s.limit);
+                limits.push(s.limit);
+            }
+            (s, limits)
+        }
+
+        /// [`Run::drive`] from a new controller.
+        fn start(&mut self, n: usize, workers: u32, service: u64) -> (Adaptive, Vec<u32>) {
+            self.drive(Adaptive::new(&self.t, 0), n, workers, service)
+        }
+    }
+
+    /// Where the limit settles against [`Run::drive`]'s app: the most in flight whose
     /// latency stays under the threshold, `W·(1 + tolerance + slack/service)`.
     fn equilibrium(t: &Tuning, workers: u32, service: u64) -> u32 {
         let slack = t.tolerance + t.slack_ns as f64 / service as f64;
@@ -695,21 +717,14 @@ mod tests {
 
     #[test]
     fn what_a_status_says() {
-        for (status, signal) in [
-            (200, Signal::Ok),
-            (204, Signal::Ok),
-            (429, Signal::Overload),
-            (503, Signal::Overload),
-            (504, Signal::Overload),
-            (404, Signal::Failure),
-            (409, Signal::Failure),
-            (400, Signal::Failure),
-            (408, Signal::Failure),
-            (500, Signal::Failure),
-            (502, Signal::Failure),
-            (304, Signal::Failure),
+        for (statuses, signal) in [
+            (&[200, 204][..], Signal::Ok),
+            (&[429, 503, 504], Signal::Overload),
+            (&[404, 409, 400, 408, 500, 502, 304], Signal::Failure),
         ] {
-            assert_eq!(Signal::of_status(status), signal, "{status}");
+            for &status in statuses {
+                assert_eq!(Signal::of_status(status), signal, "{status}");
+            }
         }
     }
 
@@ -833,25 +848,15 @@ mod tests {
 
     #[test]
     fn a_severe_window_cuts_at_once_and_proportionally() {
-        let t = Tuning::new(1, 64);
-        let mut rng = fastrand::Rng::with_seed(1);
-        let mut now = 0;
-        let (s, _) = drive(
-            &t,
-            Adaptive::new(&t, 0),
-            &mut now,
-            20_000,
-            8,
-            10 * MS,
-            &mut rng,
-        );
+        let mut r = Run::new(64, 1);
+        let (s, _) = r.start(20_000, 8, 10 * MS);
         assert!(
-            (8..=equilibrium(&t, 8, 10 * MS)).contains(&s.limit),
+            (8..=equilibrium(&r.t, 8, 10 * MS)).contains(&s.limit),
             "settled at the 8 workers: {}",
             s.limit
         );
         // The app loses half its workers: latency doubles at 8 in flight.
-        let (_, limits) = drive(&t, s, &mut now, 200, 4, 10 * MS, &mut rng);
+        let (_, limits) = r.drive(s, 200, 4, 10 * MS);
         let first_drop = limits.iter().position(|&l| l <= 5).expect("it drops");
         assert!(
             first_drop <= 80,
@@ -861,19 +866,9 @@ mod tests {
 
     #[test]
     fn a_probe_re_measures_the_floor_and_goes_back() {
-        let t = Tuning::new(1, 32);
-        let mut rng = fastrand::Rng::with_seed(2);
-        let mut now = 0;
+        let mut r = Run::new(32, 2);
         // An app that is never the limit: the limit reaches 32 and probes at 16.
-        let (_, limits) = drive(
-            &t,
-            Adaptive::new(&t, 0),
-            &mut now,
-            20_000,
-            1000,
-            5 * MS,
-            &mut rng,
-        );
+        let (_, limits) = r.start(20_000, 1000, 5 * MS);
         let tail = &limits[5_000..];
         assert!(tail.contains(&16), "a probe at half the limit");
         assert!(
@@ -884,20 +879,10 @@ mod tests {
 
     #[test]
     fn a_slower_app_re_bases_the_floor_instead_of_cutting_to_the_bottom() {
-        let t = Tuning::new(1, 64);
-        let mut rng = fastrand::Rng::with_seed(3);
-        let mut now = 0;
-        let (s, _) = drive(
-            &t,
-            Adaptive::new(&t, 0),
-            &mut now,
-            20_000,
-            8,
-            10 * MS,
-            &mut rng,
-        );
+        let mut r = Run::new(64, 3);
+        let (s, _) = r.start(20_000, 8, 10 * MS);
         // Every request now takes twice as long, whatever the concurrency.
-        let (_, limits) = drive(&t, s, &mut now, 20_000, 8, 20 * MS, &mut rng);
+        let (_, limits) = r.drive(s, 20_000, 8, 20 * MS);
         let tail = &limits[10_000..];
         let low = tail.iter().filter(|&&l| l < 4).count();
         assert!(
@@ -908,23 +893,14 @@ mod tests {
 
     #[test]
     fn converges_near_the_workers_for_many_apps() {
-        let mut rng = fastrand::Rng::with_seed(4);
+        let mut r = Run::new(256, 4);
         for case in 0..40 {
-            let workers = rng.u32(2..=40);
-            let service = rng.u64(500 * US..=50 * MS);
-            let t = Tuning::new(1, 256);
-            let mut now = 0;
-            let (_, limits) = drive(
-                &t,
-                Adaptive::new(&t, 0),
-                &mut now,
-                40_000,
-                workers,
-                service,
-                &mut rng,
-            );
+            let workers = r.rng.u32(2..=40);
+            let service = r.rng.u64(500 * US..=50 * MS);
+            r.now = 0;
+            let (_, limits) = r.start(40_000, workers, service);
             let tail = &limits[20_000..];
-            let high = equilibrium(&t, workers, service) + 1;
+            let high = equilibrium(&r.t, workers, service) + 1;
             // Outside: above where it settles, or below the workers but above where a
             // floor probe (half the limit) takes it.
             let outside = tail
@@ -941,32 +917,23 @@ mod tests {
 
     #[test]
     fn a_step_down_in_capacity_is_followed_within_a_bounded_number_of_observations() {
-        let mut rng = fastrand::Rng::with_seed(5);
+        let mut r = Run::new(256, 5);
         for case in 0..40 {
-            let workers = rng.u32(4..=60);
-            let fewer = (workers / rng.u32(2..=4)).max(1);
-            let service = rng.u64(MS..=50 * MS);
-            let t = Tuning::new(1, 256);
-            let mut now = 0;
-            let (s, _) = drive(
-                &t,
-                Adaptive::new(&t, 0),
-                &mut now,
-                30_000,
-                workers,
-                service,
-                &mut rng,
-            );
+            let workers = r.rng.u32(4..=60);
+            let fewer = (workers / r.rng.u32(2..=4)).max(1);
+            let service = r.rng.u64(MS..=50 * MS);
+            r.now = 0;
+            let (s, _) = r.start(30_000, workers, service);
             let before = s.limit;
-            let (_, limits) = drive(&t, s, &mut now, 5_000, fewer, service, &mut rng);
+            let (_, limits) = r.drive(s, 5_000, fewer, service);
             // Below the old limit and at (or under) where the fewer workers hold it.
-            let target = before.min((fewer * 2).max(equilibrium(&t, fewer, service) + 1));
+            let target = before.min((fewer * 2).max(equilibrium(&r.t, fewer, service) + 1));
             let k = limits.iter().position(|&l| l < target);
             // A cut at most halves and takes a window (at most `window_max` answers)
             // plus the round trip after the change: six windows cover the three cuts
             // from the highest limit here (~130, where the slack lets a fast app's
             // 60 workers take it) to under a quarter of it.
-            let bound = 6 * t.window_max as usize;
+            let bound = 6 * r.t.window_max as usize;
             assert!(
                 k.is_some_and(|k| k <= bound),
                 "case {case}: W {workers} -> {fewer}: {before} not left within {bound} ({k:?})"
@@ -976,7 +943,7 @@ mod tests {
 
     /// A closed loop at the limit in force (`adaptive`: the controller's; else fixed at
     /// `t.max`) against an app of `workers` taking `service` a request (longer with a
-    /// queue, as [`drive`]'s), with a backlog of fresh messages of which every 33rd
+    /// queue, as [`Run::drive`]'s), with a backlog of fresh messages of which every 33rd
     /// (3 %) is poison: answered 500 at once on every attempt and retried 1 s later,
     /// for ever (`max_deliver` 1000; retries start before fresh messages, as the
     /// dispatcher's do). For `secs` seconds: the good messages answered, and the

@@ -365,6 +365,17 @@ mod tests {
         )
     }
 
+    /// A total of 1 to 39, up to 5 sources, and one of them (`i`) with work waiting.
+    fn one_waiting_strategy() -> impl Strategy<Value = (u32, Vec<Claim>, usize)> {
+        (1u32..40, claims_strategy(), any::<prop::sample::Index>()).prop_map(
+            |(total, mut claims, pick)| {
+                let i = pick.index(claims.len());
+                claims[i].waiting = true;
+                (total, claims, i)
+            },
+        )
+    }
+
     /// Sources that start from nothing, all with work waiting (reserve 0 to 2).
     fn fresh_strategy() -> impl Strategy<Value = Vec<Claim>> {
         proptest::collection::vec(
@@ -437,11 +448,8 @@ mod tests {
         /// for the others'.
         #[test]
         fn under_its_guarantee_it_is_refused_only_when_the_total_is_reached(
-            total in 1u32..40, claims in claims_strategy(), pick in any::<prop::sample::Index>(),
+            (total, claims, i) in one_waiting_strategy(),
         ) {
-            let i = pick.index(claims.len());
-            let mut claims = claims;
-            claims[i].waiting = true;
             let s = shares(total, &claims);
             let in_flight: u32 = claims.iter().map(|c| c.in_flight).sum();
             let open = in_flight + others_unused(total, &claims, i) < total;
@@ -462,12 +470,7 @@ mod tests {
         /// A borrower (at or over its guarantee) never takes a slot kept for another
         /// source under its guarantee: after the start, each of them may still start.
         #[test]
-        fn a_borrower_never_takes_a_kept_slot(
-            total in 1u32..40, claims in claims_strategy(), pick in any::<prop::sample::Index>(),
-        ) {
-            let i = pick.index(claims.len());
-            let mut claims = claims;
-            claims[i].waiting = true;
+        fn a_borrower_never_takes_a_kept_slot((total, claims, i) in one_waiting_strategy()) {
             let s = shares(total, &claims);
             if claims[i].in_flight >= s[i].min(claims[i].limit) && may_start(total, &claims, i) {
                 let mut after = claims.clone();

@@ -65,6 +65,32 @@ pub struct Forwarded {
     pub outputs: Option<Result<Vec<Output>, Refusal>>,
 }
 
+#[cfg(test)]
+impl Forwarded {
+    /// A fake's attempt: every header sent, none understood wrongly, nothing to
+    /// publish; `failure` the kind of a request without an answer (no cause).
+    pub(crate) fn fake(
+        outcome: Outcome,
+        class: HttpClass,
+        elapsed: Duration,
+        failure: Option<&'static str>,
+    ) -> Forwarded {
+        Forwarded {
+            outcome,
+            class,
+            skipped_headers: 0,
+            trace_dropped: Default::default(),
+            elapsed,
+            bad_action: false,
+            failure: failure.map(|kind| NoAnswer {
+                kind,
+                cause: String::new(),
+            }),
+            outputs: None,
+        }
+    }
+}
+
 /// The result of one batch request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchForwarded {

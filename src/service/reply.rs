@@ -169,22 +169,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::seam::NoAnswer;
 
     fn forwarded(outcome: Outcome, class: HttpClass, failure: Option<&'static str>) -> Forwarded {
-        Forwarded {
-            outcome,
-            class,
-            skipped_headers: 0,
-            trace_dropped: Default::default(),
-            elapsed: Duration::from_millis(1),
-            bad_action: false,
-            failure: failure.map(|kind| NoAnswer {
-                kind,
-                cause: String::new(),
-            }),
-            outputs: None,
-        }
+        Forwarded::fake(outcome, class, Duration::from_millis(1), failure)
     }
 
     fn answer(status: u16, body: &'static [u8], over: Option<usize>) -> KeptAnswer {

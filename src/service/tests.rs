@@ -28,7 +28,7 @@ use crate::seam::service::{
     Exchange, JoinError, Question, Replier, Requests, Response, ServiceRequest,
 };
 use crate::seam::time::Deadline;
-use crate::seam::{Forwarded, Health, HttpClass, NoAnswer};
+use crate::seam::{Forwarded, Health, HttpClass};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -63,6 +63,14 @@ impl Wire {
         drop(g);
         self.wake.notify_one();
         true
+    }
+
+    /// Sends requests `r.<i>` for each `i` of `ids` to endpoint 0, each taken (the
+    /// instance is in the group).
+    fn send_each(&self, ids: std::ops::Range<usize>) {
+        for i in ids {
+            assert!(self.send(0, "x", Some(&format!("r.{i}"))), "r.{i}");
+        }
     }
 
     /// Puts a request on its way whatever the membership (sent just before a leave).
@@ -186,19 +194,7 @@ impl Exchange for FakeApp {
             .push((q.endpoint.to_string(), payload));
         sleep(delay).await;
         self.in_flight.lock().unwrap().0 -= 1;
-        let f = |outcome, class, failure: Option<&'static str>| Forwarded {
-            outcome,
-            class,
-            skipped_headers: 0,
-            trace_dropped: Default::default(),
-            elapsed: delay,
-            bad_action: false,
-            failure: failure.map(|kind| NoAnswer {
-                kind,
-                cause: String::new(),
-            }),
-            outputs: None,
-        };
+        let f = |outcome, class, failure| Forwarded::fake(outcome, class, delay, failure);
         match does {
             Does::Answer(status, body) => {
                 let over = (body.len() > q.max_body).then_some(body.len());
@@ -248,11 +244,25 @@ struct Rig {
     run: JoinHandle<()>,
 }
 
-fn rig(max_in_flight: u32, healthy: Health, script: Script) -> Rig {
-    rig_with(max_in_flight, 0, healthy, script)
+impl Rig {
+    /// Asserts that `n` requests to `endpoint` were counted in `class`.
+    fn assert_requests(&self, class: &str, endpoint: &str, n: u64) {
+        let text = self.metrics.render();
+        let line = format!(
+            "jetrelay_requests_total{{class=\"{class}\",endpoint=\"{endpoint}\",source=\"rpc\"}} {n}"
+        );
+        assert!(text.contains(&line), "{line}\n{text}");
+    }
 }
 
-fn rig_with(max_in_flight: u32, rate_per_s: u32, healthy: Health, script: Script) -> Rig {
+/// A runner started (settled) without a rate limit.
+async fn rig(max_in_flight: u32, healthy: Health, script: Script) -> Rig {
+    rig_with(max_in_flight, 0, healthy, script).await
+}
+
+/// A runner started, and settled: it has joined the group (when healthy) and waits
+/// for requests.
+async fn rig_with(max_in_flight: u32, rate_per_s: u32, healthy: Health, script: Script) -> Rig {
     let metrics = Metrics::new().unwrap();
     let process = Readiness::new(metrics.clone());
     process.set_nats_down(None);
@@ -323,6 +333,7 @@ fn rig_with(max_in_flight: u32, rate_per_s: u32, healthy: Health, script: Script
     let run = tokio::spawn(async move {
         service.run(requests, stop).await.unwrap();
     });
+    settle().await;
     Rig {
         wire,
         app,
@@ -362,8 +373,7 @@ async fn each_request_gets_the_apps_answer_and_an_error_status_the_error_headers
         "boom" => (Does::Answer(500, "{}"), MS),
         _ => (Does::Answer(200, "{\"ok\":true}"), MS),
     });
-    let r = rig(4, Health::Healthy, script);
-    settle().await;
+    let r = rig(4, Health::Healthy, script).await;
     assert_eq!(
         r.wire.joined(),
         (true, 1, 0),
@@ -394,23 +404,14 @@ async fn each_request_gets_the_apps_answer_and_an_error_status_the_error_headers
     assert_eq!((stats[0].requests, stats[0].errors), (2, 1));
     assert_eq!((stats[1].requests, stats[1].errors), (1, 1));
     assert_eq!(stats[1].last_error, "404:Not Found");
-    let text = r.metrics.render();
-    assert!(
-        text.contains(
-            "jetrelay_requests_total{class=\"4xx\",endpoint=\"cancel\",source=\"rpc\"} 1"
-        ),
-        "{text}"
-    );
+    r.assert_requests("4xx", "cancel", 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn no_more_than_max_in_flight_ask_the_app_at_once() {
-    let r = rig(2, Health::Healthy, answering(200, "ok", 100 * MS));
-    settle().await;
+    let r = rig(2, Health::Healthy, answering(200, "ok", 100 * MS)).await;
     let start = Instant::now();
-    for i in 0..6 {
-        assert!(r.wire.send(0, "x", Some(&format!("r.{i}"))));
-    }
+    r.wire.send_each(0..6);
     sleep(1000 * MS).await;
     let replies = r.wire.replies();
     assert_eq!(replies.len(), 6, "every request answered");
@@ -425,12 +426,9 @@ async fn no_more_than_max_in_flight_ask_the_app_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn the_rate_limit_spaces_the_requests() {
-    let r = rig_with(8, 10, Health::Healthy, answering(200, "ok", MS));
-    settle().await;
+    let r = rig_with(8, 10, Health::Healthy, answering(200, "ok", MS)).await;
     let start = Instant::now();
-    for i in 0..3 {
-        assert!(r.wire.send(0, "x", Some(&format!("r.{i}"))));
-    }
+    r.wire.send_each(0..3);
     sleep(1000 * MS).await;
     let at: Vec<Duration> = r
         .wire
@@ -454,8 +452,7 @@ async fn a_timeout_replies_504_and_an_answer_over_max_reply_bytes_502() {
             MS,
         ),
     });
-    let r = rig(4, Health::Healthy, script);
-    settle().await;
+    let r = rig(4, Health::Healthy, script).await;
     r.wire.send(0, "slow", Some("r.slow"));
     r.wire.send(0, "big", Some("r.big"));
     sleep(100 * MS).await;
@@ -473,8 +470,7 @@ async fn a_timeout_replies_504_and_an_answer_over_max_reply_bytes_502() {
 #[tokio::test(start_paused = true)]
 async fn an_unhealthy_app_takes_the_instance_out_of_the_queue_group_and_what_still_comes_gets_503_at_once()
  {
-    let r = rig(4, Health::Waiting, answering(200, "ok", MS));
-    settle().await;
+    let r = rig(4, Health::Waiting, answering(200, "ok", MS)).await;
     assert_eq!(r.wire.joined(), (false, 0, 0), "not before the first probe");
     assert_eq!(r.readiness.status().state, State::NotReady);
     r.health.send(Health::Healthy).unwrap();
@@ -521,8 +517,7 @@ async fn an_unreachable_app_replies_503_leaves_and_rejoins_as_a_probe_after_a_ba
             (Does::Refused, MS)
         }
     });
-    let r = rig(4, Health::Healthy, script);
-    settle().await;
+    let r = rig(4, Health::Healthy, script).await;
     r.wire.send(0, "x", Some("r.1"));
     sleep(2 * MS).await;
     let first = r.wire.reply_to("r.1").unwrap();
@@ -548,8 +543,7 @@ async fn an_unreachable_app_replies_503_leaves_and_rejoins_as_a_probe_after_a_ba
 
 #[tokio::test(start_paused = true)]
 async fn a_drain_leaves_the_group_and_answers_every_request_in_flight() {
-    let r = rig(4, Health::Healthy, answering(200, "done", 1000 * MS));
-    settle().await;
+    let r = rig(4, Health::Healthy, answering(200, "done", 1000 * MS)).await;
     r.wire.send(0, "a", Some("r.a"));
     r.wire.send(1, "b", Some("r.b"));
     sleep(10 * MS).await;
@@ -571,29 +565,19 @@ async fn a_drain_leaves_the_group_and_answers_every_request_in_flight() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_without_a_reply_subject_is_counted_and_never_posted() {
-    let r = rig(4, Health::Healthy, answering(200, "ok", MS));
-    settle().await;
+    let r = rig(4, Health::Healthy, answering(200, "ok", MS)).await;
     r.wire.send(0, "x", None);
     sleep(10 * MS).await;
     assert!(r.wire.replies().is_empty());
     assert!(r.app.asked.lock().unwrap().is_empty());
-    let text = r.metrics.render();
-    assert!(
-        text.contains(
-            "jetrelay_requests_total{class=\"no_reply\",endpoint=\"create\",source=\"rpc\"} 1"
-        ),
-        "{text}"
-    );
+    r.assert_requests("no_reply", "create", 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn past_the_wait_bound_in_requests_or_bytes_a_request_is_shed_with_503_at_once() {
     // One slot; at most 4 requests (1000 bytes) wait.
-    let r = rig(1, Health::Healthy, answering(200, "ok", 100 * MS));
-    settle().await;
-    for i in 0..7 {
-        assert!(r.wire.send(0, "x", Some(&format!("r.{i}"))));
-    }
+    let r = rig(1, Health::Healthy, answering(200, "ok", 100 * MS)).await;
+    r.wire.send_each(0..7);
     let big = "y".repeat(2000);
     assert!(r.wire.send(1, &big, Some("r.big")));
     settle().await;
@@ -624,22 +608,14 @@ async fn past_the_wait_bound_in_requests_or_bytes_a_request_is_shed_with_503_at_
         .map(|(_, p)| p.clone())
         .collect();
     assert_eq!(asked.len(), 5, "in order, one at a time");
-    let text = r.metrics.render();
-    for (endpoint, n) in [("create", 2), ("cancel", 1)] {
-        let line = format!(
-            "jetrelay_requests_total{{class=\"shed\",endpoint=\"{endpoint}\",source=\"rpc\"}} {n}"
-        );
-        assert!(text.contains(&line), "{line}\n{text}");
-    }
+    r.assert_requests("shed", "create", 2);
+    r.assert_requests("shed", "cancel", 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn what_waits_gets_503_at_once_when_the_instance_leaves_or_drains() {
-    let r = rig(1, Health::Healthy, answering(200, "ok", 1000 * MS));
-    settle().await;
-    for i in 0..3 {
-        r.wire.send(0, "x", Some(&format!("r.{i}")));
-    }
+    let r = rig(1, Health::Healthy, answering(200, "ok", 1000 * MS)).await;
+    r.wire.send_each(0..3);
     settle().await;
     r.health.send(Health::Unhealthy).unwrap();
     settle().await;
@@ -649,9 +625,7 @@ async fn what_waits_gets_503_at_once_when_the_instance_leaves_or_drains() {
     }
     r.health.send(Health::Healthy).unwrap();
     settle().await;
-    for i in 3..5 {
-        r.wire.send(0, "x", Some(&format!("r.{i}")));
-    }
+    r.wire.send_each(3..5);
     settle().await;
     r.shutdown.cancel();
     settle().await;
@@ -667,8 +641,7 @@ async fn what_waits_gets_503_at_once_when_the_instance_leaves_or_drains() {
 
 #[tokio::test(start_paused = true)]
 async fn a_drain_counts_the_requests_it_answered_as_settled() {
-    let r = rig(1, Health::Healthy, answering(200, "ok", 1000 * MS));
-    settle().await;
+    let r = rig(1, Health::Healthy, answering(200, "ok", 1000 * MS)).await;
     r.wire.send(0, "x", Some("r.0"));
     r.wire.send(0, "x", Some("r.1"));
     r.wire.send(0, "x", None);

@@ -3,6 +3,7 @@
 //! `trace/v1/trace.proto` and `collector/trace/v1/trace_service.proto`). The test
 //! harness decodes it with the official generated types.
 
+use super::context::SpanContext;
 use super::span::{Span, SpanKind, SpanLink, Value};
 
 /// Who exports: the resource's attributes and the instrumentation scope.
@@ -77,13 +78,18 @@ fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
     });
 }
 
+/// A span's or a link's first three fields: trace id, span id, tracestate.
+fn ids(o: &mut Vec<u8>, c: &SpanContext) {
+    bytes(o, 1, &c.trace_id);
+    bytes(o, 2, &c.span_id);
+    if let Some(state) = &c.tracestate {
+        bytes(o, 3, state.as_bytes());
+    }
+}
+
 fn link(out: &mut Vec<u8>, l: &SpanLink) {
     nested(out, 13, |o| {
-        bytes(o, 1, &l.context.trace_id);
-        bytes(o, 2, &l.context.span_id);
-        if let Some(state) = &l.context.tracestate {
-            bytes(o, 3, state.as_bytes());
-        }
+        ids(o, &l.context);
         for (k, v) in &l.attributes {
             key_value(o, 4, k, v);
         }
@@ -94,11 +100,7 @@ fn link(out: &mut Vec<u8>, l: &SpanLink) {
 
 fn span(out: &mut Vec<u8>, s: &Span) {
     nested(out, 2, |o| {
-        bytes(o, 1, &s.context.trace_id);
-        bytes(o, 2, &s.context.span_id);
-        if let Some(state) = &s.context.tracestate {
-            bytes(o, 3, state.as_bytes());
-        }
+        ids(o, &s.context);
         if let Some(parent) = &s.parent {
             bytes(o, 4, parent);
         }
