@@ -42,7 +42,6 @@ use crate::source::settings::{
     StreamSettings, dlq_duplicate_window,
 };
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
-use crate::topology::{Discard, Retention, Storage};
 use crate::trace::encode::Resource;
 
 /// Everything the daemon's components take from the config: what the process
@@ -582,22 +581,17 @@ fn dead_letters(c: &Config, ack_wait: Duration) -> Option<DeadLetters> {
     let managed = stream.as_ref().filter(|_| d.manage).map(|name| StreamSpec {
         name: name.clone(),
         subjects: vec![d.subject.clone()],
-        storage: Storage::File,
-        replicas: 1,
-        retention: Retention::Limits,
-        discard: Discard::Old,
         max_age_ms: d.max_age_ms,
-        max_msgs: -1,
-        max_bytes: -1,
         duplicate_window_ms: u64::try_from(
             dlq_duplicate_window(ack_wait, Duration::from_millis(d.max_age_ms)).as_millis(),
         )
         .unwrap_or(u64::MAX),
         allow_direct: true,
-        allow_atomic: false,
-        allow_msg_ttl: false,
         // `jetrelay dlq replay --fast --to` a subject the DLQ stream captures.
         allow_batched: true,
+        // File storage, one replica (the source stream's, read when it is created),
+        // limits, discard old, no other limit.
+        ..StreamSpec::default()
     });
     Some(DeadLetters {
         subject: d.subject.clone(),
@@ -654,19 +648,7 @@ fn durable_consumer(c: &Config) -> ConsumerSpec {
 pub fn topology_request(c: &Config) -> TopologyRequest {
     let managed = c.topology.managed_stream.as_ref().map(|m| StreamSpec {
         name: c.source.stream.clone(),
-        subjects: m.subjects.clone(),
-        storage: m.storage,
-        replicas: m.replicas,
-        retention: m.retention,
-        discard: m.discard,
-        max_age_ms: m.max_age_ms,
-        max_msgs: m.max_msgs,
-        max_bytes: m.max_bytes,
-        duplicate_window_ms: m.duplicate_window_ms,
-        allow_direct: m.allow_direct,
-        allow_atomic: m.allow_atomic,
-        allow_msg_ttl: m.allow_msg_ttl,
-        allow_batched: m.allow_batched,
+        ..m.clone()
     });
     TopologyRequest {
         stream: c.source.stream.clone(),
