@@ -41,6 +41,10 @@ enum Command {
         /// The TOML config file (environment variables JETRELAY_* override it).
         #[arg(long, env = "JETRELAY_CONFIG")]
         config: Option<PathBuf>,
+        /// Reload (as SIGHUP does) when the config file or a file it names changes,
+        /// including a Kubernetes ConfigMap or Secret mounted as a directory.
+        #[arg(long, env = "JETRELAY_WATCH", requires = "config")]
+        watch: bool,
     },
     /// Validate the config and print the topology plan; changes nothing.
     Check {
@@ -198,9 +202,11 @@ fn main() -> ExitCode {
                 Ok((listing.text, false))
             })
         }
-        Command::Run { config } => {
+        Command::Run { config, watch } => {
             let file = config.clone();
-            with_config(config.as_deref(), Logs::Daemon, move |c| run(c, file))
+            with_config(config.as_deref(), Logs::Daemon, move |c| {
+                run(c, file, watch)
+            })
         }
         Command::Check {
             config,
@@ -341,10 +347,11 @@ where
     }
 }
 
-async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+async fn run(config: Config, file: Option<PathBuf>, watch: bool) -> anyhow::Result<ExitCode> {
     // First: a SIGHUP must never take the default action (ending the process).
     let mut signals = Signals::install().map_err(DaemonError::Signals)?;
     let mut hangup = Hangup::install().map_err(DaemonError::Signals)?;
+    let watched = (watch.then_some(file.as_ref()).flatten()).map(|f| (f.clone(), config.clone()));
     let daemon = Daemon::build(config).await?;
     let deadline = daemon.deadline();
     tracing::info!(
@@ -386,6 +393,12 @@ async fn run(config: Config, file: Option<PathBuf>) -> anyhow::Result<ExitCode> 
             }
         }
     });
+    if let Some((file, config)) = watched {
+        let (reloader, stop) = (daemon.reloader(), shutdown.clone());
+        tokio::spawn(async move {
+            jetrelay::daemon::watching::watch(file, &config, reloader, stop).await;
+        });
+    }
     daemon.run(shutdown).await?;
     tracing::info!("jetrelay stopped cleanly");
     // The last lines, while the grace lasts: a stderr nobody reads does not hold

@@ -12,6 +12,7 @@ mod fleet;
 pub mod reload;
 pub mod settings;
 pub mod shutdown;
+pub mod watching;
 
 pub use self::error::DaemonError;
 

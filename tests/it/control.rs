@@ -1201,3 +1201,76 @@ async fn no_secret_of_the_config_shows_on_the_admin_port_in_check_or_in_the_log(
     let log = serde_json::to_string(&d.lines()).unwrap();
     assert!(!log.contains(MARK), "{log}");
 }
+
+/// `run --watch` on a config mounted as Kubernetes mounts a ConfigMap: the file is a
+/// link through `..data`, and the kubelet's update is a new timestamped directory
+/// with `..data` renamed onto it. The swap reloads once; a swap to a config that does
+/// not validate is refused and the running config stays.
+#[tokio::test]
+async fn watch_reloads_a_configmap_directory_swapped_as_the_kubelet_does() {
+    use std::os::unix::fs::symlink;
+    let env = Env::start(&["w.>"]).await;
+    let app = MockApp::ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let swap = |n: u32, text: &str| {
+        let version = format!("..2026_12_06_{n}");
+        std::fs::create_dir(root.join(&version)).unwrap();
+        std::fs::write(root.join(&version).join("jetrelay.toml"), text).unwrap();
+        symlink(&version, root.join("..data_tmp")).unwrap();
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    };
+    swap(1, &reload_text(&env, &app, "max_in_flight = 8", ""));
+    let path = root.join("jetrelay.toml");
+    symlink("..data/jetrelay.toml", &path).unwrap();
+    let mut d = Daemon::start_watching(dir, &path).await;
+    d.wait_ready_body("ready", Duration::from_secs(20), |c, _| c == 200)
+        .await;
+    let running = |d: &Daemon| {
+        let url = format!("http://{}/config", d.admin);
+        async move {
+            let resp = crate::support::http().get(url).send().await.unwrap();
+            let shown: serde_json::Value =
+                serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+            shown["delivery.max_in_flight"].clone()
+        }
+    };
+    assert_eq!(running(&d).await, 8);
+    let verdicts = |d: &Daemon| -> Vec<String> {
+        d.lines()
+            .iter()
+            .filter_map(|l| l["message"].as_str())
+            .filter(|m| m.starts_with("config reload"))
+            .map(String::from)
+            .collect()
+    };
+    swap(2, &reload_text(&env, &app, "max_in_flight = 4", ""));
+    d.wait_line("the reload", Duration::from_secs(10), |l| {
+        l["message"] == "config reloaded"
+    })
+    .await;
+    assert_eq!(running(&d).await, 4);
+    swap(3, &reload_text(&env, &app, "max_in_flight = 0", ""));
+    d.wait_line("the refusal", Duration::from_secs(10), |l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("config reload refused"))
+    })
+    .await;
+    assert_eq!(running(&d).await, 4, "the running config stays");
+    assert_eq!(
+        verdicts(&d)[0],
+        "config reloaded",
+        "one reload for one swap, then the refusal"
+    );
+    assert_eq!(
+        verdicts(&d)
+            .iter()
+            .filter(|m| *m == "config reloaded")
+            .count(),
+        1,
+        "{:?}",
+        verdicts(&d)
+    );
+    assert!(d.running());
+}

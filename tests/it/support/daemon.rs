@@ -50,10 +50,25 @@ impl Daemon {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("jetrelay.toml");
         std::fs::write(&path, config).unwrap();
+        Self::spawn(dir, &path, &[], env).await
+    }
+
+    /// `jetrelay run --config <path> --watch`, `path` in `dir` (kept while it runs).
+    pub async fn start_watching(dir: tempfile::TempDir, path: &std::path::Path) -> Daemon {
+        Self::spawn(dir, path, &["--watch"], &[]).await
+    }
+
+    async fn spawn(
+        dir: tempfile::TempDir,
+        path: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let mut child = Command::new(BIN)
             .arg("run")
             .arg("--config")
-            .arg(&path)
+            .arg(path)
+            .args(args)
             .env_remove("JETRELAY_CONFIG")
             .envs(env.iter().copied())
             .stdout(Stdio::null())

@@ -1,0 +1,242 @@
+//! `run --watch`: the config file and every file it names (secrets, TLS files,
+//! header files) are looked at every second, by what they hold; a change, once it
+//! has held still for one look, is reloaded as SIGHUP is. Reading through the path
+//! follows a Kubernetes ConfigMap or Secret mounted as a directory, whose files the
+//! kubelet swaps at once by renaming a symlink (`..data`): the next look reads the
+//! new files, all of them. A file that cannot be read counts as its own state
+//! (missing), so its coming back is a change too.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::daemon::reload::Reloader;
+
+/// How often the files are looked at.
+pub const EVERY: Duration = Duration::from_secs(1);
+
+/// The most of a file that is read to tell whether it changed (a config or a secret
+/// is far smaller; past it, the size and modification time say).
+const READ_AT_MOST: u64 = 1 << 20;
+
+/// What each watched file holds now: its digest, or why it has none.
+pub type Looks = BTreeMap<PathBuf, String>;
+
+/// The files `config` (read from `file`) names: `file` itself, then every secret,
+/// TLS and header file of the process and of each source.
+pub fn named(file: &Path, config: &Config) -> Vec<PathBuf> {
+    let mut files = vec![file.to_path_buf()];
+    let n = &config.nats;
+    let mut push = |p: &str| {
+        if !p.is_empty() {
+            files.push(PathBuf::from(p));
+        }
+    };
+    for p in [
+        &n.creds_file,
+        &n.nkey_seed_file,
+        &n.token_file,
+        &n.password_file,
+        &n.tls_ca_file,
+        &n.tls_cert_file,
+        &n.tls_key_file,
+        &config.admin.token_file,
+        &config.publish.token_file,
+    ] {
+        push(p);
+    }
+    config.otel.header_files.values().for_each(|p| push(p));
+    for view in config.source_views().unwrap_or_default() {
+        let h = &view.config.http;
+        for p in [
+            &h.bearer_token_file,
+            &h.tls_ca_file,
+            &h.proxy_credentials_file,
+        ] {
+            push(p);
+        }
+        h.header_files.values().for_each(|p| push(p));
+    }
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// What `paths` hold now.
+pub fn look(paths: &[PathBuf]) -> Looks {
+    paths.iter().map(|p| (p.clone(), state(p))).collect()
+}
+
+/// One file's state: the digest of what it holds (through every symlink), its size
+/// and time when it is large, or why it cannot be read.
+fn state(path: &Path) -> String {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => return format!("unreadable: {}", e.kind()),
+    };
+    if meta.len() > READ_AT_MOST {
+        let at = meta
+            .modified()
+            .ok()
+            .map(|t| format!("{t:?}"))
+            .unwrap_or_default();
+        return format!("large: {} bytes, modified {at}", meta.len());
+    }
+    match std::fs::read(path) {
+        Ok(bytes) => crate::digest::hex(&crate::digest::sha256(&[&bytes])),
+        Err(e) => format!("unreadable: {}", e.kind()),
+    }
+}
+
+/// What the watch does after a look, given the looks before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing changed since the reload (or the start).
+    Nothing,
+    /// It changed: wait one look more for it to hold still.
+    Settling,
+    /// It changed and held still: reload.
+    Reload,
+}
+
+/// The decision after looking: `applied` is what the last reload (or the start)
+/// saw, `last` the look before this one, `now` this one. Pure.
+pub fn next(applied: &Looks, last: &Looks, now: &Looks) -> Next {
+    if now == applied {
+        Next::Nothing
+    } else if now == last {
+        Next::Reload
+    } else {
+        Next::Settling
+    }
+}
+
+/// Watches `file` (and what the config it holds names) until `stop`, asking
+/// `reloader` to reload on every change that held still.
+pub async fn watch(file: PathBuf, config: &Config, reloader: Reloader, stop: CancellationToken) {
+    let mut paths = named(&file, config);
+    let mut applied = look(&paths);
+    let mut last = applied.clone();
+    tracing::info!(
+        files = paths.len(),
+        "watching the config and the files it names"
+    );
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(EVERY) => {}
+        }
+        let now = look(&paths);
+        match next(&applied, &last, &now) {
+            Next::Nothing | Next::Settling => last = now,
+            Next::Reload => {
+                let changed: Vec<String> = (now.iter())
+                    .filter(|(p, s)| applied.get(*p) != Some(*s))
+                    .map(|(p, _)| p.display().to_string())
+                    .collect();
+                tracing::info!(
+                    changed = %crate::printable::list(&changed, 8),
+                    "a watched file changed: reading the config again"
+                );
+                let loaded = Config::load(Some(&file));
+                if let Ok(c) = &loaded {
+                    // The new config may name other files: they are watched from now.
+                    paths = named(&file, c);
+                }
+                reloader.request(loaded);
+                applied = look(&paths);
+                last = applied.clone();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn looks(states: &[(&str, &str)]) -> Looks {
+        states
+            .iter()
+            .map(|(p, s)| (PathBuf::from(p), s.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_change_reloads_once_it_held_still_for_a_look() {
+        let a = looks(&[("c.toml", "1")]);
+        let b = looks(&[("c.toml", "2")]);
+        let c = looks(&[("c.toml", "3")]);
+        assert_eq!(next(&a, &a, &a), Next::Nothing);
+        assert_eq!(next(&a, &a, &b), Next::Settling, "seen once");
+        assert_eq!(next(&a, &b, &b), Next::Reload, "held still");
+        assert_eq!(next(&a, &b, &c), Next::Settling, "still moving");
+        assert_eq!(next(&a, &b, &a), Next::Nothing, "back as it was");
+    }
+
+    #[test]
+    fn a_symlink_swap_is_seen_through_the_path_and_a_missing_file_is_a_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (one, two) = (dir.path().join("..2026_1"), dir.path().join("..2026_2"));
+        for (d, text) in [(&one, "a = 1"), (&two, "a = 2")] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("c.toml"), text).unwrap();
+        }
+        let data = dir.path().join("..data");
+        std::os::unix::fs::symlink(&one, &data).unwrap();
+        let file = dir.path().join("c.toml");
+        std::os::unix::fs::symlink("..data/c.toml", &file).unwrap();
+        let before = look(std::slice::from_ref(&file));
+        // The kubelet's swap: a new link renamed over `..data`.
+        let tmp = dir.path().join("..data_tmp");
+        std::os::unix::fs::symlink(&two, &tmp).unwrap();
+        std::fs::rename(&tmp, &data).unwrap();
+        let after = look(std::slice::from_ref(&file));
+        assert_ne!(before, after);
+        std::fs::remove_file(&data).unwrap();
+        let gone = look(std::slice::from_ref(&file));
+        assert!(gone[&file].starts_with("unreadable"), "{gone:?}");
+    }
+
+    #[test]
+    fn every_file_the_config_names_is_watched() {
+        let c = Config::from_toml(&[r#"
+            [nats]
+            token_file = "/s/nats-token"
+            [admin]
+            token_file = "/s/admin"
+            [otel]
+            header_files = { Authorization = "/s/otel" }
+            [http]
+            url = "http://127.0.0.1:1/x"
+            tls_ca_file = "/s/ca.pem"
+            [sources.a]
+            stream = "A"
+            kind = "durable"
+            durable = "a"
+            [sources.a.http]
+            bearer_token_file = "/s/a-token"
+            [sources.b]
+            stream = "B"
+            kind = "durable"
+            durable = "b"
+        "#])
+        .unwrap();
+        let files = named(Path::new("/etc/jetrelay/c.toml"), &c);
+        let shown: Vec<&str> = files.iter().filter_map(|p| p.to_str()).collect();
+        assert_eq!(
+            shown,
+            [
+                "/etc/jetrelay/c.toml",
+                "/s/a-token",
+                "/s/admin",
+                "/s/ca.pem",
+                "/s/nats-token",
+                "/s/otel"
+            ]
+        );
+    }
+}
