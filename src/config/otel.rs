@@ -39,6 +39,12 @@ pub struct OtelConfig {
     /// The resource's attributes besides `service.name` and `service.instance.id`
     /// (`deployment.environment`, `k8s.pod.name`, …).
     pub resource_attributes: BTreeMap<String, String>,
+    /// Export what `/metrics` shows over OTLP too.
+    pub metrics: bool,
+    /// Where metrics go, when not to `endpoint`.
+    pub metrics_endpoint: String,
+    /// How often metrics are exported.
+    pub metrics_interval_ms: u64,
 }
 
 impl Default for OtelConfig {
@@ -51,6 +57,9 @@ impl Default for OtelConfig {
             headers: BTreeMap::new(),
             header_files: BTreeMap::new(),
             resource_attributes: BTreeMap::new(),
+            metrics: false,
+            metrics_endpoint: String::new(),
+            metrics_interval_ms: 60_000,
         }
     }
 }
@@ -58,19 +67,37 @@ impl Default for OtelConfig {
 impl Config {
     pub(super) fn check_otel(&self, p: &mut Problems) {
         let o = &self.otel;
-        if !o.endpoint.is_empty() {
-            if super::nats::has_userinfo(&o.endpoint) {
+        for (key, url) in [
+            ("otel.endpoint", &o.endpoint),
+            ("otel.metrics_endpoint", &o.metrics_endpoint),
+        ] {
+            if url.is_empty() {
+                continue;
+            }
+            if super::nats::has_userinfo(url) {
                 p.add(
-                    "otel.endpoint",
+                    key,
                     format!(
                         "{:?} carries credentials: put them in otel.headers or otel.header_files",
-                        super::redact(&o.endpoint)
+                        super::redact(url)
                     ),
                 );
-            } else if let Err(e) = super::http::check_http_url(&o.endpoint) {
-                p.add("otel.endpoint", e);
+            } else if let Err(e) = super::http::check_http_url(url) {
+                p.add(key, e);
             }
         }
+        if o.metrics && o.endpoint.is_empty() && o.metrics_endpoint.is_empty() {
+            p.add(
+                "otel.metrics",
+                "needs otel.endpoint or otel.metrics_endpoint (where the metrics go)",
+            );
+        }
+        p.range(
+            "otel.metrics_interval_ms",
+            o.metrics_interval_ms,
+            1000,
+            super::HOUR,
+        );
         if !(0.0..=1.0).contains(&o.sample_ratio) {
             p.add("otel.sample_ratio", "must be between 0 and 1");
         }

@@ -76,7 +76,8 @@ pub(super) fn read(get: &dyn Fn(&str) -> Option<String>) -> Result<Vec<OtelVar>,
         p.env = Some(var.to_string());
         problems.push(p);
     };
-    exporter(&var, &mut out, &mut problem);
+    let grpc = exporter(&var, &mut out, &mut problem);
+    metrics(&var, grpc, &mut out, &mut problem);
     for name in [
         "OTEL_EXPORTER_OTLP_HEADERS",
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
@@ -144,7 +145,7 @@ fn exporter(
     var: &dyn Fn(&str) -> Option<String>,
     out: &mut Vec<OtelVar>,
     problem: &mut dyn FnMut(&str, &str, String),
-) {
+) -> bool {
     let protocol = var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .map(|v| ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v))
         .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL").map(|v| ("OTEL_EXPORTER_OTLP_PROTOCOL", v)));
@@ -182,6 +183,52 @@ fn exporter(
             "otel.endpoint",
             v.as_str(),
         ));
+    }
+    grpc
+}
+
+/// Metrics over OTLP: whether (`OTEL_METRICS_EXPORTER`), how often
+/// (`OTEL_METRIC_EXPORT_INTERVAL`, ms) and where, when not to the traces' endpoint
+/// (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, the whole URL).
+fn metrics(
+    var: &dyn Fn(&str) -> Option<String>,
+    grpc: bool,
+    out: &mut Vec<OtelVar>,
+    problem: &mut dyn FnMut(&str, &str, String),
+) {
+    const EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+    match var(EXPORTER).as_deref() {
+        Some("otlp") => out.push(OtelVar::new(EXPORTER, "otel.metrics", true)),
+        Some("none") => out.push(OtelVar::new(EXPORTER, "otel.metrics", false)),
+        // Prometheus is what /metrics is, always.
+        Some("prometheus") | None => {}
+        Some(other) => problem(
+            "otel.metrics",
+            EXPORTER,
+            format!(
+                "{other:?}: jetrelay exports \"otlp\" (or \"none\"; /metrics is always served)"
+            ),
+        ),
+    }
+    const INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+    if let Some(v) = var(INTERVAL) {
+        match v.parse::<u64>() {
+            Ok(ms) => out.push(OtelVar::new(INTERVAL, "otel.metrics_interval_ms", ms)),
+            Err(_) => problem(
+                "otel.metrics_interval_ms",
+                INTERVAL,
+                format!("{v:?} is not a whole number of milliseconds"),
+            ),
+        }
+    }
+    const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+    if let Some(v) = var(ENDPOINT) {
+        let base = if grpc {
+            v.as_str()
+        } else {
+            v.trim_end_matches('/').trim_end_matches("/v1/metrics")
+        };
+        out.push(OtelVar::new(ENDPOINT, "otel.metrics_endpoint", base));
     }
 }
 

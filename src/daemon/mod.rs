@@ -30,7 +30,7 @@ use crate::admission::Budget;
 use crate::config::{Config, ConfigError};
 use crate::daemon::apps::{Apps, SourceApp};
 use crate::daemon::reload::{Reloader, SourceChange};
-use crate::daemon::settings::Settings;
+use crate::daemon::settings::{MetricsExport, Settings};
 use crate::http::collector::Collector;
 use crate::nats::Nats;
 use crate::ops::drain::{Drain, DrainOutcome};
@@ -53,9 +53,10 @@ pub struct Daemon {
     publish: Option<(TcpListener, Option<Arc<SecretFile>>)>,
     /// The app's clients and probes, and each source's forwarder and health.
     app: (Apps, Vec<SourceApp>),
-    /// The span recorder, and the collector it exports to (with `[otel]` on).
+    /// The span recorder, and the collectors spans and metrics are exported to
+    /// (with `[otel]` on).
     tracer: Tracer,
-    collector: Option<Collector>,
+    exports: Exports,
     /// The config it runs, for reloads to compare with.
     config: Config,
     reloader: Reloader,
@@ -126,12 +127,19 @@ impl Daemon {
             Some(path) => Some(Arc::new(SecretFile::load("admin.token_file", path)?)),
             None => None,
         };
-        let (tracer, collector) = match &settings.tracing {
+        let (tracer, spans) = match &settings.tracing {
             Some(t) => (
                 Tracer::new(t.settings.clone(), metrics.clone()),
                 Some(Collector::new(&t.collector)?),
             ),
             None => (Tracer::off(), None),
+        };
+        let exports = Exports {
+            spans,
+            metrics: match &settings.metrics_export {
+                Some(m) => Some((Collector::new(&m.collector)?, m.clone())),
+                None => None,
+            },
         };
         let (reloader, reloads) = reload::channel();
         Ok(Daemon {
@@ -143,7 +151,7 @@ impl Daemon {
             publish,
             app,
             tracer,
-            collector,
+            exports,
             config,
             reloader,
             reloads,
@@ -247,7 +255,9 @@ impl Daemon {
             admin_stop.clone(),
         ));
         let export_stop = CancellationToken::new();
-        let exporter = export(self.collector, &self.tracer, &export_stop, &deadline);
+        let exporters = self
+            .exports
+            .start(&self.tracer, &self.metrics, &export_stop, &deadline);
         let supervisor = Supervisor {
             tracer: self.tracer,
             settings: self.settings,
@@ -280,14 +290,14 @@ impl Daemon {
         };
         self.readiness.set_draining("stopped");
         reloads.stop().await;
-        if let Some(task) = exporter {
-            export_stop.cancel();
-            // The exporter bounds itself by FLUSH; the margin is for its last send.
-            let at = deadline
-                .or_from_now()
-                .min(tokio::time::Instant::now() + crate::ops::traces::FLUSH + BACKSTOP);
-            if bounded(at, "export the last spans", task).await.is_none() {
-                tracing::warn!("the last spans were not exported within the grace");
+        export_stop.cancel();
+        // The exporters bound themselves by FLUSH; the margin is for their last send.
+        let at = deadline
+            .or_from_now()
+            .min(tokio::time::Instant::now() + crate::ops::traces::FLUSH + BACKSTOP);
+        for (what, task) in exporters {
+            if bounded(at, what, task).await.is_none() {
+                tracing::warn!(what, "not done within the grace");
             }
         }
         // The admin endpoints stay up until everything else is done.
@@ -301,23 +311,53 @@ impl Daemon {
     }
 }
 
-/// The span exporter's task, with `[otel]` on: spans go out off the delivery path;
-/// at shutdown what is queued is sent within the grace, after the drain.
-fn export(
-    collector: Option<Collector>,
-    tracer: &Tracer,
-    stop: &CancellationToken,
-    deadline: &Deadline,
-) -> Option<JoinHandle<()>> {
-    collector.map(|c| {
-        let d = deadline.clone();
-        tokio::spawn(crate::ops::traces::export(
-            tracer.clone(),
-            c,
-            stop.clone(),
-            move || d.get(),
-        ))
-    })
+/// Where spans and metrics are exported to, when they are.
+#[derive(Debug)]
+struct Exports {
+    spans: Option<Collector>,
+    metrics: Option<(Collector, MetricsExport)>,
+}
+
+impl Exports {
+    /// The exporters' tasks: spans and metrics go out off the delivery path; at
+    /// shutdown (`stop`) what is queued, and a last reading of the metrics, is sent
+    /// within the grace, after the drain.
+    fn start(
+        self,
+        tracer: &Tracer,
+        metrics: &Metrics,
+        stop: &CancellationToken,
+        deadline: &Deadline,
+    ) -> Vec<(&'static str, JoinHandle<()>)> {
+        let mut tasks = Vec::new();
+        if let Some(c) = self.spans {
+            let d = deadline.clone();
+            tasks.push((
+                "export the last spans",
+                tokio::spawn(crate::ops::traces::export(
+                    tracer.clone(),
+                    c,
+                    stop.clone(),
+                    move || d.get(),
+                )),
+            ));
+        }
+        if let Some((c, m)) = self.metrics {
+            let d = deadline.clone();
+            tasks.push((
+                "export the last metrics",
+                tokio::spawn(crate::ops::otlp_metrics::export(
+                    metrics.clone(),
+                    c,
+                    m.resource,
+                    m.every,
+                    stop.clone(),
+                    move || d.get(),
+                )),
+            ));
+        }
+        tasks
+    }
 }
 
 /// What a reload changes (the dispatcher's live settings, the endpoint's rules),

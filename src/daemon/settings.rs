@@ -25,7 +25,7 @@ use crate::dispatch::{Batching, OutputRules};
 use crate::group::model::Flavour;
 use crate::group::spec::{Member, Template};
 use crate::http::app::{ClientSettings, ProxySettings};
-use crate::http::collector::{CollectorSettings, Protocol};
+use crate::http::collector::{CollectorSettings, Exported, Protocol};
 use crate::http::credentials::CredentialFiles;
 use crate::http::forward::{AnswerLimits, TargetSettings};
 use crate::http::probe::HealthProbe;
@@ -52,6 +52,8 @@ pub struct Settings {
     pub nats: Connection,
     /// Span export (`[otel]` with an endpoint), or none.
     pub tracing: Option<Tracing>,
+    /// Metrics over OTLP (`otel.metrics`), or none.
+    pub metrics_export: Option<MetricsExport>,
     /// The sources, in the config's order (one, named `default`, for `[source]`).
     pub sources: Vec<SourceSettings>,
     /// Requests in flight across all sources (`budget.max_in_flight`; 0: off).
@@ -103,12 +105,14 @@ impl Settings {
             })
             .collect();
         let tracing = tracing(c, &mut p);
+        let metrics_export = metrics_export(c, &mut p);
         if !p.is_empty() || sources.len() != views.len() {
             return Err(ConfigError::Invalid(p));
         }
         Ok(Settings {
             nats: connection(&c.nats),
             tracing,
+            metrics_export,
             sources,
             budget: c.budget.max_in_flight,
             budget_reserve: c.budget.reserve,
@@ -444,33 +448,80 @@ pub struct Tracing {
     pub collector: CollectorSettings,
 }
 
-/// `[otel]`, parsed: `None` without an endpoint.
+/// `[otel]`'s spans, parsed: `None` without an endpoint.
 fn tracing(c: &Config, p: &mut Vec<Problem>) -> Option<Tracing> {
     let o = &c.otel;
     if o.endpoint.is_empty() {
         return None;
     }
-    let endpoint = url(p, "otel.endpoint", &o.endpoint)?;
     Some(Tracing {
         settings: TraceSettings {
             sample_ratio: o.sample_ratio,
-            resource: Resource {
-                service_name: o.service_name.clone(),
-                instance_id: c.nats.name.clone(),
-                attributes: o.resource_attributes.clone().into_iter().collect(),
-            },
+            resource: resource(c),
         },
-        collector: CollectorSettings {
-            endpoint,
-            protocol: match o.protocol {
-                OtelProtocol::HttpProtobuf => Protocol::HttpProtobuf,
-                OtelProtocol::Grpc => Protocol::Grpc,
-            },
-            credentials: CredentialFiles {
-                headers: o.headers.clone(),
-                bearer_token_file: None,
-                header_files: o.header_files.clone(),
-            },
+        collector: collector(c, Exported::Traces, "otel.endpoint", &o.endpoint, p)?,
+    })
+}
+
+/// Metrics over OTLP: what `/metrics` shows, exported every so often.
+#[derive(Debug, Clone)]
+pub struct MetricsExport {
+    /// The resource they are exported with.
+    pub resource: Resource,
+    /// Where and how they are sent.
+    pub collector: CollectorSettings,
+    /// How often.
+    pub every: Duration,
+}
+
+/// `[otel]`'s metrics, parsed: `None` unless `otel.metrics`.
+fn metrics_export(c: &Config, p: &mut Vec<Problem>) -> Option<MetricsExport> {
+    let o = &c.otel;
+    if !o.metrics {
+        return None;
+    }
+    let (key, endpoint) = if o.metrics_endpoint.is_empty() {
+        ("otel.endpoint", &o.endpoint)
+    } else {
+        ("otel.metrics_endpoint", &o.metrics_endpoint)
+    };
+    Some(MetricsExport {
+        resource: resource(c),
+        collector: collector(c, Exported::Metrics, key, endpoint, p)?,
+        every: Duration::from_millis(o.metrics_interval_ms),
+    })
+}
+
+/// The resource spans and metrics are exported with.
+fn resource(c: &Config) -> Resource {
+    let o = &c.otel;
+    Resource {
+        service_name: o.service_name.clone(),
+        instance_id: c.nats.name.clone(),
+        attributes: o.resource_attributes.clone().into_iter().collect(),
+    }
+}
+
+/// The collector `signal` is sent to (`key`: where its URL is written).
+fn collector(
+    c: &Config,
+    signal: Exported,
+    key: &str,
+    endpoint: &str,
+    p: &mut Vec<Problem>,
+) -> Option<CollectorSettings> {
+    let o = &c.otel;
+    Some(CollectorSettings {
+        signal,
+        endpoint: url(p, key, endpoint)?,
+        protocol: match o.protocol {
+            OtelProtocol::HttpProtobuf => Protocol::HttpProtobuf,
+            OtelProtocol::Grpc => Protocol::Grpc,
+        },
+        credentials: CredentialFiles {
+            headers: o.headers.clone(),
+            bearer_token_file: None,
+            header_files: o.header_files.clone(),
         },
     })
 }

@@ -1,6 +1,7 @@
-//! The OpenTelemetry collector, as the span exporter sees it: one POST per batch of
-//! spans, `http/protobuf` (`POST <endpoint>/v1/traces`) or `grpc` (the unary
-//! `TraceService/Export` over HTTP/2: prior knowledge for `http://`, ALPN `h2` for
+//! The OpenTelemetry collector, as the span and metric exporters see it: one POST per
+//! batch of spans (or per reading of the metrics), `http/protobuf` (`POST
+//! <endpoint>/v1/traces`, `/v1/metrics`) or `grpc` (the unary `TraceService/Export`,
+//! `MetricsService/Export` over HTTP/2: prior knowledge for `http://`, ALPN `h2` for
 //! `https://`), with the collector's headers (and header files, read again when
 //! they change). Bounded: no retry here (the exporter counts a failed batch as
 //! dropped and goes on), every request within its timeout.
@@ -23,10 +24,21 @@ pub enum Protocol {
     Grpc,
 }
 
+/// What is exported: spans or metrics (each its own path or gRPC service).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exported {
+    /// `ExportTraceServiceRequest`s.
+    Traces,
+    /// `ExportMetricsServiceRequest`s.
+    Metrics,
+}
+
 /// What the collector client takes: `[otel]`, parsed.
 #[derive(Debug, Clone)]
 pub struct CollectorSettings {
-    /// `otel.endpoint`: the collector's base URL.
+    /// What it exports.
+    pub signal: Exported,
+    /// `otel.endpoint` (or `otel.metrics_endpoint`): the collector's base URL.
     pub endpoint: reqwest::Url,
     /// `otel.protocol`.
     pub protocol: Protocol,
@@ -55,17 +67,24 @@ impl Collector {
     pub fn new(s: &CollectorSettings) -> Result<Collector, ClientError> {
         let credentials = Credentials::load(&s.credentials)?;
         let mut url = s.endpoint.clone();
+        let (http_path, service) = match s.signal {
+            Exported::Traces => (
+                "v1/traces",
+                "opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            ),
+            Exported::Metrics => (
+                "v1/metrics",
+                "opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            ),
+        };
         let builder = match s.protocol {
             Protocol::HttpProtobuf => {
-                let path = format!("{}/v1/traces", url.path().trim_end_matches('/'));
+                let path = format!("{}/{http_path}", url.path().trim_end_matches('/'));
                 url.set_path(&path);
                 crate::http::client::builder("")
             }
             Protocol::Grpc => {
-                let path = format!(
-                    "{}/opentelemetry.proto.collector.trace.v1.TraceService/Export",
-                    url.path().trim_end_matches('/')
-                );
+                let path = format!("{}/{service}", url.path().trim_end_matches('/'));
                 url.set_path(&path);
                 crate::http::client::builder_h2(url.scheme() == "http")
             }

@@ -6,6 +6,7 @@
 pub mod announce;
 pub mod drain;
 pub mod metrics;
+pub mod otlp_metrics;
 pub mod readiness;
 pub mod telemetry;
 pub mod traces;

@@ -135,6 +135,16 @@ fn span(out: &mut Vec<u8>, s: &Span) {
 /// Appends `spans` as one `ExportTraceServiceRequest` to `out` (after whatever framing
 /// the caller put there).
 pub fn export_request(resource: &Resource, spans: &[Span], out: &mut Vec<u8>) {
+    resource_and_scope(out, resource, |ss| {
+        for s in spans {
+            span(ss, s);
+        }
+    });
+}
+
+/// The request's one `ResourceSpans` (or `ResourceMetrics`: the same fields): the
+/// resource, then one scope (jetrelay's) whose items `items` writes.
+fn resource_and_scope(out: &mut Vec<u8>, resource: &Resource, items: impl FnOnce(&mut Vec<u8>)) {
     nested(out, 1, |rs| {
         nested(rs, 1, |r| {
             key_value(
@@ -159,10 +169,127 @@ pub fn export_request(resource: &Resource, spans: &[Span], out: &mut Vec<u8>) {
                 bytes(scope, 1, b"jetrelay");
                 bytes(scope, 2, env!("CARGO_PKG_VERSION").as_bytes());
             });
-            for s in spans {
-                span(ss, s);
-            }
+            items(ss);
         });
+    });
+}
+
+/// One metric as OTLP exports it (`metrics/v1/metrics.proto`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metric {
+    /// Its name (`messaging.client.consumed.messages`, `jetrelay.…`).
+    pub name: String,
+    /// What it counts or measures.
+    pub description: String,
+    /// Its unit (`s`, `By`, `{message}`), or empty.
+    pub unit: String,
+    /// Its points.
+    pub data: MetricData,
+}
+
+/// A metric's points, by kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricData {
+    /// A cumulative sum (monotonic: a counter).
+    Sum(Vec<NumberPoint>),
+    /// A value now.
+    Gauge(Vec<NumberPoint>),
+    /// A cumulative histogram.
+    Histogram(Vec<HistogramPoint>),
+}
+
+/// One point of a sum or a gauge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NumberPoint {
+    /// Its labels.
+    pub attributes: Vec<(String, String)>,
+    /// Its value.
+    pub value: f64,
+}
+
+/// One point of a histogram.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramPoint {
+    /// Its labels.
+    pub attributes: Vec<(String, String)>,
+    /// How many values.
+    pub count: u64,
+    /// Their sum.
+    pub sum: f64,
+    /// The buckets' upper bounds, ascending.
+    pub bounds: Vec<f64>,
+    /// How many values fell in each bucket (not cumulative): one more than the
+    /// bounds, the last above every bound.
+    pub counts: Vec<u64>,
+}
+
+/// Appends `metrics` as one `ExportMetricsServiceRequest` to `out`: cumulative since
+/// `start_ns`, read at `now_ns`.
+pub fn metrics_request(
+    resource: &Resource,
+    metrics: &[Metric],
+    (start_ns, now_ns): (u64, u64),
+    out: &mut Vec<u8>,
+) {
+    const CUMULATIVE: u64 = 2;
+    let times = |p: &mut Vec<u8>| {
+        fixed64(p, 2, start_ns);
+        fixed64(p, 3, now_ns);
+    };
+    let attributes = |p: &mut Vec<u8>, field: u32, a: &[(String, String)]| {
+        for (k, v) in a {
+            key_value(p, field, k, &Value::Text(v.as_str().into()));
+        }
+    };
+    let number = |m: &mut Vec<u8>, point: &NumberPoint| {
+        nested(m, 1, |p| {
+            times(p);
+            fixed64(p, 4, point.value.to_bits());
+            attributes(p, 7, &point.attributes);
+        });
+    };
+    resource_and_scope(out, resource, |ss| {
+        for metric in metrics {
+            nested(ss, 2, |m| {
+                bytes(m, 1, metric.name.as_bytes());
+                bytes(m, 2, metric.description.as_bytes());
+                if !metric.unit.is_empty() {
+                    bytes(m, 3, metric.unit.as_bytes());
+                }
+                match &metric.data {
+                    MetricData::Gauge(points) => nested(m, 5, |g| {
+                        points.iter().for_each(|p| number(g, p));
+                    }),
+                    MetricData::Sum(points) => nested(m, 7, |sum| {
+                        points.iter().for_each(|p| number(sum, p));
+                        tag(sum, 2, VARINT);
+                        varint(sum, CUMULATIVE);
+                        tag(sum, 3, VARINT);
+                        varint(sum, 1);
+                    }),
+                    MetricData::Histogram(points) => nested(m, 9, |h| {
+                        for point in points {
+                            nested(h, 1, |p| {
+                                times(p);
+                                fixed64(p, 4, point.count);
+                                fixed64(p, 5, point.sum.to_bits());
+                                // Packed: the bytes of every value after one length.
+                                let counts: Vec<u8> =
+                                    point.counts.iter().flat_map(|c| c.to_le_bytes()).collect();
+                                bytes(p, 6, &counts);
+                                let bounds: Vec<u8> = (point.bounds.iter())
+                                    .flat_map(|b| b.to_bits().to_le_bytes())
+                                    .collect();
+                                bytes(p, 7, &bounds);
+                                attributes(p, 9, &point.attributes);
+                            });
+                        }
+                        tag(h, 2, VARINT);
+                        varint(h, CUMULATIVE);
+                    }),
+                }
+            });
+        }
     });
 }
 

@@ -790,3 +790,86 @@ async fn opentelemetrys_own_variables_configure_the_export_and_otel_wins() {
         "{err}"
     );
 }
+
+/// Metrics over OTLP (`OTEL_METRICS_EXPORTER=otlp`, every `OTEL_METRIC_EXPORT_INTERVAL`
+/// ms): what `/metrics` shows reaches the collector under OpenTelemetry's messaging
+/// names where one exists, `jetrelay.*` otherwise, over gRPC here.
+#[tokio::test]
+async fn metrics_go_over_otlp_under_the_messaging_names() {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
+    let collector = FakeCollector::start(Wire::Grpc).await;
+    let app = MockApp::ok().await;
+    let env = Env::start(&["in.>"]).await;
+    let config = format!(
+        "[nats]\nservers = [\"{}\"]\n[source]\nstream = \"{}\"\nkind = \"durable\"\ndurable = \"{}\"\n\
+         [http]\nurl = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n{}",
+        env.nats.url(),
+        env.stream,
+        env.durable,
+        app.url(),
+        collector.otel("sample_ratio = 0.0")
+    );
+    let _d = crate::support::daemon::Daemon::start_with_env(
+        &config,
+        &[
+            ("OTEL_METRICS_EXPORTER", "otlp"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "1000"),
+        ],
+    )
+    .await;
+    publish_with(&env.js, "in.a", "x", &[]).await;
+    publish_with(&env.js, "in.b", "y", &[]).await;
+    let consumed = || {
+        collector
+            .exports()
+            .iter()
+            .flat_map(|e| e.metrics.clone())
+            .filter(|m| m.name == "messaging.client.consumed.messages")
+            .filter_map(|m| match m.data {
+                Some(Data::Sum(s)) => Some(s),
+                _ => None,
+            })
+            .flat_map(|s| s.data_points)
+            .filter_map(|p| match p.value {
+                Some(Number::AsDouble(v)) => Some(v),
+                _ => None,
+            })
+            .fold(0.0, f64::max)
+    };
+    eventually("both messages counted over OTLP", T, || async {
+        consumed() >= 2.0
+    })
+    .await;
+    let last = collector
+        .exports()
+        .into_iter()
+        .rev()
+        .find(|e| !e.metrics.is_empty())
+        .unwrap();
+    let names: Vec<&str> = last.metrics.iter().map(|m| m.name.as_str()).collect();
+    assert!(names.contains(&"messaging.process.duration"), "{names:?}");
+    assert!(names.contains(&"jetrelay.messages_settled"), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("jetrelay.") || n.starts_with("messaging.")),
+        "{names:?}"
+    );
+    let duration = last
+        .metrics
+        .iter()
+        .find(|m| m.name == "messaging.process.duration")
+        .unwrap();
+    assert_eq!(duration.unit, "s");
+    let Some(Data::Histogram(h)) = &duration.data else {
+        panic!("a histogram: {duration:?}");
+    };
+    let point = &h.data_points[0];
+    assert_eq!(point.bucket_counts.len(), point.explicit_bounds.len() + 1);
+    assert_eq!(point.bucket_counts.iter().sum::<u64>(), point.count);
+    assert_eq!(
+        last.resource.get("service.name").map(String::as_str),
+        Some("jetrelay")
+    );
+}

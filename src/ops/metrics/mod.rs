@@ -40,6 +40,7 @@ mod consumer;
 mod letters;
 mod messages;
 mod once;
+mod otlp;
 mod process;
 mod publish;
 mod service;

@@ -1,6 +1,6 @@
-//! A fake OpenTelemetry collector: takes OTLP trace exports over `http/protobuf`
-//! (`POST /v1/traces`) or `grpc` (`TraceService/Export` over HTTP/2, prior
-//! knowledge), decodes them with the official protobuf types and keeps what came.
+//! A fake OpenTelemetry collector: takes OTLP trace and metrics exports over
+//! `http/protobuf` (`POST /v1/traces`, `/v1/metrics`) or `grpc` (`TraceService/Export`,
+//! `MetricsService/Export` over HTTP/2, prior knowledge), decodes them with the official protobuf types and keeps what came.
 //! It can be told to refuse (503 / `UNAVAILABLE`), to stall (never answer), or to go
 //! down (the listener and every connection closed: connections are refused).
 
@@ -14,8 +14,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::Metric;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +50,8 @@ pub struct Export {
     /// The resource's attributes, as text.
     pub resource: HashMap<String, String>,
     pub spans: Vec<Span>,
+    /// A metrics export's metrics (a trace export has none).
+    pub metrics: Vec<Metric>,
 }
 
 pub struct FakeCollector {
@@ -152,10 +156,16 @@ async fn answer(
     mode: &AtomicU8,
     got: &Mutex<Vec<Export>>,
 ) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let is_metrics = matches!(
+        path.as_str(),
+        "/v1/metrics" | "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+    );
     let path_ok = match wire {
-        Wire::HttpProtobuf => req.uri().path() == "/v1/traces",
+        Wire::HttpProtobuf => path == "/v1/traces" || path == "/v1/metrics",
         Wire::Grpc => {
-            req.uri().path() == "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+            path == "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+                || path == "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
         }
     };
     let headers: HashMap<String, String> = req
@@ -188,23 +198,40 @@ async fn answer(
             &body[5..]
         }
     };
-    let decoded = ExportTraceServiceRequest::decode(message).expect("a valid OTLP export");
-    for rs in decoded.resource_spans {
-        let resource = rs
-            .resource
-            .map(|r| {
-                r.attributes
-                    .iter()
-                    .map(|kv| (kv.key.clone(), text(kv)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let spans = rs.scope_spans.into_iter().flat_map(|s| s.spans).collect();
-        got.lock().unwrap().push(Export {
-            headers: headers.clone(),
-            resource,
-            spans,
-        });
+    let resource_of = |r: Option<opentelemetry_proto::tonic::resource::v1::Resource>| {
+        r.map(|r| {
+            r.attributes
+                .iter()
+                .map(|kv| (kv.key.clone(), text(kv)))
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    if is_metrics {
+        let decoded =
+            ExportMetricsServiceRequest::decode(message).expect("a valid OTLP metrics export");
+        for rm in decoded.resource_metrics {
+            got.lock().unwrap().push(Export {
+                headers: headers.clone(),
+                resource: resource_of(rm.resource),
+                spans: Vec::new(),
+                metrics: rm
+                    .scope_metrics
+                    .into_iter()
+                    .flat_map(|s| s.metrics)
+                    .collect(),
+            });
+        }
+    } else {
+        let decoded = ExportTraceServiceRequest::decode(message).expect("a valid OTLP export");
+        for rs in decoded.resource_spans {
+            got.lock().unwrap().push(Export {
+                headers: headers.clone(),
+                resource: resource_of(rs.resource),
+                spans: rs.scope_spans.into_iter().flat_map(|s| s.spans).collect(),
+                metrics: Vec::new(),
+            });
+        }
     }
     match wire {
         Wire::HttpProtobuf => Response::builder()
