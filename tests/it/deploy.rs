@@ -844,9 +844,9 @@ fn the_configmaps_config_passes_jetrelay_checks_offline_checks() {
     const SECRETS: &str = "/etc/jetrelay/secrets/";
     let deployment = repo_file("deploy/kubernetes/deployment.yaml");
     for wiring in [
-        "mountPath: /etc/jetrelay/jetrelay.toml, subPath: jetrelay.toml",
+        "{ name: config, mountPath: /etc/jetrelay/config, readOnly: true }",
         "mountPath: /etc/jetrelay/secrets,",
-        "\"--config\", \"/etc/jetrelay/jetrelay.toml\"",
+        "- name: JETRELAY_CONFIG\n              value: /etc/jetrelay/config/jetrelay.toml\n",
     ] {
         assert!(
             deployment.contains(wiring),
@@ -1010,4 +1010,60 @@ fn the_unix_socket_example_shares_a_socket_not_a_port_and_passes_the_checks() {
         !app.contains("containerPort"),
         "the app opens no port: {app}"
     );
+}
+
+/// The manifests with pods, each with the one jetrelay container.
+const POD_MANIFESTS: &[&str] = &[
+    "deploy/kubernetes/deployment.yaml",
+    "deploy/kubernetes/unix-socket.yaml",
+    "deploy/keda/elastic.yaml",
+];
+
+/// Every pod manifest probes jetrelay by Kubernetes' names (`/livez` for startup and
+/// liveness, `/readyz` for readiness) and mounts its ConfigMap as a directory, the
+/// `--config` it runs with inside it: a `subPath` mount is never updated when the
+/// ConfigMap changes, a directory's files are.
+#[test]
+fn the_pods_probe_livez_and_readyz_and_mount_the_config_as_a_directory() {
+    for path in POD_MANIFESTS {
+        let text = repo_file(path);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        assert!(
+            !lines
+                .iter()
+                .any(|l| !l.starts_with('#') && l.contains("subPath")),
+            "{path}: a subPath mount"
+        );
+        for (probe, want) in [
+            ("startupProbe:", "/livez"),
+            ("livenessProbe:", "/livez"),
+            ("readinessProbe:", "/readyz"),
+        ] {
+            // jetrelay's probe of that kind: the first whose httpGet is on port metrics.
+            let got = lines
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| **l == probe)
+                .find_map(|(i, _)| {
+                    lines[i + 1..]
+                        .iter()
+                        .filter(|l| !l.starts_with('#'))
+                        .take(1)
+                        .find_map(|l| {
+                            l.strip_prefix("httpGet: { path: ")?
+                                .strip_suffix(", port: metrics }")
+                        })
+                });
+            assert_eq!(got, Some(want), "{path}: jetrelay's {probe}");
+        }
+        assert!(
+            text.contains("- { name: config, mountPath: /etc/jetrelay/config, readOnly: true }")
+                && text.contains(
+                    "- name: JETRELAY_CONFIG\n              value: /etc/jetrelay/config/jetrelay.toml\n"
+                )
+                && !text.contains("--config"),
+            "{path}: the ConfigMap mounted as /etc/jetrelay/config, the config read from it \
+             (JETRELAY_CONFIG, for `run` and for a command run with kubectl exec)"
+        );
+    }
 }
