@@ -1067,3 +1067,177 @@ fn the_pods_probe_livez_and_readyz_and_mount_the_config_as_a_directory() {
         );
     }
 }
+
+/// Runs `scripts/check-deploy --pod-security` on the files: its success and output.
+fn pod_security_check(files: &[PathBuf]) -> (bool, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(root.join("scripts/check-deploy"))
+        .arg("--pod-security")
+        .args(files)
+        .output()
+        .unwrap_or_else(|e| panic!("scripts/check-deploy: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// checkov's failures in its compact output: (check id, resource).
+fn checkov_failures(output: &str) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    let mut check = String::new();
+    for line in output.lines() {
+        if let Some(rest) = line.strip_prefix("Check: ") {
+            check = rest.split(':').next().unwrap_or("").to_string();
+        } else if let Some(resource) = line.trim().strip_prefix("FAILED for resource: ") {
+            out.insert((check.clone(), resource.to_string()));
+        }
+    }
+    out
+}
+
+/// scripts/check-deploy's Pod Security checks, its own rule for the "restricted"
+/// profile and checkov's Kubernetes checks: the shipped pods pass; a pod that breaks
+/// the profile in one way fails, named by both (checkov where it has a check for it: it
+/// has none for a hostPath volume, which "restricted" forbids); pods in a bare Pod and
+/// in a CronJob are checked as a Deployment's are.
+#[test]
+fn the_pod_security_check_passes_the_shipped_pods_and_fails_each_violation() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut shipped: Vec<PathBuf> = POD_MANIFESTS.iter().map(|p| root.join(p)).collect();
+    shipped.push(root.join("deploy/kubernetes/networkpolicy.yaml"));
+    let (ok, output) = pod_security_check(&shipped);
+    assert!(ok, "the shipped manifests fail:\n{output}");
+    assert!(
+        output.contains(
+            "pod-security: 3 pod(s) checked against the restricted profile, 0 violation(s)"
+        ) && output.contains("Failed checks: 0"),
+        "{output}"
+    );
+
+    let deployment = repo_file("deploy/kubernetes/deployment.yaml");
+    // (case, the edit to deployment.yaml, what our rule says, checkov's check)
+    let cases: &[(&str, &str, &str, &str, Option<&str>)] = &[
+        (
+            "seccomp",
+            "        seccompProfile: { type: RuntimeDefault }\n",
+            "",
+            "container app: securityContext.seccompProfile.type: must be RuntimeDefault or Localhost",
+            Some("CKV_K8S_31"),
+        ),
+        (
+            "escalation",
+            "            allowPrivilegeEscalation: false\n            capabilities: { drop: [\"ALL\"] }\n          volumeMounts:\n            - { name: tmp",
+            "            allowPrivilegeEscalation: true\n            capabilities: { drop: [\"ALL\"] }\n          volumeMounts:\n            - { name: tmp",
+            "container app: securityContext.allowPrivilegeEscalation: must be false",
+            Some("CKV_K8S_20"),
+        ),
+        (
+            "root",
+            "            runAsUser: 10001\n",
+            "            runAsUser: 0\n",
+            "container app: securityContext.runAsUser: must not be 0 (root)",
+            Some("CKV_K8S_40"),
+        ),
+        (
+            "capabilities",
+            "            capabilities: { drop: [\"ALL\"] }\n          volumeMounts:\n            - { name: tmp",
+            "            capabilities: { drop: [\"NET_RAW\"] }\n          volumeMounts:\n            - { name: tmp",
+            "container app: securityContext.capabilities.drop: must include ALL",
+            Some("CKV_K8S_37"),
+        ),
+        (
+            "hostpath",
+            "        - name: tmp\n          emptyDir: { sizeLimit: 64Mi }\n",
+            "        - name: tmp\n          hostPath: { path: /tmp }\n",
+            "volume tmp: type hostPath",
+            None,
+        ),
+        (
+            "jetrelay-escalation",
+            "            runAsGroup: 65532\n            readOnlyRootFilesystem: true\n            allowPrivilegeEscalation: false\n",
+            "            runAsGroup: 65532\n            readOnlyRootFilesystem: true\n",
+            "initContainer jetrelay: securityContext.allowPrivilegeEscalation: must be false",
+            Some("CKV_K8S_20"),
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = vec![root.join("deploy/kubernetes/networkpolicy.yaml")];
+    let mut write = |name: &str, text: &str| {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        files.push(path);
+    };
+    let rename = |case: &str| {
+        deployment.replacen(
+            "metadata:\n  name: orders-worker\n",
+            &format!("metadata:\n  name: orders-worker-{case}\n"),
+            1,
+        )
+    };
+    write("control", &rename("control"));
+    for (case, from, to, _, _) in cases {
+        let text = rename(case);
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "{case}: {from:?} in deployment.yaml"
+        );
+        write(case, &text.replacen(from, to, 1));
+    }
+    // A bare Pod and a CronJob's pod: only the pod-level seccompProfile missing.
+    write(
+        "pod",
+        "apiVersion: v1\nkind: Pod\nmetadata: { name: p }\nspec:\n  securityContext: { runAsNonRoot: true }\n  \
+         containers:\n    - name: c\n      image: x:1\n      securityContext:\n        \
+         allowPrivilegeEscalation: false\n        capabilities: { drop: [ALL] }\n",
+    );
+    write(
+        "cronjob",
+        "apiVersion: batch/v1\nkind: CronJob\nmetadata: { name: cj }\nspec:\n  schedule: \"@daily\"\n  \
+         jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          \
+         securityContext: { runAsNonRoot: true }\n          containers:\n            - name: c\n              \
+         image: x:1\n              securityContext:\n                allowPrivilegeEscalation: false\n                \
+         capabilities: { drop: [ALL] }\n",
+    );
+    let (ok, output) = pod_security_check(&files);
+    assert!(!ok, "the violations passed:\n{output}");
+    let ours: Vec<&str> = output.lines().filter(|l| l.contains(".yaml: ")).collect();
+    let failed = checkov_failures(&output);
+    for (case, _, _, says, check) in cases {
+        let file = format!("{case}.yaml: Deployment orders-worker-{case}: spec.template.spec: ");
+        assert!(
+            ours.iter().any(|l| l.contains(&file) && l.contains(says)),
+            "{case}: our rule does not say {says:?}:\n{output}"
+        );
+        if let Some(check) = check {
+            let resource = format!("Deployment.default.orders-worker-{case}");
+            assert!(
+                failed.contains(&(check.to_string(), resource)),
+                "{case}: checkov does not fail {check}: {failed:?}\n{output}"
+            );
+        }
+    }
+    for (file, name, where_) in [
+        ("pod.yaml", "Pod p", "spec"),
+        (
+            "cronjob.yaml",
+            "CronJob cj",
+            "spec.jobTemplate.spec.template.spec",
+        ),
+    ] {
+        let want = format!(
+            "{file}: {name}: {where_}: container c: securityContext.seccompProfile.type: must be"
+        );
+        assert!(ours.iter().any(|l| l.contains(&want)), "{want}:\n{output}");
+    }
+    assert!(
+        !ours.iter().any(|l| l.contains("control.yaml"))
+            && !failed
+                .iter()
+                .any(|(_, r)| r.ends_with("orders-worker-control")),
+        "the unchanged Deployment failed:\n{output}"
+    );
+}
