@@ -1241,3 +1241,58 @@ fn the_pod_security_check_passes_the_shipped_pods_and_fails_each_violation() {
         "the unchanged Deployment failed:\n{output}"
     );
 }
+
+/// The `kubectl` commands of docs/deploying.md (check-readme skips them: they need a
+/// cluster) name the Deployment, container, ConfigMap and directory that
+/// deploy/kubernetes/ has, and each `jetrelay` command they run in the pod is one the
+/// binary takes (its arguments parse: the same line with `--help` exits 0).
+#[test]
+fn the_kubectl_commands_of_deploying_md_name_what_the_manifests_have() {
+    let doc = repo_file("docs/deploying.md");
+    let deployment = repo_file("deploy/kubernetes/deployment.yaml");
+    let kustomization = repo_file("deploy/kubernetes/kustomization.yaml");
+    let commands: Vec<&str> = doc.lines().filter(|l| l.starts_with("kubectl ")).collect();
+    assert!(commands.len() >= 7, "{commands:?}");
+    let mut ran = 0;
+    for line in commands {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for w in &words {
+            if let Some(name) = w
+                .strip_prefix("deploy/")
+                .or_else(|| w.strip_prefix("deployment/"))
+                .filter(|_| words[1] != "apply")
+            {
+                assert!(
+                    deployment.contains(&format!("kind: Deployment\nmetadata:\n  name: {name}\n")),
+                    "{line}: no Deployment {name}"
+                );
+            }
+        }
+        if words[1] == "apply" {
+            assert_eq!(words[2..], ["-k", "deploy/kubernetes"], "{line}");
+            assert!(kustomization.contains("  - configmap.yaml\n"), "{line}");
+        }
+        if let Some(i) = words.iter().position(|w| *w == "-c") {
+            assert!(
+                deployment.contains(&format!("        - name: {}\n", words[i + 1])),
+                "{line}: no container {}",
+                words[i + 1]
+            );
+        }
+        if let Some(i) = words.iter().position(|w| *w == "--") {
+            assert_eq!(words[i + 1], "jetrelay", "{line}");
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_jetrelay"))
+                .args(&words[i + 2..])
+                .arg("--help")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{line}: jetrelay does not take these arguments: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran >= 6, "{ran} jetrelay commands");
+}
