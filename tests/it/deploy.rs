@@ -835,6 +835,13 @@ fn the_yaml_readers_read_block_quoted_and_plain_scalars() {
     );
 }
 
+/// jetrelay's config: the ConfigMap mounted as a directory (not a file by subPath, which
+/// Kubernetes never updates), and the file in it named by JETRELAY_CONFIG (which `run`
+/// and a command run in the container with kubectl exec read).
+const CONFIG_MOUNT: &str = "- { name: config, mountPath: /etc/jetrelay/config, readOnly: true }";
+const CONFIG_ENV: &str =
+    "- name: JETRELAY_CONFIG\n              value: /etc/jetrelay/config/jetrelay.toml\n";
+
 /// The ConfigMap's jetrelay.toml, with the Secret's files where the Deployment mounts
 /// them and the Deployment's `JETRELAY_*` variables, passes what `jetrelay check` checks
 /// before it connects: the config's rules (`Config::load`), the parsed settings, and
@@ -844,9 +851,9 @@ fn the_configmaps_config_passes_jetrelay_checks_offline_checks() {
     const SECRETS: &str = "/etc/jetrelay/secrets/";
     let deployment = repo_file("deploy/kubernetes/deployment.yaml");
     for wiring in [
-        "{ name: config, mountPath: /etc/jetrelay/config, readOnly: true }",
+        CONFIG_MOUNT,
         "mountPath: /etc/jetrelay/secrets,",
-        "- name: JETRELAY_CONFIG\n              value: /etc/jetrelay/config/jetrelay.toml\n",
+        CONFIG_ENV,
     ] {
         assert!(
             deployment.contains(wiring),
@@ -1039,29 +1046,21 @@ fn the_pods_probe_livez_and_readyz_and_mount_the_config_as_a_directory() {
             ("livenessProbe:", "/livez"),
             ("readinessProbe:", "/readyz"),
         ] {
-            // jetrelay's probe of that kind: the first whose httpGet is on port metrics.
+            // jetrelay's probe of that kind: the first whose httpGet (the next line that
+            // is not a comment) is on port metrics.
             let got = lines
                 .iter()
                 .enumerate()
                 .filter(|(_, l)| **l == probe)
                 .find_map(|(i, _)| {
-                    lines[i + 1..]
-                        .iter()
-                        .filter(|l| !l.starts_with('#'))
-                        .take(1)
-                        .find_map(|l| {
-                            l.strip_prefix("httpGet: { path: ")?
-                                .strip_suffix(", port: metrics }")
-                        })
+                    let next = lines[i + 1..].iter().find(|l| !l.starts_with('#'))?;
+                    next.strip_prefix("httpGet: { path: ")?
+                        .strip_suffix(", port: metrics }")
                 });
             assert_eq!(got, Some(want), "{path}: jetrelay's {probe}");
         }
         assert!(
-            text.contains("- { name: config, mountPath: /etc/jetrelay/config, readOnly: true }")
-                && text.contains(
-                    "- name: JETRELAY_CONFIG\n              value: /etc/jetrelay/config/jetrelay.toml\n"
-                )
-                && !text.contains("--config"),
+            text.contains(CONFIG_MOUNT) && text.contains(CONFIG_ENV) && !text.contains("--config"),
             "{path}: the ConfigMap mounted as /etc/jetrelay/config, the config read from it \
              (JETRELAY_CONFIG, for `run` and for a command run with kubectl exec)"
         );
