@@ -1295,3 +1295,54 @@ fn the_kubectl_commands_of_deploying_md_name_what_the_manifests_have() {
     }
     assert!(ran >= 6, "{ran} jetrelay commands");
 }
+
+/// deploy/kubernetes/networkpolicy.yaml selects the Deployment's pods and admits one
+/// port, the admin port of the ConfigMap's config (`admin.listen`), from the
+/// monitoring namespace only: the app's port and the publish endpoint reach no other
+/// pod. Out: the port of the config's NATS servers in their namespace, and DNS.
+#[test]
+fn the_network_policy_admits_only_the_admin_port_and_reaches_only_nats_and_dns() {
+    let policy = repo_file("deploy/kubernetes/networkpolicy.yaml");
+    let deployment = repo_file("deploy/kubernetes/deployment.yaml");
+    let toml = yaml_entries(&repo_file("deploy/kubernetes/configmap.yaml"), "data")
+        .into_iter()
+        .find(|(k, _)| k == "jetrelay.toml")
+        .expect("no jetrelay.toml in the ConfigMap")
+        .1;
+    let config = jetrelay::config::Config::from_toml(&[&toml]).unwrap();
+    let admin_port = config.admin.listen.rsplit_once(':').unwrap().1.to_string();
+    // nats://nats.nats.svc:4222: the Service nats in the namespace nats, port 4222.
+    let server = config.nats.servers[0].strip_prefix("nats://").unwrap();
+    let (host, nats_port) = server.rsplit_once(':').unwrap();
+    let nats_namespace = host.split('.').nth(1).unwrap();
+
+    assert!(
+        policy.contains("  podSelector:\n    matchLabels: { app: orders-worker }\n")
+            && deployment.contains("      labels: { app: orders-worker }\n"),
+        "the policy selects the Deployment's pods"
+    );
+    assert!(policy.contains("policyTypes: [Ingress, Egress]"));
+    let (ingress, egress) = policy
+        .split_once("\n  egress:\n")
+        .expect("an egress section after the ingress one");
+    let ports = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter_map(|l| l.trim().strip_prefix("- { port: "))
+            .map(|r| r.split(',').next().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ports(ingress), [admin_port.as_str()], "ingress ports");
+    assert_eq!(
+        ingress.matches("namespaceSelector:").count(),
+        1,
+        "one source: {ingress}"
+    );
+    assert!(ingress.contains("matchLabels: { kubernetes.io/metadata.name: monitoring }"));
+    assert_eq!(ports(egress), [nats_port, "53", "53"], "egress ports");
+    assert!(egress.contains(&format!(
+        "matchLabels: {{ kubernetes.io/metadata.name: {nats_namespace} }}"
+    )));
+    assert!(egress.contains("matchLabels: { k8s-app: kube-dns }"));
+    // The app's port is not the admin port (else the policy would open it).
+    assert!(deployment.contains("- { name: http, containerPort: 8080 }") && admin_port != "8080");
+}
