@@ -1028,8 +1028,8 @@ const POD_MANIFESTS: &[&str] = &[
 
 /// Every pod manifest probes jetrelay by Kubernetes' names (`/livez` for startup and
 /// liveness, `/readyz` for readiness) and mounts its ConfigMap as a directory, the
-/// `--config` it runs with inside it: a `subPath` mount is never updated when the
-/// ConfigMap changes, a directory's files are.
+/// config it runs with inside it, watched (`run --watch`): a `subPath` mount is never
+/// updated when the ConfigMap changes, a directory's files are.
 #[test]
 fn the_pods_probe_livez_and_readyz_and_mount_the_config_as_a_directory() {
     for path in POD_MANIFESTS {
@@ -1060,9 +1060,13 @@ fn the_pods_probe_livez_and_readyz_and_mount_the_config_as_a_directory() {
             assert_eq!(got, Some(want), "{path}: jetrelay's {probe}");
         }
         assert!(
-            text.contains(CONFIG_MOUNT) && text.contains(CONFIG_ENV) && !text.contains("--config"),
+            text.contains(CONFIG_MOUNT)
+                && text.contains(CONFIG_ENV)
+                && !text.contains("--config")
+                && text.contains(r#"args: ["run", "--watch"]"#),
             "{path}: the ConfigMap mounted as /etc/jetrelay/config, the config read from it \
-             (JETRELAY_CONFIG, for `run` and for a command run with kubectl exec)"
+             (JETRELAY_CONFIG, for `run` and for a command run with kubectl exec) and \
+             reloaded when the kubelet swaps it (--watch)"
         );
     }
 }
