@@ -38,7 +38,7 @@ impl Default for DlqConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Where `/healthz`, `/ready`, `/metrics` and `/drain` listen.
+    /// Where `/healthz` (`/livez`), `/ready` (`/readyz`), `/metrics` and `/drain` listen.
     pub listen: String,
     /// Answer NATS service discovery (`$SRV`, ADR-32) as service `jetrelay`.
     pub announce: bool,

@@ -1,4 +1,5 @@
 //! The admin endpoints on `admin.listen`: `/healthz`, `/ready`, `/metrics`,
+//! `/livez` and `/readyz` (Kubernetes' names for the first two, answering the same),
 //! `/config` (the running config as dotted keys, secrets fingerprinted: what
 //! `jetrelay check --diff-running` compares a file with), and `/drain` (every source
 //! stops and settles or releases what it holds; only for the bearer of
@@ -46,8 +47,10 @@ const REQUEST: Duration = Duration::from_secs(10);
 
 fn router(shown: Shown) -> Router {
     let quick = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(live))
+        .route("/livez", get(live))
         .route("/ready", get(ready))
+        .route("/readyz", get(ready))
         .route("/metrics", get(metrics_text))
         .route("/config", get(config_json))
         .layer(axum::middleware::from_fn(|req: Request, next: Next| {
@@ -128,6 +131,12 @@ async fn config_json(State(s): State<Shown>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], text)
 }
 
+/// `/healthz` and `/livez`: 200 while the process runs, whatever NATS and the app do.
+async fn live() -> &'static str {
+    "ok\n"
+}
+
+/// `/ready` and `/readyz`: 200 when every source is ready, else 503; the JSON says why.
 async fn ready(State(s): State<Shown>) -> impl IntoResponse {
     let status = s.readiness.status();
     let code = if status.ready {

@@ -1,6 +1,7 @@
 //! The HTTP servers jetrelay offers, the only module that names `axum` and `hyper`
-//! types: the admin endpoints (`admin`: `/healthz`, `/ready`, `/metrics`) and the local
-//! publish endpoint (`endpoint`: the app publishes without a NATS client).
+//! types: the admin endpoints (`admin`: `/healthz` and `/livez`, `/ready` and `/readyz`,
+//! `/metrics`) and the local publish endpoint (`endpoint`: the app publishes without a
+//! NATS client).
 //!
 //! Both run on one hardened HTTP/1.1 loop: a request's headers must arrive within
 //! [`HEADER_TIMEOUT`] and the whole request be handled within a bound (a half-sent

@@ -835,6 +835,13 @@ fn the_yaml_readers_read_block_quoted_and_plain_scalars() {
     );
 }
 
+/// jetrelay's config: the ConfigMap mounted as a directory (not a file by subPath, which
+/// Kubernetes never updates), and the file in it named by JETRELAY_CONFIG (which `run`
+/// and a command run in the container with kubectl exec read).
+const CONFIG_MOUNT: &str = "- { name: config, mountPath: /etc/jetrelay/config, readOnly: true }";
+const CONFIG_ENV: &str =
+    "- name: JETRELAY_CONFIG\n              value: /etc/jetrelay/config/jetrelay.toml\n";
+
 /// The ConfigMap's jetrelay.toml, with the Secret's files where the Deployment mounts
 /// them and the Deployment's `JETRELAY_*` variables, passes what `jetrelay check` checks
 /// before it connects: the config's rules (`Config::load`), the parsed settings, and
@@ -844,9 +851,9 @@ fn the_configmaps_config_passes_jetrelay_checks_offline_checks() {
     const SECRETS: &str = "/etc/jetrelay/secrets/";
     let deployment = repo_file("deploy/kubernetes/deployment.yaml");
     for wiring in [
-        "mountPath: /etc/jetrelay/jetrelay.toml, subPath: jetrelay.toml",
+        CONFIG_MOUNT,
         "mountPath: /etc/jetrelay/secrets,",
-        "\"--config\", \"/etc/jetrelay/jetrelay.toml\"",
+        CONFIG_ENV,
     ] {
         assert!(
             deployment.contains(wiring),
@@ -1010,4 +1017,336 @@ fn the_unix_socket_example_shares_a_socket_not_a_port_and_passes_the_checks() {
         !app.contains("containerPort"),
         "the app opens no port: {app}"
     );
+}
+
+/// The manifests with pods, each with the one jetrelay container.
+const POD_MANIFESTS: &[&str] = &[
+    "deploy/kubernetes/deployment.yaml",
+    "deploy/kubernetes/unix-socket.yaml",
+    "deploy/keda/elastic.yaml",
+];
+
+/// Every pod manifest probes jetrelay by Kubernetes' names (`/livez` for startup and
+/// liveness, `/readyz` for readiness) and mounts its ConfigMap as a directory, the
+/// config it runs with inside it, watched (`run --watch`): a `subPath` mount is never
+/// updated when the ConfigMap changes, a directory's files are.
+#[test]
+fn the_pods_probe_livez_and_readyz_and_mount_the_config_as_a_directory() {
+    for path in POD_MANIFESTS {
+        let text = repo_file(path);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        assert!(
+            !lines
+                .iter()
+                .any(|l| !l.starts_with('#') && l.contains("subPath")),
+            "{path}: a subPath mount"
+        );
+        for (probe, want) in [
+            ("startupProbe:", "/livez"),
+            ("livenessProbe:", "/livez"),
+            ("readinessProbe:", "/readyz"),
+        ] {
+            // jetrelay's probe of that kind: the first whose httpGet (the next line that
+            // is not a comment) is on port metrics.
+            let got = lines
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| **l == probe)
+                .find_map(|(i, _)| {
+                    let next = lines[i + 1..].iter().find(|l| !l.starts_with('#'))?;
+                    next.strip_prefix("httpGet: { path: ")?
+                        .strip_suffix(", port: metrics }")
+                });
+            assert_eq!(got, Some(want), "{path}: jetrelay's {probe}");
+        }
+        assert!(
+            text.contains(CONFIG_MOUNT)
+                && text.contains(CONFIG_ENV)
+                && !text.contains("--config")
+                && text.contains(r#"args: ["run", "--watch"]"#),
+            "{path}: the ConfigMap mounted as /etc/jetrelay/config, the config read from it \
+             (JETRELAY_CONFIG, for `run` and for a command run with kubectl exec) and \
+             reloaded when the kubelet swaps it (--watch)"
+        );
+    }
+}
+
+/// Runs `scripts/check-deploy --pod-security` on the files: its success and output.
+fn pod_security_check(files: &[PathBuf]) -> (bool, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(root.join("scripts/check-deploy"))
+        .arg("--pod-security")
+        .args(files)
+        .output()
+        .unwrap_or_else(|e| panic!("scripts/check-deploy: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// checkov's failures in its compact output: (check id, resource).
+fn checkov_failures(output: &str) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    let mut check = String::new();
+    for line in output.lines() {
+        if let Some(rest) = line.strip_prefix("Check: ") {
+            check = rest.split(':').next().unwrap_or("").to_string();
+        } else if let Some(resource) = line.trim().strip_prefix("FAILED for resource: ") {
+            out.insert((check.clone(), resource.to_string()));
+        }
+    }
+    out
+}
+
+/// scripts/check-deploy's Pod Security checks, its own rule for the "restricted"
+/// profile and checkov's Kubernetes checks: the shipped pods pass; a pod that breaks
+/// the profile in one way fails, named by both (checkov where it has a check for it: it
+/// has none for a hostPath volume, which "restricted" forbids); pods in a bare Pod and
+/// in a CronJob are checked as a Deployment's are.
+#[test]
+fn the_pod_security_check_passes_the_shipped_pods_and_fails_each_violation() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut shipped: Vec<PathBuf> = POD_MANIFESTS.iter().map(|p| root.join(p)).collect();
+    shipped.push(root.join("deploy/kubernetes/networkpolicy.yaml"));
+    let (ok, output) = pod_security_check(&shipped);
+    assert!(ok, "the shipped manifests fail:\n{output}");
+    assert!(
+        output.contains(
+            "pod-security: 3 pod(s) checked against the restricted profile, 0 violation(s)"
+        ) && output.contains("Failed checks: 0"),
+        "{output}"
+    );
+
+    let deployment = repo_file("deploy/kubernetes/deployment.yaml");
+    // (case, the edit to deployment.yaml, what our rule says, checkov's check)
+    let cases: &[(&str, &str, &str, &str, Option<&str>)] = &[
+        (
+            "seccomp",
+            "        seccompProfile: { type: RuntimeDefault }\n",
+            "",
+            "container app: securityContext.seccompProfile.type: must be RuntimeDefault or Localhost",
+            Some("CKV_K8S_31"),
+        ),
+        (
+            "escalation",
+            "            allowPrivilegeEscalation: false\n            capabilities: { drop: [\"ALL\"] }\n          volumeMounts:\n            - { name: tmp",
+            "            allowPrivilegeEscalation: true\n            capabilities: { drop: [\"ALL\"] }\n          volumeMounts:\n            - { name: tmp",
+            "container app: securityContext.allowPrivilegeEscalation: must be false",
+            Some("CKV_K8S_20"),
+        ),
+        (
+            "root",
+            "            runAsUser: 10001\n",
+            "            runAsUser: 0\n",
+            "container app: securityContext.runAsUser: must not be 0 (root)",
+            Some("CKV_K8S_40"),
+        ),
+        (
+            "capabilities",
+            "            capabilities: { drop: [\"ALL\"] }\n          volumeMounts:\n            - { name: tmp",
+            "            capabilities: { drop: [\"NET_RAW\"] }\n          volumeMounts:\n            - { name: tmp",
+            "container app: securityContext.capabilities.drop: must include ALL",
+            Some("CKV_K8S_37"),
+        ),
+        (
+            "hostpath",
+            "        - name: tmp\n          emptyDir: { sizeLimit: 64Mi }\n",
+            "        - name: tmp\n          hostPath: { path: /tmp }\n",
+            "volume tmp: type hostPath",
+            None,
+        ),
+        (
+            "jetrelay-escalation",
+            "            runAsGroup: 65532\n            readOnlyRootFilesystem: true\n            allowPrivilegeEscalation: false\n",
+            "            runAsGroup: 65532\n            readOnlyRootFilesystem: true\n",
+            "initContainer jetrelay: securityContext.allowPrivilegeEscalation: must be false",
+            Some("CKV_K8S_20"),
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = vec![root.join("deploy/kubernetes/networkpolicy.yaml")];
+    let mut write = |name: &str, text: &str| {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        files.push(path);
+    };
+    let rename = |case: &str| {
+        deployment.replacen(
+            "metadata:\n  name: orders-worker\n",
+            &format!("metadata:\n  name: orders-worker-{case}\n"),
+            1,
+        )
+    };
+    write("control", &rename("control"));
+    for (case, from, to, _, _) in cases {
+        let text = rename(case);
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "{case}: {from:?} in deployment.yaml"
+        );
+        write(case, &text.replacen(from, to, 1));
+    }
+    // A bare Pod and a CronJob's pod: only the pod-level seccompProfile missing.
+    write(
+        "pod",
+        "apiVersion: v1\nkind: Pod\nmetadata: { name: p }\nspec:\n  securityContext: { runAsNonRoot: true }\n  \
+         containers:\n    - name: c\n      image: x:1\n      securityContext:\n        \
+         allowPrivilegeEscalation: false\n        capabilities: { drop: [ALL] }\n",
+    );
+    write(
+        "cronjob",
+        "apiVersion: batch/v1\nkind: CronJob\nmetadata: { name: cj }\nspec:\n  schedule: \"@daily\"\n  \
+         jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          \
+         securityContext: { runAsNonRoot: true }\n          containers:\n            - name: c\n              \
+         image: x:1\n              securityContext:\n                allowPrivilegeEscalation: false\n                \
+         capabilities: { drop: [ALL] }\n",
+    );
+    let (ok, output) = pod_security_check(&files);
+    assert!(!ok, "the violations passed:\n{output}");
+    let ours: Vec<&str> = output.lines().filter(|l| l.contains(".yaml: ")).collect();
+    let failed = checkov_failures(&output);
+    for (case, _, _, says, check) in cases {
+        let file = format!("{case}.yaml: Deployment orders-worker-{case}: spec.template.spec: ");
+        assert!(
+            ours.iter().any(|l| l.contains(&file) && l.contains(says)),
+            "{case}: our rule does not say {says:?}:\n{output}"
+        );
+        if let Some(check) = check {
+            let resource = format!("Deployment.default.orders-worker-{case}");
+            assert!(
+                failed.contains(&(check.to_string(), resource)),
+                "{case}: checkov does not fail {check}: {failed:?}\n{output}"
+            );
+        }
+    }
+    for (file, name, where_) in [
+        ("pod.yaml", "Pod p", "spec"),
+        (
+            "cronjob.yaml",
+            "CronJob cj",
+            "spec.jobTemplate.spec.template.spec",
+        ),
+    ] {
+        let want = format!(
+            "{file}: {name}: {where_}: container c: securityContext.seccompProfile.type: must be"
+        );
+        assert!(ours.iter().any(|l| l.contains(&want)), "{want}:\n{output}");
+    }
+    assert!(
+        !ours.iter().any(|l| l.contains("control.yaml"))
+            && !failed
+                .iter()
+                .any(|(_, r)| r.ends_with("orders-worker-control")),
+        "the unchanged Deployment failed:\n{output}"
+    );
+}
+
+/// The `kubectl` commands of docs/deploying.md (check-readme skips them: they need a
+/// cluster) name the Deployment, container, ConfigMap and directory that
+/// deploy/kubernetes/ has, and each `jetrelay` command they run in the pod is one the
+/// binary takes (its arguments parse: the same line with `--help` exits 0).
+#[test]
+fn the_kubectl_commands_of_deploying_md_name_what_the_manifests_have() {
+    let doc = repo_file("docs/deploying.md");
+    let deployment = repo_file("deploy/kubernetes/deployment.yaml");
+    let kustomization = repo_file("deploy/kubernetes/kustomization.yaml");
+    let commands: Vec<&str> = doc.lines().filter(|l| l.starts_with("kubectl ")).collect();
+    assert!(commands.len() >= 7, "{commands:?}");
+    let mut ran = 0;
+    for line in commands {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for w in &words {
+            if let Some(name) = w
+                .strip_prefix("deploy/")
+                .or_else(|| w.strip_prefix("deployment/"))
+                .filter(|_| words[1] != "apply")
+            {
+                assert!(
+                    deployment.contains(&format!("kind: Deployment\nmetadata:\n  name: {name}\n")),
+                    "{line}: no Deployment {name}"
+                );
+            }
+        }
+        if words[1] == "apply" {
+            assert_eq!(words[2..], ["-k", "deploy/kubernetes"], "{line}");
+            assert!(kustomization.contains("  - configmap.yaml\n"), "{line}");
+        }
+        if let Some(i) = words.iter().position(|w| *w == "-c") {
+            assert!(
+                deployment.contains(&format!("        - name: {}\n", words[i + 1])),
+                "{line}: no container {}",
+                words[i + 1]
+            );
+        }
+        if let Some(i) = words.iter().position(|w| *w == "--") {
+            assert_eq!(words[i + 1], "jetrelay", "{line}");
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_jetrelay"))
+                .args(&words[i + 2..])
+                .arg("--help")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{line}: jetrelay does not take these arguments: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran >= 6, "{ran} jetrelay commands");
+}
+
+/// deploy/kubernetes/networkpolicy.yaml selects the Deployment's pods and admits one
+/// port, the admin port of the ConfigMap's config (`admin.listen`), from the
+/// monitoring namespace only: the app's port and the publish endpoint reach no other
+/// pod. Out: the port of the config's NATS servers in their namespace, and DNS.
+#[test]
+fn the_network_policy_admits_only_the_admin_port_and_reaches_only_nats_and_dns() {
+    let policy = repo_file("deploy/kubernetes/networkpolicy.yaml");
+    let deployment = repo_file("deploy/kubernetes/deployment.yaml");
+    let toml = yaml_entries(&repo_file("deploy/kubernetes/configmap.yaml"), "data")
+        .into_iter()
+        .find(|(k, _)| k == "jetrelay.toml")
+        .expect("no jetrelay.toml in the ConfigMap")
+        .1;
+    let config = jetrelay::config::Config::from_toml(&[&toml]).unwrap();
+    let admin_port = config.admin.listen.rsplit_once(':').unwrap().1.to_string();
+    // nats://nats.nats.svc:4222: the Service nats in the namespace nats, port 4222.
+    let server = config.nats.servers[0].strip_prefix("nats://").unwrap();
+    let (host, nats_port) = server.rsplit_once(':').unwrap();
+    let nats_namespace = host.split('.').nth(1).unwrap();
+
+    assert!(
+        policy.contains("  podSelector:\n    matchLabels: { app: orders-worker }\n")
+            && deployment.contains("      labels: { app: orders-worker }\n"),
+        "the policy selects the Deployment's pods"
+    );
+    assert!(policy.contains("policyTypes: [Ingress, Egress]"));
+    let (ingress, egress) = policy
+        .split_once("\n  egress:\n")
+        .expect("an egress section after the ingress one");
+    let ports = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter_map(|l| l.trim().strip_prefix("- { port: "))
+            .map(|r| r.split(',').next().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ports(ingress), [admin_port.as_str()], "ingress ports");
+    assert_eq!(
+        ingress.matches("namespaceSelector:").count(),
+        1,
+        "one source: {ingress}"
+    );
+    assert!(ingress.contains("matchLabels: { kubernetes.io/metadata.name: monitoring }"));
+    assert_eq!(ports(egress), [nats_port, "53", "53"], "egress ports");
+    assert!(egress.contains(&format!(
+        "matchLabels: {{ kubernetes.io/metadata.name: {nats_namespace} }}"
+    )));
+    assert!(egress.contains("matchLabels: { k8s-app: kube-dns }"));
+    // The app's port is not the admin port (else the policy would open it).
+    assert!(deployment.contains("- { name: http, containerPort: 8080 }") && admin_port != "8080");
 }

@@ -82,7 +82,13 @@ async fn a_drain_under_load_settles_what_is_in_flight_releases_the_rest_and_lose
     let ready: Value = serde_json::from_str(&ready).unwrap();
     assert_eq!((code, &ready["state"]), (503, &json!("drained")), "{ready}");
     assert_eq!(ready["sources"]["default"]["state"], "drained", "{ready}");
+    assert_eq!(
+        relay.get("/readyz").await,
+        relay.get("/ready").await,
+        "/readyz answers as /ready"
+    );
     assert_eq!(relay.get("/healthz").await.0, 200);
+    assert_eq!(relay.get("/livez").await, relay.get("/healthz").await);
     assert_eq!(relay.metric("jetrelay_ready").await, 0.0);
     let publish_url = format!("http://{}/v1/publish/out.a", relay.publish.unwrap());
     let resp = http()

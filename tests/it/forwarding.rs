@@ -251,6 +251,8 @@ async fn admin_endpoints_answer_and_ready_tells_the_state() {
     let env = Env::start(&["a.>"]).await;
     let relay = Relay::start(env.config(&app, "")).await;
     assert_eq!(relay.get("/healthz").await.0, 200);
+    // Kubernetes' names answer as the old ones.
+    assert_eq!(relay.get("/livez").await, relay.get("/healthz").await);
     relay.wait_ready(T).await;
     let (code, body) = relay.get("/ready").await;
     assert_eq!(code, 200);
@@ -259,6 +261,19 @@ async fn admin_endpoints_answer_and_ready_tells_the_state() {
     assert_eq!(v["state"], "consuming");
     assert_eq!(v["pinned"], false);
     assert!(v["partitions"].as_array().unwrap().is_empty());
+    let (code, body) = relay.get("/readyz").await;
+    assert_eq!(code, 200);
+    let z: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for field in [
+        "ready",
+        "state",
+        "reason",
+        "pinned",
+        "partitions",
+        "sources",
+    ] {
+        assert_eq!(z[field], v[field], "/readyz's {field}: {body}");
+    }
     let (code, text) = relay.get("/metrics").await;
     assert_eq!(code, 200);
     assert!(text.contains("jetrelay_build_info{version=\""));
