@@ -471,6 +471,22 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 }
 
 #[cfg(test)]
+impl Policy {
+    /// The policy the runners' tests take: 5xx retried from 100 ms up to a minute,
+    /// 4xx terminal, no attempt limit.
+    pub(crate) fn for_tests() -> Policy {
+        Policy {
+            retry: StatusSet::parse(&["5xx"]).unwrap(),
+            term: StatusSet::parse(&["4xx"]).unwrap(),
+            retry_initial: Duration::from_millis(100),
+            retry_max: Duration::from_secs(60),
+            retry_after_max: Duration::from_secs(60),
+            max_attempts: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

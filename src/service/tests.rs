@@ -23,7 +23,7 @@ use crate::ops::metrics::Metrics;
 use crate::ops::readiness::{Readiness, SourceReadiness, State};
 use crate::ops::traces::Tracer;
 use crate::pace::PaceSettings;
-use crate::policy::{Outcome, Policy, StatusSet};
+use crate::policy::{Outcome, Policy};
 use crate::seam::service::{
     Exchange, JoinError, Question, Replier, Requests, Response, ServiceRequest,
 };
@@ -284,14 +284,7 @@ async fn rig_with(max_in_flight: u32, rate_per_s: u32, healthy: Health, script: 
             burst: 1,
         },
         app_healthy,
-        policy: Policy {
-            retry: StatusSet::parse(&["5xx"]).unwrap(),
-            term: StatusSet::parse(&["4xx"]).unwrap(),
-            retry_initial: Duration::from_millis(100),
-            retry_max: Duration::from_secs(60),
-            retry_after_max: Duration::from_secs(60),
-            max_attempts: None,
-        },
+        policy: Policy::for_tests(),
     };
     let (_keep, live) = watch::channel(Arc::new(served));
     std::mem::forget(_keep);

@@ -74,11 +74,10 @@ pub(super) fn follow<T: Send + Sync + 'static>(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use super::*;
     use crate::pace::PaceSettings;
-    use crate::policy::{Policy, StatusSet};
+    use crate::policy::Policy;
 
     fn served() -> SourceLive {
         SourceLive::Service(Arc::new(Served {
@@ -91,14 +90,7 @@ mod tests {
                 burst: 1,
             },
             app_healthy: watch::channel(crate::seam::Health::Healthy).1,
-            policy: Policy {
-                retry: StatusSet::parse(&["5xx"]).unwrap(),
-                term: StatusSet::parse(&["4xx"]).unwrap(),
-                retry_initial: Duration::from_millis(100),
-                retry_max: Duration::from_secs(60),
-                retry_after_max: Duration::from_secs(60),
-                max_attempts: None,
-            },
+            policy: Policy::for_tests(),
         }))
     }
 
