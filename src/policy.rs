@@ -161,6 +161,9 @@ pub enum Outcome {
     Routed(Skip, String),
     /// Its `Nats-TTL` had passed when it was about to be sent: never sent.
     Expired,
+    /// It was older than `delivery.max_age_ms` when it was about to be sent: never
+    /// sent.
+    TooOld,
     /// Its idempotency marker exists: it was processed before, and is acked without
     /// a request.
     Duplicate,
@@ -189,6 +192,8 @@ pub enum TermReason {
     Routed(Skip, String),
     /// Its `Nats-TTL` passed before it could be sent, or would before its retry.
     Expired,
+    /// It was older than `delivery.max_age_ms` when it was about to be sent.
+    TooOld,
 }
 
 impl fmt::Display for TermReason {
@@ -205,6 +210,7 @@ impl fmt::Display for TermReason {
                 write!(f, "jetrelay: route {route} says {}", skip.name())
             }
             TermReason::Expired => f.write_str("jetrelay: expired"),
+            TermReason::TooOld => f.write_str("jetrelay: too_old"),
         }
     }
 }
@@ -301,6 +307,11 @@ impl Policy {
             Outcome::Expired => {
                 return Disposition::Term {
                     reason: TermReason::Expired,
+                };
+            }
+            Outcome::TooOld => {
+                return Disposition::Term {
+                    reason: TermReason::TooOld,
                 };
             }
             Outcome::Unreachable => return Disposition::Hold,
@@ -419,6 +430,19 @@ impl Policy {
 /// it is then not sent, neither first nor again.
 pub fn is_expired(expires: Option<SystemTime>, now: SystemTime) -> bool {
     expires.is_some_and(|at| now >= at)
+}
+
+/// Whether a message published at `published` is past `max_age` at `now` (`None`:
+/// no limit, or no publish time to judge by).
+pub fn is_too_old(
+    published: Option<SystemTime>,
+    max_age: Option<Duration>,
+    now: SystemTime,
+) -> bool {
+    match (published, max_age) {
+        (Some(at), Some(max)) => now.duration_since(at).is_ok_and(|age| age > max),
+        _ => false,
+    }
 }
 
 /// A retry that would come after the message expires (at `expires`, seen at `now`)
@@ -777,6 +801,23 @@ mod tests {
         assert_eq!(policy().decide(&Outcome::Expired, 1), expired);
         assert_eq!(policy().decide(&Outcome::Duplicate, 9), Disposition::Ack);
         assert_eq!(TermReason::Expired.to_string(), "jetrelay: expired");
+        // delivery.max_age_ms: past it (not at it), only with a limit and a time.
+        let max = Some(s(60));
+        assert!(!is_too_old(Some(t0), max, t0 + s(60)));
+        assert!(is_too_old(Some(t0), max, t0 + s(61)));
+        assert!(!is_too_old(Some(t0), None, t0 + s(3600)));
+        assert!(!is_too_old(None, max, t0 + s(3600)));
+        assert!(
+            !is_too_old(Some(t0 + s(5)), max, t0),
+            "a clock behind is no age"
+        );
+        assert_eq!(
+            policy().decide(&Outcome::TooOld, 1),
+            Disposition::Term {
+                reason: TermReason::TooOld
+            }
+        );
+        assert_eq!(TermReason::TooOld.to_string(), "jetrelay: too_old");
     }
 
     proptest::proptest! {

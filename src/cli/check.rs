@@ -71,11 +71,17 @@ pub fn config_ok(settings: &Settings) -> String {
         let mut out = format!("config: ok ({} sources)", settings.sources.len());
         for source in &settings.sources {
             out.push_str(&format!("\nsource {}: {}", source.name, consumes(source)));
+            out.push_str(&max_age(source));
             out.push_str(&routes(source));
         }
         return out;
     };
-    format!("config: ok ({}){}", consumes(one), routes(one))
+    format!(
+        "config: ok ({}){}{}",
+        consumes(one),
+        max_age(one),
+        routes(one)
+    )
 }
 
 /// What a source consumes, as the config says it.
@@ -99,6 +105,17 @@ fn consumes(source: &SourceSettings) -> String {
             member.group,
             member.member
         ),
+    }
+}
+
+/// What a source does with a message too old to send (no limit: nothing).
+fn max_age(source: &SourceSettings) -> String {
+    match source.stream().and_then(|s| s.max_age) {
+        Some(max) => format!(
+            "\n  max age {}: an older message is dead-lettered as too_old (terminated without a DLQ), not sent",
+            age(u64::try_from(max.as_millis()).unwrap_or(u64::MAX))
+        ),
+        None => String::new(),
     }
 }
 

@@ -75,6 +75,9 @@ pub struct DeliveryConfig {
     /// What identifies a message: its `Nats-Msg-Id` (else stream and sequence), or
     /// its stream and sequence.
     pub idempotency_key: IdempotencyKey,
+    /// A message older than this (by its publish time) when it is about to be sent
+    /// is dead-lettered as `too_old` instead; 0 = no limit.
+    pub max_age_ms: u64,
 }
 
 impl Default for DeliveryConfig {
@@ -100,6 +103,7 @@ impl Default for DeliveryConfig {
             idempotency_bucket: String::new(),
             idempotency_ttl_ms: DAY,
             idempotency_key: IdempotencyKey::MsgId,
+            max_age_ms: 0,
         }
     }
 }
@@ -167,6 +171,8 @@ impl Config {
 
     pub(super) fn check_delivery(&self, p: &mut Problems) {
         let d = &self.delivery;
+        // Up to a year: a backlog older than that is a retention question, not this.
+        p.range("delivery.max_age_ms", d.max_age_ms, 0, 365 * DAY);
         p.range(
             "delivery.max_in_flight",
             u64::from(d.max_in_flight),

@@ -348,6 +348,12 @@ impl Config {
                 "is 1 for source.kind = \"service\": each request gets its own reply",
             );
         }
+        if self.delivery.max_age_ms > 0 {
+            p.add(
+                "delivery.max_age_ms",
+                "is not for source.kind = \"service\": a request has no publish time (its requester's timeout bounds it)",
+            );
+        }
         if s.endpoints.is_empty() {
             p.add("source.endpoints", "a service needs at least one endpoint");
         }

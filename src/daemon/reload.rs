@@ -79,6 +79,7 @@ pub(super) fn live_of(source: &SourceSettings, app: &SourceApp) -> Result<Source
             routes: (stream.routes.iter())
                 .map(|r| r.try_map(forward))
                 .collect::<Result<_, _>>()?,
+            max_age: stream.max_age,
         })),
         KindSettings::Service(service) => SourceLive::Service(Arc::new(Served {
             endpoints: service

@@ -277,6 +277,7 @@ fn stream_settings(
         })
         .filter(|o| o.rules.enabled()),
         idempotency: idempotency(c),
+        max_age: (d.max_age_ms > 0).then(|| Duration::from_millis(d.max_age_ms)),
         routes: routes(v, target, at, p)?,
     })
 }

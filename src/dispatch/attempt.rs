@@ -8,17 +8,17 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::Dispatch;
 use super::book::{Settlement, Step, Verdict};
 use super::fates::{self, Fate};
 use super::lanes::LaneKey;
 use super::outputs::Commit;
+use super::{Dispatch, Live};
 use crate::admission::{Reach, Sample};
 use crate::app::headers::TraceHeaders;
 use crate::app::{self, batch::Answer};
 use crate::dead_letter::{self, DeadLetter, Shed};
 use crate::message::Delivery;
-use crate::ops::metrics::SettleLabel;
+use crate::ops::metrics::{ExpiredBy, SettleLabel};
 use crate::ops::telemetry::chain;
 use crate::ops::traces::Active;
 use crate::policy::{self, Disposition, Outcome, TermReason, backoff};
@@ -42,6 +42,12 @@ pub(super) struct Record<'a> {
 }
 
 impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
+    /// Whether `d` is past `delivery.max_age_ms` now (by its publish time).
+    fn too_old(&self, d: &Delivery, live: &Live<F>) -> bool {
+        let published = d.meta.as_ref().ok().map(|m| SystemTime::from(m.published));
+        policy::is_too_old(published, live.max_age, SystemTime::now())
+    }
+
     /// One attempt: one request, one decision, then either one final action and one
     /// log line, or a retry in place, or a hold, reported back.
     pub(super) async fn attempt<T: Settle>(
@@ -76,6 +82,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             (None, _) if policy::is_expired(expires, SystemTime::now()) => {
                 (Outcome::Expired, None, None, None, None)
             }
+            (None, _) if self.too_old(d, &live) => (Outcome::TooOld, None, None, None, None),
             (None, To::Skip(skip)) => {
                 let name = route.unwrap_or_default();
                 self.metrics.routed(name, "skip");
@@ -103,7 +110,11 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         };
         let reach = match (&outcome, &failure) {
             (
-                Outcome::Invalid(_) | Outcome::Routed(..) | Outcome::Expired | Outcome::Duplicate,
+                Outcome::Invalid(_)
+                | Outcome::Routed(..)
+                | Outcome::Expired
+                | Outcome::TooOld
+                | Outcome::Duplicate,
                 _,
             ) => Reach::NotAsked,
             (Outcome::Unreachable, Some(f)) => Reach::Unreachable(f.kind),
@@ -259,11 +270,20 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             }
             Disposition::Term { reason } => {
                 if reason == TermReason::Expired {
-                    self.metrics.expired(d.age(time::OffsetDateTime::now_utc()));
+                    self.metrics
+                        .expired(ExpiredBy::Ttl, d.age(time::OffsetDateTime::now_utc()));
                     tracing::warn!(
                         stream_seq = d.stream_seq(),
                         attempt = record.attempt,
                         "the message's Nats-TTL passed (or would before its retry): dead-lettered as expired, not sent"
+                    );
+                } else if reason == TermReason::TooOld {
+                    self.metrics
+                        .expired(ExpiredBy::MaxAge, d.age(time::OffsetDateTime::now_utc()));
+                    tracing::warn!(
+                        stream_seq = d.stream_seq(),
+                        attempt = record.attempt,
+                        "the message is older than delivery.max_age_ms: dead-lettered as too_old, not sent"
                     );
                 }
                 let verdict = Verdict {
@@ -621,7 +641,8 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                     steps.push((item.id, step.await));
                 }
                 None if item.delivery.is_invalid()
-                    || policy::is_expired(item.delivery.expires_at(), SystemTime::now()) =>
+                    || policy::is_expired(item.delivery.expires_at(), SystemTime::now())
+                    || self.too_old(&item.delivery, &self.live()) =>
                 {
                     let (step, _, _) = self
                         .attempt(

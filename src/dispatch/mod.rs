@@ -184,6 +184,9 @@ pub struct Live<F> {
     /// The source's routes, first match first, each with what sends to its target
     /// (a message none matches goes to `forwarder`).
     pub routes: Vec<Route<F>>,
+    /// `delivery.max_age_ms`: older when about to be sent, it is dead-lettered as
+    /// `too_old` (`None`: no limit).
+    pub max_age: Option<Duration>,
 }
 
 /// The loop's state besides the book and the gate.

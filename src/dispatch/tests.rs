@@ -621,6 +621,8 @@ struct Knobs {
     tracer: Tracer,
     /// The source's routes: actions only (the rig has one app).
     routes: Vec<crate::route::Route<()>>,
+    /// `delivery.max_age_ms`.
+    max_age: Option<Duration>,
     /// Its share of a budget other rigs share (`None`: a budget that is off).
     budget: Option<crate::admission::BudgetShare>,
     /// A pinned member's instance (the source says it is pinned at the start).
@@ -648,6 +650,7 @@ impl Default for Knobs {
             outputs: None,
             tracer: Tracer::off(),
             routes: Vec::new(),
+            max_age: None,
             budget: None,
             pinned: false,
             markers: None,
@@ -726,6 +729,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         },
         confirmed_acks: false,
         routes: skip_routes(&knobs.routes),
+        max_age: knobs.max_age,
     };
     let (live_tx, live) = watch::channel(Arc::new(live));
     let marker_keys: Markings = Arc::default();
@@ -899,6 +903,7 @@ impl Rig {
             limits: old.limits,
             confirmed_acks: old.confirmed_acks,
             routes: Vec::new(),
+            max_age: old.max_age,
         };
         change(&mut live);
         self.live.send_replace(Arc::new(live));
@@ -2743,6 +2748,40 @@ async fn an_expired_message_is_dead_lettered_without_a_request_alone_and_in_a_ba
             r.metrics
                 .sample("jetrelay_message_age_seconds_count{stage=\"expired\"}"),
             Some(2.0)
+        );
+        r.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_older_than_max_age_is_dead_lettered_as_too_old_alone_and_in_a_batch() {
+    for batch in [None, batching(10, 1 << 20, Duration::ZERO)] {
+        let knobs = || Knobs {
+            dead_letters: true,
+            batch,
+            max_age: Some(60 * S),
+            ..Knobs::default()
+        };
+        let r = match batch {
+            None => rig(knobs(), ok_after(MS)),
+            Some(_) => batch_rig(knobs(), all_acked()),
+        };
+        // Published 2 minutes and 10 seconds ago (a Nats-TTL of a day does not save it).
+        r.send_delivery(with_ttl(1, "1d", 120 * S));
+        r.send_delivery(with_ttl(2, "1d", 10 * S));
+        wait(S).await;
+        let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+        assert_eq!(seen, [2], "{batch:?}: the old one was not sent");
+        assert_eq!(r.settled(1), [Told::Letter, Told::Term], "{batch:?}");
+        assert_eq!(r.settled(2), [Told::Ack], "{batch:?}");
+        assert_eq!(
+            r.metrics
+                .sample("jetrelay_expired_total{reason=\"max_age\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            r.metrics.sample("jetrelay_expired_total{reason=\"ttl\"}"),
+            Some(0.0)
         );
         r.stop().await;
     }

@@ -133,6 +133,8 @@ pub struct StreamSettings {
     pub routes: Vec<Route<TargetSettings>>,
     /// Processed-once markers (`delivery.idempotency_bucket`; `None`: off).
     pub idempotency: Option<Idempotency>,
+    /// `delivery.max_age_ms` (`None`: no limit).
+    pub max_age: Option<Duration>,
 }
 
 /// Processed-once markers: where, for how long, keyed how.

@@ -653,6 +653,13 @@ fn check_offline_validates_the_config_and_its_files_without_nats() {
         "{out}"
     );
     assert!(out.contains("NATS was not contacted"), "{out}");
+    // What it decides before the app, said.
+    let (code, out, err) = check(&path, &[("JETRELAY_DELIVERY__MAX_AGE_MS", "120000")]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("\n  max age 2m: an older message is dead-lettered as too_old"),
+        "{out}"
+    );
     // Several sources: one line each, and each route where it goes (no password of
     // a URL shown).
     let two = "[nats]\nservers = [\"nats://127.0.0.1:1\"]\n[http]\nurl = \"http://u:s3cret@127.0.0.1:1/x\"\n\

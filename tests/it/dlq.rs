@@ -899,3 +899,57 @@ async fn the_dlq_commands_guard_against_the_wrong_stream_the_wrong_consumer_and_
     assert_eq!(count(&s.env.js, &s.env.stream).await, before);
     s.relay.stop().await.unwrap();
 }
+
+/// `delivery.max_age_ms` is checked at every attempt: a message the app asked to
+/// retry comes back older than the limit and is dead-lettered as `too_old`, sent once
+/// only; one published within the limit that the app takes is acked.
+#[tokio::test]
+async fn a_retry_past_max_age_is_dead_lettered_as_too_old_and_not_sent_again() {
+    let app = MockApp::start(|r, _| {
+        if r.body[..] == b"busy"[..] {
+            Reply::status(503)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let env = Env::start(&["age.>"]).await;
+    let dlq_stream = unique("DLQ");
+    create_stream(&env.js, &dlq_stream, &[&format!("dlq.{}", env.stream)]).await;
+    // The retry comes 1.5 s after the first attempt: past the limit of 1 s.
+    let extra = format!(
+        "[dlq]\nsubject = \"dlq.{}\"\n[delivery]\nordering = \"none\"\nmax_age_ms = 1000\n\
+         retry_initial_ms = 1500\n",
+        env.stream
+    );
+    let relay = env.relay(&app, &extra).await;
+    publish_with(&env.js, "age.a", "busy", &[]).await;
+    publish_with(&env.js, "age.b", "fine", &[]).await;
+    eventually("all settled", Duration::from_secs(20), || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    let bodies: Vec<Vec<u8>> = app.requests().iter().map(|r| r.body.to_vec()).collect();
+    assert_eq!(
+        bodies.iter().filter(|b| b[..] == b"busy"[..]).count(),
+        1,
+        "sent once: the retry was too old"
+    );
+    let mut dlq = env.js.get_stream(&dlq_stream).await.unwrap();
+    assert_eq!(dlq.info().await.unwrap().state.messages, 1);
+    let letter = dlq.get_raw_message(1).await.unwrap();
+    assert_eq!(&letter.payload[..], b"busy");
+    assert_eq!(
+        letter
+            .headers
+            .get("Jetrelay-Dlq-Reason")
+            .map(|v| v.as_str()),
+        Some("jetrelay: too_old")
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_expired_total{reason=\"max_age\"}")
+            .await,
+        1.0
+    );
+}

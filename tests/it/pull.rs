@@ -315,6 +315,7 @@ async fn instance(
         },
         confirmed_acks: false,
         routes: Vec::new(),
+        max_age: None,
     };
     let (_live_tx, live) = tokio::sync::watch::channel(std::sync::Arc::new(live));
     let dispatch = Dispatch {

@@ -40,6 +40,7 @@ mod consumer;
 mod letters;
 mod messages;
 mod once;
+pub use self::once::ExpiredBy;
 mod otlp;
 mod process;
 mod publish;

@@ -14,7 +14,17 @@ pub(super) struct OnceCollectors {
     duplicates: IntCounter,
     marker_failures: IntCounter,
     conflicts: IntCounter,
-    expired: IntCounter,
+    /// By reason: `ttl` (its `Nats-TTL`), `max_age` (`delivery.max_age_ms`).
+    expired: [IntCounter; 2],
+}
+
+/// Why a message expired before it was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpiredBy {
+    /// Its `Nats-TTL` passed (or would before its retry).
+    Ttl,
+    /// It was older than `delivery.max_age_ms`.
+    MaxAge,
 }
 
 impl OnceCollectors {
@@ -32,19 +42,21 @@ impl OnceCollectors {
                 "jetrelay_idempotency_conflicts_total",
                 "Requests of a message whose idempotency key has a marker of another message (its Nats-Msg-Id re-used, or a value jetrelay did not write): sent with Jetrelay-Idempotency-Conflict",
             )?,
-            expired: r.counter(
+            expired: r.counters(
                 "jetrelay_expired_total",
-                "Messages whose Nats-TTL passed before they could be sent, or would before their retry: dead-lettered (reason expired), never sent",
+                "Messages never sent because they expired: their Nats-TTL passed before they could be sent, or would before their retry (reason ttl: dead-lettered as expired), or they were older than delivery.max_age_ms (reason max_age: dead-lettered as too_old)",
+                "reason",
+                ["ttl", "max_age"],
             )?,
         })
     }
 }
 
 impl SourceMetrics {
-    /// A message expired before it could be sent (or before its retry), `age` after
-    /// its publish time.
-    pub fn expired(&self, age: Option<Duration>) {
-        self.once.expired.inc();
+    /// A message expired (`by`) before it could be sent (or before its retry), `age`
+    /// after its publish time.
+    pub fn expired(&self, by: ExpiredBy, age: Option<Duration>) {
+        self.once.expired[by as usize].inc();
         if let Some(age) = age {
             self.message_age(AgeStage::Expired, age);
         }
