@@ -108,19 +108,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                 (f.outcome, status, elapsed, f.failure, f.outputs)
             }
         };
-        let reach = match (&outcome, &failure) {
-            (
-                Outcome::Invalid(_)
-                | Outcome::Routed(..)
-                | Outcome::Expired
-                | Outcome::TooOld
-                | Outcome::Duplicate,
-                _,
-            ) => Reach::NotAsked,
-            (Outcome::Unreachable, Some(f)) => Reach::Unreachable(f.kind),
-            (Outcome::Unreachable, None) => Reach::Unreachable("cannot connect"),
-            _ => Reach::Reached,
-        };
+        let reach = reach(&outcome, failure.as_ref());
         let action = match &outcome {
             Outcome::Answered {
                 action: Some(a), ..
@@ -815,5 +803,22 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             }
         }
         confirmed
+    }
+}
+
+/// Whether an attempt that ended in `outcome` reached the app (`failure`: why not).
+fn reach(outcome: &Outcome, failure: Option<&NoAnswer>) -> Reach {
+    match (outcome, failure) {
+        (
+            Outcome::Invalid(_)
+            | Outcome::Routed(..)
+            | Outcome::Expired
+            | Outcome::TooOld
+            | Outcome::Duplicate,
+            _,
+        ) => Reach::NotAsked,
+        (Outcome::Unreachable, Some(f)) => Reach::Unreachable(f.kind),
+        (Outcome::Unreachable, None) => Reach::Unreachable("cannot connect"),
+        _ => Reach::Reached,
     }
 }
