@@ -1,6 +1,7 @@
 //! The HTTP servers jetrelay offers, the only module that names `axum` and `hyper`
 //! types: the admin endpoints (`admin`: `/healthz`, `/ready`, `/metrics`) and the local
-//! publish endpoint (`endpoint`: the app publishes without a NATS client).
+//! publish endpoint (`endpoint`: the app publishes without a NATS client), and
+//! `jetrelay scaler`'s (`scaler`: each source's lag, for KEDA).
 //!
 //! Both run on one hardened HTTP/1.1 loop: a request's headers must arrive within
 //! [`HEADER_TIMEOUT`] and the whole request be handled within a bound (a half-sent
@@ -12,6 +13,7 @@
 
 pub mod admin;
 pub mod endpoint;
+pub mod scaler;
 
 use std::convert::Infallible;
 use std::sync::Arc;
