@@ -102,6 +102,13 @@ fn config(servers: &str, tables: &str) -> Config {
     Config::from_figment(Figment::from(Toml::string(&base))).unwrap()
 }
 
+/// A `[sources.<name>]` table: durable `<name>` on `stream`, with `extra` lines.
+fn durable_table(name: &str, stream: &str, extra: &str) -> String {
+    format!(
+        "[sources.{name}]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{name}\"\n{extra}\n"
+    )
+}
+
 /// A durable pull consumer `name` on `stream` with `filter`, explicit acks.
 async fn durable(js: &jetstream::Context, stream: &str, name: &str, filter: &str) {
     js.get_stream(stream)
@@ -151,24 +158,9 @@ async fn scaler_a_consumer_not_created_yet_reports_its_streams_messages_under_it
     let env = Env::start(&["o.>"]).await;
     publish(&env.js, "o.a.x", 6).await;
     publish(&env.js, "o.b.y", 4).await;
-    let scaler = Scaler::start(config(
-        env.nats.url(),
-        &format!(
-            r#"
-            [sources.orders]
-            stream = "{}"
-            kind = "durable"
-            durable = "orders"
-            filter_subjects = ["o.a.>"]
-            [sources.all]
-            stream = "{}"
-            kind = "durable"
-            durable = "all"
-            "#,
-            env.stream, env.stream
-        ),
-    ))
-    .await;
+    let tables = durable_table("orders", &env.stream, "filter_subjects = [\"o.a.>\"]")
+        + &durable_table("all", &env.stream, "");
+    let scaler = Scaler::start(config(env.nats.url(), &tables)).await;
     let (code, body) = scaler.get("/v1/lag").await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(
@@ -188,23 +180,14 @@ async fn scaler_a_durable_reports_pending_and_ack_pending_from_its_consumer() {
     let env = Env::start(&["o.>"]).await;
     durable(&env.js, &env.stream, "orders", "o.>").await;
     publish(&env.js, "o.x", 10).await;
-    let scaler = Scaler::start(config(
-        env.nats.url(),
-        &format!(
-            r#"
-            [sources.orders]
-            stream = "{}"
-            kind = "durable"
-            durable = "orders"
-            [sources.rpc]
-            kind = "service"
-            service = "svc"
-            endpoints = [{{ name = "create", subject = "svc.create", path = "/x" }}]
-            "#,
-            env.stream
-        ),
-    ))
-    .await;
+    let service = r#"
+        [sources.rpc]
+        kind = "service"
+        service = "svc"
+        endpoints = [{ name = "create", subject = "svc.create", path = "/x" }]
+        "#;
+    let tables = durable_table("orders", &env.stream, "") + service;
+    let scaler = Scaler::start(config(env.nats.url(), &tables)).await;
     scaler.until("orders", lag(10, 10, 0, "present")).await;
     let held = take(&env.js, &env.stream, "orders", 3).await;
     scaler.until("orders", lag(10, 7, 3, "present")).await;
@@ -240,23 +223,8 @@ async fn scaler_a_durable_reports_pending_and_ack_pending_from_its_consumer() {
 async fn scaler_a_source_that_cannot_be_read_fails_the_whole_answer_not_the_others() {
     let env = Env::start(&["o.>"]).await;
     publish(&env.js, "o.x", 2).await;
-    let scaler = Scaler::start(config(
-        env.nats.url(),
-        &format!(
-            r#"
-            [sources.orders]
-            stream = "{}"
-            kind = "durable"
-            durable = "orders"
-            [sources.gone]
-            stream = "NOSUCH"
-            kind = "durable"
-            durable = "gone"
-            "#,
-            env.stream
-        ),
-    ))
-    .await;
+    let tables = durable_table("orders", &env.stream, "") + &durable_table("gone", "NOSUCH", "");
+    let scaler = Scaler::start(config(env.nats.url(), &tables)).await;
     let (code, body) = scaler.get("/v1/lag").await;
     assert_eq!(code, 503, "{body}");
     assert!(
@@ -270,46 +238,69 @@ async fn scaler_a_source_that_cannot_be_read_fails_the_whole_answer_not_the_othe
     scaler.until("orders", lag(2, 2, 0, "missing")).await;
 }
 
+/// What a group test goes on with.
+struct GroupRun {
+    nats: NatsServer,
+    js: jetstream::Context,
+    stream: String,
+    app: MockApp,
+    scaler: Scaler,
+    m1: Relay,
+}
+
+/// A group of `kind` (`static` or `elastic`) with members m1 and m2 over two
+/// partitions and ten keys published (five in each partition), and the scaler on its
+/// config: the whole ten while no member consumer exists (scaled to zero); then m1
+/// runs and consumes its five, and the scaler says `after_m1`.
+async fn ten_keys_then_m1(kind: &str, after_m1: Value) -> GroupRun {
+    let (nats, js, stream, _admin) = match kind {
+        "static" => static_group(2, &["m1", "m2"]).await,
+        _ => elastic_group(2, &["m1", "m2"]).await,
+    };
+    let (prefix, group) = if kind == "static" {
+        ("o", "cg")
+    } else {
+        ("e", "eg")
+    };
+    publish_keys(&js, prefix, 10, 1).await;
+    let app = MockApp::start(|_, _| Reply::status(200)).await;
+    let config = member_config(&nats, &app, kind, &stream, group, "m1", "");
+    let scaler = Scaler::start(config.clone()).await;
+    scaler.until("default", lag(10, 10, 0, "missing")).await;
+    let m1 = Relay::ready(config).await;
+    app.wait_for("m1's five", T, |r| r.len() == 5).await;
+    scaler.until("default", after_m1).await;
+    GroupRun {
+        nats,
+        js,
+        stream,
+        app,
+        scaler,
+        m1,
+    }
+}
+
 #[tokio::test]
 async fn scaler_a_static_group_sums_its_members_consumers() {
-    let (nats, js, stream, _admin) = static_group(2, &["m1", "m2"]).await;
-    // Ten keys: five in each partition.
-    publish_keys(&js, "o", 10, 1).await;
-    let app = MockApp::start(|_, _| Reply::status(200)).await;
-    let m1 = member_config(&nats, &app, "static", &stream, "cg", "m1", "");
-    let scaler = Scaler::start(m1.clone()).await;
-    // No member consumer yet: each member's partitions counted from the stream.
-    scaler.until("default", lag(10, 10, 0, "missing")).await;
-    // m1 consumes its five; m2's consumer is still missing.
-    let relay = Relay::ready(m1).await;
-    app.wait_for("m1's five", T, |r| r.len() == 5).await;
-    scaler.until("default", lag(5, 5, 0, "missing")).await;
-    relay.stop().await.unwrap();
-    let relay = Relay::ready(member_config(
-        &nats, &app, "static", &stream, "cg", "m2", "",
-    ))
-    .await;
-    app.wait_for("all ten", T, |r| r.len() == 10).await;
-    scaler.until("default", lag(0, 0, 0, "present")).await;
+    // While no member consumer exists, each member's partitions are counted from the
+    // stream; with m1's present and m2's missing, the sum of both.
+    let g = ten_keys_then_m1("static", lag(5, 5, 0, "missing")).await;
+    g.m1.stop().await.unwrap();
+    let m2 = member_config(&g.nats, &g.app, "static", &g.stream, "cg", "m2", "");
+    let relay = Relay::ready(m2).await;
+    g.app.wait_for("all ten", T, |r| r.len() == 10).await;
+    g.scaler.until("default", lag(0, 0, 0, "present")).await;
     relay.stop().await.unwrap();
     // Durables stay at zero replicas: a new message is one member's pending.
-    publish_keys(&js, "o", 1, 1).await;
-    scaler.until("default", lag(1, 1, 0, "present")).await;
+    publish_keys(&g.js, "o", 1, 1).await;
+    g.scaler.until("default", lag(1, 1, 0, "present")).await;
 }
 
 #[tokio::test]
 async fn scaler_an_elastic_group_reports_its_work_queue_stream() {
-    let (nats, js, stream, _admin) = elastic_group(2, &["m1", "m2"]).await;
-    publish_keys(&js, "e", 10, 1).await;
-    let app = MockApp::start(|_, _| Reply::status(200)).await;
-    let m1 = member_config(&nats, &app, "elastic", &stream, "eg", "m1", "");
-    let scaler = Scaler::start(m1.clone()).await;
-    // Scaled to zero: no member consumer, the whole backlog in the work queue.
-    scaler.until("default", lag(10, 10, 0, "missing")).await;
-    let relay = Relay::ready(m1).await;
-    app.wait_for("m1's five", T, |r| r.len() == 5).await;
-    scaler.until("default", lag(5, 5, 0, "present")).await;
-    relay.stop().await.unwrap();
+    // Scaled to zero, the whole backlog is in the work queue; then what m1 left.
+    let g = ten_keys_then_m1("elastic", lag(5, 5, 0, "present")).await;
+    g.m1.stop().await.unwrap();
 }
 
 #[tokio::test]
@@ -338,18 +329,8 @@ async fn scaler_in_a_cluster_follows_the_consumer_leader_when_it_steps_down() {
     publish(&js, "c.x", 10).await;
     let held = take(&js, &stream, "orders", 3).await;
     // The scaler talks to one node only, whichever leads the consumer.
-    let scaler = Scaler::start(config(
-        cluster.nodes[0].url(),
-        &format!(
-            r#"
-            [sources.orders]
-            stream = "{stream}"
-            kind = "durable"
-            durable = "orders"
-            "#
-        ),
-    ))
-    .await;
+    let tables = durable_table("orders", &stream, "");
+    let scaler = Scaler::start(config(cluster.nodes[0].url(), &tables)).await;
     scaler.until("orders", lag(10, 7, 3, "present")).await;
     let leader = |js: jetstream::Context, stream: String| async move {
         consumer_info(&js, &stream, "orders")
