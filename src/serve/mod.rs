@@ -231,6 +231,17 @@ pub fn connection_caps(open_files: Option<u64>, max_in_flight: usize) -> (usize,
     ((rest / 4).clamp(4, ADMIN), (rest / 2).clamp(4, PUBLISH))
 }
 
+/// A Prometheus text exposition as the answer to a scrape.
+fn exposition(text: String) -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
 /// Runs the request within `limit`; 408 when it takes longer (a body sent too slowly
 /// included: it is read inside the handler).
 async fn within(limit: Duration, req: Request, next: Next) -> Response {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{RawQuery, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt as _;
@@ -120,13 +120,7 @@ async fn ready(State(s): State<ScalerShown>) -> Response {
 }
 
 async fn metrics_text(State(s): State<ScalerShown>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.render(),
-    )
+    super::exposition(s.metrics.render())
 }
 
 fn router(shown: ScalerShown) -> Router {
