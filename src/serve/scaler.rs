@@ -3,7 +3,8 @@
 //! why, so that KEDA keeps the replicas it has rather than scale on a partial sum),
 //! `/v1/lag?source=NAME` (one source: 404 for a name the config does not have or a
 //! service source, which has no lag), `/metrics` (`jetrelay_scaler_lag{source}`, as
-//! each read left it), `/livez` and `/readyz` (ready while connected to NATS).
+//! each read left it), `/livez` and `/readyz` (ready while connected to NATS; while
+//! not, `/v1/lag` is 503 at once, without waiting for a request to time out).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -74,8 +75,15 @@ async fn lag(State(s): State<ScalerShown>, RawQuery(query): RawQuery) -> Respons
         Ok(source) => source,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
+    // Not connected: no read could answer before KEDA's own timeout.
+    let not_ready = || {
+        s.lags
+            .not_ready()
+            .map(|why| error(StatusCode::SERVICE_UNAVAILABLE, why))
+    };
     if let Some(name) = source {
         return match s.lags.known(name) {
+            Known::Lagging if let Some(answer) = not_ready() => answer,
             Known::Lagging => match read_one(&s, name).await {
                 Ok(l) => json(StatusCode::OK, &l),
                 Err(why) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{name}: {why}")),
@@ -93,6 +101,9 @@ async fn lag(State(s): State<ScalerShown>, RawQuery(query): RawQuery) -> Respons
                 ),
             ),
         };
+    }
+    if let Some(answer) = not_ready() {
+        return answer;
     }
     let names = s.lags.names().to_vec();
     let read: BTreeMap<String, _> = futures::stream::iter(names)

@@ -35,6 +35,16 @@ impl Drop for Scaler {
 
 impl Scaler {
     async fn start(config: Config) -> Scaler {
+        let scaler = Scaler::unready(config).await;
+        eventually("the scaler ready", T, || async {
+            scaler.get_text("/readyz").await.0 == 200
+        })
+        .await;
+        scaler
+    }
+
+    /// Started, not waited for.
+    async fn unready(config: Config) -> Scaler {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let stop = CancellationToken::new();
@@ -44,12 +54,7 @@ impl Scaler {
                 .await
                 .unwrap();
         });
-        let scaler = Scaler { base, stop };
-        eventually("the scaler ready", T, || async {
-            scaler.get_text("/readyz").await.0 == 200
-        })
-        .await;
-        scaler
+        Scaler { base, stop }
     }
 
     async fn get_text(&self, path: &str) -> (u16, String) {
@@ -278,6 +283,31 @@ async fn ten_keys_then_m1(kind: &str, after_m1: Value) -> GroupRun {
         scaler,
         m1,
     }
+}
+
+#[tokio::test]
+async fn scaler_without_nats_is_not_ready_and_answers_503_at_once() {
+    let tables = durable_table("orders", "S", "");
+    let scaler = Scaler::unready(config("nats://127.0.0.1:1", &tables)).await;
+    eventually("the scaler serving", T, || async {
+        scaler.get_text("/livez").await.0 == 200
+    })
+    .await;
+    let (code, why) = scaler.get_text("/readyz").await;
+    assert_eq!(code, 503, "{why}");
+    assert!(why.contains("NATS"), "{why}");
+    for path in ["/v1/lag", "/v1/lag?source=orders"] {
+        let t = std::time::Instant::now();
+        let (code, body) = scaler.get(path).await;
+        assert_eq!(code, 503, "{path}: {body}");
+        assert!(body["error"].as_str().unwrap().contains("NATS"), "{body}");
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{path}: {:?}",
+            t.elapsed()
+        );
+    }
+    assert_eq!(scaler.get("/v1/lag?source=nope").await.0, 404);
 }
 
 #[tokio::test]
