@@ -126,6 +126,17 @@ enum Command {
         #[arg(long, value_name = "DURATION")]
         wait: Option<String>,
     },
+    /// Serve each source's lag from the JetStream API for KEDA's metrics-api trigger
+    /// (/v1/lag, /metrics, /livez, /readyz): one per namespace, no jetrelay needed.
+    Scaler {
+        /// The sidecars' TOML config file (its sources and `[nats]`; environment
+        /// variables JETRELAY_* override it).
+        #[arg(long, env = "JETRELAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// The address to serve on.
+        #[arg(long, value_name = "ADDR", default_value = jetrelay::cli::scaler::LISTEN)]
+        listen: String,
+    },
 }
 
 /// Which consumers `pause`, `resume` and `replay` act on.
@@ -258,6 +269,9 @@ fn main() -> ExitCode {
             })
         }),
         Command::Drain { config, wait } => drain(config.as_deref(), wait.as_deref()),
+        Command::Scaler { config, listen } => {
+            with_config(config.as_deref(), Logs::Daemon, move |c| scaler(c, listen))
+        }
     }
 }
 
@@ -326,6 +340,8 @@ where
             let config_error = e
                 .downcast_ref::<DaemonError>()
                 .is_some_and(DaemonError::is_config)
+                || e.downcast_ref::<jetrelay::cli::scaler::ScalerError>()
+                    .is_some_and(jetrelay::cli::scaler::ScalerError::is_usage)
                 || e.downcast_ref::<ConfigError>().is_some()
                 || match e.downcast_ref::<CheckError>() {
                     Some(CheckError::Config(_)) => true,
@@ -405,6 +421,28 @@ async fn run(config: Config, file: Option<PathBuf>, watch: bool) -> anyhow::Resu
     // the exit past it.
     let until = deadline.or_from_now().into_std();
     tokio::task::block_in_place(|| jetrelay::ops::telemetry::flush_until(until));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `jetrelay scaler`: serves until SIGTERM or SIGINT (0); 64 for a bad config or an
+/// address it cannot listen on.
+async fn scaler(config: Config, listen: String) -> anyhow::Result<ExitCode> {
+    use jetrelay::cli::scaler::ScalerError;
+    let mut signals = Signals::install().map_err(DaemonError::Signals)?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|source| ScalerError::Serve {
+            listen: listen.clone(),
+            source,
+        })?;
+    let stop = CancellationToken::new();
+    let trigger = stop.clone();
+    tokio::spawn(async move {
+        let signal = signals.next().await;
+        tracing::info!(signal, "jetrelay scaler stopping");
+        trigger.cancel();
+    });
+    jetrelay::cli::scaler::run(&config, listener, stop).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -3,7 +3,8 @@
 //! `jetrelay dlq …` (dead letters: browse, replay, purge), `jetrelay pause` and
 //! `jetrelay resume` (the consumer paused on the server), `jetrelay replay` (the
 //! consumer moved back in place), `jetrelay ps` (every instance, from NATS service
-//! discovery), `jetrelay drain` (the local jetrelay drained before the app stops).
+//! discovery), `jetrelay drain` (the local jetrelay drained before the app stops),
+//! `jetrelay scaler` (each source's lag from the JetStream API, for KEDA).
 
 pub mod check;
 pub mod consumers;
@@ -14,6 +15,7 @@ pub mod pause;
 pub mod ps;
 pub mod replay;
 pub mod running;
+pub mod scaler;
 
 use clap::Args;
 

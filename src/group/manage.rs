@@ -489,6 +489,19 @@ impl GroupAdmin {
         }
     }
 
+    /// The group's stored config.
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`] when there is no such group; [`AdminError`].
+    pub async fn config(
+        &self,
+        f: Flavour,
+        stream: &str,
+        group: &str,
+    ) -> Result<GroupConfig, AdminError> {
+        Ok(self.read(f, stream, group).await?.1)
+    }
+
     /// Every member of the group (listed or mapped) with its consumer:
     /// `(member, consumer stream, consumer)`, in name order.
     ///

@@ -6,10 +6,12 @@
 //! and the administration behind `jetrelay group` (`manage`), and an elastic member
 //! that joins, leaves and prunes the membership itself (`autojoin`); jetrelay's own
 //! records beside a group's config (`records`: the group-wide pause, who auto-joined);
+//! a group's lag for `jetrelay scaler` (`lag`);
 //! `nats/` carries them to the server.
 
 pub mod assign;
 pub mod autojoin;
+pub mod lag;
 pub mod manage;
 pub mod member;
 pub mod model;

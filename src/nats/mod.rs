@@ -8,6 +8,8 @@
 //!   `crate::topology`, and carries out the additive plan.
 //! - `groups`: the consumer-group streams, member consumer states and unpin.
 //! - `kv`: the group config buckets (compare-and-set writes, watch).
+//! - `lag`: what `jetrelay scaler` reads: consumer info, a stream's messages under
+//!   filters, an elastic group's work-queue stream.
 //! - `liveness`: auto-joined members' heartbeats (per-key TTLs) and markers.
 //! - `markers`: the idempotency markers ([`MarkerStore`], per-key TTLs), behind
 //!   `crate::seam::markers`.
@@ -32,6 +34,7 @@ mod error;
 mod fast;
 mod groups;
 mod kv;
+mod lag;
 mod liveness;
 mod markers;
 mod outputs;
@@ -49,6 +52,7 @@ pub use error::{Cause, NatsError, TopologyError};
 pub use fast::{FAST_FLOW, FastCommitted, FastError, FastFailed, FastPublisher};
 pub use groups::{ConsumerState, GroupStreamSpec};
 pub use kv::{GroupStore, KvEvent, KvWatch, KvWriteError};
+pub use lag::{LagError, WorkQueue};
 pub use liveness::{LIVENESS_BUCKET, LivenessStore};
 pub use markers::{MarkerBucket, MarkerStore};
 pub use outputs::{OutputError, OutputPublisher};

@@ -148,13 +148,7 @@ async fn ready(State(s): State<Shown>) -> impl IntoResponse {
 }
 
 async fn metrics_text(State(s): State<Shown>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.render(),
-    )
+    super::exposition(s.metrics.render())
 }
 
 /// Serves until `stop` is cancelled, with at most `connections` open at once

@@ -1,7 +1,7 @@
 //! The HTTP servers jetrelay offers, the only module that names `axum` and `hyper`
 //! types: the admin endpoints (`admin`: `/healthz` and `/livez`, `/ready` and `/readyz`,
-//! `/metrics`) and the local publish endpoint (`endpoint`: the app publishes without a
-//! NATS client).
+//! `/metrics`), the local publish endpoint (`endpoint`: the app publishes without a
+//! NATS client), and `jetrelay scaler`'s (`scaler`: each source's lag, for KEDA).
 //!
 //! Both run on one hardened HTTP/1.1 loop: a request's headers must arrive within
 //! [`HEADER_TIMEOUT`] and the whole request be handled within a bound (a half-sent
@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod endpoint;
+pub mod scaler;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -228,6 +229,17 @@ pub fn connection_caps(open_files: Option<u64>, max_in_flight: usize) -> (usize,
         .unwrap_or(usize::MAX)
         .saturating_sub(max_in_flight.saturating_add(64));
     ((rest / 4).clamp(4, ADMIN), (rest / 2).clamp(4, PUBLISH))
+}
+
+/// A Prometheus text exposition as the answer to a scrape.
+fn exposition(text: String) -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
 }
 
 /// Runs the request within `limit`; 408 when it takes longer (a body sent too slowly

@@ -29,6 +29,7 @@ mod outages;
 mod outputs;
 mod pacing;
 mod pull;
+mod scaler;
 mod semantics;
 mod service;
 mod shutdown;

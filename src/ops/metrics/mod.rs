@@ -6,7 +6,8 @@
 //! source's messages (`messages`), its requests to the app (`app`), its consumer
 //! (`consumer`), processed once (`once`), its dead letters and routes (`letters`), a
 //! service source's requests (`service`); the process's own (`process`), what the app
-//! publishes (`publish`), and what the sources did, read back (`tally`). This file
+//! publishes (`publish`), and what the sources did, read back (`tally`); the
+//! scaler's own (`scaler`, a registry of its own). This file
 //! holds the registry: how collectors are registered, a source's added and removed,
 //! and the exposition rendered.
 
@@ -44,12 +45,14 @@ pub use self::once::ExpiredBy;
 mod otlp;
 mod process;
 mod publish;
+mod scaler;
 mod service;
 mod tally;
 
 pub use self::app::class_name;
 pub use self::messages::{AgeStage, SettleLabel};
 pub use self::publish::{PUBLISH_FAILURES, Via};
+pub use self::scaler::ScalerMetrics;
 pub use self::service::SERVICE_CLASSES;
 pub use self::tally::{SourceCounts, Tallied};
 
@@ -356,16 +359,21 @@ impl Metrics {
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         self.log_lines_dropped(super::telemetry::lines_dropped());
-        let mut buf = Vec::new();
-        // Encoding into a Vec cannot fail for well-formed collectors.
-        if TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .is_err()
-        {
-            return String::new();
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        encode(&self.registry)
     }
+}
+
+/// The text exposition of a registry.
+fn encode(registry: &Registry) -> String {
+    let mut buf = Vec::new();
+    // Encoding into a Vec cannot fail for well-formed collectors.
+    if TextEncoder::new()
+        .encode(&registry.gather(), &mut buf)
+        .is_err()
+    {
+        return String::new();
+    }
+    String::from_utf8(buf).unwrap_or_default()
 }
 
 /// The sum of the samples in `text` (the exposition) of `series`: a name, with
