@@ -9,10 +9,13 @@
 //! once. Failures are counted.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
+use super::prefetch::Prefetch;
 use super::{Dispatch, Marking};
 use crate::message::Delivery;
 use crate::ops::telemetry::chain;
@@ -41,9 +44,72 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         Some((key, Marked::of(d)?.value()))
     }
 
+    /// The key under which `d`'s marker is read ahead: markers on, a valid message
+    /// on its first delivery (a redelivery, what the markers are for, reads its
+    /// marker at its attempt, as fresh as can be).
+    pub(super) fn read_ahead_key(&self, d: &Delivery) -> Option<String> {
+        let m = self.markers.as_ref()?;
+        if d.is_invalid() || d.delivered() > 1 {
+            return None;
+        }
+        marker_key(d, m.key, &m.scope)
+    }
+
+    /// Queues `key` to be read ahead, by the next [`Dispatch::read_ahead`].
+    pub(super) fn queue_read_ahead(&self, key: String) {
+        if let Some(m) = &self.markers {
+            prefetch(m).queue(key, Instant::now());
+        }
+    }
+
+    /// Reads what is queued ahead, unless a reader is at it: a task reads the keys
+    /// in turns (one [`Markers::marked_many`] for all that were queued when a turn
+    /// began) until none are left. Called before any attempt starts, so that an
+    /// attempt that finds its key queued knows a reader has it.
+    pub(super) fn read_ahead(self: &Arc<Self>) {
+        let Some(m) = &self.markers else {
+            return;
+        };
+        let Some(mut turn) = prefetch(m).start() else {
+            return;
+        };
+        let this = Arc::clone(self);
+        tokio::spawn(
+            async move {
+                let Some(m) = &this.markers else {
+                    return;
+                };
+                loop {
+                    let (keys, answers): (Vec<String>, Vec<_>) = turn.into_iter().unzip();
+                    match m.store.marked_many(&keys).await {
+                        Ok(found) => {
+                            // An answer nobody waits for any more needs none.
+                            for (tx, f) in answers.into_iter().zip(found) {
+                                drop(tx.send(f));
+                            }
+                        }
+                        // Unanswered: each attempt reads its own marker, and counts
+                        // a failure as without read-ahead.
+                        Err(e) => tracing::debug!(
+                            error = %chain(&e),
+                            keys = keys.len(),
+                            "idempotency markers not read ahead"
+                        ),
+                    }
+                    match prefetch(m).next_turn() {
+                        Some(next) => turn = next,
+                        None => return,
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+    }
+
     /// What `d`'s marker says: none, this message's, or another's (an invalid
-    /// message, never offered, reads none). A marker that cannot be read says none:
-    /// the message goes to the app, at least once.
+    /// message, never offered, reads none). Read ahead when it was, else now. A
+    /// marker that cannot be read says none: the message goes to the app, at least
+    /// once.
     pub(super) async fn seen_before(&self, d: &Delivery) -> Seen {
         let Some(m) = self.markers.as_ref().filter(|_| !d.is_invalid()) else {
             return Seen::Fresh;
@@ -51,6 +117,14 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         let (Some(key), Some(own)) = (marker_key(d, m.key, &m.scope), Marked::of(d)) else {
             return Seen::Fresh;
         };
+        let ahead = (d.delivered() <= 1)
+            .then(|| prefetch(m).take(&key, Instant::now()))
+            .flatten();
+        if let Some(ahead) = ahead
+            && let Ok(found) = ahead.await
+        {
+            return judge(found.as_deref(), &own);
+        }
         match m.store.marked(&key).await {
             Ok(found) => judge(found.as_deref(), &own),
             Err(e) => {
@@ -78,7 +152,9 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
 
     /// Writes `markers` (all sent, then every acknowledgement awaited), trying again
     /// for [`hold`] of `ack_wait` from the first try (once, while markers cannot be
-    /// written); then gives up, counting each, and the caller acks anyway.
+    /// written); then gives up, counting each, and the caller acks anyway. What was
+    /// read ahead under these keys is out of date once written (a later delivery
+    /// under one of them reads it again), stored or not.
     pub(super) async fn mark_processed(&self, markers: Vec<(String, String)>) {
         let Some(m) = &self.markers else {
             return;
@@ -86,12 +162,21 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         if markers.is_empty() {
             return;
         }
+        self.write_markers(m, &markers).await;
+        let mut p = prefetch(m);
+        for (key, _) in &markers {
+            p.forget(key);
+        }
+    }
+
+    /// [`Dispatch::mark_processed`]'s writes and tries.
+    async fn write_markers(&self, m: &Marking<M>, markers: &[(String, String)]) {
         let hold = hold(m.patience);
         let until = Instant::now() + hold;
         let down = m.down.load(Relaxed);
         let mut tries = 0u32;
         let why = loop {
-            let why = match tokio::time::timeout_at(until, m.store.mark(&markers)).await {
+            let why = match tokio::time::timeout_at(until, m.store.mark(markers)).await {
                 Ok(Ok(())) => return self.markers_written(m),
                 Ok(Err(e)) => chain(&e),
                 Err(_) => format!("no answer within {} ms", hold.as_millis()),
@@ -104,7 +189,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             tracing::warn!(error = %why, tries, "idempotency markers not written yet: trying again");
             tokio::time::sleep(wait).await;
         };
-        for _ in &markers {
+        for _ in markers {
             self.metrics.idempotency_failed();
         }
         if !m.down.swap(true, Relaxed) {
@@ -128,4 +213,9 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             self.readiness.set_markers_down(None);
         }
     }
+}
+
+/// The read-ahead's state.
+fn prefetch<M>(m: &Marking<M>) -> MutexGuard<'_, Prefetch> {
+    m.prefetch.lock().unwrap_or_else(PoisonError::into_inner)
 }

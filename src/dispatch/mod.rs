@@ -12,7 +12,8 @@
 //! - `outputs`: an answer's outputs published before the input's ack.
 //! - `handover`: a pinned instance hands what it holds to the next one in stream order.
 //! - `markers`: a processed message's idempotency marker written before its ack, and
-//!   a delivery whose marker exists acked without a request.
+//!   a delivery whose marker exists acked without a request; `prefetch`: the markers
+//!   of what a pull brings read together ahead of the attempts (pure bookkeeping).
 //! - `lanes`, `timers`: the ordered-lane scheduler and the one timer set (pure).
 //! - `watched`: a `watch` the loop follows until its sender is gone.
 //! - this file: the loop, which routes what happens to the part it concerns.
@@ -33,6 +34,7 @@ mod handover;
 pub mod lanes;
 mod markers;
 mod outputs;
+mod prefetch;
 #[cfg(test)]
 mod tests;
 pub mod timers;
@@ -103,6 +105,34 @@ pub struct Marking<M> {
     /// The consumer's `ack_wait`: a marker write is tried again for half of it, 5 s
     /// at most.
     pub patience: Duration,
+    /// The markers read ahead, at receipt, for the attempts.
+    prefetch: std::sync::Mutex<prefetch::Prefetch>,
+}
+
+/// Markers read ahead and not taken yet, at most (what a message never took goes
+/// after `ack_wait`, or sooner when newer keys need the room).
+const READ_AHEAD_KEPT: usize = 4096;
+
+impl<M> Marking<M> {
+    /// Markers in `store` (bucket `bucket`), keyed by `key` under `scope`, written
+    /// for at most half of `ack_wait` (5 s at most); up to date at first.
+    pub fn new(
+        store: M,
+        bucket: String,
+        key: IdempotencyKey,
+        scope: String,
+        ack_wait: Duration,
+    ) -> Marking<M> {
+        Marking {
+            down: false.into(),
+            store,
+            bucket,
+            key,
+            scope,
+            patience: ack_wait,
+            prefetch: std::sync::Mutex::new(prefetch::Prefetch::new(READ_AHEAD_KEPT, ack_wait)),
+        }
+    }
 }
 
 /// What the dispatcher needs, shared with every message task. `F` is where messages
@@ -378,6 +408,8 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             run.quiescing = false;
         }
         run.budget_blocked = false;
+        // Before any attempt starts: the markers of what came meanwhile are read.
+        self.read_ahead();
         let mut filled = false;
         if run.draining {
             // Only dead letters still to publish remain held.
@@ -706,10 +738,15 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         let (seq, delivered) = (delivery.stream_seq(), delivery.delivered());
         let progress_at = Instant::now() + self.progress_every;
         let span = self.tracer.delivery(&delivery);
+        let key = self.read_ahead_key(&delivery);
         if book
             .hold(delivery, settler, lane, progress_at, span)
-            .is_none()
+            .is_some()
         {
+            if let Some(key) = key {
+                self.queue_read_ahead(key);
+            }
+        } else {
             // JetStream redelivered a message this loop still holds (its keep-alive
             // was lost, e.g. across a reconnect). Acks and keep-alives name the stream
             // sequence, so the held copy settles it; sending it again would only

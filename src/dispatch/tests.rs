@@ -321,6 +321,8 @@ struct FakeMarkers {
     /// Writes that failed or stored, as the sets of keys handed over.
     writes: Arc<Mutex<Vec<usize>>>,
     delay: Duration,
+    /// Reads, as the number of keys each read together.
+    reads: Arc<Mutex<Vec<usize>>>,
 }
 
 /// The markers stored: each key's value.
@@ -359,7 +361,18 @@ impl crate::seam::markers::Markers for FakeMarkers {
 
     async fn marked(&self, key: &str) -> Result<Option<Bytes>, MarkerDown> {
         tokio::time::sleep(self.delay).await;
+        self.reads.lock().unwrap().push(1);
         Ok(self.keys.lock().unwrap().get(key).cloned().map(Bytes::from))
+    }
+
+    async fn marked_many(&self, keys: &[String]) -> Result<Vec<Option<Bytes>>, MarkerDown> {
+        tokio::time::sleep(self.delay).await;
+        self.reads.lock().unwrap().push(keys.len());
+        let stored = self.keys.lock().unwrap();
+        Ok(keys
+            .iter()
+            .map(|k| stored.get(k).cloned().map(Bytes::from))
+            .collect())
     }
 
     async fn mark(&self, keys: &[(String, String)]) -> Result<(), MarkerDown> {
@@ -580,6 +593,8 @@ struct Rig {
     marker_writes: Arc<Mutex<Vec<usize>>>,
     /// How many marker writes fail from now on.
     marker_failing: Arc<Mutex<u32>>,
+    /// Each marker read: how many keys it carried.
+    marker_reads: Arc<Mutex<Vec<usize>>>,
     batches: Arc<Mutex<Vec<Vec<u64>>>>,
     events: mpsc::UnboundedSender<Event<FakeSettler>>,
     log: Log,
@@ -735,12 +750,11 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
     let marker_keys: Markings = Arc::default();
     let marker_writes: Arc<Mutex<Vec<usize>>> = Arc::default();
     let marker_failing: Arc<Mutex<u32>> = Arc::default();
+    let marker_reads: Arc<Mutex<Vec<usize>>> = Arc::default();
     let markers = knobs.markers.clone().map(|(keys, failing)| {
         marker_keys.lock().unwrap().extend(keys);
-        super::Marking {
-            down: false.into(),
-            bucket: "marks".into(),
-            store: FakeMarkers {
+        super::Marking::new(
+            FakeMarkers {
                 log: Arc::clone(&log),
                 keys: Arc::clone(&marker_keys),
                 failing: {
@@ -749,11 +763,13 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
                 },
                 writes: Arc::clone(&marker_writes),
                 delay: MS,
+                reads: Arc::clone(&marker_reads),
             },
-            key: crate::seam::markers::IdempotencyKey::MsgId,
-            scope: "d".into(),
-            patience: Duration::from_secs(30),
-        }
+            "marks".into(),
+            crate::seam::markers::IdempotencyKey::MsgId,
+            "d".into(),
+            Duration::from_secs(30),
+        )
     });
     let dispatch = Arc::new(Dispatch {
         live,
@@ -799,6 +815,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         marker_keys,
         marker_writes,
         marker_failing,
+        marker_reads,
         metrics,
         batches,
         events,
@@ -3136,5 +3153,79 @@ async fn under_ordering_a_marked_message_is_acked_in_its_keys_turn() {
     assert!(at(2) - at(1) < S);
     let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
     assert_eq!(seen, [1, 1, 3]);
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pulls_markers_are_read_together_ahead_of_the_attempts() {
+    let r = rig(
+        Knobs {
+            max_in_flight: 2,
+            markers: Some((vec![mark_of(5)], 0)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    for seq in 1..=40 {
+        r.send(seq, "a");
+    }
+    wait(S).await;
+    let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(seen.len(), 39, "{seen:?}");
+    assert!(!seen.contains(&5), "the marked one was not sent: {seen:?}");
+    assert_eq!(r.settled(5), [Told::Ack]);
+    let reads = r.marker_reads.lock().unwrap().clone();
+    assert_eq!(
+        reads.iter().sum::<usize>(),
+        40,
+        "each key read once: {reads:?}"
+    );
+    assert!(
+        reads.len() <= 2,
+        "a pull's keys read together, not one by one: {reads:?}"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_msg_id_twice_in_one_pull_reaches_the_app_once_and_a_redelivery_reads_again() {
+    // One request at a time: the second of two deliveries under one Nats-Msg-Id (the
+    // same payload) starts after the first's marker, read ahead before it was there.
+    let r = rig(
+        Knobs {
+            max_in_flight: 1,
+            markers: Some((Vec::new(), 0)),
+            ..Knobs::default()
+        },
+        ok_after(MS),
+    );
+    let id = vec![("Nats-Msg-Id".to_string(), "order-7".to_string())];
+    r.send_full(1, "a", 1, id.clone());
+    r.send_full(2, "a", 1, id.clone());
+    r.send(3, "a");
+    wait(S).await;
+    let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(seen, [1, 3]);
+    assert_eq!(r.settled(2), [Told::Ack], "processed before: acked unseen");
+    r.stop().await;
+
+    // A redelivery reads its marker at its attempt, even with one read ahead: here
+    // the marker is written after the pull (by the member that had it before).
+    let r = rig(
+        Knobs {
+            max_in_flight: 1,
+            markers: Some((Vec::new(), 0)),
+            ..Knobs::default()
+        },
+        Box::new(|_, _, _| (status(200), 100 * MS)),
+    );
+    r.send(1, "a");
+    r.send_delivered(2, "a", 2);
+    wait(10 * MS).await;
+    r.marker_keys.lock().unwrap().extend([mark_of(2)]);
+    wait(S).await;
+    let seen: Vec<u64> = r.seen().iter().map(|s| s.seq).collect();
+    assert_eq!(seen, [1]);
+    assert_eq!(r.settled(2), [Told::Ack]);
     r.stop().await;
 }

@@ -312,6 +312,12 @@ impl Markers for MarkerStore {
             .map_err(|e| self.failed("read a marker", e))
     }
 
+    async fn marked_many(&self, keys: &[String]) -> Result<Vec<Found>, NatsError> {
+        self.read_all(keys.to_vec())
+            .await
+            .map_err(|e| self.failed("read markers", Shared::from(e)))
+    }
+
     async fn mark(&self, markers: &[(String, String)]) -> Result<(), NatsError> {
         let written = self.write(markers).await;
         if let Err(e) = &written

@@ -180,6 +180,21 @@ pub trait Markers: Send + Sync + 'static {
     /// The value of the marker with this key (`None`: no marker).
     fn marked(&self, key: &str) -> impl Future<Output = Result<Option<Bytes>, Self::Error>> + Send;
 
+    /// The values of the markers with these keys, one per key in order, read
+    /// together (a store that can reads them in one request, or a few); the error is
+    /// the first failure. By default one [`Markers::marked`] each, all at once.
+    fn marked_many(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Vec<Option<Bytes>>, Self::Error>> + Send {
+        async move {
+            futures::future::join_all(keys.iter().map(|k| self.marked(k)))
+                .await
+                .into_iter()
+                .collect()
+        }
+    }
+
     /// Writes each marker (its key and [`Marked::value`]), without a round trip each:
     /// every write is sent, then every acknowledgement awaited. `Ok` only when all
     /// were stored; the error is the first failure (the others may have been stored).

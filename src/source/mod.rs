@@ -126,14 +126,13 @@ impl Runner {
             Some(i) => {
                 let store = nats.marker_store(&i.bucket, i.ttl).await?;
                 tracing::info!(bucket = %i.bucket, "idempotency bucket ready");
-                Some(Marking {
-                    down: false.into(),
+                Some(Marking::new(
                     store,
-                    bucket: i.bucket.clone(),
-                    key: i.key,
-                    scope: i.scope.clone(),
-                    patience: stream.ack_wait,
-                })
+                    i.bucket.clone(),
+                    i.key,
+                    i.scope.clone(),
+                    stream.ack_wait,
+                ))
             }
             None => None,
         };
