@@ -15,14 +15,62 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
+use super::Dispatch;
 use super::prefetch::Prefetch;
-use super::{Dispatch, Marking};
 use crate::message::Delivery;
 use crate::ops::telemetry::chain;
 use crate::policy::backoff;
 use crate::seam::Forward;
-use crate::seam::markers::{Marked, Markers, Seen, judge, marker_key};
+use crate::seam::markers::{IdempotencyKey, Marked, Markers, Seen, judge, marker_key};
 use crate::seam::publish::Publish;
+
+/// Processed-once markers: where they live, how a delivery's key is made, and how
+/// long a marker write is tried before the message is acked without it.
+#[derive(Debug)]
+pub struct Marking<M> {
+    /// Set while markers cannot be written (a message gave up on its marker, and none
+    /// was stored since): each message then tries once. Starts `false`.
+    pub down: std::sync::atomic::AtomicBool,
+    /// The store (a KV bucket).
+    pub store: M,
+    /// The bucket's name, for readiness.
+    pub bucket: String,
+    /// `delivery.idempotency_key`.
+    pub key: IdempotencyKey,
+    /// Whose markers: the durable, or the group.
+    pub scope: String,
+    /// The consumer's `ack_wait`: a marker write is tried again for half of it, 5 s
+    /// at most.
+    pub patience: Duration,
+    /// The markers read ahead, at receipt, for the attempts.
+    prefetch: std::sync::Mutex<Prefetch>,
+}
+
+/// Markers read ahead and not taken yet, at most (what a message never took goes
+/// after `ack_wait`, or sooner when newer keys need the room).
+const READ_AHEAD_KEPT: usize = 4096;
+
+impl<M> Marking<M> {
+    /// Markers in `store` (bucket `bucket`), keyed by `key` under `scope`, written
+    /// for at most half of `ack_wait` (5 s at most); up to date at first.
+    pub fn new(
+        store: M,
+        bucket: String,
+        key: IdempotencyKey,
+        scope: String,
+        ack_wait: Duration,
+    ) -> Marking<M> {
+        Marking {
+            down: false.into(),
+            store,
+            bucket,
+            key,
+            scope,
+            patience: ack_wait,
+            prefetch: std::sync::Mutex::new(Prefetch::new(READ_AHEAD_KEPT, ack_wait)),
+        }
+    }
+}
 
 /// The first wait before a marker write is tried again; it doubles, up to a second.
 const FIRST_WAIT: Duration = Duration::from_millis(50);

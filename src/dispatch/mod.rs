@@ -54,6 +54,7 @@ use self::book::{Book, Done, Fill, Settlement, Step};
 pub use self::ends::{DispatchError, Ended};
 use self::gate::Gate;
 use self::lanes::LaneKey;
+pub use self::markers::Marking;
 pub use self::outputs::OutputRules;
 use self::watched::Watched;
 use crate::admission::{BudgetPermit, BudgetShare, Pacing, Reach};
@@ -66,7 +67,7 @@ use crate::pace::PaceSettings;
 use crate::policy::Policy;
 use crate::route::Route;
 use crate::seam::Ordering;
-use crate::seam::markers::{IdempotencyKey, Markers};
+use crate::seam::markers::Markers;
 use crate::seam::publish::Publish;
 use crate::seam::time::{Alarm, Deadline, bounded};
 use crate::seam::{Event, Forward, Health, ServerPause, Settle, Source};
@@ -85,54 +86,6 @@ pub struct Batching {
     pub max_bytes: u64,
     /// How long a partial batch may wait for more.
     pub wait: Duration,
-}
-
-/// Processed-once markers: where they live, how a delivery's key is made, and how
-/// long a marker write is tried before the message is acked without it.
-#[derive(Debug)]
-pub struct Marking<M> {
-    /// Set while markers cannot be written (a message gave up on its marker, and none
-    /// was stored since): each message then tries once. Starts `false`.
-    pub down: std::sync::atomic::AtomicBool,
-    /// The store (a KV bucket).
-    pub store: M,
-    /// The bucket's name, for readiness.
-    pub bucket: String,
-    /// `delivery.idempotency_key`.
-    pub key: IdempotencyKey,
-    /// Whose markers: the durable, or the group.
-    pub scope: String,
-    /// The consumer's `ack_wait`: a marker write is tried again for half of it, 5 s
-    /// at most.
-    pub patience: Duration,
-    /// The markers read ahead, at receipt, for the attempts.
-    prefetch: std::sync::Mutex<prefetch::Prefetch>,
-}
-
-/// Markers read ahead and not taken yet, at most (what a message never took goes
-/// after `ack_wait`, or sooner when newer keys need the room).
-const READ_AHEAD_KEPT: usize = 4096;
-
-impl<M> Marking<M> {
-    /// Markers in `store` (bucket `bucket`), keyed by `key` under `scope`, written
-    /// for at most half of `ack_wait` (5 s at most); up to date at first.
-    pub fn new(
-        store: M,
-        bucket: String,
-        key: IdempotencyKey,
-        scope: String,
-        ack_wait: Duration,
-    ) -> Marking<M> {
-        Marking {
-            down: false.into(),
-            store,
-            bucket,
-            key,
-            scope,
-            patience: ack_wait,
-            prefetch: std::sync::Mutex::new(prefetch::Prefetch::new(READ_AHEAD_KEPT, ack_wait)),
-        }
-    }
 }
 
 /// What the dispatcher needs, shared with every message task. `F` is where messages

@@ -1590,6 +1590,24 @@ async fn a_partial_batch_waits_at_most_batch_wait_and_not_at_all_without_it() {
     r.stop().await;
 }
 
+/// A batch app that asks for seq 1 to be retried the first time it carries it, and
+/// acks everything else.
+fn retry_seq_1_once() -> BatchScript {
+    Box::new(|carried| {
+        let answer = if carried[0] == (1, 1) {
+            Answer::Results(vec![ItemResult {
+                id: "S:1".into(),
+                action: crate::policy::AppAction::Retry,
+                retry_after: None,
+                outputs: None,
+            }])
+        } else {
+            Answer::AllAcked
+        };
+        (status(200), Some(answer), 10 * MS)
+    })
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_key_retried_in_a_batch_holds_back_its_later_messages_which_come_again_after_it() {
     let r = batch_rig(
@@ -1601,19 +1619,7 @@ async fn a_key_retried_in_a_batch_holds_back_its_later_messages_which_come_again
         },
         // The first time: seq 1 (key a) is retried, the rest (2, 3 of a; 4 of b)
         // would be acked; after that, everything is acked.
-        Box::new(|carried| {
-            let answer = if carried[0] == (1, 1) {
-                Answer::Results(vec![ItemResult {
-                    id: "S:1".into(),
-                    action: crate::policy::AppAction::Retry,
-                    retry_after: None,
-                    outputs: None,
-                }])
-            } else {
-                Answer::AllAcked
-            };
-            (status(200), Some(answer), 10 * MS)
-        }),
+        retry_seq_1_once(),
     );
     r.send(1, "a");
     r.send(2, "a");
@@ -1648,19 +1654,7 @@ async fn under_header_ordering_a_batch_holds_back_a_keys_later_messages_whatever
             ..Knobs::default()
         },
         // The first time: seq 1 (key a) is retried, the rest would be acked.
-        Box::new(|carried| {
-            let answer = if carried[0] == (1, 1) {
-                Answer::Results(vec![ItemResult {
-                    id: "S:1".into(),
-                    action: crate::policy::AppAction::Retry,
-                    retry_after: None,
-                    outputs: None,
-                }])
-            } else {
-                Answer::AllAcked
-            };
-            (status(200), Some(answer), 10 * MS)
-        }),
+        retry_seq_1_once(),
     );
     // Key a on three subjects (the header's name in any case), key b on a's subject.
     let key = |name: &str, v: &str| vec![(name.to_string(), v.to_string())];
