@@ -489,7 +489,8 @@ mod tests {
             "jetrelay_duplicates_suppressed_total{source=\"default\"} 0",
             "jetrelay_idempotency_failures_total{source=\"default\"} 0",
             "jetrelay_idempotency_conflicts_total{source=\"default\"} 0",
-            "jetrelay_expired_total{source=\"default\"} 0",
+            "jetrelay_expired_total{reason=\"max_age\",source=\"default\"} 0",
+            "jetrelay_expired_total{reason=\"ttl\",source=\"default\"} 0",
             "jetrelay_message_age_seconds_count{source=\"default\",stage=\"expired\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
