@@ -285,12 +285,9 @@ fn percent_decoded(text: &str) -> Result<String, String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let byte = match bytes.get(i + 1..i + 3) {
-                Some(&[a, b]) if a.is_ascii_hexdigit() && b.is_ascii_hexdigit() => {
-                    let digit = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-                    digit(a) << 4 | digit(b)
-                }
-                _ => return Err("a % not followed by two hex digits".into()),
+            let hex = text.get(i + 1..i + 3).unwrap_or("");
+            let Some([byte]) = crate::digest::unhex::<1>(hex) else {
+                return Err("a % not followed by two hex digits".into());
             };
             out.push(byte);
             i += 3;

@@ -358,19 +358,22 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        encode(&self.gather())
+    }
+
+    /// Every family as it is now, what the log dropped counted first: what
+    /// `/metrics` shows and OTLP exports.
+    fn gather(&self) -> Vec<MetricFamily> {
         self.log_lines_dropped(super::telemetry::lines_dropped());
-        encode(&self.registry)
+        self.registry.gather()
     }
 }
 
-/// The text exposition of a registry.
-fn encode(registry: &Registry) -> String {
+/// The text exposition of `families` (a registry's).
+fn encode(families: &[MetricFamily]) -> String {
     let mut buf = Vec::new();
     // Encoding into a Vec cannot fail for well-formed collectors.
-    if TextEncoder::new()
-        .encode(&registry.gather(), &mut buf)
-        .is_err()
-    {
+    if TextEncoder::new().encode(families, &mut buf).is_err() {
         return String::new();
     }
     String::from_utf8(buf).unwrap_or_default()

@@ -13,8 +13,7 @@ use crate::trace::encode::{HistogramPoint, Metric, MetricData, NumberPoint};
 impl Metrics {
     /// Every metric `/metrics` shows, as OTLP exports it.
     pub fn otlp(&self) -> Vec<Metric> {
-        self.log_lines_dropped(super::super::telemetry::lines_dropped());
-        self.registry.gather().iter().filter_map(metric).collect()
+        self.gather().iter().filter_map(metric).collect()
     }
 }
 

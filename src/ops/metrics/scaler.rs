@@ -44,7 +44,7 @@ impl ScalerMetrics {
 
     /// The text exposition.
     pub fn render(&self) -> String {
-        encode(&self.registry)
+        encode(&self.registry.gather())
     }
 }
 
