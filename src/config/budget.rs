@@ -34,18 +34,16 @@ impl Default for BudgetConfig {
 
 impl Config {
     pub(super) fn check_budget(&self, p: &mut Problems) {
-        p.range(
-            "budget.max_in_flight",
-            u64::from(self.budget.max_in_flight),
-            0,
-            MAX_IN_FLIGHT,
-        );
-        p.range(
-            "budget.reserve",
-            u64::from(self.budget.reserve),
-            0,
-            MAX_IN_FLIGHT,
-        );
+        let b = &self.budget;
+        p.ranges(&[
+            (
+                "budget.max_in_flight",
+                u64::from(b.max_in_flight),
+                0,
+                MAX_IN_FLIGHT,
+            ),
+            ("budget.reserve", u64::from(b.reserve), 0, MAX_IN_FLIGHT),
+        ]);
     }
 
     /// With a budget, the sources' reserves must fit in it: `reserve × sources ≤
@@ -71,15 +69,7 @@ impl Config {
 mod tests {
     use super::super::ConfigError;
     use super::*;
-
-    const MINIMAL: &str = r#"
-        [source]
-        stream = "ORDERS"
-        kind = "durable"
-        durable = "worker"
-        [http]
-        url = "http://127.0.0.1:8080/messages"
-    "#;
+    use crate::config::tests::MINIMAL;
 
     fn keys(extra: &str) -> Result<Config, Vec<String>> {
         Config::from_toml(&[MINIMAL, extra])

@@ -112,30 +112,32 @@ impl Config {
     /// `delivery.min_in_flight` and the rate limit.
     fn check_pace(&self, p: &mut Problems) {
         let d = &self.delivery;
-        p.range(
-            "delivery.min_in_flight",
-            u64::from(d.min_in_flight),
-            1,
-            10_000,
-        );
+        p.ranges(&[
+            (
+                "delivery.min_in_flight",
+                u64::from(d.min_in_flight),
+                1,
+                10_000,
+            ),
+            (
+                "delivery.rate_limit_per_s",
+                u64::from(d.rate_limit_per_s),
+                0,
+                1_000_000,
+            ),
+            (
+                "delivery.rate_limit_burst",
+                u64::from(d.rate_limit_burst),
+                0,
+                1_000_000,
+            ),
+        ]);
         if d.min_in_flight > d.max_in_flight {
             p.add(
                 "delivery.min_in_flight",
                 "must be at most delivery.max_in_flight",
             );
         }
-        p.range(
-            "delivery.rate_limit_per_s",
-            u64::from(d.rate_limit_per_s),
-            0,
-            1_000_000,
-        );
-        p.range(
-            "delivery.rate_limit_burst",
-            u64::from(d.rate_limit_burst),
-            0,
-            1_000_000,
-        );
         if d.rate_limit_burst > 0 && d.rate_limit_per_s == 0 {
             p.add(
                 "delivery.rate_limit_burst",
@@ -171,69 +173,60 @@ impl Config {
 
     pub(super) fn check_delivery(&self, p: &mut Problems) {
         let d = &self.delivery;
-        // Up to a year: a backlog older than that is a retention question, not this.
-        p.range("delivery.max_age_ms", d.max_age_ms, 0, 365 * DAY);
-        p.range(
-            "delivery.max_in_flight",
-            u64::from(d.max_in_flight),
-            1,
-            10_000,
-        );
-        p.range(
-            "delivery.max_buffered",
-            u64::from(d.max_buffered),
-            1,
-            100_000,
-        );
-        p.range("delivery.max_batch", u64::from(d.max_batch), 1, 10_000);
+        p.ranges(&[
+            // Up to a year: a backlog older than that is a retention question, not this.
+            ("delivery.max_age_ms", d.max_age_ms, 0, 365 * DAY),
+            (
+                "delivery.max_in_flight",
+                u64::from(d.max_in_flight),
+                1,
+                10_000,
+            ),
+            (
+                "delivery.max_buffered",
+                u64::from(d.max_buffered),
+                1,
+                100_000,
+            ),
+            ("delivery.max_batch", u64::from(d.max_batch), 1, 10_000),
+            ("delivery.retry_initial_ms", d.retry_initial_ms, 1, DAY),
+            ("delivery.retry_max_ms", d.retry_max_ms, 1, DAY),
+            ("delivery.retry_after_max_ms", d.retry_after_max_ms, 1, DAY),
+            ("delivery.shutdown_grace_ms", d.shutdown_grace_ms, 0, HOUR),
+            (
+                "delivery.max_buffered_bytes",
+                d.max_buffered_bytes,
+                1024,
+                64 << 30,
+            ),
+            ("delivery.batch_size", u64::from(d.batch_size), 1, 1000),
+            ("delivery.batch_max_bytes", d.batch_max_bytes, 1, 64 << 20),
+            ("delivery.batch_wait_ms", d.batch_wait_ms, 0, 60_000),
+        ]);
         self.check_pace(p);
-        if d.max_buffered < d.max_in_flight {
-            p.add(
-                "delivery.max_buffered",
-                "must be at least delivery.max_in_flight",
-            );
-        }
-        p.range("delivery.retry_initial_ms", d.retry_initial_ms, 1, DAY);
-        p.range("delivery.retry_max_ms", d.retry_max_ms, 1, DAY);
-        p.range("delivery.retry_after_max_ms", d.retry_after_max_ms, 1, DAY);
-        if d.retry_after_max_ms < d.retry_initial_ms {
-            p.add(
-                "delivery.retry_after_max_ms",
-                "must be at least delivery.retry_initial_ms (no retry comes sooner than that)",
-            );
-        }
-        p.range("delivery.shutdown_grace_ms", d.shutdown_grace_ms, 0, HOUR);
-        p.range(
-            "delivery.max_buffered_bytes",
-            d.max_buffered_bytes,
-            1024,
-            64 * 1024 * 1024 * 1024,
-        );
-        p.range("delivery.batch_size", u64::from(d.batch_size), 1, 1000);
-        p.range(
-            "delivery.batch_max_bytes",
-            d.batch_max_bytes,
-            1,
-            64 * 1024 * 1024,
-        );
-        p.range("delivery.batch_wait_ms", d.batch_wait_ms, 0, 60_000);
         self.check_idempotency(p);
-        if d.max_buffered < d.batch_size {
-            p.add(
-                "delivery.max_buffered",
-                "must be at least delivery.batch_size",
-            );
-        }
+        let buffered = ("delivery.max_buffered", u64::from(d.max_buffered));
+        p.at_least(
+            buffered,
+            ("delivery.max_in_flight", u64::from(d.max_in_flight)),
+            "",
+        );
+        p.at_least(
+            buffered,
+            ("delivery.batch_size", u64::from(d.batch_size)),
+            "",
+        );
+        let initial = ("delivery.retry_initial_ms", d.retry_initial_ms);
+        p.at_least(
+            ("delivery.retry_after_max_ms", d.retry_after_max_ms),
+            initial,
+            "no retry comes sooner than that",
+        );
+        p.at_least(("delivery.retry_max_ms", d.retry_max_ms), initial, "");
         if d.batch_size > 1 && d.batch_max_bytes > d.max_buffered_bytes {
             p.add(
                 "delivery.batch_max_bytes",
                 "must be at most delivery.max_buffered_bytes (a batch is made of held messages)",
-            );
-        }
-        if d.retry_max_ms < d.retry_initial_ms {
-            p.add(
-                "delivery.retry_max_ms",
-                "must be at least delivery.retry_initial_ms",
             );
         }
         if d.ordering == Some(Ordering::Partition) && self.source.kind == Some(SourceKind::Durable)
@@ -248,14 +241,12 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    use crate::config::tests::MINIMAL;
     use std::path::Path;
 
     use super::*;
     use crate::config::ConfigError;
     use crate::seam::jetstream::BadOrdering;
-
-    const MINIMAL: &str = "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n\
-                           [http]\nurl = \"http://127.0.0.1:1/x\"\n";
 
     fn with_ordering(value: &str) -> Result<Config, ConfigError> {
         Config::from_toml(&[MINIMAL, &format!("[delivery]\nordering = {value:?}\n")])

@@ -127,21 +127,23 @@ impl Config {
                 "is for http.proxy: set it too",
             );
         }
-        p.range("http.timeout_ms", h.timeout_ms, 1, HOUR);
-        p.range("http.health_interval_ms", h.health_interval_ms, 10, HOUR);
-        p.range("http.health_timeout_ms", h.health_timeout_ms, 1, HOUR);
-        p.range(
-            "http.health_threshold",
-            u64::from(h.health_threshold),
-            1,
-            1000,
-        );
-        p.range(
-            "http.unhealthy_handover_ms",
-            h.unhealthy_handover_ms,
-            1,
-            DAY,
-        );
+        p.ranges(&[
+            ("http.timeout_ms", h.timeout_ms, 1, HOUR),
+            ("http.health_interval_ms", h.health_interval_ms, 10, HOUR),
+            ("http.health_timeout_ms", h.health_timeout_ms, 1, HOUR),
+            (
+                "http.health_threshold",
+                u64::from(h.health_threshold),
+                1,
+                1000,
+            ),
+            (
+                "http.unhealthy_handover_ms",
+                h.unhealthy_handover_ms,
+                1,
+                DAY,
+            ),
+        ]);
         self.check_http_headers(p);
         self.check_transport(p);
         let retry = StatusSet::parse(&h.retry_statuses);

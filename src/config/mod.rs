@@ -287,7 +287,8 @@ mod tests {
         Config::from_figment(Figment::from(Toml::string(toml)))
     }
 
-    const MINIMAL: &str = r#"
+    /// One durable source and an app: the smallest valid config.
+    pub(super) const MINIMAL: &str = r#"
         [source]
         stream = "ORDERS"
         kind = "durable"

@@ -164,22 +164,16 @@ pub(super) fn nats_problems(n: &NatsConfig, p: &mut Problems) {
             "tls_cert_file and tls_key_file go together",
         );
     }
-    p.range("nats.connect_timeout_ms", n.connect_timeout_ms, 1, HOUR);
-    p.range("nats.request_timeout_ms", n.request_timeout_ms, 1, HOUR);
-    p.range("nats.reconnect_delay_ms", n.reconnect_delay_ms, 1, HOUR);
-    p.range(
-        "nats.reconnect_delay_max_ms",
-        n.reconnect_delay_max_ms,
-        1,
-        HOUR,
-    );
-    p.range("nats.max_reconnects", n.max_reconnects, 0, 1_000_000_000);
-    if n.reconnect_delay_max_ms < n.reconnect_delay_ms {
-        p.add(
-            "nats.reconnect_delay_max_ms",
-            "must be at least nats.reconnect_delay_ms",
-        );
-    }
+    let delay = ("nats.reconnect_delay_ms", n.reconnect_delay_ms);
+    let delay_max = ("nats.reconnect_delay_max_ms", n.reconnect_delay_max_ms);
+    p.ranges(&[
+        ("nats.connect_timeout_ms", n.connect_timeout_ms, 1, HOUR),
+        ("nats.request_timeout_ms", n.request_timeout_ms, 1, HOUR),
+        (delay.0, delay.1, 1, HOUR),
+        (delay_max.0, delay_max.1, 1, HOUR),
+        ("nats.max_reconnects", n.max_reconnects, 0, 1_000_000_000),
+    ]);
+    p.at_least(delay_max, delay, "");
 }
 
 impl NatsConfig {

@@ -110,6 +110,31 @@ impl Problems {
             self.add(key, format!("must be at most {max}"));
         }
     }
+
+    /// Each `(key, value, min, max)` of `rows` between its `min` and `max`.
+    pub(super) fn ranges(&mut self, rows: &[(&str, u64, u64, u64)]) {
+        for &(key, value, min, max) in rows {
+            self.range(key, value, min, max);
+        }
+    }
+
+    /// `key` (at `value`) at least `floor_key` (at `floor`): "must be at least
+    /// `floor_key`", then `why` when it is not empty.
+    pub(super) fn at_least(
+        &mut self,
+        (key, value): (&str, u64),
+        (floor_key, floor): (&str, u64),
+        why: &str,
+    ) {
+        if value < floor {
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
+            self.add(key, format!("must be at least {floor_key}{why}"));
+        }
+    }
 }
 
 /// Checks that `path` holds valid TOML, before figment reads it: a syntax error

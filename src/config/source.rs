@@ -244,14 +244,7 @@ impl Config {
         };
         match kind {
             SourceKind::Durable => {
-                if s.durable.is_empty() {
-                    p.add(
-                        "source.durable",
-                        "is required when source.kind = \"durable\"",
-                    );
-                } else if let Err(e) = subject::validate_name(&s.durable) {
-                    p.add("source.durable", e);
-                }
+                required_name(p, "durable", &s.durable);
                 for key in [("source.group", &s.group), ("source.member", &s.member)] {
                     if !key.1.is_empty() {
                         p.add(key.0, "is only for group sources (static, elastic)");
@@ -305,14 +298,7 @@ impl Config {
     /// consumer's keys.
     fn check_service(&self, p: &mut Problems) {
         let s = &self.source;
-        if s.service.is_empty() {
-            p.add(
-                "source.service",
-                "is required when source.kind = \"service\"",
-            );
-        } else if let Err(e) = subject::validate_name(&s.service) {
-            p.add("source.service", e);
-        }
+        required_name(p, "service", &s.service);
         if !is_semver(&s.version) {
             p.add(
                 "source.version",
@@ -405,6 +391,17 @@ fn is_semver(v: &str) -> bool {
         && parts
             .iter()
             .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `source.<kind>`, the name a source of that kind requires, present and a valid
+/// NATS name.
+fn required_name(p: &mut Problems, kind: &str, value: &str) {
+    let key = format!("source.{kind}");
+    if value.is_empty() {
+        p.add(key, format!("is required when source.kind = {kind:?}"));
+    } else if let Err(e) = subject::validate_name(value) {
+        p.add(key, e);
+    }
 }
 
 #[cfg(test)]

@@ -59,14 +59,10 @@ impl Config {
                 );
             }
         }
-        p.range("topology.retry_initial_ms", t.retry_initial_ms, 1, HOUR);
-        p.range("topology.retry_max_ms", t.retry_max_ms, 1, HOUR);
-        if t.retry_max_ms < t.retry_initial_ms {
-            p.add(
-                "topology.retry_max_ms",
-                "must be at least topology.retry_initial_ms",
-            );
-        }
+        let initial = ("topology.retry_initial_ms", t.retry_initial_ms);
+        let max = ("topology.retry_max_ms", t.retry_max_ms);
+        p.ranges(&[(initial.0, initial.1, 1, HOUR), (max.0, max.1, 1, HOUR)]);
+        p.at_least(max, initial, "");
         match (t.stream, &t.managed_stream) {
             (StreamMode::Managed, None) => p.add(
                 "topology.managed_stream",
@@ -106,19 +102,21 @@ impl Config {
                         "must be -1 (unlimited) or positive",
                     );
                 }
-                // Ten years: beyond, a duration overflows the server's nanoseconds.
-                p.range(
-                    "topology.managed_stream.max_age_ms",
-                    m.max_age_ms,
-                    0,
-                    3650 * DAY,
-                );
-                p.range(
-                    "topology.managed_stream.duplicate_window_ms",
-                    m.duplicate_window_ms,
-                    0,
-                    30 * DAY,
-                );
+                p.ranges(&[
+                    // Ten years: beyond, a duration overflows the server's nanoseconds.
+                    (
+                        "topology.managed_stream.max_age_ms",
+                        m.max_age_ms,
+                        0,
+                        3650 * DAY,
+                    ),
+                    (
+                        "topology.managed_stream.duplicate_window_ms",
+                        m.duplicate_window_ms,
+                        0,
+                        30 * DAY,
+                    ),
+                ]);
                 if m.max_age_ms > 0 && m.duplicate_window_ms > m.max_age_ms {
                     p.add(
                         "topology.managed_stream.duplicate_window_ms",

@@ -257,21 +257,24 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                 Step::Hold
             }
             Disposition::Term { reason } => {
-                if reason == TermReason::Expired {
+                let expired = match reason {
+                    TermReason::Expired => Some((
+                        ExpiredBy::Ttl,
+                        "the message's Nats-TTL passed (or would before its retry): dead-lettered as expired, not sent",
+                    )),
+                    TermReason::TooOld => Some((
+                        ExpiredBy::MaxAge,
+                        "the message is older than delivery.max_age_ms: dead-lettered as too_old, not sent",
+                    )),
+                    _ => None,
+                };
+                if let Some((by, why)) = expired {
                     self.metrics
-                        .expired(ExpiredBy::Ttl, d.age(time::OffsetDateTime::now_utc()));
+                        .expired(by, d.age(time::OffsetDateTime::now_utc()));
                     tracing::warn!(
                         stream_seq = d.stream_seq(),
                         attempt = record.attempt,
-                        "the message's Nats-TTL passed (or would before its retry): dead-lettered as expired, not sent"
-                    );
-                } else if reason == TermReason::TooOld {
-                    self.metrics
-                        .expired(ExpiredBy::MaxAge, d.age(time::OffsetDateTime::now_utc()));
-                    tracing::warn!(
-                        stream_seq = d.stream_seq(),
-                        attempt = record.attempt,
-                        "the message is older than delivery.max_age_ms: dead-lettered as too_old, not sent"
+                        "{why}"
                     );
                 }
                 let verdict = Verdict {

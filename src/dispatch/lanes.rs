@@ -99,6 +99,24 @@ pub struct Lanes<T> {
     runnable: usize,
 }
 
+/// Which end of a queue a message goes to.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    /// After the others: a new message.
+    Back,
+    /// Before them: a message put back.
+    Front,
+}
+
+impl End {
+    fn put<U>(self, q: &mut VecDeque<U>, x: U) {
+        match self {
+            End::Back => q.push_back(x),
+            End::Front => q.push_front(x),
+        }
+    }
+}
+
 impl<T> Default for Lanes<T> {
     fn default() -> Self {
         Lanes {
@@ -114,37 +132,30 @@ impl<T> Default for Lanes<T> {
 impl<T> Lanes<T> {
     /// Adds a message at the back of its lane.
     pub fn push(&mut self, key: LaneKey, id: T) {
-        if key == LaneKey::Free {
-            self.free.push_back(id);
-            self.runnable += 1;
-            return;
-        }
-        let busy = self.busy.contains_key(&key);
-        let q = self.waiting.entry(key.clone()).or_default();
-        q.push_back(id);
-        if !busy {
-            self.runnable += 1;
-            if q.len() == 1 {
-                self.ready.push_back(key);
-            }
-        }
+        self.put(key, id, End::Back);
     }
 
     /// Puts a message back at the front of its lane (its lane is busy: it runs again
     /// when the lane is done, before the ones that came after it).
     pub fn push_front(&mut self, key: LaneKey, id: T) {
+        self.put(key, id, End::Front);
+    }
+
+    /// Puts `id` in its lane, and its lane among the ready ones when it was idle,
+    /// both at `end`.
+    fn put(&mut self, key: LaneKey, id: T, end: End) {
         if key == LaneKey::Free {
-            self.free.push_front(id);
+            end.put(&mut self.free, id);
             self.runnable += 1;
             return;
         }
         let busy = self.busy.contains_key(&key);
         let q = self.waiting.entry(key.clone()).or_default();
-        q.push_front(id);
+        end.put(q, id);
         if !busy {
             self.runnable += 1;
             if q.len() == 1 {
-                self.ready.push_front(key);
+                end.put(&mut self.ready, key);
             }
         }
     }
