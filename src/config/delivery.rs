@@ -112,22 +112,18 @@ impl Config {
     /// `delivery.min_in_flight` and the rate limit.
     fn check_pace(&self, p: &mut Problems) {
         let d = &self.delivery;
+        let wide = u64::from;
         p.ranges(&[
-            (
-                "delivery.min_in_flight",
-                u64::from(d.min_in_flight),
-                1,
-                10_000,
-            ),
+            ("delivery.min_in_flight", wide(d.min_in_flight), 1, 10_000),
             (
                 "delivery.rate_limit_per_s",
-                u64::from(d.rate_limit_per_s),
+                wide(d.rate_limit_per_s),
                 0,
                 1_000_000,
             ),
             (
                 "delivery.rate_limit_burst",
-                u64::from(d.rate_limit_burst),
+                wide(d.rate_limit_burst),
                 0,
                 1_000_000,
             ),
@@ -173,22 +169,13 @@ impl Config {
 
     pub(super) fn check_delivery(&self, p: &mut Problems) {
         let d = &self.delivery;
+        let wide = u64::from;
         p.ranges(&[
             // Up to a year: a backlog older than that is a retention question, not this.
             ("delivery.max_age_ms", d.max_age_ms, 0, 365 * DAY),
-            (
-                "delivery.max_in_flight",
-                u64::from(d.max_in_flight),
-                1,
-                10_000,
-            ),
-            (
-                "delivery.max_buffered",
-                u64::from(d.max_buffered),
-                1,
-                100_000,
-            ),
-            ("delivery.max_batch", u64::from(d.max_batch), 1, 10_000),
+            ("delivery.max_in_flight", wide(d.max_in_flight), 1, 10_000),
+            ("delivery.max_buffered", wide(d.max_buffered), 1, 100_000),
+            ("delivery.max_batch", wide(d.max_batch), 1, 10_000),
             ("delivery.retry_initial_ms", d.retry_initial_ms, 1, DAY),
             ("delivery.retry_max_ms", d.retry_max_ms, 1, DAY),
             ("delivery.retry_after_max_ms", d.retry_after_max_ms, 1, DAY),
@@ -199,23 +186,19 @@ impl Config {
                 1024,
                 64 << 30,
             ),
-            ("delivery.batch_size", u64::from(d.batch_size), 1, 1000),
+            ("delivery.batch_size", wide(d.batch_size), 1, 1000),
             ("delivery.batch_max_bytes", d.batch_max_bytes, 1, 64 << 20),
             ("delivery.batch_wait_ms", d.batch_wait_ms, 0, 60_000),
         ]);
         self.check_pace(p);
         self.check_idempotency(p);
-        let buffered = ("delivery.max_buffered", u64::from(d.max_buffered));
+        let buffered = ("delivery.max_buffered", wide(d.max_buffered));
         p.at_least(
             buffered,
-            ("delivery.max_in_flight", u64::from(d.max_in_flight)),
+            ("delivery.max_in_flight", wide(d.max_in_flight)),
             "",
         );
-        p.at_least(
-            buffered,
-            ("delivery.batch_size", u64::from(d.batch_size)),
-            "",
-        );
+        p.at_least(buffered, ("delivery.batch_size", wide(d.batch_size)), "");
         let initial = ("delivery.retry_initial_ms", d.retry_initial_ms);
         p.at_least(
             ("delivery.retry_after_max_ms", d.retry_after_max_ms),

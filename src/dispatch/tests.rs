@@ -673,6 +673,16 @@ impl Default for Knobs {
     }
 }
 
+impl Knobs {
+    /// The defaults, with at most `max_in_flight` requests.
+    fn in_flight(max_in_flight: usize) -> Knobs {
+        Knobs {
+            max_in_flight,
+            ..Knobs::default()
+        }
+    }
+}
+
 fn rig(knobs: Knobs, script: Script) -> Rig {
     rig_with(knobs, script, None)
 }
@@ -948,13 +958,7 @@ fn ok_after(d: Duration) -> Script {
 
 #[tokio::test(start_paused = true)]
 async fn at_most_max_in_flight_requests_and_the_source_sees_what_is_held() {
-    let r = rig(
-        Knobs {
-            max_in_flight: 3,
-            ..Knobs::default()
-        },
-        ok_after(100 * MS),
-    );
+    let r = rig(Knobs::in_flight(3), ok_after(100 * MS));
     for seq in 1..=10 {
         r.send(seq, "a");
     }
@@ -1039,13 +1043,7 @@ async fn a_slow_message_gets_keep_alives_until_it_is_settled_and_none_after() {
 
 #[tokio::test(start_paused = true)]
 async fn the_drain_finishes_in_flight_work_and_releases_what_waits() {
-    let mut r = rig(
-        Knobs {
-            max_in_flight: 1,
-            ..Knobs::default()
-        },
-        ok_after(5 * S),
-    );
+    let mut r = rig(Knobs::in_flight(1), ok_after(5 * S));
     for seq in 1..=3 {
         r.send(seq, "a");
     }
@@ -1219,13 +1217,7 @@ async fn at_the_end_of_the_grace_unfinished_work_is_left_unsettled() {
 
 #[tokio::test(start_paused = true)]
 async fn a_quiesce_releases_what_waits_and_reports_back_after_the_in_flight_work() {
-    let r = rig(
-        Knobs {
-            max_in_flight: 1,
-            ..Knobs::default()
-        },
-        ok_after(3 * S),
-    );
+    let r = rig(Knobs::in_flight(1), ok_after(3 * S));
     for seq in 1..=3 {
         r.send(seq, "a");
     }
@@ -1332,13 +1324,7 @@ async fn a_pause_on_the_server_starts_nothing_keeps_what_is_held_alive_and_resum
 
 #[tokio::test(start_paused = true)]
 async fn a_reload_lowers_the_limit_letting_the_excess_finish_and_changes_the_app_and_the_source() {
-    let r = rig(
-        Knobs {
-            max_in_flight: 4,
-            ..Knobs::default()
-        },
-        ok_after(S),
-    );
+    let r = rig(Knobs::in_flight(4), ok_after(S));
     for seq in 1..=12 {
         r.send(seq, "a");
     }
@@ -2363,13 +2349,7 @@ async fn in_batch_delivery_the_adaptive_limit_counts_requests() {
 async fn a_fixed_limit_floods_the_same_app_with_503s() {
     // The oracle beside the test above: what adaptive saves the app from.
     let workers = Arc::new(std::sync::atomic::AtomicUsize::new(8));
-    let r = rig(
-        Knobs {
-            max_in_flight: 64,
-            ..Knobs::default()
-        },
-        workers_app(workers, 10 * MS, 24),
-    );
+    let r = rig(Knobs::in_flight(64), workers_app(workers, 10 * MS, 24));
     for seq in 1..=500 {
         r.send(seq, "a");
     }

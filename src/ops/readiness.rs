@@ -611,6 +611,10 @@ mod tests {
         let said = "what it said";
         let lost = Some("NATS connection lost");
         let down = "idempotency bucket m: cannot write a marker";
+        let marks_down = |f: Facts| Facts {
+            markers_down: Some(down.into()),
+            ..f
+        };
         let cases: &[(Facts, State, &str, bool)] = &[
             (
                 facts(Consuming, None, false, Unknown),
@@ -678,28 +682,19 @@ mod tests {
                 true,
             ),
             (
-                Facts {
-                    markers_down: Some(down.into()),
-                    ..facts(Paused, None, false, Unknown)
-                },
+                marks_down(facts(Paused, None, false, Unknown)),
                 Paused,
                 "what it said; idempotency bucket m: cannot write a marker",
                 true,
             ),
             (
-                Facts {
-                    markers_down: Some(down.into()),
-                    ..facts(Consuming, lost, false, Unknown)
-                },
+                marks_down(facts(Consuming, lost, false, Unknown)),
                 NotReady,
                 "NATS connection lost",
                 false,
             ),
             (
-                Facts {
-                    markers_down: Some(down.into()),
-                    ..facts(Draining, None, false, Unknown)
-                },
+                marks_down(facts(Draining, None, false, Unknown)),
                 Draining,
                 said,
                 false,
