@@ -1245,35 +1245,90 @@ fn the_pod_security_check_passes_the_shipped_pods_and_fails_each_violation() {
     );
 }
 
-/// The `kubectl` commands of docs/deploying.md (check-readme skips them: they need a
-/// cluster) name the Deployment, container, ConfigMap and directory that
-/// deploy/kubernetes/ has, and each `jetrelay` command they run in the pod is one the
-/// binary takes (its arguments parse: the same line with `--help` exits 0).
+/// The objects `kubectl kustomize DIR` renders, as (kind, name).
+fn rendered_objects(dir: &str) -> BTreeSet<(String, String)> {
+    let out = std::process::Command::new("kubectl")
+        .args(["kustomize", dir])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("kubectl is on PATH (scripts/check-deploy needs it too)");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split("\n---\n")
+        .filter_map(|doc| {
+            let field = |prefix: &str| {
+                doc.lines()
+                    .find_map(|l| l.strip_prefix(prefix))
+                    .map(str::to_string)
+            };
+            Some((field("kind: ")?, field("  name: ")?))
+        })
+        .collect()
+}
+
+/// The `kubectl` commands of docs/deploying.md (check-readme runs only the render:
+/// the others need a cluster) name what `kubectl apply -k` of the directory they name
+/// creates (the Deployment, container, Service, ScaledObject, ConfigMap), and each
+/// `jetrelay` command they run in the pod is one the binary takes (its arguments
+/// parse: the same line with `--help` exits 0).
 #[test]
 fn the_kubectl_commands_of_deploying_md_name_what_the_manifests_have() {
     let doc = repo_file("docs/deploying.md");
     let deployment = repo_file("deploy/kubernetes/deployment.yaml");
-    let kustomization = repo_file("deploy/kubernetes/kustomization.yaml");
+    let all = rendered_objects("deploy");
+    let pods = rendered_objects("deploy/kubernetes");
+    assert!(
+        pods.is_subset(&all),
+        "deploy applies all that deploy/kubernetes does"
+    );
+    for kind in [
+        "ScaledObject",
+        "Service",
+        "NetworkPolicy",
+        "ConfigMap",
+        "Secret",
+    ] {
+        assert!(
+            all.iter().any(|(k, _)| k == kind),
+            "deploy has no {kind}: {all:?}"
+        );
+    }
     let commands: Vec<&str> = doc.lines().filter(|l| l.starts_with("kubectl ")).collect();
-    assert!(commands.len() >= 7, "{commands:?}");
+    assert!(commands.len() >= 11, "{commands:?}");
+    let has = |kind: &str, name: &str| all.contains(&(kind.to_string(), name.to_string()));
     let mut ran = 0;
     for line in commands {
         let words: Vec<&str> = line.split_whitespace().collect();
-        for w in &words {
-            if let Some(name) = w
-                .strip_prefix("deploy/")
-                .or_else(|| w.strip_prefix("deployment/"))
-                .filter(|_| words[1] != "apply")
-            {
-                assert!(
-                    deployment.contains(&format!("kind: Deployment\nmetadata:\n  name: {name}\n")),
-                    "{line}: no Deployment {name}"
-                );
+        if matches!(words[1], "apply" | "kustomize") {
+            let dir = words.iter().find(|w| w.starts_with("deploy")).unwrap();
+            assert!(
+                matches!(*dir, "deploy" | "deploy/kubernetes"),
+                "{line}: not a kustomization this test renders"
+            );
+            continue;
+        }
+        for w in &words[1..] {
+            let named = [
+                ("deploy/", "Deployment"),
+                ("deployment/", "Deployment"),
+                ("service/", "Service"),
+            ]
+            .iter()
+            .find_map(|(prefix, kind)| w.strip_prefix(prefix).map(|name| (*kind, name)));
+            if let Some((kind, name)) = named {
+                assert!(has(kind, name), "{line}: no {kind} {name}");
             }
         }
-        if words[1] == "apply" {
-            assert_eq!(words[2..], ["-k", "deploy/kubernetes"], "{line}");
-            assert!(kustomization.contains("  - configmap.yaml\n"), "{line}");
+        if words[1] == "get" {
+            let kind = match words[2] {
+                "scaledobject" => "ScaledObject",
+                other => panic!("{line}: a kind this test does not know: {other}"),
+            };
+            assert!(has(kind, words[3]), "{line}: no {kind} {}", words[3]);
         }
         if let Some(i) = words.iter().position(|w| *w == "-c") {
             assert!(
@@ -1298,6 +1353,11 @@ fn the_kubectl_commands_of_deploying_md_name_what_the_manifests_have() {
         }
     }
     assert!(ran >= 6, "{ran} jetrelay commands");
+    // The walk's scaler answers for the source its URL names, on the Service's port.
+    let so = repo_file("deploy/keda/scaledobject-scaler.yaml");
+    assert!(so.contains("url: \"http://jetrelay-scaler.default:9095/v1/lag?source=default\""));
+    assert!(doc.contains("kubectl port-forward service/jetrelay-scaler 9095:9095"));
+    assert!(doc.contains("curl -s 'localhost:9095/v1/lag?source=default'"));
 }
 
 /// deploy/kubernetes/networkpolicy.yaml selects the Deployment's pods and admits one
