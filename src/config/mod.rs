@@ -22,6 +22,19 @@ mod source;
 mod sources;
 mod topology;
 
+/// Config text the tests of several modules share.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// `[sources.<name>]`, a durable of that name on stream `<NAME>`, then `extra`
+    /// (its own tables, say).
+    pub(crate) fn durable(name: &str, extra: &str) -> String {
+        let stream = name.to_uppercase();
+        format!(
+            "[sources.{name}]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"{name}\"\n{extra}"
+        )
+    }
+}
+
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -260,23 +260,15 @@ mod tests {
     #[test]
     fn the_transport_is_per_source_and_inherited_key_by_key() {
         use crate::app::transport::HttpVersion;
-        let c = Config::from_toml(&[r#"
-            [http]
-            url = "http://app/messages"
-            version = "h2c"
-            [sources.a]
-            stream = "A"
-            kind = "durable"
-            durable = "a"
-            [sources.a.http]
-            unix_socket = "/run/app/app.sock"
-            [sources.b]
-            stream = "B"
-            kind = "durable"
-            durable = "b"
-            [sources.b.http]
-            version = "http1"
-        "#])
+        use crate::config::testing::durable;
+        let c = Config::from_toml(&[
+            "[http]\nurl = \"http://app/messages\"\nversion = \"h2c\"\n",
+            &durable(
+                "a",
+                "[sources.a.http]\nunix_socket = \"/run/app/app.sock\"\n",
+            ),
+            &durable("b", "[sources.b.http]\nversion = \"http1\"\n"),
+        ])
         .unwrap();
         let views = c.source_views().unwrap();
         let (a, b) = (&views[0].config.http, &views[1].config.http);

@@ -203,7 +203,9 @@ mod tests {
 
     #[test]
     fn every_file_the_config_names_is_watched() {
-        let c = Config::from_toml(&[r#"
+        use crate::config::testing::durable;
+        let c = Config::from_toml(&[
+            r#"
             [nats]
             token_file = "/s/nats-token"
             [admin]
@@ -213,17 +215,13 @@ mod tests {
             [http]
             url = "http://127.0.0.1:1/x"
             tls_ca_file = "/s/ca.pem"
-            [sources.a]
-            stream = "A"
-            kind = "durable"
-            durable = "a"
-            [sources.a.http]
-            bearer_token_file = "/s/a-token"
-            [sources.b]
-            stream = "B"
-            kind = "durable"
-            durable = "b"
-        "#])
+        "#,
+            &durable(
+                "a",
+                "[sources.a.http]\nbearer_token_file = \"/s/a-token\"\n",
+            ),
+            &durable("b", ""),
+        ])
         .unwrap();
         let files = named(Path::new("/etc/jetrelay/c.toml"), &c);
         let shown: Vec<&str> = files.iter().filter_map(|p| p.to_str()).collect();
