@@ -331,7 +331,7 @@ pub fn header_values(data: &[u8]) {
     let (c, rest) = choice(data);
     let text = String::from_utf8_lossy(rest);
     let v = text.as_ref();
-    match c % 13 {
+    match c % 14 {
         0 => {
             let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000);
             let _ = parse_retry_after(v, now);
@@ -408,6 +408,14 @@ pub fn header_values(data: &[u8]) {
             let granted = jetrelay::ops::drain::may_drain(Some("s3cret"), caller);
             if granted {
                 assert!(v.contains("s3cret"), "{v:?} granted without the token");
+            }
+        }
+        12 => {
+            // A `[http.signing]` secret: a key within the specification's bounds, and
+            // a signature of one `v1,<base64 of 32 bytes>`.
+            if let Ok(key) = jetrelay::app::signing::Key::parse(v) {
+                let sig = jetrelay::app::signing::signature(&[key], "id", 1, rest);
+                assert!(sig.starts_with("v1,") && sig.len() == 3 + 44, "{sig}");
             }
         }
         _ => {

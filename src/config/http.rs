@@ -1,6 +1,6 @@
 //! `[http]`: the app's URL and timeout, extra headers and the bearer token file, the
-//! health probe, which statuses retry or terminate, and the transport (a Unix socket,
-//! HTTP/2).
+//! health probe, which statuses retry or terminate, the transport (a Unix socket,
+//! HTTP/2), and how jetrelay proves itself to the app (`[http.signing]`).
 
 use std::collections::BTreeMap;
 
@@ -64,6 +64,20 @@ pub struct HttpConfig {
     /// app's own `SETTINGS_MAX_CONCURRENT_STREAMS`) another connection is opened.
     /// 0 = the app's limit alone.
     pub max_concurrent_streams: u32,
+    /// `[http.signing]`: Standard Webhooks signatures on every request.
+    pub signing: SigningConfig,
+}
+
+/// `[http.signing]`: the Standard Webhooks secrets (`whsec_<base64 key>`), each read
+/// again when its file changes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SigningConfig {
+    /// The secret every request is signed with; empty = no signatures.
+    pub secret_file: String,
+    /// A second secret every request is signed with too, while the app moves from
+    /// it to `secret_file` (a rotation); empty = none.
+    pub previous_secret_file: String,
 }
 
 impl Default for HttpConfig {
@@ -91,6 +105,7 @@ impl Default for HttpConfig {
             unix_socket: String::new(),
             version: HttpVersion::Http1,
             max_concurrent_streams: 0,
+            signing: SigningConfig::default(),
         }
     }
 }
@@ -144,6 +159,12 @@ impl Config {
         );
         self.check_http_headers(p);
         self.check_transport(p);
+        if !h.signing.previous_secret_file.is_empty() && h.signing.secret_file.is_empty() {
+            p.add(
+                "http.signing.previous_secret_file",
+                "is signed with beside http.signing.secret_file: set that too",
+            );
+        }
         let retry = StatusSet::parse(&h.retry_statuses);
         let term = StatusSet::parse(&h.term_statuses);
         for (key, set) in [

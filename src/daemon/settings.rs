@@ -29,6 +29,7 @@ use crate::http::collector::{CollectorSettings, Exported, Protocol};
 use crate::http::credentials::CredentialFiles;
 use crate::http::forward::{AnswerLimits, TargetSettings};
 use crate::http::probe::HealthProbe;
+use crate::http::signing::SigningFiles;
 use crate::nats::{Auth, Connection, Tls};
 use crate::ops::traces::{AppTarget, SourceTrace, TraceSettings};
 use crate::outputs::Rules;
@@ -418,6 +419,10 @@ fn client(c: &Config, p: &mut Vec<Problem>) -> Option<ClientSettings> {
             bearer_token_file: file(&h.bearer_token_file),
             header_files: h.header_files.clone(),
         },
+        signing: (!h.signing.secret_file.is_empty()).then(|| SigningFiles {
+            secret_file: h.signing.secret_file.clone(),
+            previous_secret_file: file(&h.signing.previous_secret_file),
+        }),
         pool: c.delivery.max_in_flight as usize,
         unix_socket: (!h.unix_socket.is_empty()).then(|| h.unix_socket.clone().into()),
         version: h.version,

@@ -1,5 +1,6 @@
 //! The app's client: one per app origin — its connection pool, TLS (a private CA),
-//! proxy and credentials (static headers, the bearer token, secret header files) —
+//! proxy, credentials (static headers, the bearer token, secret header files) and
+//! signing keys —
 //! shared by every source and route that sends there. What differs per source or
 //! route (the URL, the format, the pass rules, the timeout, the answer limits) is a
 //! cheap target (`crate::http::forward::TargetSettings`) beside it.
@@ -17,6 +18,7 @@ use crate::http::client::ClientError;
 use crate::http::credentials::{CredentialFiles, Credentials};
 use crate::http::h1::H1;
 use crate::http::h2::H2c;
+use crate::http::signing::{Signer, SigningFiles};
 
 /// `sent`, unless `deadline` comes first.
 async fn within<T>(
@@ -42,6 +44,8 @@ pub struct ClientSettings {
     pub proxy: Option<ProxySettings>,
     /// `http.headers`, `http.bearer_token_file`, `http.header_files`.
     pub credentials: CredentialFiles,
+    /// `[http.signing]`: Standard Webhooks signatures on every request, when set.
+    pub signing: Option<SigningFiles>,
     /// Idle connections kept per host (the sources' `delivery.max_in_flight`); an
     /// HTTP/2 app needs one, its requests multiplexed on it.
     pub pool: usize,
@@ -73,6 +77,8 @@ pub struct AppClient {
     /// The client that carries the requests.
     transport: Transport,
     pub(super) credentials: Arc<Credentials>,
+    /// `[http.signing]`'s signer, when set.
+    pub(super) signer: Option<Arc<Signer>>,
     /// `http.version`: under h2c a broken request asks whether the app speaks HTTP/2.
     pub(super) version: HttpVersion,
     /// `http.unix_socket`, where that is asked.
@@ -100,6 +106,10 @@ impl AppClient {
     /// [`ClientError`].
     pub fn new(cfg: &ClientSettings) -> Result<AppClient, ClientError> {
         let credentials = Arc::new(Credentials::load(&cfg.credentials)?);
+        let signer = match &cfg.signing {
+            Some(files) => Some(Arc::new(Signer::load(files)?)),
+            None => None,
+        };
         // Proxy environment variables (often set cluster-wide) never divert the app's
         // traffic, bearer token included: only `http.proxy` does.
         let ca_file = cfg.tls_ca_file.as_deref().unwrap_or("");
@@ -144,6 +154,7 @@ impl AppClient {
             client,
             transport,
             credentials,
+            signer,
             version: cfg.version,
             socket,
         })

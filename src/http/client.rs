@@ -110,6 +110,15 @@ pub enum ClientError {
     /// cannot be used.
     #[error(transparent)]
     SecretFile(#[from] crate::secret::SecretError),
+    /// A signing secret file holds no Standard Webhooks key.
+    #[error("{key}: not a Standard Webhooks secret")]
+    Signing {
+        /// The config key.
+        key: String,
+        /// What is wrong (never the secret).
+        #[source]
+        source: crate::app::signing::WhsecError,
+    },
     /// A configured header or the token is not valid HTTP.
     #[error("http.headers.{0}: not a valid header")]
     Header(String),

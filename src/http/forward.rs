@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::app::answer::KeptAnswer;
 use crate::app::headers::{Pass, RequestFormat, TraceHeaders};
+use crate::app::signing;
 use crate::app::transport::HttpVersion;
 use crate::http::answer::AppAnswer;
 use crate::http::app::AppClient;
@@ -198,6 +199,7 @@ impl Forwarder {
             headers.append(crate::app::headers::IDEMPOTENCY_CONFLICT, v);
         }
         let publish = self.target.limits.publish_answer();
+        let signed = self.signs().then(|| crate::app::headers::event_id(d));
         let (mut f, body, _) = self
             .post(
                 headers,
@@ -205,6 +207,7 @@ impl Forwarder {
                 MAX_BODY_DRAIN,
                 publish,
                 false,
+                signed,
             )
             .await;
         f.skipped_headers = skipped;
@@ -252,7 +255,16 @@ impl Forwarder {
             }
         }
         let keep = self.target.limits.batch_answer(items.len());
-        let (mut forwarded, body, _) = self.post(headers, body.into(), keep, keep, false).await;
+        let signed = self.signs().then(|| {
+            let ids: Vec<String> = offers
+                .iter()
+                .map(|o| crate::app::headers::event_id(o.offered))
+                .collect();
+            signing::batch_id(ids.iter().map(String::as_str))
+        });
+        let (mut forwarded, body, _) = self
+            .post(headers, body.into(), keep, keep, false, signed)
+            .await;
         forwarded.skipped_headers = skipped.skipped_invalid;
         forwarded.trace_dropped = skipped.trace_dropped;
         let bounds = crate::app::batch::AnswerBounds {
@@ -302,8 +314,13 @@ impl Forwarder {
                 _ => skipped += 1,
             }
         }
+        // A request has no id of its own: each gets a random one.
+        let signed = self.signs().then(|| {
+            let random: [u8; 16] = crate::digest::random().unwrap_or_default();
+            format!("msg_{}", crate::digest::hex(&random))
+        });
         let (mut forwarded, kept, answer_headers) =
-            self.post(map, body, max_body, max_body, true).await;
+            self.post(map, body, max_body, max_body, true, signed).await;
         forwarded.skipped_headers = skipped;
         let Outcome::Answered { status, .. } = forwarded.outcome else {
             return (forwarded, None);
@@ -321,9 +338,29 @@ impl Forwarder {
         (forwarded, Some(answer))
     }
 
+    /// Whether requests are signed (`[http.signing]`).
+    fn signs(&self) -> bool {
+        self.client.signer.is_some()
+    }
+
+    /// Adds who sends to `headers`: the app's credentials, what the URL implies, and
+    /// (with `signed`, a `webhook-id`, and a signer) the signature of `body`, now.
+    fn identify(&self, headers: &mut HeaderMap, body: &[u8], signed: Option<&str>) {
+        for (n, v) in self.client.credentials.shared().iter() {
+            headers.insert(n.clone(), v.clone());
+        }
+        for (name, value) in &self.target.implied {
+            headers.entry(name).or_insert_with(|| value.clone());
+        }
+        if let (Some(signer), Some(id)) = (&self.client.signer, signed) {
+            signer.sign(headers, id, body, SystemTime::now());
+        }
+    }
+
     /// One POST with `headers` (the app's credentials added) and `body`; the answer
     /// and up to `keep` bytes of its body (`keep_publish` for a 2xx that publishes;
     /// the rest is drained, bounded, so that the connection goes back to the pool).
+    /// With `signed` (a `webhook-id`) and a signer, signed now.
     async fn post(
         &self,
         mut headers: HeaderMap,
@@ -331,13 +368,9 @@ impl Forwarder {
         keep: usize,
         keep_publish: usize,
         head: bool,
+        signed: Option<String>,
     ) -> (Forwarded, Kept, Vec<(String, String)>) {
-        for (n, v) in self.client.credentials.shared().iter() {
-            headers.insert(n.clone(), v.clone());
-        }
-        for (name, value) in &self.target.implied {
-            headers.entry(name).or_insert_with(|| value.clone());
-        }
+        self.identify(&mut headers, &body, signed.as_deref());
         let start = Instant::now();
         let result = self
             .client
@@ -703,6 +736,7 @@ mod tests {
                 credentials_file: None,
             }),
             credentials: CredentialFiles::default(),
+            signing: None,
             pool: 4,
             unix_socket: None,
             version: Default::default(),

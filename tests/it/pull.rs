@@ -271,6 +271,7 @@ async fn instance(
         tls_ca_file: None,
         proxy: None,
         credentials: CredentialFiles::default(),
+        signing: None,
         pool: 4,
         unix_socket: None,
         version: Default::default(),

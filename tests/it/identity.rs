@@ -1,0 +1,218 @@
+//! Outbound identity: how jetrelay proves itself to the app. Standard Webhooks
+//! signatures (`[http.signing]`), verified by the specification's own Python library;
+//! a projected ServiceAccount token swapped as the kubelet swaps it; the app's client
+//! certificate (mTLS).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+use crate::support::app::Recorded;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+/// A `whsec_` secret of 32 bytes of `byte`.
+fn whsec(byte: u8) -> String {
+    format!("whsec_{}\n", STANDARD.encode([byte; 32]))
+}
+
+/// Whether one of `signatures` (`v1,<base64>` space-separated) is the HMAC-SHA256 of
+/// `<id>.<timestamp>.<body>` under `secret`: the specification's algorithm, written
+/// here apart from jetrelay's.
+fn signed_by(secret: &str, r: &Recorded) -> bool {
+    let key = STANDARD
+        .decode(secret.trim().trim_start_matches("whsec_"))
+        .unwrap();
+    let (Some(id), Some(ts), Some(sigs)) = (
+        r.header("webhook-id"),
+        r.header("webhook-timestamp"),
+        r.header("webhook-signature"),
+    ) else {
+        return false;
+    };
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
+    let mut content = format!("{id}.{ts}.").into_bytes();
+    content.extend_from_slice(&r.body);
+    let want = format!("v1,{}", STANDARD.encode(ring::hmac::sign(&key, &content)));
+    sigs.split(' ').any(|s| s == want)
+}
+
+/// The requests verified by the Standard Webhooks Python library
+/// (`standardwebhooks.Webhook(secret).verify`), for each secret: how many verify.
+fn verified_by_the_library(secrets: &[&str], requests: &[Recorded]) -> Vec<usize> {
+    let script = r#"
+import base64, json, sys
+from standardwebhooks import Webhook
+data = json.load(sys.stdin)
+out = []
+for secret in data["secrets"]:
+    ok = 0
+    for r in data["requests"]:
+        try:
+            Webhook(secret).verify(base64.b64decode(r["body"]), r["headers"], json_parse=False)
+            ok += 1
+        except Exception:
+            pass
+    out.append(ok)
+print(json.dumps(out))
+"#;
+    let requests: Vec<serde_json::Value> = requests
+        .iter()
+        .map(|r| {
+            let headers: serde_json::Map<String, serde_json::Value> =
+                ["id", "timestamp", "signature"]
+                    .iter()
+                    .filter_map(|n| {
+                        let name = format!("webhook-{n}");
+                        Some((name.clone(), r.header(&name)?.into()))
+                    })
+                    .collect();
+            serde_json::json!({"body": STANDARD.encode(&r.body), "headers": headers})
+        })
+        .collect();
+    let input = serde_json::json!({"secrets": secrets, "requests": requests}).to_string();
+    let mut child = std::process::Command::new(crate::support::peer::python())
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python from the tools venv (scripts/setup)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "standardwebhooks (scripts/setup installs it): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn every_request_single_and_batch_is_signed_as_the_standard_webhooks_library_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let current = write(dir.path(), "current", &whsec(1));
+    let previous = write(dir.path(), "previous", &whsec(2));
+    let signing = format!(
+        "[http.signing]\nsecret_file = \"{}\"\nprevious_secret_file = \"{}\"\n",
+        current.display(),
+        previous.display()
+    );
+    // One message a request: one with a Nats-Msg-Id, one without.
+    let app = MockApp::ok().await;
+    let env = Env::start(&["sig.>"]).await;
+    let relay = env.relay(&app, &signing).await;
+    publish_with(&env.js, "sig.a", "{\"n\":1}", &[("Nats-Msg-Id", "order-1")]).await;
+    // A publisher's own signature never reaches the app.
+    publish_with(
+        &env.js,
+        "sig.b",
+        "{\"n\":2}",
+        &[("Webhook-Signature", "v1,forged")],
+    )
+    .await;
+    app.wait_for("two", T, |r| r.len() >= 2).await;
+    relay.stop().await.unwrap();
+    let single = app.requests();
+    assert_eq!(single[0].header("webhook-id"), Some("order-1"));
+    let by_seq = format!("{}:2", env.stream);
+    assert_eq!(single[1].header("webhook-id"), Some(by_seq.as_str()));
+    for r in &single {
+        assert_eq!(r.header("webhook-signature").unwrap().split(' ').count(), 2);
+        assert!(!r.header("webhook-signature").unwrap().contains("forged"));
+    }
+
+    // A batch: one request, one id for its messages.
+    let batch_app = MockApp::ok().await;
+    let batch_env = Env::start(&["sigb.>"]).await;
+    publish(&batch_env.js, "sigb.x", 3).await;
+    let extra = format!("{signing}[delivery]\nbatch_size = 10\nbatch_wait_ms = 300\n");
+    let relay = batch_env.relay(&batch_app, &extra).await;
+    eventually("the batch acked", T, || {
+        consumer_drained(&batch_env.js, &batch_env.stream, &batch_env.durable)
+    })
+    .await;
+    relay.stop().await.unwrap();
+    let batches = batch_app.requests();
+    assert!(
+        batches
+            .iter()
+            .all(|r| r.header("webhook-id").unwrap().starts_with("batch_")),
+        "{:?}",
+        batches
+            .iter()
+            .map(|r| r.header("webhook-id"))
+            .collect::<Vec<_>>()
+    );
+
+    let all: Vec<Recorded> = single.into_iter().chain(batches).collect();
+    let n = all.len();
+    for r in &all {
+        assert!(signed_by(&whsec(1), r) && signed_by(&whsec(2), r));
+        let ts: u64 = r.header("webhook-timestamp").unwrap().parse().unwrap();
+        let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
+        assert!(now.abs_diff(ts) < 60, "{ts} is now, in seconds");
+    }
+    assert_eq!(
+        verified_by_the_library(&[&whsec(1), &whsec(2), &whsec(3)], &all),
+        [n, n, 0],
+        "each key verifies every request; another key none"
+    );
+}
+
+#[tokio::test]
+async fn a_rotated_signing_secret_is_used_without_a_restart_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let current = write(dir.path(), "current", &whsec(1));
+    // The app takes only what the current secret signed; anything else is retried.
+    let accepted = Arc::new(Mutex::new(whsec(1)));
+    let key = accepted.clone();
+    let app = MockApp::start(move |r, _| {
+        let ok = signed_by(&key.lock().unwrap(), r);
+        Reply::status(if ok { 200 } else { 503 })
+    })
+    .await;
+    let env = Env::start(&["rot.>"]).await;
+    let extra = format!(
+        "[http.signing]\nsecret_file = \"{}\"\n[delivery]\nretry_initial_ms = 100\nretry_max_ms = 200\n",
+        current.display()
+    );
+    let relay = env.relay(&app, &extra).await;
+    publish(&env.js, "rot.a", 20).await;
+    // The rotation, while messages flow.
+    std::fs::write(&current, whsec(9)).unwrap();
+    *accepted.lock().unwrap() = whsec(9);
+    publish(&env.js, "rot.b", 20).await;
+    eventually("all acked with the new secret", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
+            .await,
+        40.0,
+        "nothing was terminated for a stale signature"
+    );
+    assert!(signed_by(
+        &whsec(9),
+        &app.requests().into_iter().last().unwrap()
+    ));
+    relay.stop().await.unwrap();
+}
