@@ -216,3 +216,94 @@ async fn a_rotated_signing_secret_is_used_without_a_restart_and_nothing_is_lost(
     ));
     relay.stop().await.unwrap();
 }
+
+/// A projected volume as the kubelet writes it: each version of its files in a
+/// directory of its own, `..data` a symlink to the current one, swapped by renaming
+/// a new link over it; the files themselves are links through `..data`.
+struct ProjectedVolume {
+    root: PathBuf,
+    version: u32,
+}
+
+impl ProjectedVolume {
+    fn new(root: &Path, token: &str) -> ProjectedVolume {
+        let mut v = ProjectedVolume {
+            root: root.to_path_buf(),
+            version: 0,
+        };
+        v.swap(token);
+        std::os::unix::fs::symlink("..data/token", root.join("token")).unwrap();
+        v
+    }
+
+    /// Writes `token` into a new version and points `..data` at it at once.
+    fn swap(&mut self, token: &str) {
+        use std::os::unix::fs::symlink;
+        self.version += 1;
+        let version = format!("..2026_12_06_{}", self.version);
+        std::fs::create_dir(self.root.join(&version)).unwrap();
+        std::fs::write(self.root.join(&version).join("token"), token).unwrap();
+        symlink(&version, self.root.join("..data_tmp")).unwrap();
+        std::fs::rename(self.root.join("..data_tmp"), self.root.join("..data")).unwrap();
+        if self.version > 1 {
+            // The kubelet removes the old version after the swap.
+            let old = format!("..2026_12_06_{}", self.version - 1);
+            std::fs::remove_dir_all(self.root.join(old)).unwrap();
+        }
+    }
+
+    fn token(&self) -> PathBuf {
+        self.root.join("token")
+    }
+}
+
+#[tokio::test]
+async fn a_projected_service_account_token_swapped_as_the_kubelet_does_is_sent_from_then_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // Tokens of one length (as a ServiceAccount token's JWT nearly always is).
+    let mut volume = ProjectedVolume::new(dir.path(), "eyJ.token-one.sig");
+    let accepted = Arc::new(Mutex::new("Bearer eyJ.token-one.sig".to_string()));
+    let current = accepted.clone();
+    let app = MockApp::start(move |r, _| {
+        let ok = r.header("authorization") == Some(current.lock().unwrap().as_str());
+        Reply::status(if ok { 200 } else { 401 })
+    })
+    .await;
+    let env = Env::start(&["sa.>"]).await;
+    // A 401 is retried here, as an app that checks tokens would have it while a
+    // rotation settles (by default a 4xx ends the message).
+    let extra = format!(
+        "[http]\nbearer_token_file = \"{}\"\nretry_statuses = [\"401\", \"5xx\"]\n\
+         [delivery]\nretry_initial_ms = 100\nretry_max_ms = 200\n",
+        volume.token().display()
+    );
+    let relay = env.relay(&app, &extra).await;
+    publish(&env.js, "sa.a", 10).await;
+    app.wait_for("token one accepted", T, |r| {
+        r.iter().any(|r| r.status == 200)
+    })
+    .await;
+    for n in ["two", "six"] {
+        let token = format!("eyJ.token-{n}.sig");
+        volume.swap(&token);
+        *accepted.lock().unwrap() = format!("Bearer {token}");
+        publish(&env.js, "sa.b", 10).await;
+        eventually("all acked with the swapped token", T, || {
+            consumer_drained(&env.js, &env.stream, &env.durable)
+        })
+        .await;
+        let last = app.requests().into_iter().last().unwrap();
+        assert_eq!(
+            last.header("authorization"),
+            Some(format!("Bearer {token}").as_str())
+        );
+    }
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
+            .await,
+        30.0,
+        "nothing was lost or ended over a rotation"
+    );
+    relay.stop().await.unwrap();
+}
