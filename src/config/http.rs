@@ -46,6 +46,11 @@ pub struct HttpConfig {
     pub format: RequestFormat,
     /// A CA bundle that verifies an `https://` app (the system's roots otherwise).
     pub tls_ca_file: String,
+    /// The client certificate presented to an `https://` app that asks for one
+    /// (mTLS), read again when it changes.
+    pub tls_cert_file: String,
+    /// Its private key, read again when it changes.
+    pub tls_key_file: String,
     /// An explicit proxy for the app's requests (proxy environment variables are
     /// ignored); empty = none. Never with credentials in it.
     pub proxy: String,
@@ -101,6 +106,8 @@ impl Default for HttpConfig {
             proxy: String::new(),
             proxy_credentials_file: String::new(),
             tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
             format: RequestFormat::Raw,
             unix_socket: String::new(),
             version: HttpVersion::Http1,
@@ -179,8 +186,9 @@ impl Config {
         }
     }
 
-    /// `http.unix_socket` and `http.version`: a socket is an absolute path that fits
-    /// a socket address, carries no TLS and no proxy; h2c carries no TLS either.
+    /// `http.unix_socket`, `http.version` and the client certificate: a socket is an
+    /// absolute path that fits a socket address, without a proxy; h2c carries no
+    /// TLS; a client certificate comes with its key, for an `https://` app.
     fn check_transport(&self, p: &mut Problems) {
         let h = &self.http;
         let https = [&h.url, &h.health_url].iter().any(|u| {
@@ -202,18 +210,21 @@ impl Config {
                     ),
                 );
             }
-            if https {
-                p.add(
-                    "http.unix_socket",
-                    "carries plain HTTP: use an http:// URL (and health URL) with it",
-                );
-            }
             if !h.proxy.is_empty() {
                 p.add(
                     "http.unix_socket",
                     "and http.proxy cannot both be set: requests over the socket go to the app directly",
                 );
             }
+        }
+        match (h.tls_cert_file.is_empty(), h.tls_key_file.is_empty()) {
+            (false, true) => p.add("http.tls_key_file", "is needed with http.tls_cert_file"),
+            (true, false) => p.add("http.tls_cert_file", "is needed with http.tls_key_file"),
+            (false, false) if !https => p.add(
+                "http.tls_cert_file",
+                "is presented to an https:// app: http.url is not one",
+            ),
+            _ => {}
         }
         if h.max_concurrent_streams > 0 && h.version != HttpVersion::H2c {
             p.add(
@@ -339,11 +350,23 @@ mod tests {
             ),
             (
                 "url = \"https://app/m\"\nunix_socket = \"/run/app.sock\"\n",
-                Some(("http.unix_socket", "http:// URL")),
+                None,
             ),
             (
-                "url = \"http://app/m\"\nhealth_url = \"HTTPS://app/h\"\nunix_socket = \"/run/a.sock\"\n",
-                Some(("http.unix_socket", "http:// URL")),
+                "url = \"https://app/m\"\ntls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n",
+                None,
+            ),
+            (
+                "url = \"https://app/m\"\ntls_cert_file = \"/c.pem\"\n",
+                Some(("http.tls_key_file", "with http.tls_cert_file")),
+            ),
+            (
+                "url = \"https://app/m\"\ntls_key_file = \"/k.pem\"\n",
+                Some(("http.tls_cert_file", "with http.tls_key_file")),
+            ),
+            (
+                "url = \"http://app/m\"\ntls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n",
+                Some(("http.tls_cert_file", "https:// app")),
             ),
             (
                 "url = \"http://app/m\"\nunix_socket = \"/run/a.sock\"\nproxy = \"http://p:3128\"\n",

@@ -94,6 +94,7 @@ fn is_config_client(e: &ClientError) -> bool {
             | ClientError::Header(_)
             | ClientError::Proxy(..)
             | ClientError::TlsCa { .. }
+            | ClientError::TlsClientCert { .. }
     )
 }
 

@@ -42,6 +42,7 @@ use crate::source::settings::{
     Binding, DeadLetters, Idempotency, KindSettings, Retry, ServiceSettings, SourceSettings,
     StreamSettings, dlq_duplicate_window,
 };
+use crate::tls::ClientCertFiles;
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 use crate::trace::encode::Resource;
 
@@ -413,6 +414,10 @@ fn client(c: &Config, p: &mut Vec<Problem>) -> Option<ClientSettings> {
     };
     Some(ClientSettings {
         tls_ca_file: file(&h.tls_ca_file),
+        tls_client: (!h.tls_cert_file.is_empty()).then(|| ClientCertFiles {
+            cert_file: h.tls_cert_file.clone(),
+            key_file: h.tls_key_file.clone(),
+        }),
         proxy,
         credentials: CredentialFiles {
             headers: h.headers.clone(),

@@ -1,4 +1,5 @@
-//! The app's client: one per app origin — its connection pool, TLS (a private CA),
+//! The app's client: one per app origin — its connection pool, TLS (a private CA, a
+//! client certificate),
 //! proxy, credentials (static headers, the bearer token, secret header files) and
 //! signing keys —
 //! shared by every source and route that sends there. What differs per source or
@@ -19,6 +20,7 @@ use crate::http::credentials::{CredentialFiles, Credentials};
 use crate::http::h1::H1;
 use crate::http::h2::H2c;
 use crate::http::signing::{Signer, SigningFiles};
+use crate::tls::{ClientCert, ClientCertFiles};
 
 /// `sent`, unless `deadline` comes first.
 async fn within<T>(
@@ -40,6 +42,9 @@ const PROBE_BODY: usize = 64 * 1024;
 pub struct ClientSettings {
     /// `http.tls_ca_file`: a private CA, added to the system's roots.
     pub tls_ca_file: Option<String>,
+    /// `http.tls_cert_file` and `http.tls_key_file`: the client certificate
+    /// presented to an `https://` app that asks for one (mTLS).
+    pub tls_client: Option<ClientCertFiles>,
     /// `http.proxy`: the only proxy the app's requests go through.
     pub proxy: Option<ProxySettings>,
     /// `http.headers`, `http.bearer_token_file`, `http.header_files`.
@@ -113,8 +118,21 @@ impl AppClient {
         // Proxy environment variables (often set cluster-wide) never divert the app's
         // traffic, bearer token included: only `http.proxy` does.
         let ca_file = cfg.tls_ca_file.as_deref().unwrap_or("");
+        let cert = match &cfg.tls_client {
+            None => None,
+            Some(files) => Some(Arc::new(ClientCert::load(files).map_err(
+                |(key, source)| ClientError::TlsClientCert {
+                    key,
+                    path: match key {
+                        "http.tls_key_file" => files.key_file.clone(),
+                        _ => files.cert_file.clone(),
+                    },
+                    source,
+                },
+            )?)),
+        };
         let mut builder =
-            crate::http::client::builder_for(ca_file, cfg.version).map_err(|source| {
+            crate::http::client::builder_for(ca_file, cfg.version, cert).map_err(|source| {
                 ClientError::TlsCa {
                     path: ca_file.to_string(),
                     source,

@@ -11,7 +11,8 @@ pub(crate) struct Broke {
     pub timeout: bool,
     /// No connection could be made (nothing was sent).
     pub connect: bool,
-    /// The TLS handshake failed.
+    /// The TLS handshake failed, or the app refused it (a client certificate
+    /// missing or not trusted): the app never saw the request.
     pub handshake: bool,
     /// The innermost I/O error's kind, when there is one.
     pub io: Option<ErrorKind>,
@@ -56,7 +57,8 @@ impl Broke {
         Broke {
             timeout: e.is_timeout(),
             connect: e.is_connect(),
-            handshake: e.is_connect() && crate::tls::is_handshake_failure(e),
+            handshake: (e.is_connect() && crate::tls::is_handshake_failure(e))
+                || crate::tls::is_refused_handshake(e),
             body: e.is_body(),
             ..Broke::of_error(e)
         }

@@ -641,7 +641,7 @@ fn no_answer(e: &Broke) -> (Outcome, HttpClass, NoAnswer) {
     if e.timeout {
         return (Outcome::Timeout, HttpClass::Timeout, failure("timeout"));
     }
-    if e.connect {
+    if e.connect || e.handshake {
         let kind = match io {
             _ if e.handshake => "tls handshake failed",
             Some(ErrorKind::ConnectionRefused) => "connection refused",
@@ -731,6 +731,7 @@ mod tests {
     fn app(url: &str, proxy: &str) -> (ClientSettings, TargetSettings) {
         let client = ClientSettings {
             tls_ca_file: None,
+            tls_client: None,
             proxy: (!proxy.is_empty()).then(|| ProxySettings {
                 url: proxy.parse().unwrap(),
                 credentials_file: None,

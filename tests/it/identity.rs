@@ -307,3 +307,257 @@ async fn a_projected_service_account_token_swapped_as_the_kubelet_does_is_sent_f
     );
     relay.stop().await.unwrap();
 }
+
+/// An app that requires a client certificate its CA signed (mTLS), over TCP or a Unix
+/// socket: it records the certificate each request came with, and answers 200 with
+/// `Connection: close`, so that every request is a new handshake.
+struct MtlsApp {
+    url: String,
+    /// Each request's client certificate (its DER), in order.
+    seen: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// Handshakes refused (no certificate, or one the CA did not sign).
+    refused: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl MtlsApp {
+    fn acceptor(c: &crate::support::certs::Certs) -> tokio_rustls::TlsAcceptor {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_file_iter(&c.ca).unwrap() {
+            roots.add(ca.unwrap()).unwrap();
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let chain = CertificateDer::pem_file_iter(&c.server_cert)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let key = PrivateKeyDer::from_pem_file(&c.server_key).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .unwrap();
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+
+    /// On a loopback port (`socket`: `None`), or on the Unix socket `socket`.
+    async fn start(c: &crate::support::certs::Certs, socket: Option<&Path>) -> MtlsApp {
+        let acceptor = Self::acceptor(c);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (s, r) = (seen.clone(), refused.clone());
+        let url = match socket {
+            Some(path) => {
+                let listener = tokio::net::UnixListener::bind(path).unwrap();
+                tokio::spawn(async move {
+                    while let Ok((io, _)) = listener.accept().await {
+                        tokio::spawn(Self::serve(acceptor.clone(), io, s.clone(), r.clone()));
+                    }
+                });
+                "https://localhost/messages".to_string()
+            }
+            None => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                tokio::spawn(async move {
+                    while let Ok((io, _)) = listener.accept().await {
+                        tokio::spawn(Self::serve(acceptor.clone(), io, s.clone(), r.clone()));
+                    }
+                });
+                format!("https://127.0.0.1:{}/messages", addr.port())
+            }
+        };
+        MtlsApp { url, seen, refused }
+    }
+
+    async fn serve<I>(
+        acceptor: tokio_rustls::TlsAcceptor,
+        io: I,
+        seen: Arc<Mutex<Vec<Vec<u8>>>>,
+        refused: Arc<std::sync::atomic::AtomicUsize>,
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Ok(tls) = acceptor.accept(io).await else {
+            refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return;
+        };
+        let cert = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let (seen, cert) = (seen.clone(), cert.clone());
+                async move {
+                    use http_body_util::BodyExt;
+                    req.into_body().collect().await?;
+                    seen.lock().unwrap().push(cert);
+                    let resp = hyper::Response::builder()
+                        .header("connection", "close")
+                        .body(http_body_util::Full::new(bytes::Bytes::new()))
+                        .unwrap();
+                    Ok::<_, hyper::Error>(resp)
+                }
+            });
+        let io = hyper_util::rt::TokioIo::new(tls);
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, service)
+            .await
+            .ok();
+    }
+
+    fn seen(&self) -> Vec<Vec<u8>> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// The DER of the first certificate of a PEM file.
+fn der(pem: &Path) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_file_iter(pem)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
+#[tokio::test]
+async fn an_app_that_requires_a_client_certificate_gets_it_over_tcp_and_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = crate::support::certs::certs(dir.path());
+    let socket = dir.path().join("app.sock");
+    for app in [
+        MtlsApp::start(&c, None).await,
+        MtlsApp::start(&c, Some(&socket)).await,
+    ] {
+        let env = Env::start(&["mtls.>"]).await;
+        let over = if app.url.contains("localhost") {
+            format!("unix_socket = \"{}\"\n", socket.display())
+        } else {
+            String::new()
+        };
+        let extra = format!(
+            "[http]\n{over}tls_ca_file = \"{}\"\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+            c.ca.display(),
+            c.client_cert.display(),
+            c.client_key.display()
+        );
+        let cfg = durable_config_for(env.nats.url(), &app.url, &env.stream, &env.durable, &extra);
+        let relay = Relay::ready(cfg).await;
+        publish(&env.js, "mtls.a", 3).await;
+        eventually("acked over mTLS", T, || {
+            consumer_drained(&env.js, &env.stream, &env.durable)
+        })
+        .await;
+        assert_eq!(app.seen(), vec![der(&c.client_cert); 3], "{}", app.url);
+        relay.stop().await.unwrap();
+
+        // Without the certificate the app refuses the handshake: nothing is lost or
+        // ended, and /ready says why.
+        let extra = format!("[http]\n{over}tls_ca_file = \"{}\"\n", c.ca.display());
+        let cfg = durable_config_for(env.nats.url(), &app.url, &env.stream, &env.durable, &extra);
+        let relay = Relay::start(cfg).await;
+        publish(&env.js, "mtls.b", 1).await;
+        let mut status = relay.health.subscribe();
+        let shown = tokio::time::timeout(
+            T,
+            status.wait_for(|s| s.reason.contains("tls handshake failed")),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("not ready, saying why: {:?}", relay.health.status()))
+        .unwrap()
+        .clone();
+        assert!(!shown.ready, "{shown:?}");
+        assert!(app.refused.load(std::sync::atomic::Ordering::SeqCst) > 0);
+        assert_eq!(app.seen().len(), 3);
+        assert_eq!(
+            relay
+                .metric("jetrelay_messages_settled_total{action=\"term\"}")
+                .await,
+            0.0
+        );
+        relay.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_client_certificate_is_presented_without_a_restart_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = crate::support::certs::certs(dir.path());
+    let (next_cert, next_key) = crate::support::certs::another_client(dir.path(), "client-next");
+    // The files the relay reads, as cert-manager's Secret mounts them.
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::copy(&c.client_cert, &cert).unwrap();
+    std::fs::copy(&c.client_key, &key).unwrap();
+    let app = MtlsApp::start(&c, None).await;
+    let env = Env::start(&["rotm.>"]).await;
+    let extra = format!(
+        "[http]\ntls_ca_file = \"{}\"\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n\
+         [delivery]\nmax_in_flight = 4\nretry_initial_ms = 100\nretry_max_ms = 200\n",
+        c.ca.display(),
+        cert.display(),
+        key.display()
+    );
+    let cfg = durable_config_for(env.nats.url(), &app.url, &env.stream, &env.durable, &extra);
+    let relay = Relay::ready(cfg).await;
+    // Load: one message after another until told to stop.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (js, stop) = (env.js.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut sent = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                publish(&js, "rotm.a", 1).await;
+                sent += 1;
+            }
+            sent
+        })
+    };
+    eventually("some delivered with the first certificate", T, || async {
+        app.seen().len() >= 20
+    })
+    .await;
+    // The rotation, under load, one file after the other (not atomically).
+    std::fs::copy(&next_cert, &cert).unwrap();
+    std::fs::copy(&next_key, &key).unwrap();
+    let next = der(&next_cert);
+    eventually("the new certificate presented", T, || async {
+        app.seen()
+            .iter()
+            .rev()
+            .take(10)
+            .filter(|d| **d == next)
+            .count()
+            == 10
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sent = load.await.unwrap();
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
+            .await,
+        f64::from(sent),
+        "nothing lost or ended over the rotation"
+    );
+    let seen = app.seen();
+    assert_eq!(seen[0], der(&c.client_cert));
+    assert_eq!(
+        seen.last(),
+        Some(&der(&next_cert)),
+        "the new one from then on"
+    );
+    relay.stop().await.unwrap();
+}
