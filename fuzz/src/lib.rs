@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("config", config),
     ("header_values", header_values),
     ("stored_records", stored_records),
+    ("token_answers", token_answers),
 ];
 
 /// A message as the targets write it: the first line its subject, then `name: value`
@@ -607,4 +608,18 @@ fn discovery(rest: &[u8]) {
         !table.chars().any(|c| c.is_control() && c != '\n'),
         "a control character reached the table"
     );
+}
+
+// === token_answers ===
+
+/// An OAuth2 token endpoint's answer (`[http.oauth2]`): a token read is one the app's
+/// `Authorization` can carry, within its bound, and kept no longer than it lives.
+pub fn token_answers(data: &[u8]) {
+    use jetrelay::http::oauth2::{WITHOUT_EXPIRY, bearer, keep_for, parse_token};
+    if let Ok(token) = parse_token(data) {
+        assert!(!token.access_token.is_empty() && token.access_token.len() <= 16 * 1024);
+        assert!(bearer(&token.access_token).is_some(), "not a header value");
+        let kept = keep_for(token.expires_in);
+        assert!(kept <= token.expires_in.unwrap_or(WITHOUT_EXPIRY));
+    }
 }

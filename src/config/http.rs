@@ -1,6 +1,7 @@
 //! `[http]`: the app's URL and timeout, extra headers and the bearer token file, the
 //! health probe, which statuses retry or terminate, the transport (a Unix socket,
-//! HTTP/2), and how jetrelay proves itself to the app (`[http.signing]`).
+//! HTTP/2), and how jetrelay proves itself to the app (`[http.signing]`,
+//! `[http.oauth2]`).
 
 use std::collections::BTreeMap;
 
@@ -71,6 +72,25 @@ pub struct HttpConfig {
     pub max_concurrent_streams: u32,
     /// `[http.signing]`: Standard Webhooks signatures on every request.
     pub signing: SigningConfig,
+    /// `[http.oauth2]`: an OAuth2 client credentials token on every request.
+    pub oauth2: OAuth2Config,
+}
+
+/// `[http.oauth2]`: the OAuth2 client credentials grant (RFC 6749 §4.4); off while
+/// `token_url` is empty.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OAuth2Config {
+    /// Where tokens are asked for.
+    pub token_url: String,
+    /// The client's id.
+    pub client_id: String,
+    /// A file holding the client's secret, read again when it changes.
+    pub client_secret_file: String,
+    /// The scopes asked for (sent space-separated).
+    pub scopes: Vec<String>,
+    /// The audience asked for (empty: none).
+    pub audience: String,
 }
 
 /// `[http.signing]`: the Standard Webhooks secrets (`whsec_<base64 key>`), each read
@@ -113,6 +133,7 @@ impl Default for HttpConfig {
             version: HttpVersion::Http1,
             max_concurrent_streams: 0,
             signing: SigningConfig::default(),
+            oauth2: OAuth2Config::default(),
         }
     }
 }
@@ -166,6 +187,7 @@ impl Config {
         );
         self.check_http_headers(p);
         self.check_transport(p);
+        self.check_oauth2(p);
         if !h.signing.previous_secret_file.is_empty() && h.signing.secret_file.is_empty() {
             p.add(
                 "http.signing.previous_secret_file",
@@ -236,6 +258,44 @@ impl Config {
             p.add(
                 "http.version",
                 "\"h2c\" is HTTP/2 without TLS: for an https:// app use \"auto\" (h2 agreed by ALPN)",
+            );
+        }
+    }
+
+    /// `[http.oauth2]`: all of it or none; its token is the request's only
+    /// `Authorization`.
+    fn check_oauth2(&self, p: &mut Problems) {
+        let h = &self.http;
+        let o = &h.oauth2;
+        if *o == OAuth2Config::default() {
+            return;
+        }
+        if o.token_url.is_empty() {
+            p.add("http.oauth2.token_url", "is required with [http.oauth2]");
+        } else if let Err(e) = check_http_url(&o.token_url) {
+            p.add("http.oauth2.token_url", e);
+        } else if super::nats::has_userinfo(&o.token_url) {
+            p.add(
+                "http.oauth2.token_url",
+                "carries credentials: the client's are client_id and client_secret_file",
+            );
+        }
+        for (key, value) in [
+            ("http.oauth2.client_id", &o.client_id),
+            ("http.oauth2.client_secret_file", &o.client_secret_file),
+        ] {
+            if value.is_empty() {
+                p.add(key, "is required with [http.oauth2]");
+            }
+        }
+        let authorization = |n: &String| n.eq_ignore_ascii_case("authorization");
+        if !h.bearer_token_file.is_empty()
+            || h.headers.keys().any(authorization)
+            || h.header_files.keys().any(authorization)
+        {
+            p.add(
+                "http.oauth2",
+                "sets Authorization, as http.bearer_token_file (or an Authorization header) does: keep one",
             );
         }
     }

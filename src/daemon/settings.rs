@@ -28,6 +28,7 @@ use crate::http::app::{ClientSettings, ProxySettings};
 use crate::http::collector::{CollectorSettings, Exported, Protocol};
 use crate::http::credentials::CredentialFiles;
 use crate::http::forward::{AnswerLimits, TargetSettings};
+use crate::http::oauth2::OAuth2Settings;
 use crate::http::probe::HealthProbe;
 use crate::http::signing::SigningFiles;
 use crate::nats::{Auth, Connection, Tls};
@@ -428,11 +429,27 @@ fn client(c: &Config, p: &mut Vec<Problem>) -> Option<ClientSettings> {
             secret_file: h.signing.secret_file.clone(),
             previous_secret_file: file(&h.signing.previous_secret_file),
         }),
+        oauth2: oauth2(c, p)?,
         pool: c.delivery.max_in_flight as usize,
         unix_socket: (!h.unix_socket.is_empty()).then(|| h.unix_socket.clone().into()),
         version: h.version,
         max_concurrent_streams: h.max_concurrent_streams,
     })
+}
+
+/// `[http.oauth2]`, parsed (`Some(None)`: off; `None`: a problem was added).
+fn oauth2(c: &Config, p: &mut Vec<Problem>) -> Option<Option<OAuth2Settings>> {
+    let o = &c.http.oauth2;
+    if o.token_url.is_empty() {
+        return Some(None);
+    }
+    Some(Some(OAuth2Settings {
+        token_url: url(p, "http.oauth2.token_url", &o.token_url)?,
+        client_id: o.client_id.clone(),
+        client_secret_file: o.client_secret_file.clone(),
+        scopes: o.scopes.clone(),
+        audience: o.audience.clone(),
+    }))
 }
 
 /// `[http]` (and the bounds of `[publish]`), parsed: where a source's messages go.

@@ -59,6 +59,7 @@ pub fn named(file: &Path, config: &Config) -> Vec<PathBuf> {
             &h.tls_key_file,
             &h.signing.secret_file,
             &h.signing.previous_secret_file,
+            &h.oauth2.client_secret_file,
         ] {
             push(p);
         }

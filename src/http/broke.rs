@@ -18,6 +18,8 @@ pub(crate) struct Broke {
     pub io: Option<ErrorKind>,
     /// Sending the request's body failed.
     pub body: bool,
+    /// No OAuth2 token could be had (what `/ready` says): nothing was sent.
+    pub token: Option<&'static str>,
     /// The innermost cause, for the log.
     pub cause: String,
 }
@@ -31,7 +33,16 @@ impl Broke {
             handshake: false,
             io: None,
             body: false,
+            token: None,
             cause,
+        }
+    }
+
+    /// No OAuth2 token: `kind` says why.
+    pub(crate) fn token(kind: &'static str) -> Broke {
+        Broke {
+            token: Some(kind),
+            ..Broke::other(kind.to_string())
         }
     }
 

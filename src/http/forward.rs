@@ -374,7 +374,7 @@ impl Forwarder {
         let start = Instant::now();
         let result = self
             .client
-            .send(
+            .send_authorized(
                 reqwest::Method::POST,
                 &self.target.url,
                 headers,
@@ -638,6 +638,9 @@ fn no_answer(e: &Broke) -> (Outcome, HttpClass, NoAnswer) {
         kind,
         cause: cause.clone(),
     };
+    if let Some(kind) = e.token {
+        return (Outcome::Unreachable, HttpClass::Error, failure(kind));
+    }
     if e.timeout {
         return (Outcome::Timeout, HttpClass::Timeout, failure("timeout"));
     }
@@ -681,6 +684,7 @@ mod tests {
             handshake,
             io,
             body,
+            token: None,
             cause: "c".into(),
         };
         let check = |broke: Broke, outcome: Outcome, kind: &str| {
@@ -697,7 +701,16 @@ mod tests {
             ),
             (b(true, Some(K::NotFound), false, false), "no socket"),
             (b(true, None, false, true), "tls handshake failed"),
+            // Refused once it seemed done (TLS 1.3: a client certificate).
+            (
+                b(false, Some(K::InvalidData), false, true),
+                "tls handshake failed",
+            ),
             (b(true, Some(K::Other), false, false), "cannot connect"),
+            (
+                Broke::token("oauth2 token endpoint failed"),
+                "oauth2 token endpoint failed",
+            ),
         ] {
             check(broke, Outcome::Unreachable, kind);
         }
@@ -738,6 +751,7 @@ mod tests {
             }),
             credentials: CredentialFiles::default(),
             signing: None,
+            oauth2: None,
             pool: 4,
             unix_socket: None,
             version: Default::default(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::support::app::Recorded;
+use crate::support::app::{Recorded, free_port};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(20);
@@ -558,6 +558,269 @@ async fn a_rotated_client_certificate_is_presented_without_a_restart_and_nothing
         seen.last(),
         Some(&der(&next_cert)),
         "the new one from then on"
+    );
+    relay.stop().await.unwrap();
+}
+
+/// An OAuth2 token endpoint (client credentials) the test runs: it checks the
+/// client's Basic authentication and the grant, and issues `tok-<n>`.
+pub struct TokenEndpoint {
+    pub url: String,
+    state: Arc<TokenState>,
+}
+
+#[derive(Default)]
+struct TokenState {
+    /// The secret it takes now.
+    secret: Mutex<String>,
+    /// `expires_in` of the tokens it issues.
+    expires_in: std::sync::atomic::AtomicU64,
+    /// Answer 503 to everything.
+    failing: std::sync::atomic::AtomicBool,
+    /// What tokens begin with.
+    prefix: Mutex<String>,
+    /// Tokens issued, in order.
+    issued: Mutex<Vec<String>>,
+    /// Each request's form, as pairs.
+    forms: Mutex<Vec<Vec<(String, String)>>>,
+}
+
+impl TokenEndpoint {
+    pub async fn start(client_id: &str, secret: &str) -> TokenEndpoint {
+        let state = Arc::new(TokenState::default());
+        *state.secret.lock().unwrap() = secret.to_string();
+        *state.prefix.lock().unwrap() = "tok-".into();
+        state
+            .expires_in
+            .store(3600, std::sync::atomic::Ordering::SeqCst);
+        let (s, id) = (state.clone(), client_id.to_string());
+        let router = axum::Router::new().route(
+            "/token",
+            axum::routing::post(move |headers: axum::http::HeaderMap, body: bytes::Bytes| {
+                let (s, id) = (s.clone(), id.clone());
+                async move { s.answer(&id, &headers, &body) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/token", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        TokenEndpoint { url, state }
+    }
+
+    pub fn issued(&self) -> Vec<String> {
+        self.state.issued.lock().unwrap().clone()
+    }
+
+    /// Tokens begin with `prefix` from now on.
+    pub fn set_prefix(&self, prefix: &str) {
+        *self.state.prefix.lock().unwrap() = prefix.to_string();
+    }
+
+    fn set_failing(&self, failing: bool) {
+        self.state
+            .failing
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn set_secret(&self, secret: &str) {
+        *self.state.secret.lock().unwrap() = secret.to_string();
+    }
+
+    fn set_expires_in(&self, seconds: u64) {
+        self.state
+            .expires_in
+            .store(seconds, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl TokenState {
+    fn answer(
+        &self,
+        id: &str,
+        headers: &axum::http::HeaderMap,
+        body: &[u8],
+    ) -> (axum::http::StatusCode, String) {
+        use axum::http::StatusCode;
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return (StatusCode::SERVICE_UNAVAILABLE, String::new());
+        }
+        let form: Vec<(String, String)> = url::form_urlencoded::parse(body).into_owned().collect();
+        self.forms.lock().unwrap().push(form.clone());
+        let want = format!(
+            "Basic {}",
+            STANDARD.encode(format!("{id}:{}", self.secret.lock().unwrap()))
+        );
+        let given = headers.get("authorization").and_then(|v| v.to_str().ok());
+        if given != Some(want.as_str()) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                r#"{"error":"invalid_client"}"#.into(),
+            );
+        }
+        if !form.contains(&("grant_type".into(), "client_credentials".into())) {
+            return (
+                StatusCode::BAD_REQUEST,
+                r#"{"error":"unsupported_grant_type"}"#.into(),
+            );
+        }
+        let mut issued = self.issued.lock().unwrap();
+        let token = format!("{}{}", self.prefix.lock().unwrap(), issued.len() + 1);
+        issued.push(token.clone());
+        let expires_in = self.expires_in.load(std::sync::atomic::Ordering::SeqCst);
+        let answer = serde_json::json!({
+            "access_token": token, "token_type": "Bearer", "expires_in": expires_in,
+        });
+        (StatusCode::OK, answer.to_string())
+    }
+}
+
+#[tokio::test]
+async fn an_oauth2_token_is_cached_refreshed_before_it_expires_and_once_after_a_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = write(dir.path(), "client-secret", "s3cret-1\n");
+    let endpoint = TokenEndpoint::start("relay", "s3cret-1").await;
+    // The app takes every token the endpoint issued, until the test revokes one.
+    let revoked = Arc::new(Mutex::new(std::collections::HashSet::<String>::new()));
+    let app = {
+        let (endpoint_state, revoked) = (endpoint.state.clone(), revoked.clone());
+        MockApp::start(move |r, _| {
+            let token = r
+                .header("authorization")
+                .and_then(|a| a.strip_prefix("Bearer "));
+            let ok = token.is_some_and(|t| {
+                endpoint_state.issued.lock().unwrap().iter().any(|i| i == t)
+                    && !revoked.lock().unwrap().contains(t)
+            });
+            Reply::status(if ok { 200 } else { 401 })
+        })
+        .await
+    };
+    let env = Env::start(&["oa.>"]).await;
+    let extra = format!(
+        "[http.oauth2]\ntoken_url = \"{}\"\nclient_id = \"relay\"\nclient_secret_file = \"{}\"\n\
+         scopes = [\"orders.write\", \"orders.read\"]\naudience = \"https://app.example\"\n",
+        endpoint.url,
+        secret.display()
+    );
+    let relay = env.relay(&app, &extra).await;
+    publish(&env.js, "oa.a", 5).await;
+    eventually("five acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    assert_eq!(endpoint.issued(), ["tok-1"], "fetched once, then kept");
+    let form = endpoint.state.forms.lock().unwrap()[0].clone();
+    for pair in [
+        ("grant_type", "client_credentials"),
+        ("scope", "orders.write orders.read"),
+        ("audience", "https://app.example"),
+    ] {
+        assert!(form.contains(&(pair.0.into(), pair.1.into())), "{form:?}");
+    }
+
+    // The app refuses the token (revoked): a new one is fetched once and the
+    // request sent again with it; nothing is retried or ended.
+    revoked.lock().unwrap().insert("tok-1".into());
+    publish(&env.js, "oa.b", 1).await;
+    eventually("acked with a new token", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    assert_eq!(endpoint.issued(), ["tok-1", "tok-2"]);
+    let last = app.requests().into_iter().last().unwrap();
+    assert_eq!(last.header("authorization"), Some("Bearer tok-2"));
+    assert_eq!(last.status, 200);
+
+    // Short-lived tokens are fetched again before they expire, not after a 401.
+    endpoint.set_expires_in(2);
+    revoked.lock().unwrap().insert("tok-2".into());
+    let refused = |app: &MockApp| app.requests().iter().filter(|r| r.status == 401).count();
+    publish(&env.js, "oa.c", 1).await;
+    eventually("tok-3 issued", T, || async { endpoint.issued().len() == 3 }).await;
+    let refused_before = refused(&app);
+    eventually("fetched again before expiry", T, || async {
+        publish(&env.js, "oa.d", 1).await;
+        endpoint.issued().len() >= 5
+    })
+    .await;
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    assert_eq!(refused(&app), refused_before, "no 401 for an expired token");
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await,
+        0.0
+    );
+    relay.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_token_endpoint_holds_messages_as_the_app_unreachable_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = write(dir.path(), "client-secret", "s3cret-1\n");
+    let endpoint = TokenEndpoint::start("relay", "s3cret-1").await;
+    endpoint.set_failing(true);
+    let app = MockApp::ok().await;
+    let env = Env::start(&["oaf.>"]).await;
+    let extra = format!(
+        "[http.oauth2]\ntoken_url = \"{}\"\nclient_id = \"relay\"\nclient_secret_file = \"{}\"\n\
+         [delivery]\nretry_initial_ms = 100\nretry_max_ms = 200\n",
+        endpoint.url,
+        secret.display()
+    );
+    let relay = Relay::start(env.config(&app, &extra)).await;
+    publish(&env.js, "oaf.a", 2).await;
+    let says = |reason: &'static str| {
+        let mut status = relay.health.subscribe();
+        async move {
+            tokio::time::timeout(
+                T,
+                status.wait_for(|s| !s.ready && s.reason.contains(reason)),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("/ready says {reason}"))
+            .unwrap()
+            .clone()
+        }
+    };
+    says("app unreachable: oauth2 token endpoint failed").await;
+    // The client secret rotated at the endpoint before the file: refused, saying so.
+    endpoint.set_failing(false);
+    endpoint.set_secret("s3cret-2");
+    says("app unreachable: oauth2 token endpoint refused the client").await;
+    assert_eq!(app.arrivals(), 0, "nothing sent without a token");
+    // The file follows: the next fetch uses it, and everything is delivered.
+    std::fs::write(&secret, "s3cret-2\n").unwrap();
+    eventually("all acked", T, || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    assert_eq!(app.arrivals(), 2);
+    relay.stop().await.unwrap();
+
+    // An endpoint that is not there at all.
+    let down = format!("http://127.0.0.1:{}/token", free_port());
+    let extra = extra.replace(&endpoint.url, &down);
+    let relay = Relay::start(env.config(&app, &extra)).await;
+    publish(&env.js, "oaf.b", 1).await;
+    let mut status = relay.health.subscribe();
+    tokio::time::timeout(
+        T,
+        status.wait_for(|s| s.reason.contains("oauth2 token endpoint unreachable")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(app.arrivals(), 2);
+    assert_eq!(
+        relay
+            .metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await,
+        0.0,
+        "no attempt spent"
     );
     relay.stop().await.unwrap();
 }

@@ -273,6 +273,7 @@ async fn instance(
         proxy: None,
         credentials: CredentialFiles::default(),
         signing: None,
+        oauth2: None,
         pool: 4,
         unix_socket: None,
         version: Default::default(),
