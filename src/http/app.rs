@@ -280,6 +280,15 @@ impl AppClient {
         self.send(method, url, headers, body, left).await
     }
 
+    /// Fetches `[http.oauth2]`'s token now, when set, so that the first request
+    /// does not wait for it (a failure is fetched again by that request).
+    pub async fn prefetch_token(&self) {
+        if let Some(tokens) = &self.oauth2 {
+            // A failure is logged where it happens; the first request asks again.
+            tokens.token().await.ok();
+        }
+    }
+
     /// Whether `url` (the app's health URL) answers 2xx within `timeout`, asked
     /// with the app's credentials.
     pub async fn healthy(&self, url: &reqwest::Url, timeout: Duration) -> bool {

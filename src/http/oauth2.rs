@@ -1,6 +1,6 @@
 //! `[http.oauth2]`: the OAuth2 client credentials grant (RFC 6749 §4.4). A token is
-//! fetched from `token_url` (the client authenticated with HTTP Basic, §2.3.1) at the
-//! first request or probe, kept until 30 s before it expires, then fetched again; a
+//! fetched from `token_url` (the client authenticated with HTTP Basic, §2.3.1) at
+//! start (`AppClient::prefetch_token`), or by a request or probe when there is none, kept until 30 s before it expires, then fetched again; a
 //! 401 from the app drops it (the request is sent once more with a new one). While
 //! the token endpoint fails, the app is unreachable (no attempt spent) with
 //! `/ready` saying how. The client secret is a [`SecretFile`] (read again when it

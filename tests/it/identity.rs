@@ -703,6 +703,10 @@ async fn an_oauth2_token_is_cached_refreshed_before_it_expires_and_once_after_a_
         secret.display()
     );
     let relay = env.relay(&app, &extra).await;
+    eventually("a token fetched at start", T, || async {
+        endpoint.issued() == ["tok-1"]
+    })
+    .await;
     publish(&env.js, "oa.a", 5).await;
     eventually("five acked", T, || {
         consumer_drained(&env.js, &env.stream, &env.durable)
