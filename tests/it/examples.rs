@@ -1,8 +1,10 @@
 //! The example apps in other languages (`examples/app.js` on node:http, `examples/app.go`
 //! on net/http) against jetrelay, run as a user runs them: each message printed, a 200
 //! acked, the "bad" one dead-lettered (400, or `term` in a batch), the "flaky" one
-//! retried after its `Retry-After` (503, or `retry` in a batch). Node is required; the Go
-//! example is skipped, with a line saying so, where no Go toolchain is installed.
+//! retried after its `Retry-After` (503, or `retry` in a batch); with `WEBHOOK_SECRET`,
+//! each (and `examples/app.py`) refuses what jetrelay did not sign. Node is required;
+//! the Go example is skipped, with a line saying so, where no Go toolchain is
+//! installed.
 
 use std::ffi::OsStr;
 use std::io::ErrorKind;
