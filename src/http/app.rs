@@ -290,12 +290,23 @@ impl AppClient {
     }
 
     /// Whether `url` (the app's health URL) answers 2xx within `timeout`, asked
-    /// with the app's credentials.
+    /// with the app's credentials. Without an OAuth2 token (its endpoint fails) the
+    /// app is asked without one: the requests say why they are held, not the probe.
     pub async fn healthy(&self, url: &reqwest::Url, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         let headers = self.credentials.headers();
-        let asked = self.send_authorized(reqwest::Method::GET, url, headers, None, timeout);
-        let Ok(mut answer) = asked.await else {
+        let get = reqwest::Method::GET;
+        let asked = match self
+            .send_authorized(get.clone(), url, headers.clone(), None, timeout)
+            .await
+        {
+            Err(broke) if broke.token.is_some() => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                self.send(get, url, headers, None, left).await
+            }
+            asked => asked,
+        };
+        let Ok(mut answer) = asked else {
             return false;
         };
         // The body read (bounded, in time) so that the connection is kept for the next.

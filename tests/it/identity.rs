@@ -768,10 +768,14 @@ async fn a_failing_token_endpoint_holds_messages_as_the_app_unreachable_saying_w
     let endpoint = TokenEndpoint::start("relay", "s3cret-1").await;
     endpoint.set_failing(true);
     let app = MockApp::ok().await;
+    // The app is healthy (its probe needs no token): the requests say why they wait.
+    app.set_healthy(true);
     let env = Env::start(&["oaf.>"]).await;
     let extra = format!(
-        "[http.oauth2]\ntoken_url = \"{}\"\nclient_id = \"relay\"\nclient_secret_file = \"{}\"\n\
+        "[http]\nhealth_url = \"{}\"\nhealth_interval_ms = 50\n\
+         [http.oauth2]\ntoken_url = \"{}\"\nclient_id = \"relay\"\nclient_secret_file = \"{}\"\n\
          [delivery]\nretry_initial_ms = 100\nretry_max_ms = 200\n",
+        app.health_url(),
         endpoint.url,
         secret.display()
     );
