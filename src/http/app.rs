@@ -1,8 +1,7 @@
 //! The app's client: one per app origin — its connection pool, TLS (a private CA, a
-//! client certificate),
-//! proxy, credentials (static headers, the bearer token, secret header files, an
-//! OAuth2 token) and signing keys —
-//! shared by every source and route that sends there. What differs per source or
+//! client certificate), proxy, credentials (static headers, the bearer token, secret
+//! header files, an OAuth2 token) and signing keys — shared by every source and
+//! route that sends there. What differs per source or
 //! route (the URL, the format, the pass rules, the timeout, the answer limits) is a
 //! cheap target (`crate::http::forward::TargetSettings`) beside it.
 
