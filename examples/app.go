@@ -7,9 +7,15 @@
 // (`delivery.batch_size` > 1): the same verdicts, one per message, as `results`.
 // GET /health answers 200 once it listens. `go run examples/app.go` listens on
 // 127.0.0.1:8080, where config/quickstart.toml sends (PORT changes the port).
+// With WEBHOOK_SECRET set (the `whsec_...` secret of jetrelay's `[http.signing]`), a
+// request whose Standard Webhooks signature does not verify is refused with 401: the
+// specification's algorithm in a few lines of crypto/hmac (its Go library,
+// github.com/standard-webhooks/standard-webhooks/libraries/go, needs a module).
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -19,7 +25,35 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// signed says whether the request carries a valid signature (always, without a secret).
+func signed(r *http.Request, body []byte) bool {
+	secret := os.Getenv("WEBHOOK_SECRET")
+	if secret == "" {
+		return true
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		return false
+	}
+	id, ts := r.Header.Get("Webhook-Id"), r.Header.Get("Webhook-Timestamp")
+	at, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || time.Since(time.Unix(at, 0)).Abs() > 5*time.Minute {
+		return false
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + ts + "."))
+	mac.Write(body)
+	want := []byte("v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	for _, s := range strings.Split(r.Header.Get("Webhook-Signature"), " ") {
+		if hmac.Equal([]byte(s), want) {
+			return true
+		}
+	}
+	return false
+}
 
 // Above `delivery.batch_max_bytes` (1 MiB by default) plus the batch's JSON.
 const maxBody = 16 << 20
@@ -112,6 +146,11 @@ func handle(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	if !signed(r, body) {
+		fmt.Println("app <- a request without a valid signature -> 401")
+		w.WriteHeader(http.StatusUnauthorized)
 		return
 	}
 	if r.Header.Get("Jetrelay-Batch-Size") != "" {

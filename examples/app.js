@@ -7,9 +7,31 @@
 // (`delivery.batch_size` > 1): the same verdicts, one per message, as `results`.
 // GET /health answers 200 once it listens. `node examples/app.js` listens on
 // 127.0.0.1:8080, where config/quickstart.toml sends (PORT changes the port).
+// With WEBHOOK_SECRET set (the `whsec_...` secret of jetrelay's `[http.signing]`), a
+// request whose Standard Webhooks signature does not verify is refused with 401: the
+// specification's algorithm in a few lines of node:crypto (the `standardwebhooks`
+// package does the same, for an app that has packages).
 'use strict';
 
+const crypto = require('node:crypto');
 const http = require('node:http');
+
+const SECRET = process.env.WEBHOOK_SECRET;
+
+// Whether the request carries a valid signature (always, without a secret).
+function signed(req, raw) {
+  if (!SECRET) return true;
+  const id = req.headers['webhook-id'] ?? '';
+  const ts = req.headers['webhook-timestamp'] ?? '';
+  if (Math.abs(Date.now() / 1000 - Number(ts)) > 300) return false;
+  const key = Buffer.from(SECRET.replace(/^whsec_/, ''), 'base64');
+  const mac = crypto.createHmac('sha256', key).update(`${id}.${ts}.`).update(raw).digest();
+  const want = Buffer.from(`v1,${mac.toString('base64')}`);
+  return (req.headers['webhook-signature'] ?? '').split(' ').some((s) => {
+    const got = Buffer.from(s);
+    return got.length === want.length && crypto.timingSafeEqual(got, want);
+  });
+}
 
 // Above `delivery.batch_max_bytes` (1 MiB by default) plus the batch's JSON.
 const MAX_BODY = 16 * 1024 * 1024;
@@ -70,7 +92,13 @@ const server = http.createServer((req, res) => {
     chunks.push(chunk);
   });
   req.on('end', () => {
-    const body = Buffer.concat(chunks).toString();
+    const raw = Buffer.concat(chunks);
+    if (!signed(req, raw)) {
+      console.log('app <- a request without a valid signature -> 401');
+      res.writeHead(401, { 'Content-Length': '0' }).end();
+      return;
+    }
+    const body = raw.toString();
     if (req.headers['jetrelay-batch-size'] !== undefined) batch(res, body);
     else one(req, res, body);
   });

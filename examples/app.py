@@ -6,10 +6,42 @@ It prints each message it is given and answers 200; 400 for a body that says "ba
 jetrelay (`http.health_url`) waits for it before the first pull. `python3
 examples/app.py` listens on 127.0.0.1:8080, where config/quickstart.toml sends (PORT
 changes the port).
+
+With WEBHOOK_SECRET set (the `whsec_...` secret of jetrelay's `[http.signing]`), a
+request whose Standard Webhooks signature does not verify is refused with 401: by the
+specification's `standardwebhooks` package when it is installed, else by the few
+lines of HMAC below.
 """
 
+import base64
+import hashlib
+import hmac
 import os
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SECRET = os.environ.get("WEBHOOK_SECRET")
+
+
+def signed(body: bytes, headers) -> bool:
+    """Whether the request carries a valid signature (always, without a secret)."""
+    if not SECRET:
+        return True
+    wanted = {n: headers.get(n, "") for n in ("webhook-id", "webhook-timestamp", "webhook-signature")}
+    try:
+        from standardwebhooks import Webhook
+    except ImportError:
+        key = base64.b64decode(SECRET.removeprefix("whsec_"))
+        if abs(time.time() - int(wanted["webhook-timestamp"] or 0)) > 300:
+            return False
+        content = f"{wanted['webhook-id']}.{wanted['webhook-timestamp']}.".encode() + body
+        mac = base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
+        return any(hmac.compare_digest(f"v1,{mac}", s) for s in wanted["webhook-signature"].split())
+    try:
+        Webhook(SECRET).verify(body, wanted, json_parse=False)
+        return True
+    except Exception:
+        return False
 
 
 class App(BaseHTTPRequestHandler):
@@ -21,6 +53,12 @@ class App(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         delivered = self.headers.get("Nats-Delivered", "1")
+        if not signed(body, self.headers):
+            print("app <- a request without a valid signature -> 401", flush=True)
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if b"bad" in body:
             status = 400
         elif b"flaky" in body and delivered == "1":

@@ -1,4 +1,5 @@
-//! Hashes as data: SHA-256 over parts ([`sha256`]), PBKDF2-HMAC-SHA256 ([`pbkdf2`]),
+//! Hashes as data: SHA-256 over parts ([`sha256`]), HMAC-SHA256 over parts
+//! ([`hmac_sha256_parts`]), PBKDF2-HMAC-SHA256 ([`pbkdf2`]),
 //! random bytes ([`random`]) and lower-case hex ([`hex`]). The one room that names
 //! `ring` (already in the build through rustls): a marker's digest of its message and
 //! a secret's fingerprint are made here.
@@ -20,9 +21,19 @@ pub fn sha256(parts: &[&[u8]]) -> [u8; 32] {
 /// with).
 #[cfg(test)]
 pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
+    hmac_sha256_parts(key, &[data])
+}
+
+/// HMAC-SHA256 of `parts`, one after another, under `key` (a Standard Webhooks
+/// signature: `crate::app::signing`).
+pub fn hmac_sha256_parts(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
+    let mut ctx = ring::hmac::Context::with_key(&key);
+    for part in parts {
+        ctx.update(part);
+    }
     let mut out = [0u8; 32];
-    out.copy_from_slice(ring::hmac::sign(&key, data).as_ref());
+    out.copy_from_slice(ctx.sign().as_ref());
     out
 }
 

@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("config", config),
     ("header_values", header_values),
     ("stored_records", stored_records),
+    ("token_answers", token_answers),
 ];
 
 /// A message as the targets write it: the first line its subject, then `name: value`
@@ -331,7 +332,7 @@ pub fn header_values(data: &[u8]) {
     let (c, rest) = choice(data);
     let text = String::from_utf8_lossy(rest);
     let v = text.as_ref();
-    match c % 13 {
+    match c % 14 {
         0 => {
             let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000);
             let _ = parse_retry_after(v, now);
@@ -408,6 +409,14 @@ pub fn header_values(data: &[u8]) {
             let granted = jetrelay::ops::drain::may_drain(Some("s3cret"), caller);
             if granted {
                 assert!(v.contains("s3cret"), "{v:?} granted without the token");
+            }
+        }
+        12 => {
+            // A `[http.signing]` secret: a key within the specification's bounds, and
+            // a signature of one `v1,<base64 of 32 bytes>`.
+            if let Ok(key) = jetrelay::app::signing::Key::parse(v) {
+                let sig = jetrelay::app::signing::signature(&[key], "id", 1, rest);
+                assert!(sig.starts_with("v1,") && sig.len() == 3 + 44, "{sig}");
             }
         }
         _ => {
@@ -599,4 +608,18 @@ fn discovery(rest: &[u8]) {
         !table.chars().any(|c| c.is_control() && c != '\n'),
         "a control character reached the table"
     );
+}
+
+// === token_answers ===
+
+/// An OAuth2 token endpoint's answer (`[http.oauth2]`): a token read is one the app's
+/// `Authorization` can carry, within its bound, and kept no longer than it lives.
+pub fn token_answers(data: &[u8]) {
+    use jetrelay::http::oauth2::{WITHOUT_EXPIRY, bearer, keep_for, parse_token};
+    if let Ok(token) = parse_token(data) {
+        assert!(!token.access_token.is_empty() && token.access_token.len() <= 16 * 1024);
+        assert!(bearer(&token.access_token).is_some(), "not a header value");
+        let kept = keep_for(token.expires_in);
+        assert!(kept <= token.expires_in.unwrap_or(WITHOUT_EXPIRY));
+    }
 }

@@ -50,8 +50,10 @@ const NEVER: &[&str] = &[
 ];
 
 /// Header name prefixes that are never passed: the server's `Nats-*` (the metadata
-/// headers are jetrelay's to set), jetrelay's own, and proxies' `X-Forwarded-*`.
-const NEVER_PREFIXES: &[&str] = &["nats-", "jetrelay-", "x-forwarded-"];
+/// headers are jetrelay's to set), jetrelay's own, proxies' `X-Forwarded-*`, and
+/// Standard Webhooks' `Webhook-*` (a signature is jetrelay's to make:
+/// `crate::app::signing`).
+const NEVER_PREFIXES: &[&str] = &["nats-", "jetrelay-", "x-forwarded-", "webhook-"];
 
 /// The request header that names the message an idempotency key's marker records,
 /// `<stream>:<sequence>` (or `unknown`), when a message is sent although its key has
@@ -201,6 +203,23 @@ pub fn map<'a>(
     out
 }
 
+/// A message's id: its `Nats-Msg-Id` (a valid, non-empty header value), else
+/// `<stream>:<sequence>` (the CloudEvents `ce-id` jetrelay writes, and the Standard Webhooks
+/// `webhook-id`: `crate::app::signing`).
+pub fn event_id(d: Offered<'_>) -> String {
+    match d
+        .header("Nats-Msg-Id")
+        .filter(|v| is_valid_value(v) && !v.is_empty())
+    {
+        Some(id) => id.to_string(),
+        None => format!(
+            "{}:{}",
+            d.meta().map_or("", |m| m.stream.as_str()),
+            d.stream_seq()
+        ),
+    }
+}
+
 /// The `ce-*` headers of a CloudEvent in binary content mode. A message that is a
 /// CloudEvent already (its `ce-specversion` passes `http.pass_headers`) keeps the
 /// `ce-*` headers of its own that pass; what it lacks of `ce-id`, `ce-source` and
@@ -219,10 +238,7 @@ fn cloudevent<'a>(d: Offered<'a>, pass: &Pass, out: &mut Mapped<'a>) {
     out.headers.retain(|(n, _)| !is_ce(n));
     let meta = d.meta();
     let stream = meta.map_or("", |m| m.stream.as_str());
-    let id = d
-        .header("Nats-Msg-Id")
-        .filter(|v| is_valid_value(v) && !v.is_empty())
-        .map_or_else(|| format!("{stream}:{}", d.stream_seq()), str::to_string);
+    let id = event_id(d);
     let source = format!("/jetstream/{stream}");
     let kind = "io.nats.jetstream.message";
     if own {

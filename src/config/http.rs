@@ -1,6 +1,7 @@
 //! `[http]`: the app's URL and timeout, extra headers and the bearer token file, the
-//! health probe, which statuses retry or terminate, and the transport (a Unix socket,
-//! HTTP/2).
+//! health probe, which statuses retry or terminate, the transport (a Unix socket,
+//! HTTP/2), and how jetrelay proves itself to the app (`[http.signing]`,
+//! `[http.oauth2]`).
 
 use std::collections::BTreeMap;
 
@@ -46,6 +47,11 @@ pub struct HttpConfig {
     pub format: RequestFormat,
     /// A CA bundle that verifies an `https://` app (the system's roots otherwise).
     pub tls_ca_file: String,
+    /// The client certificate presented to an `https://` app that asks for one
+    /// (mTLS), read again when it changes.
+    pub tls_cert_file: String,
+    /// Its private key, read again when it changes.
+    pub tls_key_file: String,
     /// An explicit proxy for the app's requests (proxy environment variables are
     /// ignored); empty = none. Never with credentials in it.
     pub proxy: String,
@@ -64,6 +70,39 @@ pub struct HttpConfig {
     /// app's own `SETTINGS_MAX_CONCURRENT_STREAMS`) another connection is opened.
     /// 0 = the app's limit alone.
     pub max_concurrent_streams: u32,
+    /// `[http.signing]`: Standard Webhooks signatures on every request.
+    pub signing: SigningConfig,
+    /// `[http.oauth2]`: an OAuth2 client credentials token on every request.
+    pub oauth2: OAuth2Config,
+}
+
+/// `[http.oauth2]`: the OAuth2 client credentials grant (RFC 6749 §4.4); off while
+/// `token_url` is empty.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OAuth2Config {
+    /// Where tokens are asked for.
+    pub token_url: String,
+    /// The client's id.
+    pub client_id: String,
+    /// A file holding the client's secret, read again when it changes.
+    pub client_secret_file: String,
+    /// The scopes asked for (sent space-separated).
+    pub scopes: Vec<String>,
+    /// The audience asked for (empty: none).
+    pub audience: String,
+}
+
+/// `[http.signing]`: the Standard Webhooks secrets (`whsec_<base64 key>`), each read
+/// again when its file changes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SigningConfig {
+    /// The secret every request is signed with; empty = no signatures.
+    pub secret_file: String,
+    /// A second secret every request is signed with too, while the app moves from
+    /// it to `secret_file` (a rotation); empty = none.
+    pub previous_secret_file: String,
 }
 
 impl Default for HttpConfig {
@@ -87,10 +126,14 @@ impl Default for HttpConfig {
             proxy: String::new(),
             proxy_credentials_file: String::new(),
             tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
             format: RequestFormat::Raw,
             unix_socket: String::new(),
             version: HttpVersion::Http1,
             max_concurrent_streams: 0,
+            signing: SigningConfig::default(),
+            oauth2: OAuth2Config::default(),
         }
     }
 }
@@ -146,6 +189,13 @@ impl Config {
         ]);
         self.check_http_headers(p);
         self.check_transport(p);
+        self.check_oauth2(p);
+        if !h.signing.previous_secret_file.is_empty() && h.signing.secret_file.is_empty() {
+            p.add(
+                "http.signing.previous_secret_file",
+                "is signed with beside http.signing.secret_file: set that too",
+            );
+        }
         let retry = StatusSet::parse(&h.retry_statuses);
         let term = StatusSet::parse(&h.term_statuses);
         for (key, set) in [
@@ -160,8 +210,9 @@ impl Config {
         }
     }
 
-    /// `http.unix_socket` and `http.version`: a socket is an absolute path that fits
-    /// a socket address, carries no TLS and no proxy; h2c carries no TLS either.
+    /// `http.unix_socket`, `http.version` and the client certificate: a socket is an
+    /// absolute path that fits a socket address, without a proxy; h2c carries no
+    /// TLS; a client certificate comes with its key, for an `https://` app.
     fn check_transport(&self, p: &mut Problems) {
         let h = &self.http;
         let https = [&h.url, &h.health_url].iter().any(|u| {
@@ -183,18 +234,21 @@ impl Config {
                     ),
                 );
             }
-            if https {
-                p.add(
-                    "http.unix_socket",
-                    "carries plain HTTP: use an http:// URL (and health URL) with it",
-                );
-            }
             if !h.proxy.is_empty() {
                 p.add(
                     "http.unix_socket",
                     "and http.proxy cannot both be set: requests over the socket go to the app directly",
                 );
             }
+        }
+        match (h.tls_cert_file.is_empty(), h.tls_key_file.is_empty()) {
+            (false, true) => p.add("http.tls_key_file", "is needed with http.tls_cert_file"),
+            (true, false) => p.add("http.tls_cert_file", "is needed with http.tls_key_file"),
+            (false, false) if !https => p.add(
+                "http.tls_cert_file",
+                "is presented to an https:// app: http.url is not one",
+            ),
+            _ => {}
         }
         if h.max_concurrent_streams > 0 && h.version != HttpVersion::H2c {
             p.add(
@@ -206,6 +260,44 @@ impl Config {
             p.add(
                 "http.version",
                 "\"h2c\" is HTTP/2 without TLS: for an https:// app use \"auto\" (h2 agreed by ALPN)",
+            );
+        }
+    }
+
+    /// `[http.oauth2]`: all of it or none; its token is the request's only
+    /// `Authorization`.
+    fn check_oauth2(&self, p: &mut Problems) {
+        let h = &self.http;
+        let o = &h.oauth2;
+        if *o == OAuth2Config::default() {
+            return;
+        }
+        if o.token_url.is_empty() {
+            p.add("http.oauth2.token_url", "is required with [http.oauth2]");
+        } else if let Err(e) = check_http_url(&o.token_url) {
+            p.add("http.oauth2.token_url", e);
+        } else if super::nats::has_userinfo(&o.token_url) {
+            p.add(
+                "http.oauth2.token_url",
+                "carries credentials: the client's are client_id and client_secret_file",
+            );
+        }
+        for (key, value) in [
+            ("http.oauth2.client_id", &o.client_id),
+            ("http.oauth2.client_secret_file", &o.client_secret_file),
+        ] {
+            if value.is_empty() {
+                p.add(key, "is required with [http.oauth2]");
+            }
+        }
+        let authorization = |n: &String| n.eq_ignore_ascii_case("authorization");
+        if !h.bearer_token_file.is_empty()
+            || h.headers.keys().any(authorization)
+            || h.header_files.keys().any(authorization)
+        {
+            p.add(
+                "http.oauth2",
+                "sets Authorization, as http.bearer_token_file (or an Authorization header) does: keep one",
             );
         }
     }
@@ -320,11 +412,23 @@ mod tests {
             ),
             (
                 "url = \"https://app/m\"\nunix_socket = \"/run/app.sock\"\n",
-                Some(("http.unix_socket", "http:// URL")),
+                None,
             ),
             (
-                "url = \"http://app/m\"\nhealth_url = \"HTTPS://app/h\"\nunix_socket = \"/run/a.sock\"\n",
-                Some(("http.unix_socket", "http:// URL")),
+                "url = \"https://app/m\"\ntls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n",
+                None,
+            ),
+            (
+                "url = \"https://app/m\"\ntls_cert_file = \"/c.pem\"\n",
+                Some(("http.tls_key_file", "with http.tls_cert_file")),
+            ),
+            (
+                "url = \"https://app/m\"\ntls_key_file = \"/k.pem\"\n",
+                Some(("http.tls_cert_file", "with http.tls_key_file")),
+            ),
+            (
+                "url = \"http://app/m\"\ntls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n",
+                Some(("http.tls_cert_file", "https:// app")),
             ),
             (
                 "url = \"http://app/m\"\nunix_socket = \"/run/a.sock\"\nproxy = \"http://p:3128\"\n",

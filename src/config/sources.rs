@@ -284,6 +284,55 @@ mod tests {
     }
 
     #[test]
+    fn the_outbound_identity_is_per_source_and_inherited_key_by_key() {
+        let c = Config::from_toml(&[r#"
+            [http]
+            url = "https://app/messages"
+            tls_cert_file = "/tls/tls.crt"
+            tls_key_file = "/tls/tls.key"
+            [http.signing]
+            secret_file = "/s/whsec"
+            [http.oauth2]
+            token_url = "https://idp/token"
+            client_id = "relay"
+            client_secret_file = "/s/client"
+            [sources.a]
+            stream = "A"
+            kind = "durable"
+            durable = "a"
+            [sources.a.http.signing]
+            previous_secret_file = "/s/whsec-old"
+            [sources.a.http.oauth2]
+            scopes = ["a.write"]
+            [sources.b]
+            stream = "B"
+            kind = "durable"
+            durable = "b"
+            [sources.b.http]
+            tls_cert_file = "/tls/b.crt"
+            tls_key_file = "/tls/b.key"
+        "#])
+        .unwrap();
+        let views = c.source_views().unwrap();
+        let (a, b) = (&views[0].config.http, &views[1].config.http);
+        assert_eq!(
+            (
+                a.signing.secret_file.as_str(),
+                a.signing.previous_secret_file.as_str()
+            ),
+            ("/s/whsec", "/s/whsec-old")
+        );
+        assert_eq!(
+            (a.oauth2.client_id.as_str(), a.oauth2.scopes.as_slice()),
+            ("relay", &["a.write".to_string()][..])
+        );
+        assert_eq!(a.tls_cert_file, "/tls/tls.crt");
+        assert_eq!(b.tls_cert_file, "/tls/b.crt");
+        assert_eq!(b.signing.previous_secret_file, "", "inherited");
+        assert!(b.oauth2.scopes.is_empty());
+    }
+
+    #[test]
     fn the_single_form_is_one_source_named_default() {
         let c = Config::from_toml(&[
             "[source]\nstream = \"S\"\nkind = \"durable\"\ndurable = \"d\"\n\

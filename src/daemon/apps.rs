@@ -94,7 +94,15 @@ impl Apps {
             rebuilt.push(kept.is_none());
             let client = match kept {
                 Some(c) => c.client.clone(),
-                None => AppClient::new(&settings)?,
+                None => {
+                    let client = AppClient::new(&settings)?;
+                    // An OAuth2 token is fetched at start (one task per client built).
+                    if settings.oauth2.is_some() {
+                        let warm = client.clone();
+                        tokio::spawn(async move { warm.prefetch_token().await });
+                    }
+                    client
+                }
             };
             apps.clients.push(Client { settings, client });
         }

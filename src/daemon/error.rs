@@ -90,9 +90,11 @@ fn is_config_client(e: &ClientError) -> bool {
     matches!(
         e,
         ClientError::SecretFile(_)
+            | ClientError::Signing { .. }
             | ClientError::Header(_)
             | ClientError::Proxy(..)
             | ClientError::TlsCa { .. }
+            | ClientError::TlsClientCert { .. }
     )
 }
 

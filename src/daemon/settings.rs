@@ -28,7 +28,9 @@ use crate::http::app::{ClientSettings, ProxySettings};
 use crate::http::collector::{CollectorSettings, Exported, Protocol};
 use crate::http::credentials::CredentialFiles;
 use crate::http::forward::{AnswerLimits, TargetSettings};
+use crate::http::oauth2::OAuth2Settings;
 use crate::http::probe::HealthProbe;
+use crate::http::signing::SigningFiles;
 use crate::nats::{Auth, Connection, Tls};
 use crate::ops::traces::{AppTarget, SourceTrace, TraceSettings};
 use crate::outputs::Rules;
@@ -41,6 +43,7 @@ use crate::source::settings::{
     Binding, DeadLetters, Idempotency, KindSettings, Retry, ServiceSettings, SourceSettings,
     StreamSettings, dlq_duplicate_window,
 };
+use crate::tls::ClientCertFiles;
 use crate::topology::{ConsumerSpec, StreamSpec, TopologyRequest};
 use crate::trace::encode::Resource;
 
@@ -412,17 +415,41 @@ fn client(c: &Config, p: &mut Vec<Problem>) -> Option<ClientSettings> {
     };
     Some(ClientSettings {
         tls_ca_file: file(&h.tls_ca_file),
+        tls_client: (!h.tls_cert_file.is_empty()).then(|| ClientCertFiles {
+            cert_file: h.tls_cert_file.clone(),
+            key_file: h.tls_key_file.clone(),
+        }),
         proxy,
         credentials: CredentialFiles {
             headers: h.headers.clone(),
             bearer_token_file: file(&h.bearer_token_file),
             header_files: h.header_files.clone(),
         },
+        signing: (!h.signing.secret_file.is_empty()).then(|| SigningFiles {
+            secret_file: h.signing.secret_file.clone(),
+            previous_secret_file: file(&h.signing.previous_secret_file),
+        }),
+        oauth2: oauth2(c, p)?,
         pool: c.delivery.max_in_flight as usize,
         unix_socket: (!h.unix_socket.is_empty()).then(|| h.unix_socket.clone().into()),
         version: h.version,
         max_concurrent_streams: h.max_concurrent_streams,
     })
+}
+
+/// `[http.oauth2]`, parsed (`Some(None)`: off; `None`: a problem was added).
+fn oauth2(c: &Config, p: &mut Vec<Problem>) -> Option<Option<OAuth2Settings>> {
+    let o = &c.http.oauth2;
+    if o.token_url.is_empty() {
+        return Some(None);
+    }
+    Some(Some(OAuth2Settings {
+        token_url: url(p, "http.oauth2.token_url", &o.token_url)?,
+        client_id: o.client_id.clone(),
+        client_secret_file: o.client_secret_file.clone(),
+        scopes: o.scopes.clone(),
+        audience: o.audience.clone(),
+    }))
 }
 
 /// `[http]` (and the bounds of `[publish]`), parsed: where a source's messages go.

@@ -55,6 +55,11 @@ pub fn named(file: &Path, config: &Config) -> Vec<PathBuf> {
             &h.bearer_token_file,
             &h.tls_ca_file,
             &h.proxy_credentials_file,
+            &h.tls_cert_file,
+            &h.tls_key_file,
+            &h.signing.secret_file,
+            &h.signing.previous_secret_file,
+            &h.oauth2.client_secret_file,
         ] {
             push(p);
         }

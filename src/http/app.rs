@@ -1,6 +1,7 @@
-//! The app's client: one per app origin — its connection pool, TLS (a private CA),
-//! proxy and credentials (static headers, the bearer token, secret header files) —
-//! shared by every source and route that sends there. What differs per source or
+//! The app's client: one per app origin — its connection pool, TLS (a private CA, a
+//! client certificate), proxy, credentials (static headers, the bearer token, secret
+//! header files, an OAuth2 token) and signing keys — shared by every source and
+//! route that sends there. What differs per source or
 //! route (the URL, the format, the pass rules, the timeout, the answer limits) is a
 //! cheap target (`crate::http::forward::TargetSettings`) beside it.
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{ACCEPT, HeaderMap, HeaderValue};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue};
 
 use crate::app::transport::HttpVersion;
 use crate::http::answer::AppAnswer;
@@ -17,6 +18,9 @@ use crate::http::client::ClientError;
 use crate::http::credentials::{CredentialFiles, Credentials};
 use crate::http::h1::H1;
 use crate::http::h2::H2c;
+use crate::http::oauth2::{self, OAuth2Settings, TokenSource};
+use crate::http::signing::{Signer, SigningFiles};
+use crate::tls::{ClientCert, ClientCertFiles};
 
 /// `sent`, unless `deadline` comes first.
 async fn within<T>(
@@ -38,10 +42,17 @@ const PROBE_BODY: usize = 64 * 1024;
 pub struct ClientSettings {
     /// `http.tls_ca_file`: a private CA, added to the system's roots.
     pub tls_ca_file: Option<String>,
+    /// `http.tls_cert_file` and `http.tls_key_file`: the client certificate
+    /// presented to an `https://` app that asks for one (mTLS).
+    pub tls_client: Option<ClientCertFiles>,
     /// `http.proxy`: the only proxy the app's requests go through.
     pub proxy: Option<ProxySettings>,
     /// `http.headers`, `http.bearer_token_file`, `http.header_files`.
     pub credentials: CredentialFiles,
+    /// `[http.signing]`: Standard Webhooks signatures on every request, when set.
+    pub signing: Option<SigningFiles>,
+    /// `[http.oauth2]`: a client credentials token on every request, when set.
+    pub oauth2: Option<OAuth2Settings>,
     /// Idle connections kept per host (the sources' `delivery.max_in_flight`); an
     /// HTTP/2 app needs one, its requests multiplexed on it.
     pub pool: usize,
@@ -73,6 +84,10 @@ pub struct AppClient {
     /// The client that carries the requests.
     transport: Transport,
     pub(super) credentials: Arc<Credentials>,
+    /// `[http.signing]`'s signer, when set.
+    pub(super) signer: Option<Arc<Signer>>,
+    /// `[http.oauth2]`'s tokens, when set.
+    oauth2: Option<Arc<TokenSource>>,
     /// `http.version`: under h2c a broken request asks whether the app speaks HTTP/2.
     pub(super) version: HttpVersion,
     /// `http.unix_socket`, where that is asked.
@@ -100,11 +115,28 @@ impl AppClient {
     /// [`ClientError`].
     pub fn new(cfg: &ClientSettings) -> Result<AppClient, ClientError> {
         let credentials = Arc::new(Credentials::load(&cfg.credentials)?);
+        let signer = match &cfg.signing {
+            Some(files) => Some(Arc::new(Signer::load(files)?)),
+            None => None,
+        };
         // Proxy environment variables (often set cluster-wide) never divert the app's
         // traffic, bearer token included: only `http.proxy` does.
         let ca_file = cfg.tls_ca_file.as_deref().unwrap_or("");
+        let cert = match &cfg.tls_client {
+            None => None,
+            Some(files) => Some(Arc::new(ClientCert::load(files).map_err(
+                |(key, source)| ClientError::TlsClientCert {
+                    key,
+                    path: match key {
+                        "http.tls_key_file" => files.key_file.clone(),
+                        _ => files.cert_file.clone(),
+                    },
+                    source,
+                },
+            )?)),
+        };
         let mut builder =
-            crate::http::client::builder_for(ca_file, cfg.version).map_err(|source| {
+            crate::http::client::builder_for(ca_file, cfg.version, cert).map_err(|source| {
                 ClientError::TlsCa {
                     path: ca_file.to_string(),
                     source,
@@ -131,6 +163,21 @@ impl AppClient {
             .tcp_nodelay(true)
             .build()
             .map_err(ClientError::Build)?;
+        let oauth2 = match &cfg.oauth2 {
+            None => None,
+            Some(o) => {
+                // The token endpoint is asked directly (no proxy), trusting what the
+                // app's client trusts.
+                let asks = crate::http::client::builder(ca_file)
+                    .map_err(|source| ClientError::TlsCa {
+                        path: ca_file.to_string(),
+                        source,
+                    })?
+                    .build()
+                    .map_err(ClientError::Build)?;
+                Some(Arc::new(TokenSource::load(o, asks)?))
+            }
+        };
         let socket: Option<Arc<std::path::Path>> = cfg.unix_socket.as_deref().map(Arc::from);
         let transport = match (&cfg.proxy, cfg.version) {
             (Some(_), _) => Transport::Proxied,
@@ -144,6 +191,8 @@ impl AppClient {
             client,
             transport,
             credentials,
+            signer,
+            oauth2,
             version: cfg.version,
             socket,
         })
@@ -191,13 +240,72 @@ impl AppClient {
         }
     }
 
+    /// [`AppClient::send`] with `[http.oauth2]`'s token, when set: fetched first (no
+    /// token: nothing is sent, [`Broke::token`]); a 401 answer drops it, and the
+    /// request is sent once more with a new one, within what is left of `timeout`.
+    ///
+    /// # Errors
+    /// [`Broke`]: why there is no answer.
+    pub(crate) async fn send_authorized(
+        &self,
+        method: reqwest::Method,
+        url: &reqwest::Url,
+        mut headers: HeaderMap,
+        body: Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<AppAnswer, Broke> {
+        let Some(tokens) = &self.oauth2 else {
+            return self.send(method, url, headers, body, timeout).await;
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        let fetch = || async { tokens.token().await.map_err(|e| Broke::token(e.kind())) };
+        let token = within(deadline, fetch()).await?;
+        if let Some(v) = oauth2::bearer(&token) {
+            headers.insert(AUTHORIZATION, v);
+        }
+        let again = (method.clone(), headers.clone(), body.clone());
+        let answer = self.send(method, url, headers, body, timeout).await?;
+        if answer.status() != 401 {
+            return Ok(answer);
+        }
+        drop(answer);
+        tokens.refused(&token);
+        let token = within(deadline, fetch()).await?;
+        let (method, mut headers, body) = again;
+        if let Some(v) = oauth2::bearer(&token) {
+            headers.insert(AUTHORIZATION, v);
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.send(method, url, headers, body, left).await
+    }
+
+    /// Fetches `[http.oauth2]`'s token now, when set, so that the first request
+    /// does not wait for it (a failure is fetched again by that request).
+    pub async fn prefetch_token(&self) {
+        if let Some(tokens) = &self.oauth2 {
+            // A failure is logged where it happens; the first request asks again.
+            tokens.token().await.ok();
+        }
+    }
+
     /// Whether `url` (the app's health URL) answers 2xx within `timeout`, asked
-    /// with the app's credentials.
+    /// with the app's credentials. Without an OAuth2 token (its endpoint fails) the
+    /// app is asked without one: the requests say why they are held, not the probe.
     pub async fn healthy(&self, url: &reqwest::Url, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         let headers = self.credentials.headers();
-        let asked = self.send(reqwest::Method::GET, url, headers, None, timeout);
-        let Ok(mut answer) = asked.await else {
+        let get = reqwest::Method::GET;
+        let asked = match self
+            .send_authorized(get.clone(), url, headers.clone(), None, timeout)
+            .await
+        {
+            Err(broke) if broke.token.is_some() => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                self.send(get, url, headers, None, left).await
+            }
+            asked => asked,
+        };
+        let Ok(mut answer) = asked else {
             return false;
         };
         // The body read (bounded, in time) so that the connection is kept for the next.

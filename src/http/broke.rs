@@ -11,12 +11,15 @@ pub(crate) struct Broke {
     pub timeout: bool,
     /// No connection could be made (nothing was sent).
     pub connect: bool,
-    /// The TLS handshake failed.
+    /// The TLS handshake failed, or the app refused it (a client certificate
+    /// missing or not trusted): the app never saw the request.
     pub handshake: bool,
     /// The innermost I/O error's kind, when there is one.
     pub io: Option<ErrorKind>,
     /// Sending the request's body failed.
     pub body: bool,
+    /// No OAuth2 token could be had (what `/ready` says): nothing was sent.
+    pub token: Option<&'static str>,
     /// The innermost cause, for the log.
     pub cause: String,
 }
@@ -30,7 +33,16 @@ impl Broke {
             handshake: false,
             io: None,
             body: false,
+            token: None,
             cause,
+        }
+    }
+
+    /// No OAuth2 token: `kind` says why.
+    pub(crate) fn token(kind: &'static str) -> Broke {
+        Broke {
+            token: Some(kind),
+            ..Broke::other(kind.to_string())
         }
     }
 
@@ -56,7 +68,8 @@ impl Broke {
         Broke {
             timeout: e.is_timeout(),
             connect: e.is_connect(),
-            handshake: e.is_connect() && crate::tls::is_handshake_failure(e),
+            handshake: (e.is_connect() && crate::tls::is_handshake_failure(e))
+                || crate::tls::is_refused_handshake(e),
             body: e.is_body(),
             ..Broke::of_error(e)
         }

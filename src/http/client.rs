@@ -6,7 +6,9 @@
 //! The daemon's app client, the examples and the test harness all start here.
 
 use crate::app::transport::HttpVersion;
-use crate::tls::{TlsFileError, client_config, client_config_auto};
+use std::sync::Arc;
+
+use crate::tls::{ClientCert, TlsFileError, app_client_config, client_config};
 
 /// A client builder with jetrelay's TLS (the system's roots, plus the certificates
 /// of `ca_file` when it is not empty), proxies from the environment ignored and
@@ -28,18 +30,17 @@ pub fn builder(ca_file: &str) -> Result<reqwest::ClientBuilder, TlsFileError> {
 
 /// A builder for the app's requests in `version` (`http.version`): HTTP/1.1 only
 /// (ALPN `http/1.1`); h2c by prior knowledge; or ALPN `h2`, `http/1.1` for `https://`
-/// and HTTP/1.1 for `http://`. Otherwise as [`builder`].
+/// and HTTP/1.1 for `http://`; presenting `cert` to an app that asks for a client
+/// certificate. Otherwise as [`builder`].
 ///
 /// # Errors
 /// As [`builder`].
 pub fn builder_for(
     ca_file: &str,
     version: HttpVersion,
+    cert: Option<Arc<ClientCert>>,
 ) -> Result<reqwest::ClientBuilder, TlsFileError> {
-    let tls = match version {
-        HttpVersion::Http1 | HttpVersion::H2c => client_config(ca_file)?,
-        HttpVersion::Auto => client_config_auto(ca_file)?,
-    };
+    let tls = app_client_config(ca_file, version == HttpVersion::Auto, cert)?;
     let b = reqwest::Client::builder()
         .no_proxy()
         .tls_backend_preconfigured(tls)
@@ -110,12 +111,32 @@ pub enum ClientError {
     /// cannot be used.
     #[error(transparent)]
     SecretFile(#[from] crate::secret::SecretError),
+    /// A signing secret file holds no Standard Webhooks key.
+    #[error("{key}: not a Standard Webhooks secret")]
+    Signing {
+        /// The config key.
+        key: String,
+        /// What is wrong (never the secret).
+        #[source]
+        source: crate::app::signing::WhsecError,
+    },
     /// A configured header or the token is not valid HTTP.
     #[error("http.headers.{0}: not a valid header")]
     Header(String),
     /// `http.tls_ca_file` cannot be used (or the system has no roots).
     #[error("http.tls_ca_file ({path})")]
     TlsCa {
+        /// The path.
+        path: String,
+        /// What is wrong.
+        #[source]
+        source: TlsFileError,
+    },
+    /// `http.tls_cert_file` or `http.tls_key_file` cannot be used.
+    #[error("{key} ({path})")]
+    TlsClientCert {
+        /// The config key.
+        key: &'static str,
         /// The path.
         path: String,
         /// What is wrong.

@@ -22,12 +22,21 @@ struct FileHeader {
     prefix: &'static str,
 }
 
-/// The headers last built, and the file values they were built from.
-#[derive(Debug)]
+/// The headers last built, and the file values they were built from (never in
+/// `Debug`: the values are secrets).
 struct Cached {
     /// Shared, so that each request takes a reference, not a copy.
     headers: Arc<HeaderMap>,
     values: Vec<Arc<str>>,
+}
+
+impl std::fmt::Debug for Cached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The headers' file values are marked sensitive: their Debug hides them.
+        f.debug_struct("Cached")
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where the app's credentials come from: `http.headers`, `http.bearer_token_file`,
@@ -176,6 +185,11 @@ mod tests {
         })
         .unwrap();
         let h = c.headers();
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("\"v1\"") && !shown.contains("\"k1\""),
+            "{shown}"
+        );
         assert_eq!(h["authorization"], "Bearer v1");
         assert!(h["authorization"].is_sensitive());
         assert_eq!(h["x-api-key"], "k1");

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::app::answer::KeptAnswer;
 use crate::app::headers::{Pass, RequestFormat, TraceHeaders};
+use crate::app::signing;
 use crate::app::transport::HttpVersion;
 use crate::http::answer::AppAnswer;
 use crate::http::app::AppClient;
@@ -198,6 +199,7 @@ impl Forwarder {
             headers.append(crate::app::headers::IDEMPOTENCY_CONFLICT, v);
         }
         let publish = self.target.limits.publish_answer();
+        let signed = self.signs().then(|| crate::app::headers::event_id(d));
         let (mut f, body, _) = self
             .post(
                 headers,
@@ -205,6 +207,7 @@ impl Forwarder {
                 MAX_BODY_DRAIN,
                 publish,
                 false,
+                signed,
             )
             .await;
         f.skipped_headers = skipped;
@@ -252,7 +255,16 @@ impl Forwarder {
             }
         }
         let keep = self.target.limits.batch_answer(items.len());
-        let (mut forwarded, body, _) = self.post(headers, body.into(), keep, keep, false).await;
+        let signed = self.signs().then(|| {
+            let ids: Vec<String> = offers
+                .iter()
+                .map(|o| crate::app::headers::event_id(o.offered))
+                .collect();
+            signing::batch_id(ids.iter().map(String::as_str))
+        });
+        let (mut forwarded, body, _) = self
+            .post(headers, body.into(), keep, keep, false, signed)
+            .await;
         forwarded.skipped_headers = skipped.skipped_invalid;
         forwarded.trace_dropped = skipped.trace_dropped;
         let bounds = crate::app::batch::AnswerBounds {
@@ -302,8 +314,13 @@ impl Forwarder {
                 _ => skipped += 1,
             }
         }
+        // A request has no id of its own: each gets a random one.
+        let signed = self.signs().then(|| {
+            let random: [u8; 16] = crate::digest::random().unwrap_or_default();
+            format!("msg_{}", crate::digest::hex(&random))
+        });
         let (mut forwarded, kept, answer_headers) =
-            self.post(map, body, max_body, max_body, true).await;
+            self.post(map, body, max_body, max_body, true, signed).await;
         forwarded.skipped_headers = skipped;
         let Outcome::Answered { status, .. } = forwarded.outcome else {
             return (forwarded, None);
@@ -321,9 +338,29 @@ impl Forwarder {
         (forwarded, Some(answer))
     }
 
+    /// Whether requests are signed (`[http.signing]`).
+    fn signs(&self) -> bool {
+        self.client.signer.is_some()
+    }
+
+    /// Adds who sends to `headers`: the app's credentials, what the URL implies, and
+    /// (with `signed`, a `webhook-id`, and a signer) the signature of `body`, now.
+    fn identify(&self, headers: &mut HeaderMap, body: &[u8], signed: Option<&str>) {
+        for (n, v) in self.client.credentials.shared().iter() {
+            headers.insert(n.clone(), v.clone());
+        }
+        for (name, value) in &self.target.implied {
+            headers.entry(name).or_insert_with(|| value.clone());
+        }
+        if let (Some(signer), Some(id)) = (&self.client.signer, signed) {
+            signer.sign(headers, id, body, SystemTime::now());
+        }
+    }
+
     /// One POST with `headers` (the app's credentials added) and `body`; the answer
     /// and up to `keep` bytes of its body (`keep_publish` for a 2xx that publishes;
     /// the rest is drained, bounded, so that the connection goes back to the pool).
+    /// With `signed` (a `webhook-id`) and a signer, signed now.
     async fn post(
         &self,
         mut headers: HeaderMap,
@@ -331,17 +368,13 @@ impl Forwarder {
         keep: usize,
         keep_publish: usize,
         head: bool,
+        signed: Option<String>,
     ) -> (Forwarded, Kept, Vec<(String, String)>) {
-        for (n, v) in self.client.credentials.shared().iter() {
-            headers.insert(n.clone(), v.clone());
-        }
-        for (name, value) in &self.target.implied {
-            headers.entry(name).or_insert_with(|| value.clone());
-        }
+        self.identify(&mut headers, &body, signed.as_deref());
         let start = Instant::now();
         let result = self
             .client
-            .send(
+            .send_authorized(
                 reqwest::Method::POST,
                 &self.target.url,
                 headers,
@@ -605,10 +638,13 @@ fn no_answer(e: &Broke) -> (Outcome, HttpClass, NoAnswer) {
         kind,
         cause: cause.clone(),
     };
+    if let Some(kind) = e.token {
+        return (Outcome::Unreachable, HttpClass::Error, failure(kind));
+    }
     if e.timeout {
         return (Outcome::Timeout, HttpClass::Timeout, failure("timeout"));
     }
-    if e.connect {
+    if e.connect || e.handshake {
         let kind = match io {
             _ if e.handshake => "tls handshake failed",
             Some(ErrorKind::ConnectionRefused) => "connection refused",
@@ -648,6 +684,7 @@ mod tests {
             handshake,
             io,
             body,
+            token: None,
             cause: "c".into(),
         };
         let check = |broke: Broke, outcome: Outcome, kind: &str| {
@@ -664,7 +701,16 @@ mod tests {
             ),
             (b(true, Some(K::NotFound), false, false), "no socket"),
             (b(true, None, false, true), "tls handshake failed"),
+            // Refused once it seemed done (TLS 1.3: a client certificate).
+            (
+                b(false, Some(K::InvalidData), false, true),
+                "tls handshake failed",
+            ),
             (b(true, Some(K::Other), false, false), "cannot connect"),
+            (
+                Broke::token("oauth2 token endpoint failed"),
+                "oauth2 token endpoint failed",
+            ),
         ] {
             check(broke, Outcome::Unreachable, kind);
         }
@@ -698,11 +744,14 @@ mod tests {
     fn app(url: &str, proxy: &str) -> (ClientSettings, TargetSettings) {
         let client = ClientSettings {
             tls_ca_file: None,
+            tls_client: None,
             proxy: (!proxy.is_empty()).then(|| ProxySettings {
                 url: proxy.parse().unwrap(),
                 credentials_file: None,
             }),
             credentials: CredentialFiles::default(),
+            signing: None,
+            oauth2: None,
             pool: 4,
             unix_socket: None,
             version: Default::default(),

@@ -1102,6 +1102,17 @@ async fn no_secret_of_the_config_shows_on_the_admin_port_in_check_or_in_the_log(
         crate::support::collector::Wire::HttpProtobuf,
     )
     .await;
+    // An OAuth2 client secret and the tokens issued for it.
+    let dir = tempfile::tempdir().unwrap();
+    let client_secret = dir.path().join("client-secret");
+    std::fs::write(&client_secret, format!("{MARK}-client\n")).unwrap();
+    let tokens = crate::identity::TokenEndpoint::start("relay", &format!("{MARK}-client")).await;
+    tokens.set_prefix(&format!("{MARK}-token-"));
+    let oauth2 = format!(
+        "[http.oauth2]\ntoken_url = \"{}\"\nclient_id = \"relay\"\nclient_secret_file = \"{}\"\n",
+        tokens.url,
+        client_secret.display()
+    );
     let with_user =
         |url: &str, user: &str| url.replacen("://", &format!("://{user}:{MARK}-{user}@"), 1);
     let text = |authorization: &str| {
@@ -1114,7 +1125,7 @@ async fn no_secret_of_the_config_shows_on_the_admin_port_in_check_or_in_the_log(
             &format!("url = \"{}\"", with_user(&app.url(), "alice")),
         ) + &collector.otel(&format!(
             "headers = {{ Authorization = \"{authorization}\" }}"
-        ))
+        )) + &oauth2
     };
     let first = text(&format!("Bearer {MARK}-otel"));
     let mut d = Daemon::start(&first).await;
@@ -1123,6 +1134,7 @@ async fn no_secret_of_the_config_shows_on_the_admin_port_in_check_or_in_the_log(
     publish(&env.js, "p.a", 3).await;
     app.wait_for("three", Duration::from_secs(10), |r| r.len() >= 3)
         .await;
+    assert!(!tokens.issued().is_empty(), "a token was fetched");
     // The admin port.
     let get = |path: &str| {
         let url = format!("http://{}{path}", d.admin);

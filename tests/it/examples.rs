@@ -1,8 +1,10 @@
 //! The example apps in other languages (`examples/app.js` on node:http, `examples/app.go`
 //! on net/http) against jetrelay, run as a user runs them: each message printed, a 200
 //! acked, the "bad" one dead-lettered (400, or `term` in a batch), the "flaky" one
-//! retried after its `Retry-After` (503, or `retry` in a batch). Node is required; the Go
-//! example is skipped, with a line saying so, where no Go toolchain is installed.
+//! retried after its `Retry-After` (503, or `retry` in a batch); with `WEBHOOK_SECRET`,
+//! each (and `examples/app.py`) refuses what jetrelay did not sign. Node is required;
+//! the Go example is skipped, with a line saying so, where no Go toolchain is
+//! installed.
 
 use std::ffi::OsStr;
 use std::io::ErrorKind;
@@ -29,6 +31,15 @@ struct Example {
 impl Example {
     /// Runs `program args` with `PORT` set and waits until it listens.
     async fn start(program: impl AsRef<OsStr>, args: &[&str]) -> Example {
+        Example::start_with(program, args, &[]).await
+    }
+
+    /// [`Example::start`] with `env` set too.
+    async fn start_with(
+        program: impl AsRef<OsStr>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Example {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -38,6 +49,7 @@ impl Example {
             .args(args)
             .current_dir(ROOT)
             .env("PORT", port.to_string())
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -221,4 +233,49 @@ async fn the_go_example_answers_as_the_python_one() {
     };
     let app = Example::start(&bin, &[]).await;
     answers_as_documented(&app).await;
+}
+
+/// What `[http.signing]` signs with, and what the examples are given as
+/// `WEBHOOK_SECRET`.
+const WHSEC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// With `WEBHOOK_SECRET`, `app` refuses an unsigned request (401) and takes what
+/// jetrelay signs as it takes anything else (with `batches`, in the batch form too).
+async fn verifies_signatures(app: &Example, batches: bool) {
+    let resp = http()
+        .post(app.url())
+        .header("Nats-Subject", "o.0")
+        .header("webhook-id", "x")
+        .header("webhook-timestamp", "1")
+        .header("webhook-signature", "v1,AAAA")
+        .body("order")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("whsec");
+    std::fs::write(&secret, WHSEC).unwrap();
+    let signing = format!("[http.signing]\nsecret_file = \"{}\"\n", secret.display());
+    delivers(app, &signing, ["200", "400", "503", "200"]).await;
+    if batches {
+        let batch = format!("{signing}[delivery]\nbatch_size = 10\nbatch_wait_ms = 300\n");
+        delivers(app, &batch, ["ack", "term", "retry", "ack"]).await;
+    }
+}
+
+#[tokio::test]
+async fn the_examples_verify_standard_webhooks_signatures() {
+    let env = [("WEBHOOK_SECRET", WHSEC)];
+    // The tools venv's Python, which has the specification's `standardwebhooks`.
+    let python = crate::support::peer::python();
+    let py = Example::start_with(&python, &["examples/app.py"], &env).await;
+    verifies_signatures(&py, false).await;
+    let node = Example::start_with("node", &["examples/app.js"], &env).await;
+    verifies_signatures(&node, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    if let Some(bin) = go_example(dir.path()).await {
+        let go = Example::start_with(&bin, &[], &env).await;
+        verifies_signatures(&go, true).await;
+    }
 }

@@ -21,6 +21,7 @@ mod fast;
 mod faults;
 mod forwarding;
 mod groups;
+mod identity;
 mod interop;
 mod nothing_lost;
 mod once;

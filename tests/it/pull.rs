@@ -269,8 +269,11 @@ async fn instance(
     let health = process.source("default", Some("m1".into()), metrics.clone());
     let client = AppClient::new(&ClientSettings {
         tls_ca_file: None,
+        tls_client: None,
         proxy: None,
         credentials: CredentialFiles::default(),
+        signing: None,
+        oauth2: None,
         pool: 4,
         unix_socket: None,
         version: Default::default(),

@@ -182,12 +182,47 @@ async fn a_missing_or_broken_tls_file_is_a_config_error_naming_its_key() {
         ),
         "http.tls_ca_file",
     ));
+    // The app's client certificate, the signing secret and the OAuth2 client secret.
+    let c = crate::support::certs::certs(dir.path());
+    let short = dir.path().join("whsec");
+    std::fs::write(&short, "whsec_c2hvcnQ=\n").unwrap();
+    let https = |http: &str| {
+        config(&nats, &app, "S", "d", "")
+            .replace(&app.url(), &app.url().replace("http://", "https://"))
+            .replace("[http]\n", &format!("[http]\n{http}"))
+    };
+    for (http, key) in [
+        (
+            format!("tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n", path(&junk), path(&c.client_key)),
+            "http.tls_cert_file",
+        ),
+        (
+            format!(
+                "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+                path(&c.client_cert),
+                path(&c.server_key)
+            ),
+            "http.tls_key_file",
+        ),
+        (
+            format!("signing = {{ secret_file = \"{}\" }}\n", path(&short)),
+            "http.signing.secret_file",
+        ),
+        (
+            "oauth2 = { token_url = \"https://idp/token\", client_id = \"r\", client_secret_file = \"/nonexistent/s\" }\n"
+                .to_string(),
+            "http.oauth2.client_secret_file",
+        ),
+    ] {
+        texts.push((https(&http), key));
+    }
     for (text, key) in texts {
         let tls = &text;
         for command in ["run", "check"] {
             let (code, err) = exit_of(command, &text).await;
             assert_eq!(code, Some(64), "{command} with {tls}: {err}");
             assert!(err.contains(key), "{command}: {err}");
+            assert!(!err.contains("c2hvcnQ"), "never the secret: {err}");
         }
     }
 }

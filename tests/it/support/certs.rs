@@ -108,3 +108,51 @@ pub fn certs(dir: &Path) -> Certs {
         client_key: dir.join("client.key"),
     }
 }
+
+/// Another client certificate signed by the CA of `certs` (made in `dir`), named
+/// `name`: a rotated one.
+pub fn another_client(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (key, csr, pem) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-extfile",
+            "client.ext",
+        ],
+    );
+    (dir.join(pem), dir.join(key))
+}
