@@ -223,7 +223,7 @@ async fn cpu_us<F: std::future::Future<Output = Result<(), Error>>>(
 /// The floor: what a marker costs nats-server with no jetrelay and no app, written
 /// and read by a bare client the ways the server offers, `depth` at a time. Where
 /// jetrelay's cost over it lies, and how far below the forwarding's it can go.
-async fn floor(env: &Env, plain: Option<f64>) -> Result<String, Error> {
+async fn floor(env: &Env, bases: &[(&str, f64)]) -> Result<String, Error> {
     let bucket = "bench-floor";
     let _ = env.js.delete_key_value(bucket).await;
     env.js
@@ -296,13 +296,18 @@ async fn floor(env: &Env, plain: Option<f64>) -> Result<String, Error> {
     }
     let _ = env.js.delete_key_value(bucket).await;
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
-    let bound = plain.map_or_else(String::new, |t| {
-        format!(
-            " Without markers the machine forwarded {t:.0} inputs/s with its {cores} cores busy, {:.1} µs of CPU per input; the least a marker adds ({least:.1} µs, written and read {least_depth} at a time by the bare client, both sides) bounds the ratio with markers at {:.2}×.",
-            cores * 1e6 / t,
-            1.0 / (1.0 + t * least / (cores * 1e6))
-        )
-    });
+    // Per delivery mode: the CPU an input takes without markers (the cores busy at its
+    // throughput), and what the ratio would be if a marker cost only the floor.
+    let bound: String = bases
+        .iter()
+        .map(|(mode, t)| {
+            format!(
+                " {mode}: without markers the machine forwarded {t:.0} inputs/s with its {cores} cores busy, {:.1} µs of CPU per input; the least a marker adds ({least:.1} µs, written and read {least_depth} at a time by the bare client, both sides) bounds the ratio with markers at {:.2}×.",
+                cores * 1e6 / t,
+                1.0 / (1.0 + t * least / (cores * 1e6))
+            )
+        })
+        .collect();
     Ok(format!(
         "\n## The floor: a marker's cost to nats-server alone\n\nA bare client (async-nats, no jetrelay, no app) writes {FLOOR_N} markers per depth into a bucket made as jetrelay makes it (KV publishes with `Nats-TTL`, `depth` sent and then their PubAcks awaited) and reads {FLOOR_N} absent keys (batched direct gets, `multi_last`, `depth` keys each). CPU µs per marker, nats-server's and the client's:\n\n| depth | nats-server write µs | nats-server read µs | client write µs | client read µs |\n|---|---|---|---|---|\n{rows}\nThe server charges per round trip more than per message; the deepest rows are the least a marker costs it, whoever writes it, and the client's columns what the leanest client spends on it.{bound}\n"
     ))
@@ -412,10 +417,14 @@ async fn main() -> Result<(), Error> {
     }
     let mut md = report(n, size, rounds, &env.nats_version, quiet_wait, &results);
     eprintln!("the server's own cost of a marker");
-    let plain = results
-        .get(&Contender::Plain)
-        .map(|v| spread(v, |s| s.throughput).0);
-    md.push_str(&floor(&env, plain).await?);
+    let bases: Vec<(&str, f64)> = [
+        (Contender::Plain, "One message per request"),
+        (Contender::Batch, "Batch delivery (100)"),
+    ]
+    .iter()
+    .filter_map(|(c, mode)| Some((*mode, spread(results.get(c)?, |s| s.throughput).0)))
+    .collect();
+    md.push_str(&floor(&env, &bases).await?);
     print!("{md}");
     save_report(&args, "markers-", &md)?;
     env.close().await;
