@@ -206,6 +206,85 @@ mod tests {
         assert!(gone[&file].starts_with("unreadable"), "{gone:?}");
     }
 
+    /// Every key docs/reference.md documents that names a file (`*_file`, and the
+    /// maps `*_files`) is watched, set at the top level and, for `http.*`, in a
+    /// source's table: a new key of a file fails here until [`named`] looks at it
+    /// (and, when it needs other keys to be valid, [`with_what_it_needs`] sets them).
+    #[test]
+    fn every_file_key_of_the_reference_is_watched() {
+        let reference = include_str!("../../docs/reference.md");
+        let keys: std::collections::BTreeSet<&str> = reference
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .filter(|k| k.ends_with("_file") || k.ends_with("_files"))
+            .collect();
+        assert!(keys.len() >= 19, "{keys:?}");
+        for key in keys {
+            let value = |dir: &str| {
+                if key.ends_with("_files") {
+                    format!("{{ X = \"{dir}{key}\" }}")
+                } else {
+                    format!("\"{dir}{key}\"")
+                }
+            };
+            // Source a sets its own of an `http.*` key, b inherits the top level's.
+            let mut text = format!("{key} = {}\n", value("/w/"));
+            if key.starts_with("http.") {
+                text.push_str(&format!("sources.a.{key} = {}\n", value("/w/a/")));
+            }
+            let text = with_what_it_needs(key, &text);
+            let c = Config::from_toml(&[&text]).unwrap_or_else(|e| panic!("{key}: {e}\n{text}"));
+            let files = named(Path::new("/c.toml"), &c);
+            assert!(
+                files.contains(&PathBuf::from(format!("/w/{key}"))),
+                "{key} not watched: {files:?}"
+            );
+            assert!(
+                !key.starts_with("http.") || files.contains(&PathBuf::from(format!("/w/a/{key}"))),
+                "sources.a.{key} not watched: {files:?}"
+            );
+        }
+    }
+
+    /// `text` (dotted keys setting `key`), with two durable sources and what `key`
+    /// needs beside it to make a config that loads.
+    fn with_what_it_needs(key: &str, text: &str) -> String {
+        let needs = match key {
+            "http.tls_cert_file" | "http.tls_key_file" => {
+                "http.url = \"https://app/x\"\nhttp.tls_cert_file = \"/c\"\nhttp.tls_key_file = \"/k\"\n"
+            }
+            "http.proxy_credentials_file" => "http.proxy = \"http://proxy:3128\"\n",
+            "http.signing.previous_secret_file" => "http.signing.secret_file = \"/s\"\n",
+            "http.oauth2.client_secret_file" => {
+                "http.oauth2.token_url = \"https://idp/token\"\nhttp.oauth2.client_id = \"c\"\n"
+            }
+            "nats.tls_cert_file" | "nats.tls_key_file" => {
+                "nats.tls_cert_file = \"/c\"\nnats.tls_key_file = \"/k\"\n"
+            }
+            "nats.password_file" => "nats.user = \"u\"\n",
+            "publish.token_file" => {
+                "publish.listen = \"127.0.0.1:9091\"\npublish.allowed_subjects = [\"o.>\"]\n"
+            }
+            _ => "",
+        };
+        // The key's own line wins over what `needs` sets of it: TOML takes a key once.
+        let needs: String = needs
+            .lines()
+            .filter(|l| !l.starts_with(&format!("{key} ")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let url = if needs.contains("http.url") {
+            ""
+        } else {
+            "http.url = \"http://app/x\"\n"
+        };
+        format!(
+            "{url}{needs}{text}\
+             sources.a.stream = \"A\"\nsources.a.kind = \"durable\"\nsources.a.durable = \"a\"\n\
+             sources.b.stream = \"B\"\nsources.b.kind = \"durable\"\nsources.b.durable = \"b\"\n"
+        )
+    }
+
     #[test]
     fn every_file_the_config_names_is_watched() {
         use crate::config::testing::durable;
