@@ -151,12 +151,7 @@ async fn a_400_is_terminated_and_never_redelivered() {
         .unwrap();
     assert_eq!(info.ack_floor.stream_sequence, 3);
     assert_eq!(app.requests().len(), 3);
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"term\"}")
-            .await,
-        3.0
-    );
+    assert_eq!(relay.terms().await, 3.0);
     assert_eq!(
         relay
             .metric("jetrelay_http_requests_total{class=\"4xx\"}")
@@ -335,13 +330,7 @@ async fn retry_after_zero_still_waits_the_first_retry_delay() {
         let gap = pair[1].at - pair[0].at;
         assert!(gap >= Duration::from_millis(300), "retried after {gap:?}");
     }
-    eventually("terminated", T, || async {
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"term\"}")
-            .await
-            == 1.0
-    })
-    .await;
+    eventually("terminated", T, || async { relay.terms().await == 1.0 }).await;
     relay.stop().await.unwrap();
 }
 
@@ -624,12 +613,7 @@ async fn an_https_app_is_reached_with_its_private_ca_and_a_wrong_one_holds_messa
     .clone();
     assert!(!shown.ready, "{shown:?}");
     assert_eq!(app.arrivals(), 2);
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"term\"}")
-            .await,
-        0.0
-    );
+    assert_eq!(relay.terms().await, 0.0);
     relay.stop().await.unwrap();
 }
 

@@ -26,20 +26,22 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// A new P-256 key, unencrypted.
+const EC: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
+
 /// Makes the certificates in `dir`.
 pub fn certs(dir: &Path) -> Certs {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
     openssl(
         dir,
         &[
             &["req", "-x509"][..],
-            &ec,
+            &EC,
             &[
                 "-keyout",
                 "ca.key",
@@ -59,47 +61,8 @@ pub fn certs(dir: &Path) -> Certs {
     )
     .unwrap();
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    for (name, ext) in [("server", "server.ext"), ("client", "client.ext")] {
-        let key = format!("{name}.key");
-        let csr = format!("{name}.csr");
-        let pem = format!("{name}.pem");
-        openssl(
-            dir,
-            &[
-                &["req"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    &key,
-                    "-out",
-                    &csr,
-                    "-subj",
-                    &format!("/CN={name}"),
-                ],
-            ]
-            .concat(),
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-extfile",
-                ext,
-            ],
-        );
-    }
+    signed(dir, "server", "server.ext");
+    signed(dir, "client", "client.ext");
     Certs {
         ca: dir.join("ca.pem"),
         server_cert: dir.join("server.pem"),
@@ -112,27 +75,26 @@ pub fn certs(dir: &Path) -> Certs {
 /// Another client certificate signed by the CA of `certs` (made in `dir`), named
 /// `name`: a rotated one.
 pub fn another_client(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    signed(dir, name, "client.ext")
+}
+
+/// A key `<name>.key` and a certificate `<name>.pem` for it, `/CN=<name>`, signed by
+/// the CA in `dir` with the extensions of `ext`.
+fn signed(dir: &Path, name: &str, ext: &str) -> (PathBuf, PathBuf) {
     let (key, csr, pem) = (
         format!("{name}.key"),
         format!("{name}.csr"),
         format!("{name}.pem"),
     );
+    let subject = format!("/CN={name}");
     openssl(
         dir,
         &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &format!("/CN={name}"),
-        ],
+            &["req"][..],
+            &EC,
+            &["-keyout", &key, "-out", &csr, "-subj", &subject],
+        ]
+        .concat(),
     );
     openssl(
         dir,
@@ -151,7 +113,7 @@ pub fn another_client(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
             "-days",
             "2",
             "-extfile",
-            "client.ext",
+            ext,
         ],
     );
     (dir.join(pem), dir.join(key))

@@ -305,6 +305,12 @@ impl Relay {
         let (_, text) = self.get("/metrics").await;
         sum_of(&text, series)
     }
+
+    /// Messages terminated (TERM, dead-lettered or not) so far.
+    pub async fn terms(&self) -> f64 {
+        self.metric("jetrelay_messages_settled_total{action=\"term\"}")
+            .await
+    }
 }
 
 /// Publishes one message with a raw header block (which a client library would refuse
