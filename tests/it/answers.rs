@@ -156,13 +156,7 @@ async fn an_answer_that_breaks_off_is_retried_never_acked_or_terminated() {
         ))
         .await;
         publish(&env.js, "cut.x", 1).await;
-        eventually(what, T, || async {
-            relay
-                .metric("jetrelay_messages_settled_total{action=\"nak\"}")
-                .await
-                >= 2.0
-        })
-        .await;
+        eventually(what, T, || async { relay.settled("nak").await >= 2.0 }).await;
         let m = |s: &'static str| relay.metric(s);
         assert_eq!(
             m("jetrelay_messages_settled_total{action=\"ack\"}").await,
@@ -216,11 +210,6 @@ async fn a_batch_answer_of_only_whitespace_before_the_timeout_acks_nothing() {
             >= 2.0
     })
     .await;
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-            .await,
-        0.0
-    );
+    assert_eq!(relay.settled("ack").await, 0.0);
     relay.stop().await.unwrap();
 }

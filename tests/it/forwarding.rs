@@ -51,12 +51,7 @@ async fn every_message_reaches_the_app_unchanged_and_is_acked_after_2xx() {
     .await;
     assert_eq!(app.requests().len(), 20, "no duplicates");
     assert_eq!(relay.metric("jetrelay_messages_received_total").await, 20.0);
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-            .await,
-        20.0
-    );
+    assert_eq!(relay.settled("ack").await, 20.0);
     assert_eq!(
         relay
             .metric("jetrelay_http_requests_total{class=\"2xx\"}")
@@ -98,12 +93,7 @@ async fn a_503_twice_then_200_is_seen_three_times_no_sooner_than_the_delays() {
         "{:?}",
         r[2].at - r[1].at
     );
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"nak\"}")
-            .await,
-        2.0
-    );
+    assert_eq!(relay.settled("nak").await, 2.0);
     assert_eq!(relay.metric("jetrelay_redeliveries_total").await, 2.0);
     relay.stop().await.unwrap();
 }
@@ -151,7 +141,7 @@ async fn a_400_is_terminated_and_never_redelivered() {
         .unwrap();
     assert_eq!(info.ack_floor.stream_sequence, 3);
     assert_eq!(app.requests().len(), 3);
-    assert_eq!(relay.terms().await, 3.0);
+    assert_eq!(relay.settled("term").await, 3.0);
     assert_eq!(
         relay
             .metric("jetrelay_http_requests_total{class=\"4xx\"}")
@@ -330,7 +320,10 @@ async fn retry_after_zero_still_waits_the_first_retry_delay() {
         let gap = pair[1].at - pair[0].at;
         assert!(gap >= Duration::from_millis(300), "retried after {gap:?}");
     }
-    eventually("terminated", T, || async { relay.terms().await == 1.0 }).await;
+    eventually("terminated", T, || async {
+        relay.settled("term").await == 1.0
+    })
+    .await;
     relay.stop().await.unwrap();
 }
 
@@ -495,9 +488,7 @@ async fn a_rotated_token_is_used_without_a_restart_and_probes_carry_the_credenti
     assert_eq!(last.header("authorization"), Some("Bearer v2-rotated"));
     assert_eq!(last.status, 200);
     assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-            .await,
+        relay.settled("ack").await,
         2.0,
         "nothing was terminated for a stale token"
     );
@@ -613,7 +604,7 @@ async fn an_https_app_is_reached_with_its_private_ca_and_a_wrong_one_holds_messa
     .clone();
     assert!(!shown.ready, "{shown:?}");
     assert_eq!(app.arrivals(), 2);
-    assert_eq!(relay.terms().await, 0.0);
+    assert_eq!(relay.settled("term").await, 0.0);
     relay.stop().await.unwrap();
 }
 

@@ -204,9 +204,7 @@ async fn a_rotated_signing_secret_is_used_without_a_restart_and_nothing_is_lost(
     })
     .await;
     assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-            .await,
+        relay.settled("ack").await,
         40.0,
         "nothing was terminated for a stale signature"
     );
@@ -299,9 +297,7 @@ async fn a_projected_service_account_token_swapped_as_the_kubelet_does_is_sent_f
         );
     }
     assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-            .await,
+        relay.settled("ack").await,
         30.0,
         "nothing was lost or ended over a rotation"
     );
@@ -478,7 +474,7 @@ async fn an_app_that_requires_a_client_certificate_gets_it_over_tcp_and_a_unix_s
         assert!(!shown.ready, "{shown:?}");
         assert!(app.refused.load(std::sync::atomic::Ordering::SeqCst) > 0);
         assert_eq!(app.seen().len(), 3);
-        assert_eq!(relay.terms().await, 0.0);
+        assert_eq!(relay.settled("term").await, 0.0);
         relay.stop().await.unwrap();
     }
 }
@@ -541,9 +537,7 @@ async fn a_rotated_client_certificate_is_presented_without_a_restart_and_nothing
     })
     .await;
     assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-            .await,
+        relay.settled("ack").await,
         f64::from(sent),
         "nothing lost or ended over the rotation"
     );
@@ -747,7 +741,7 @@ async fn an_oauth2_token_is_cached_refreshed_before_it_expires_and_once_after_a_
     })
     .await;
     assert_eq!(refused(&app), refused_before, "no 401 for an expired token");
-    assert_eq!(relay.terms().await, 0.0);
+    assert_eq!(relay.settled("term").await, 0.0);
     relay.stop().await.unwrap();
 }
 
@@ -813,6 +807,6 @@ async fn a_failing_token_endpoint_holds_messages_as_the_app_unreachable_saying_w
     .unwrap()
     .unwrap();
     assert_eq!(app.arrivals(), 2);
-    assert_eq!(relay.terms().await, 0.0, "no attempt spent");
+    assert_eq!(relay.settled("term").await, 0.0, "no attempt spent");
     relay.stop().await.unwrap();
 }

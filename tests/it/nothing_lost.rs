@@ -146,12 +146,7 @@ async fn a_dead_letter_that_cannot_be_published_on_the_last_delivery_is_kept_unt
         consumer_drained(&env.js, &env.stream, &env.durable)
     })
     .await;
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"dlq\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(relay.settled("dlq").await, 1.0);
     let letter = &stream_messages(&env.js, &dead).await[0];
     assert_eq!(letter.payload.as_ref(), b"m0");
     assert_eq!(
@@ -321,7 +316,7 @@ async fn letters_the_dlq_never_stores_are_kept_within_a_bound_and_the_rest_flows
         "2 message(s) wait for their dead letter: the DLQ does not store it yet"
     );
     assert_eq!(
-        relay.terms().await,
+        relay.settled("term").await,
         4.0,
         "the others, terminated without a letter"
     );
@@ -624,11 +619,6 @@ async fn messages_whose_headers_do_not_parse_are_dead_lettered_and_the_rest_flow
             .await,
         bad.len() as f64
     );
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"dlq\"}")
-            .await,
-        bad.len() as f64
-    );
+    assert_eq!(relay.settled("dlq").await, bad.len() as f64);
     relay.stop().await.unwrap();
 }

@@ -83,7 +83,7 @@ async fn a_nats_ttl_that_passes_while_held_or_between_retries_ends_the_message_u
         last_busy.wall - first_busy.wall < time::Duration::seconds(4),
         "no request after the expiry"
     );
-    assert_eq!(relay.terms().await, 2.0);
+    assert_eq!(relay.settled("term").await, 2.0);
     assert_eq!(
         relay
             .metric("jetrelay_message_age_seconds_count{stage=\"expired\"}")

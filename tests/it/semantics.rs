@@ -353,13 +353,8 @@ async fn the_app_can_override_the_status_mapping() {
     assert_eq!(count(b"retry-me"), 2);
     assert_eq!(count(b"term-me"), 1);
     assert_eq!(count(b"ack-me"), 1);
-    assert_eq!(relay.terms().await, 1.0);
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-            .await,
-        2.0
-    );
+    assert_eq!(relay.settled("term").await, 1.0);
+    assert_eq!(relay.settled("ack").await, 2.0);
     assert_eq!(
         relay
             .metric("jetrelay_action_overrides_total{action=\"retry\"}")
@@ -439,12 +434,7 @@ async fn permanent_failures_are_dead_lettered_before_their_term() {
         1,
         "dlq = no retries"
     );
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"dlq\"}")
-            .await,
-        3.0
-    );
+    assert_eq!(relay.settled("dlq").await, 3.0);
     relay.stop().await.unwrap();
 }
 
@@ -463,7 +453,7 @@ async fn a_failed_dead_letter_publish_loses_nothing() {
     )
     .await;
     assert!(relay.metric("jetrelay_dlq_failures_total").await >= 1.0);
-    assert_eq!(relay.terms().await, 0.0);
+    assert_eq!(relay.settled("term").await, 0.0);
     let info = consumer_info(&env.js, &env.stream, &env.durable)
         .await
         .unwrap();
@@ -492,12 +482,7 @@ async fn confirmed_acks_are_confirmed_and_a_failed_one_is_counted() {
         consumer_drained(&env.js, &env.stream, &env.durable)
     })
     .await;
-    assert_eq!(
-        relay
-            .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-            .await,
-        5.0
-    );
+    assert_eq!(relay.settled("ack").await, 5.0);
     assert_eq!(relay.metric("jetrelay_ack_failures_total").await, 0.0);
 
     // While the app holds a message, its consumer disappears: the ack cannot be confirmed.

@@ -608,14 +608,11 @@ async fn oversized_and_forged_trace_headers_never_reach_the_app_nor_fail_the_mes
         }
         let relay_ref = &relay;
         eventually("three acks counted", T, || async move {
-            relay_ref
-                .metric("jetrelay_messages_settled_total{action=\"ack\"}")
-                .await
-                == 3.0
+            relay_ref.settled("ack").await == 3.0
         })
         .await;
         assert_eq!(
-            relay.terms().await,
+            relay.settled("term").await,
             0.0,
             "export {export}: nothing terminated"
         );

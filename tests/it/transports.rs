@@ -161,7 +161,7 @@ async fn h2c_is_http2_on_one_connection_with_the_same_headers_and_answers() {
     assert_eq!(count("u.ok"), 40, "each once");
     assert_eq!(count("u.retry"), 4, "503 retried once each");
     assert_eq!(count("u.bad"), 2, "400 terminated, not retried");
-    assert_eq!(relay.terms().await, 2.0);
+    assert_eq!(relay.settled("term").await, 2.0);
     relay.stop().await.unwrap();
 }
 

@@ -306,10 +306,12 @@ impl Relay {
         sum_of(&text, series)
     }
 
-    /// Messages terminated (TERM, dead-lettered or not) so far.
-    pub async fn terms(&self) -> f64 {
-        self.metric("jetrelay_messages_settled_total{action=\"term\"}")
-            .await
+    /// Messages settled with `action` (ack, nak, term) so far.
+    pub async fn settled(&self, action: &str) -> f64 {
+        self.metric(&format!(
+            "jetrelay_messages_settled_total{{action=\"{action}\"}}"
+        ))
+        .await
     }
 }
 
