@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::PoisonError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -99,10 +100,7 @@ impl SecretFile {
     pub fn value(&self) -> Arc<str> {
         // A poisoned lock means a panic elsewhere while reading; the value in it is
         // still whole (it is replaced, never edited in place).
-        let mut state = match self.state.lock() {
-            Ok(s) => s,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.checked.elapsed() < CHECK_EVERY {
             return Arc::clone(&state.value);
         }
@@ -219,6 +217,13 @@ pub fn bearer_token(authorization: &str) -> Option<&str> {
     let (scheme, token) = authorization.trim_start().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Whether the secret files' values `now` are those a value was made from (`then`,
+/// both in the files' order): the same `Arc`s, for [`SecretFile::value`] hands out a
+/// new one only when the file's content changed.
+pub fn unchanged(now: &[Arc<str>], then: &[Arc<str>]) -> bool {
+    now.len() == then.len() && now.iter().zip(then).all(|(a, b)| Arc::ptr_eq(a, b))
 }
 
 /// Whether two secrets are equal, in time that does not depend on where they differ.

@@ -12,6 +12,7 @@
 //! connection that retries forever.
 
 use std::path::Path;
+use std::sync::PoisonError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -232,10 +233,10 @@ impl ClientCert {
     fn now(&self) -> Arc<CertifiedKey> {
         // A poisoned lock means a panic elsewhere while reading; the certificate in
         // it is still whole (it is replaced, never edited in place).
-        let mut p = match self.presented.lock() {
-            Ok(p) => p,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut p = self
+            .presented
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if p.checked.elapsed() < CERT_CHECK_EVERY {
             return Arc::clone(&p.key);
         }

@@ -6,6 +6,7 @@
 //! every request to the app and on health probes.
 
 use std::collections::BTreeMap;
+use std::sync::PoisonError;
 use std::sync::{Arc, Mutex};
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
@@ -112,16 +113,9 @@ impl Credentials {
     pub fn shared(&self) -> Arc<HeaderMap> {
         // A poisoned lock means a panic elsewhere while building; the cached headers
         // are still whole (they are replaced, never edited in place).
-        let mut cached = match self.cached.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut cached = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
         let values: Vec<Arc<str>> = self.files.iter().map(|f| f.secret.value()).collect();
-        let same = values
-            .iter()
-            .zip(&cached.values)
-            .all(|(a, b)| Arc::ptr_eq(a, b));
-        if same {
+        if crate::secret::unchanged(&values, &cached.values) {
             return Arc::clone(&cached.headers);
         }
         match build(&self.fixed, &self.files, &values, Some(&cached.headers)) {

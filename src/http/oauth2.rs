@@ -6,6 +6,7 @@
 //! `/ready` saying how. The client secret is a [`SecretFile`] (read again when it
 //! changes), and neither it nor a token is ever logged or in `Debug`.
 
+use std::sync::PoisonError;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -184,10 +185,7 @@ impl TokenSource {
     /// The token held, when it is still to be used.
     fn held(&self) -> Option<Arc<str>> {
         // A poisoned lock: a panic elsewhere while replacing it; what is there is whole.
-        let held = match self.held.lock() {
-            Ok(h) => h,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.as_ref()
             .filter(|h| Instant::now() < h.until)
             .map(|h| Arc::clone(&h.token))
@@ -207,10 +205,7 @@ impl TokenSource {
         }
         let token = self.fetch().await?;
         let fetched: Arc<str> = Arc::from(token.access_token.as_str());
-        let mut held = match self.held.lock() {
-            Ok(h) => h,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         *held = Some(HeldToken {
             token: Arc::clone(&fetched),
             until: Instant::now() + keep_for(token.expires_in),
@@ -221,10 +216,7 @@ impl TokenSource {
     /// Drops `token` (the app refused it): the next [`TokenSource::token`] fetches
     /// a new one.
     pub fn refused(&self, token: &str) {
-        let mut held = match self.held.lock() {
-            Ok(h) => h,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if held.as_ref().is_some_and(|h| &*h.token == token) {
             *held = None;
         }

@@ -4,6 +4,7 @@
 //! its key) and read again when they change (`crate::secret::SecretFile`); a new
 //! content that is not a key leaves the last keys in use, with a warning.
 
+use std::sync::PoisonError;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -81,16 +82,9 @@ impl Signer {
     fn keys(&self) -> Arc<[Key]> {
         // A poisoned lock means a panic elsewhere while parsing; the keys in it are
         // still whole (they are replaced, never edited in place).
-        let mut held = match self.keys.lock() {
-            Ok(k) => k,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut held = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         let values: Vec<Arc<str>> = self.files.iter().map(SecretFile::value).collect();
-        let same = values
-            .iter()
-            .zip(&held.values)
-            .all(|(a, b)| Arc::ptr_eq(a, b));
-        if same {
+        if crate::secret::unchanged(&values, &held.values) {
             return Arc::clone(&held.keys);
         }
         let mut keys = held.keys.to_vec();

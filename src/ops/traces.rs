@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::PoisonError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -476,10 +477,7 @@ impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         // A poisoned lock means a panic elsewhere while pushing; the queue is still
         // whole (each push or take is one call).
-        match self.queue.lock() {
-            Ok(q) => q,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn push(&self, span: Span) {
