@@ -162,8 +162,9 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     }
 
     /// The first half of a handover: `releases` go back to the server in their order.
-    /// A pinned instance freezes the consumer first (for at most `bound`) and keeps
-    /// the last release back for [`Dispatch::finish_handover`].
+    /// A pinned instance freezes the consumer first (for at most `bound`), keeps the
+    /// last release sent at once back for [`Dispatch::finish_handover`], and waits for
+    /// the server to confirm the last one it sends.
     pub(super) async fn begin_handover<S: Source>(
         &self,
         source: &mut S,
@@ -178,8 +179,20 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             }
             _ => None,
         };
+        // The server takes a consumer's acks from a queue of their own, apart from
+        // the API requests that unpin and thaw it: the last release is confirmed, so
+        // that the pin moves only once every release is back in the redelivery queue
+        // (else the next instance could be served a key's later messages first).
+        let last = releases.pop();
         for (settler, delay) in &releases {
             self.release(settler, *delay).await;
+        }
+        if let Some((settler, delay)) = last {
+            if pinned {
+                self.release_confirmed(&settler, delay).await;
+            } else {
+                self.release(&settler, delay).await;
+            }
         }
         frozen
     }

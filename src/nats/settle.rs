@@ -84,10 +84,12 @@ impl Settler {
     /// # Errors
     /// [`NatsError`] when the ack was not confirmed: the message may be redelivered.
     pub async fn ack_confirmed(&self) -> Result<(), NatsError> {
-        let request = self
-            .out
-            .client
-            .request(self.reply.clone(), Bytes::from_static(b"+ACK"));
+        self.confirmed(Bytes::from_static(b"+ACK")).await
+    }
+
+    /// `payload` to the ack subject as a request, the server's answer awaited.
+    async fn confirmed(&self, payload: Bytes) -> Result<(), NatsError> {
+        let request = self.out.client.request(self.reply.clone(), payload);
         match tokio::time::timeout(self.out.patience, request).await {
             Ok(answer) => answer.map(drop).map_err(NatsError::AckNotConfirmed),
             Err(_) => Err(NatsError::NotSent),
@@ -101,6 +103,16 @@ impl Settler {
     /// [`NatsError::Publish`]; JetStream then redelivers after `ack_wait`.
     pub async fn nak(&self, delay: Duration) -> Result<(), NatsError> {
         self.send(nak_payload(delay)).await
+    }
+
+    /// `-NAK`, as [`Settler::nak`], sent as a request: the server answers once it
+    /// has taken it (and, its acks being taken in order, every settle sent before).
+    ///
+    /// # Errors
+    /// [`NatsError::AckNotConfirmed`], [`NatsError::NotSent`] when no answer came in
+    /// time: the NAK may or may not have been taken.
+    pub async fn nak_confirmed(&self, delay: Duration) -> Result<(), NatsError> {
+        self.confirmed(nak_payload(delay)).await
     }
 
     /// `+TERM <reason>`: never redelivered.
@@ -151,6 +163,10 @@ impl Settle for Settler {
 
     fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), NatsError>> + Send {
         Settler::nak(self, delay)
+    }
+
+    fn nak_confirmed(&self, delay: Duration) -> impl Future<Output = Result<(), NatsError>> + Send {
+        Settler::nak_confirmed(self, delay)
     }
 
     fn term(&self, reason: &str) -> impl Future<Output = Result<(), NatsError>> + Send {

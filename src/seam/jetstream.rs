@@ -223,6 +223,15 @@ pub trait Settle: Clone + Send + Sync + 'static {
     /// `-NAK` with a delay (zero: at once).
     fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
+    /// `-NAK` with a delay, waiting for the server's confirmation: the server takes a
+    /// consumer's acks in the order they came, so once it answers, every settle sent
+    /// before this one on the connection has been taken too (a handover's barrier
+    /// before it gives up the pin).
+    fn nak_confirmed(
+        &self,
+        delay: Duration,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
     /// `+TERM <reason>`.
     fn term(&self, reason: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
 

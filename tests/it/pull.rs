@@ -391,3 +391,31 @@ async fn an_instance_whose_app_stays_unhealthy_steps_down_and_a_standby_is_serve
     run_a.await.unwrap().unwrap();
     run_b.await.unwrap().unwrap();
 }
+
+/// What a handover's barrier relies on: the server answers a NAK sent as a request
+/// (it takes a consumer's acks from a queue of their own, in the order they came, and
+/// answers once it has taken it), and what was NAK'd comes back at the next pull, in
+/// stream order.
+#[tokio::test]
+async fn a_confirmed_nak_is_answered_and_the_released_come_back_in_order() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let (stream, consumer) = (unique("S"), unique("c"));
+    create_stream(&js, &stream, &["p.>"]).await;
+    pinned_consumer(&js, &stream, &consumer).await;
+    publish(&js, "p.x", 2).await;
+    let mut a = puller(&nats, &stream, &consumer).await;
+    let (held, _) = take_messages(&mut a, 0, 2).await;
+    held[0].nak(Duration::ZERO).await.unwrap();
+    held[1]
+        .nak_confirmed(Duration::ZERO)
+        .await
+        .expect("the server answers a NAK sent as a request");
+    let mut again = Vec::new();
+    while again.len() < 2 {
+        if let PullEvent::Message(d, _) = tokio::time::timeout(T, a.next(count(0))).await.unwrap() {
+            again.push((d.stream_seq(), d.delivered()));
+        }
+    }
+    assert_eq!(again, [(1, 2), (2, 2)]);
+}
