@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("config", config),
     ("header_values", header_values),
     ("stored_records", stored_records),
+    ("cloudevents", cloudevents),
 ];
 
 /// A message as the targets write it: the first line its subject, then `name: value`
@@ -599,4 +600,64 @@ fn discovery(rest: &[u8]) {
         !table.chars().any(|c| c.is_control() && c != '\n'),
         "a control character reached the table"
     );
+}
+
+/// CloudEvents in structured mode (`http.unwrap_cloudevents`, `http.format =
+/// "cloudevents-structured"`). First byte even: the rest is a publisher's envelope,
+/// read back: what it gives is sendable (header names and values valid HTTP, the
+/// body no longer than the envelope). Odd: the rest is a [`Framed`] message, sent
+/// as a structured event and read back: its payload, unchanged.
+pub fn cloudevents(data: &[u8]) {
+    use jetrelay::app::cloudevent;
+    use jetrelay::app::headers::{self, Pass, RequestFormat};
+    use jetrelay::message::{Message, Offered};
+    let Some((&c, rest)) = data.split_first() else {
+        return;
+    };
+    if c % 2 == 0 {
+        if let Ok(u) = cloudevent::unwrap(rest) {
+            assert!(u.payload.len() <= rest.len());
+            for (n, v) in &u.headers {
+                assert!(
+                    headers::is_valid_name(n) && headers::is_valid_value(v),
+                    "{n:?}: {v:?}"
+                );
+            }
+        }
+        return;
+    }
+    let m = Framed::read(rest);
+    let message = Message {
+        subject: m.subject,
+        headers: m.headers,
+        payload: Bytes::from(m.payload),
+    };
+    let offered = Offered::Message(&message);
+    let mut mapped = headers::map(
+        offered,
+        1,
+        &Pass::default(),
+        RequestFormat::CloudeventsStructured,
+        None,
+    );
+    let body = cloudevent::structured(offered, &mut mapped);
+    let back = cloudevent::unwrap(&body);
+    match back {
+        // JSON goes as `data`, the whitespace around it aside.
+        Ok(u) => assert!(
+            u.payload == message.payload[..]
+                || (cloudevent::is_json(&message.payload)
+                    && u.payload == message.payload.trim_ascii()),
+            "{:?}",
+            message.payload
+        ),
+        // A message's own attributes (binary mode keeps them) may be what is not valid.
+        Err(e) => assert!(
+            message
+                .headers
+                .iter()
+                .any(|(n, _)| n.to_ascii_lowercase().starts_with("ce-")),
+            "{e}"
+        ),
+    }
 }

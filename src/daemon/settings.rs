@@ -278,6 +278,7 @@ fn stream_settings(
         .filter(|o| o.rules.enabled()),
         idempotency: idempotency(c),
         max_age: (d.max_age_ms > 0).then(|| Duration::from_millis(d.max_age_ms)),
+        unwrap_cloudevents: c.http.unwrap_cloudevents,
         routes: routes(v, target, at, p)?,
     })
 }

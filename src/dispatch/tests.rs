@@ -745,6 +745,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         confirmed_acks: false,
         routes: skip_routes(&knobs.routes),
         max_age: knobs.max_age,
+        unwrap_cloudevents: false,
     };
     let (live_tx, live) = watch::channel(Arc::new(live));
     let marker_keys: Markings = Arc::default();
@@ -921,6 +922,7 @@ impl Rig {
             confirmed_acks: old.confirmed_acks,
             routes: Vec::new(),
             max_age: old.max_age,
+            unwrap_cloudevents: old.unwrap_cloudevents,
         };
         change(&mut live);
         self.live.send_replace(Arc::new(live));
