@@ -39,6 +39,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("header_values", header_values),
     ("stored_records", stored_records),
     ("cloudevents", cloudevents),
+    ("route_when", route_when),
 ];
 
 /// A message as the targets write it: the first line its subject, then `name: value`
@@ -660,4 +661,29 @@ pub fn cloudevents(data: &[u8]) {
             "{e}"
         ),
     }
+}
+
+/// A route's `when` (CEL): the first line is the expression, compiled as the config
+/// loader does; the rest a [`Framed`] message it is evaluated against (its payload
+/// the body, as JSON when it is). Compiling answers (an error says something);
+/// evaluating answers, twice the same, and reads the body once at most.
+pub fn route_when(data: &[u8]) {
+    use jetrelay::route::{Vars, When};
+    let (first, rest) = match data.iter().position(|b| *b == b'\n') {
+        Some(at) => (&data[..at], &data[at + 1..]),
+        None => (data, &[][..]),
+    };
+    let expr = String::from_utf8_lossy(first);
+    let when = match When::compile(&expr) {
+        Ok(w) => w,
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            return;
+        }
+    };
+    let m = Framed::read(rest);
+    let mut vars = Vars::new(&m.subject, &m.headers, &m.payload);
+    let once = when.holds(&mut vars);
+    assert_eq!(when.holds(&mut vars), once);
+    assert!(when.uses_body() || !vars.body_read());
 }

@@ -61,13 +61,7 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         // One attempt runs under one config: a reload meanwhile applies to the next.
         let live = self.live();
         let mut sample = None;
-        // Where it goes: the first route it matches (to its target, or its action),
-        // else the source's target.
-        let (route, to) = match crate::route::pick(&live.routes, &d.app_subject, &d.message.headers)
-        {
-            Some((_, r)) => (Some(r.name.as_str()), r.to.as_ref()),
-            None => (None, To::Target(&live.forwarder)),
-        };
+        let (route, to) = destination(&live, d);
         // With `http.unwrap_cloudevents`, a structured CloudEvent goes as its data
         // (a malformed one is invalid).
         let unwrapped =
@@ -810,6 +804,16 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             }
         }
         confirmed
+    }
+}
+
+/// Where `d` goes: the first route it matches (its name, and its target or
+/// action), else the source's target.
+fn destination<'a, F>(live: &'a Live<F>, d: &Delivery) -> (Option<&'a str>, To<&'a F>) {
+    let (subject, headers) = (&d.app_subject, &d.message.headers);
+    match crate::route::pick(&live.routes, subject, headers, &d.message.payload) {
+        Some((_, r)) => (Some(r.name.as_str()), r.to.as_ref()),
+        None => (None, To::Target(&live.forwarder)),
     }
 }
 

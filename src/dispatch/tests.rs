@@ -2607,6 +2607,7 @@ async fn a_skip_route_settles_without_a_request_and_counts_per_route() {
         name: name.into(),
         subjects: vec![subject.into()],
         headers: Vec::new(),
+        when: None,
         to: To::Skip(skip),
     };
     let r = rig(
