@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use base64::Engine as _;
 use serde_json::value::RawValue;
 
-use super::headers::{Mapped, STRUCTURED_CLOUDEVENT};
+use super::headers::{Mapped, STRUCTURED_CLOUDEVENT, is_valid_value};
 use crate::message::{Message, Offered};
 
 /// The most attributes an envelope read back may have (each becomes a header).
@@ -140,7 +140,8 @@ pub struct Unwrapped {
     /// `datacontenttype` is not JSON, else `data` as it was written (JSON).
     pub payload: Vec<u8>,
     /// `("ce-<name>", value)` per attribute (values percent-encoded as the HTTP
-    /// binding says), then `("Content-Type", datacontenttype)` when there is a type.
+    /// binding says), then `("Content-Type", datacontenttype)` when there is a type
+    /// that is a valid header value.
     pub headers: Vec<(String, String)>,
 }
 
@@ -206,8 +207,13 @@ pub fn unwrap(payload: &[u8]) -> Result<Unwrapped, Malformed> {
         headers.retain(|(n, _): &(String, String)| n[3..] != **name);
         headers.push((format!("ce-{name}"), percent_encoded(&v)));
     }
-    if let Some(t) = data_type.or_else(|| data.map(|_| "application/json".to_string())) {
-        headers.push(("Content-Type".into(), percent_encoded(&t)));
+    // The data's type is the request's own header, as it was written (one that is
+    // not a valid header value is left out: the app gets octet-stream).
+    if let Some(t) = data_type.or_else(|| data.map(|_| "application/json".to_string()))
+        && is_valid_value(&t)
+        && !t.is_empty()
+    {
+        headers.push(("Content-Type".into(), t));
     }
     Ok(Unwrapped { payload, headers })
 }
@@ -439,6 +445,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(u.payload, b"\"x\"");
+        // The type as written (quotes and all), or left out when not a header value.
+        let typed = |t: &str| {
+            let env = format!(
+                r#"{{{base},"datacontenttype":{},"data":1}}"#,
+                serde_json::json!(t)
+            );
+            unwrap(env.as_bytes()).unwrap()
+        };
+        let u = typed("text/plain; charset=\"utf-8\"");
+        assert_eq!(h(&u, "Content-Type"), Some("text/plain; charset=\"utf-8\""));
+        assert_eq!(h(&typed("a\nb"), "Content-Type"), None);
         // data_base64: its bytes.
         let u = unwrap(format!(r#"{{{base},"data_base64":"aGkg/w=="}}"#).as_bytes()).unwrap();
         assert_eq!(u.payload, b"hi \xff");
