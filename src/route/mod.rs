@@ -97,11 +97,21 @@ pub fn pick<'a, T>(
     headers: &[(String, String)],
     payload: &[u8],
 ) -> Option<(usize, &'a Route<T>)> {
-    let mut facts = Vars::new(subject, headers, payload);
+    let mut facts = Vars::new(subject, headers, payload).reading(members(routes));
     routes
         .iter()
         .enumerate()
         .find(|(_, r)| r.takes(subject, headers, &mut facts))
+}
+
+/// The body's top-level members the routes' `when`s read (`None`: one may read
+/// any of it).
+fn members<T>(routes: &[Route<T>]) -> Option<Vec<&str>> {
+    let mut out = Vec::new();
+    for w in (routes.iter().filter_map(|r| r.when.as_ref())).filter(|w| w.uses_body()) {
+        out.extend(w.members()?.iter().map(String::as_str));
+    }
+    Some(out)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! [`MAX_EXPRESSION`] bytes, nested at most as deep as the parser's limit; a body
 //! nested at most as deep as serde_json's. Never a panic.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
@@ -20,7 +21,7 @@ use cel::common::types::{
 };
 use cel::common::value::Val;
 use cel::{Context, Env, Program, Value};
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// The longest expression taken.
 pub const MAX_EXPRESSION: usize = 4096;
@@ -45,6 +46,9 @@ pub struct When {
     program: Arc<Program>,
     /// Whether it names `body` (else the payload is never read for it).
     uses_body: bool,
+    /// The body's top-level members it reads, when it reads the body only as
+    /// `body.<name>` (`None`: the whole body).
+    members: Option<Vec<String>>,
 }
 
 /// Why a `when` does not compile.
@@ -103,10 +107,12 @@ impl When {
         }
         let references = program.references();
         let uses_body = references.has_variable("body");
+        let members = body_members(program.expression());
         Ok(When {
             source: source.to_string(),
             program: Arc::new(program),
             uses_body,
+            members,
         })
     }
 
@@ -118,6 +124,11 @@ impl When {
     /// Whether it reads the body.
     pub fn uses_body(&self) -> bool {
         self.uses_body
+    }
+
+    /// The body's top-level members it reads (`None`: it may read any of it).
+    pub fn members(&self) -> Option<&[String]> {
+        self.members.as_deref()
     }
 
     /// Whether it is `true` for the message `facts` describes.
@@ -133,31 +144,55 @@ fn depth<'e>(root: &'e IdedExpr) -> usize {
     let mut open = vec![(root, 1)];
     while let Some((e, d)) = open.pop() {
         deepest = deepest.max(d);
-        let mut push = |c: &'e IdedExpr| open.push((c, d + 1));
-        match &e.expr {
-            Expr::Call(c) => {
-                c.target.iter().for_each(|t| push(t));
-                c.args.iter().for_each(&mut push);
-            }
-            Expr::Comprehension(c) => {
-                for part in [
-                    &c.iter_range,
-                    &c.accu_init,
-                    &c.loop_cond,
-                    &c.loop_step,
-                    &c.result,
-                ] {
-                    push(part);
-                }
-            }
-            Expr::List(l) => l.elements.iter().for_each(&mut push),
-            Expr::Map(m) => m.entries.iter().for_each(|en| entry(en, &mut push)),
-            Expr::Struct(st) => st.entries.iter().for_each(|en| entry(en, &mut push)),
-            Expr::Select(sel) => push(&sel.operand),
-            Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
-        }
+        children(e, &mut |c: &'e IdedExpr| open.push((c, d + 1)));
     }
     deepest
+}
+
+/// The body's top-level members an expression reads, when it names `body` only as
+/// `body.<name>` (a selection, `has()` included); `None` when it reads it any
+/// other way (`body["x"]`, `size(body)`, `body` alone).
+fn body_members<'e>(root: &'e IdedExpr) -> Option<Vec<String>> {
+    let mut members: Vec<String> = Vec::new();
+    let mut open = vec![root];
+    while let Some(e) = open.pop() {
+        match &e.expr {
+            Expr::Select(sel) if matches!(&sel.operand.expr, Expr::Ident(n) if n == "body") => {
+                if !members.contains(&sel.field) {
+                    members.push(sel.field.clone());
+                }
+            }
+            Expr::Ident(n) if n == "body" => return None,
+            _ => children(e, &mut |c: &'e IdedExpr| open.push(c)),
+        }
+    }
+    Some(members)
+}
+
+/// Hands each of an expression's direct children to `push`.
+fn children<'e>(e: &'e IdedExpr, push: &mut impl FnMut(&'e IdedExpr)) {
+    match &e.expr {
+        Expr::Call(c) => {
+            c.target.iter().for_each(|t| push(t));
+            c.args.iter().for_each(&mut *push);
+        }
+        Expr::Comprehension(c) => {
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                push(part);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(&mut *push),
+        Expr::Map(m) => m.entries.iter().for_each(|en| entry(en, push)),
+        Expr::Struct(st) => st.entries.iter().for_each(|en| entry(en, push)),
+        Expr::Select(sel) => push(&sel.operand),
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
 }
 
 /// A map or struct entry's expressions.
@@ -195,6 +230,8 @@ pub struct Vars<'a> {
     /// Made on first use; `body` added when first needed.
     ctx: Option<Context<'a, 'a>>,
     with_body: bool,
+    /// The body's top-level members any `when` may read (`None`: all of it).
+    members: Option<Vec<&'a str>>,
 }
 
 impl<'a> Vars<'a> {
@@ -206,7 +243,15 @@ impl<'a> Vars<'a> {
             payload,
             ctx: None,
             with_body: false,
+            members: None,
         }
+    }
+
+    /// The same, reading only these top-level members of the body (the union of
+    /// what the `when`s that may run read; `None`: all of it).
+    pub fn reading(mut self, members: Option<Vec<&'a str>>) -> Self {
+        self.members = members;
+        self
     }
 
     /// The variables, with `body` when `body` is asked for.
@@ -226,7 +271,7 @@ impl<'a> Vars<'a> {
             ctx
         });
         if body && !self.with_body {
-            ctx.add_variable_as_val("body", read_body(self.payload));
+            ctx.add_variable_as_val("body", read_body(self.payload, self.members.as_deref()));
             self.with_body = true;
         }
         ctx
@@ -249,22 +294,31 @@ impl fmt::Debug for Vars<'_> {
 }
 
 /// `payload` as JSON (UTF-8, one value) in CEL's values, strings borrowed from
-/// it; `null` when it is not JSON.
-pub fn read_body(payload: &[u8]) -> Box<dyn Val + '_> {
+/// it; `null` when it is not JSON. With `members`, an object keeps only those of
+/// its top-level members (the others are checked as JSON, never built).
+pub fn read_body<'a>(payload: &'a [u8], members: Option<&[&str]>) -> Box<dyn Val + 'a> {
     if std::str::from_utf8(payload).is_err() {
         return Box::new(CelNull);
     }
     let mut de = serde_json::Deserializer::from_slice(payload);
-    match Json.deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
+    let seed = Json { only: members };
+    match seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
         Ok(v) => v,
         Err(_) => Box::new(CelNull),
     }
 }
 
-/// Reads one JSON value into CEL's values.
-struct Json;
+/// Reads one JSON value into CEL's values; of an object, only the members `only`
+/// names when given (at the top level: nested values are read whole).
+#[derive(Clone, Copy)]
+struct Json<'o> {
+    only: Option<&'o [&'o str]>,
+}
 
-impl<'de> DeserializeSeed<'de> for Json {
+/// A whole value.
+const WHOLE: Json<'static> = Json { only: None };
+
+impl<'de> DeserializeSeed<'de> for Json<'_> {
     type Value = Box<dyn Val + 'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
@@ -272,7 +326,7 @@ impl<'de> DeserializeSeed<'de> for Json {
     }
 }
 
-impl<'de> Visitor<'de> for Json {
+impl<'de> Visitor<'de> for Json<'_> {
     type Value = Box<dyn Val + 'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -308,7 +362,7 @@ impl<'de> Visitor<'de> for Json {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::with_capacity(s.size_hint().unwrap_or(0).min(64));
-        while let Some(v) = s.next_element_seed(Json)? {
+        while let Some(v) = s.next_element_seed(WHOLE)? {
             out.push(v);
         }
         Ok(Box::new(CelList::from(out)))
@@ -316,8 +370,16 @@ impl<'de> Visitor<'de> for Json {
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
         let mut out = HashMap::with_capacity(m.size_hint().unwrap_or(0).min(64));
         while let Some(k) = m.next_key_seed(Name)? {
-            let v = m.next_value_seed(Json)?;
-            out.insert(k, v);
+            if self.only.is_some_and(|only| !only.contains(&k.as_ref())) {
+                m.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let v = m.next_value_seed(WHOLE)?;
+            let key = match k {
+                Cow::Borrowed(b) => CelMapKey::from(b),
+                Cow::Owned(o) => CelMapKey::from(o),
+            };
+            out.insert(key, v);
         }
         Ok(Box::new(CelMap::from(out)))
     }
@@ -327,7 +389,7 @@ impl<'de> Visitor<'de> for Json {
 struct Name;
 
 impl<'de> DeserializeSeed<'de> for Name {
-    type Value = CelMapKey<'de>;
+    type Value = Cow<'de, str>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_str(self)
@@ -335,16 +397,16 @@ impl<'de> DeserializeSeed<'de> for Name {
 }
 
 impl<'de> Visitor<'de> for Name {
-    type Value = CelMapKey<'de>;
+    type Value = Cow<'de, str>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a member name")
     }
     fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(CelMapKey::from(v))
+        Ok(Cow::Borrowed(v))
     }
     fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(CelMapKey::from(v.to_string()))
+        Ok(Cow::Owned(v.to_string()))
     }
 }
 
@@ -439,6 +501,24 @@ mod tests {
         // Parentheses are no level of their own.
         let parens = format!("{}1{} == 1", "(".repeat(90), ")".repeat(90));
         assert!(holds(&parens, "s", &[], b""));
+        for (expr, want) in [
+            ("body.type == \"a\"", Some(vec!["type"])),
+            (
+                "has(body.a) && body.b.exists(i, i > 1) && body.a == 1",
+                Some(vec!["a", "b"]),
+            ),
+            ("subject == \"a\"", Some(vec![])),
+            ("body[\"type\"] == \"a\"", None),
+            ("size(body) > 0", None),
+            ("type(body) == map", None),
+            ("body == null", None),
+        ] {
+            let w = When::compile(expr).unwrap();
+            let got = w
+                .members()
+                .map(|m| m.iter().map(String::as_str).collect::<Vec<_>>());
+            assert_eq!(got, want, "{expr}");
+        }
         assert!(When::compile("body.type == \"a\"").unwrap().uses_body());
         assert!(!When::compile("subject == \"a\"").unwrap().uses_body());
     }
@@ -454,6 +534,21 @@ mod tests {
         assert!(body.holds(&mut vars));
         assert!(vars.body_read());
         assert!(body.holds(&mut vars) && subject.holds(&mut vars));
+        // Reading only some members: those are there, whatever else the body has.
+        let payload = br#"{"skip": [1, {"deep": "x\u00e9"}], "a": {"b": [true]}, "c": 2}"#;
+        let mut vars = Vars::new("s", &h, payload).reading(Some(vec!["a", "c"]));
+        let both = When::compile("body.a.b[0] && body.c == 2 && !has(body.skip)").unwrap();
+        assert!(both.holds(&mut vars));
+        let mut vars = Vars::new("s", &h, b"[1, 2]").reading(Some(vec!["a"]));
+        assert!(
+            When::compile("body[1] == 2").unwrap().holds(&mut vars),
+            "not an object: whole"
+        );
+        let mut vars = Vars::new("s", &h, b"{\"a\": 1} x").reading(Some(vec!["a"]));
+        assert!(
+            When::compile("body == null").unwrap().holds(&mut vars),
+            "not JSON"
+        );
     }
 
     /// Any JSON value (nested, escaped, numbers of every kind).
@@ -506,6 +601,8 @@ mod tests {
             if let serde_json::Value::Object(m) = &body {
                 let has_a = When::compile("has(body.a)").unwrap();
                 proptest::prop_assert_eq!(has_a.holds(&mut Vars::new("s", &h, &payload)), m.contains_key("a"));
+                let mut only_a = Vars::new("s", &h, &payload).reading(Some(vec!["a"]));
+                proptest::prop_assert_eq!(has_a.holds(&mut only_a), m.contains_key("a"));
             }
         }
     }
