@@ -46,6 +46,8 @@ pub struct When {
     program: Arc<Program>,
     /// Whether it names `body` (else the payload is never read for it).
     uses_body: bool,
+    /// Whether it names `headers` (else their map is not made for it).
+    uses_headers: bool,
     /// The body's top-level members it reads, when it reads the body only as
     /// `body.<name>` (`None`: the whole body).
     members: Option<Vec<String>>,
@@ -107,11 +109,13 @@ impl When {
         }
         let references = program.references();
         let uses_body = references.has_variable("body");
+        let uses_headers = references.has_variable("headers");
         let members = body_members(program.expression());
         Ok(When {
             source: source.to_string(),
             program: Arc::new(program),
             uses_body,
+            uses_headers,
             members,
         })
     }
@@ -133,7 +137,7 @@ impl When {
 
     /// Whether it is `true` for the message `facts` describes.
     pub fn holds(&self, facts: &mut Vars<'_>) -> bool {
-        let ctx = facts.context(self.uses_body);
+        let ctx = facts.context(self.uses_headers, self.uses_body);
         matches!(self.program.execute(ctx), Ok(Value::Bool(true)))
     }
 }
@@ -221,14 +225,17 @@ impl PartialEq for When {
 impl Eq for When {}
 
 /// What `when` sees of one message: its `subject`, `headers` and `body`, made
-/// into CEL's variables once, on the first evaluation that needs them (the body
-/// only for one that names it), and shared by every route's `when`.
+/// into CEL's variables once, on the first evaluation that needs them (the
+/// headers' map and the body only for one that names them), and shared by every
+/// route's `when`.
 pub struct Vars<'a> {
     subject: &'a str,
     headers: &'a [(String, String)],
     payload: &'a [u8],
-    /// Made on first use; `body` added when first needed.
+    /// Made on first use (with `subject`); `headers` and `body` added when first
+    /// needed.
     ctx: Option<Context<'a, 'a>>,
+    with_headers: bool,
     with_body: bool,
     /// The body's top-level members any `when` may read (`None`: all of it).
     members: Option<Vec<&'a str>>,
@@ -242,6 +249,7 @@ impl<'a> Vars<'a> {
             headers,
             payload,
             ctx: None,
+            with_headers: false,
             with_body: false,
             members: None,
         }
@@ -255,21 +263,24 @@ impl<'a> Vars<'a> {
     }
 
     /// The variables, with `body` when `body` is asked for.
-    fn context(&mut self, body: bool) -> &Context<'a, 'a> {
-        let (subject, headers) = (self.subject, self.headers);
+    fn context(&mut self, headers: bool, body: bool) -> &Context<'a, 'a> {
+        let subject = self.subject;
         let ctx = self.ctx.get_or_insert_with(|| {
             let mut ctx = Context::with_env(Arc::clone(&ENV));
             ctx.add_variable_as_val("subject", Box::new(CelString::from(subject)));
+            ctx
+        });
+        if headers && !self.with_headers {
             let mut first: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> =
-                HashMap::with_capacity(headers.len());
-            for (n, v) in headers {
+                HashMap::with_capacity(self.headers.len());
+            for (n, v) in self.headers {
                 first
                     .entry(CelMapKey::from(n.as_str()))
                     .or_insert_with(|| Box::new(CelString::from(v.as_str())));
             }
             ctx.add_variable_as_val("headers", Box::new(CelMap::from(first)));
-            ctx
-        });
+            self.with_headers = true;
+        }
         if body && !self.with_body {
             ctx.add_variable_as_val("body", read_body(self.payload, self.members.as_deref()));
             self.with_body = true;
