@@ -72,9 +72,15 @@ class App(BaseHTTPRequestHandler):
             if seq is not None
             else f"request to {self.headers.get('Nats-Service-Endpoint')}"
         )
+        # A route's own path (routes), and a CloudEvent in binary mode (http.format,
+        # http.unwrap_cloudevents).
+        where = "" if self.path in ("/", "/messages") else f" at {self.path}"
+        event = "".join(
+            f" {h}={self.headers[h]}" for h in ("ce-id", "ce-type") if h in self.headers
+        )
         print(
             f"app <- {self.headers['Nats-Subject']} {what}"
-            f" body={body.decode(errors='replace')!r} -> {status}",
+            f" body={body.decode(errors='replace')!r} -> {status}{event}{where}",
             flush=True,
         )
         self.send_response(status)

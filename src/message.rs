@@ -90,6 +90,9 @@ pub enum Invalid {
     MalformedHeaders(String),
     /// The subject is not UTF-8: what was delivered has those bytes replaced.
     MalformedSubject(String),
+    /// With `http.unwrap_cloudevents`: its `Content-Type` says a structured
+    /// CloudEvent, and its payload is not a valid one.
+    MalformedCloudevent(String),
 }
 
 impl Invalid {
@@ -101,15 +104,17 @@ impl Invalid {
             Invalid::NoPartition(_) => "no_partition",
             Invalid::MalformedHeaders(_) => "malformed_headers",
             Invalid::MalformedSubject(_) => "malformed_subject",
+            Invalid::MalformedCloudevent(_) => "malformed_cloudevent",
         }
     }
 
     /// Every name, for the metric's closed label set.
-    pub const NAMES: [&'static str; 4] = [
+    pub const NAMES: [&'static str; 5] = [
         "bad_metadata",
         "no_partition",
         "malformed_headers",
         "malformed_subject",
+        "malformed_cloudevent",
     ];
 }
 
@@ -118,7 +123,8 @@ impl std::fmt::Display for Invalid {
         let (Invalid::Metadata(why)
         | Invalid::NoPartition(why)
         | Invalid::MalformedHeaders(why)
-        | Invalid::MalformedSubject(why)) = self;
+        | Invalid::MalformedSubject(why)
+        | Invalid::MalformedCloudevent(why)) = self;
         write!(f, "{}: {why}", self.name())
     }
 }
@@ -180,6 +186,19 @@ impl Delivery {
                 Some(Invalid::MalformedSubject(why.clone()))
             }
             (None, Ok(_)) => None,
+        }
+    }
+
+    /// The same delivery carrying `message` instead (what the app is given in its
+    /// place: a structured CloudEvent's data).
+    pub fn with_message(&self, message: Message) -> Delivery {
+        Delivery {
+            message,
+            meta: self.meta.clone(),
+            partition: self.partition,
+            app_subject: self.app_subject.clone(),
+            origin: self.origin.clone(),
+            flaw: self.flaw.clone(),
         }
     }
 

@@ -39,6 +39,8 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("header_values", header_values),
     ("stored_records", stored_records),
     ("token_answers", token_answers),
+    ("cloudevents", cloudevents),
+    ("route_when", route_when),
 ];
 
 /// A message as the targets write it: the first line its subject, then `name: value`
@@ -622,4 +624,91 @@ pub fn token_answers(data: &[u8]) {
         let kept = keep_for(token.expires_in);
         assert!(kept <= token.expires_in.unwrap_or(WITHOUT_EXPIRY));
     }
+}
+
+// === cloudevents ===
+
+/// CloudEvents in structured mode (`http.unwrap_cloudevents`, `http.format =
+/// "cloudevents-structured"`). First byte even: the rest is a publisher's envelope,
+/// read back: what it gives is sendable (header names and values valid HTTP, the
+/// body no longer than the envelope). Odd: the rest is a [`Framed`] message, sent
+/// as a structured event and read back: its payload, unchanged.
+pub fn cloudevents(data: &[u8]) {
+    use jetrelay::app::cloudevent;
+    use jetrelay::app::headers::{self, Pass, RequestFormat};
+    use jetrelay::message::{Message, Offered};
+    let Some((&c, rest)) = data.split_first() else {
+        return;
+    };
+    if c % 2 == 0 {
+        if let Ok(u) = cloudevent::unwrap(rest) {
+            assert!(u.payload.len() <= rest.len());
+            for (n, v) in &u.headers {
+                assert!(
+                    headers::is_valid_name(n) && headers::is_valid_value(v),
+                    "{n:?}: {v:?}"
+                );
+            }
+        }
+        return;
+    }
+    let m = Framed::read(rest);
+    let message = Message {
+        subject: m.subject,
+        headers: m.headers,
+        payload: Bytes::from(m.payload),
+    };
+    let offered = Offered::Message(&message);
+    let mut mapped = headers::map(
+        offered,
+        1,
+        &Pass::default(),
+        RequestFormat::CloudeventsStructured,
+        None,
+    );
+    let body = cloudevent::structured(offered, &mut mapped);
+    let back = cloudevent::unwrap(&body);
+    match back {
+        // JSON goes as `data`, the whitespace around it aside.
+        Ok(u) => assert!(
+            u.payload == message.payload[..]
+                || (cloudevent::is_json(&message.payload)
+                    && u.payload == message.payload.trim_ascii()),
+            "{:?}",
+            message.payload
+        ),
+        // A message's own attributes (binary mode keeps them) may be what is not valid.
+        Err(e) => assert!(
+            message
+                .headers
+                .iter()
+                .any(|(n, _)| n.to_ascii_lowercase().starts_with("ce-")),
+            "{e}"
+        ),
+    }
+}
+
+/// A route's `when` (CEL): the first line is the expression, compiled as the config
+/// loader does; the rest a [`Framed`] message it is evaluated against (its payload
+/// the body, as JSON when it is). Compiling answers (an error says something);
+/// evaluating answers, twice the same, and reads the body once at most.
+pub fn route_when(data: &[u8]) {
+    use jetrelay::route::{Vars, When};
+    let (first, rest) = match data.iter().position(|b| *b == b'\n') {
+        Some(at) => (&data[..at], &data[at + 1..]),
+        None => (data, &[][..]),
+    };
+    let expr = String::from_utf8_lossy(first);
+    let when = match When::compile(&expr) {
+        Ok(w) => w,
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            return;
+        }
+    };
+    let m = Framed::read(rest);
+    let mut vars = Vars::new(&m.subject, &m.headers, &m.payload);
+    let once = when.holds(&mut vars);
+    assert_eq!(when.holds(&mut vars), once);
+    assert!(when.uses_body() || !vars.body_read());
 }

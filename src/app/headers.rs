@@ -20,7 +20,15 @@ pub enum RequestFormat {
     Raw,
     /// CloudEvents binary content mode: `ce-*` headers added (batch requests ignore it).
     Cloudevents,
+    /// CloudEvents structured content mode: the body is a JSON CloudEvent whose
+    /// attributes are binary mode's (`app::cloudevent::structured`; batch requests
+    /// ignore it).
+    #[serde(rename = "cloudevents-structured")]
+    CloudeventsStructured,
 }
+
+/// The media type of a CloudEvent in structured content mode (JSON).
+pub const STRUCTURED_CLOUDEVENT: &str = "application/cloudevents+json";
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the
 /// ones the HTTP client computes itself.
@@ -145,7 +153,8 @@ pub struct Mapped<'a> {
 /// publisher must not be able to forge the metadata headers set here; nor identity
 /// headers (`Authorization`, `Cookie`, `X-Forwarded-*`, ...). `pass` may narrow it.
 ///
-/// With [`RequestFormat::Cloudevents`] the request is a CloudEvent in binary content mode:
+/// With [`RequestFormat::Cloudevents`] (and [`RequestFormat::CloudeventsStructured`],
+/// whose envelope takes them) the request is a CloudEvent in binary content mode:
 /// `ce-specversion`, `ce-id` (the `Nats-Msg-Id`, else `<stream>:<sequence>`),
 /// `ce-source` (`/jetstream/<stream>`), `ce-type`, `ce-subject`, `ce-time`. A message
 /// that is already a CloudEvent (its `ce-specversion` passes `pass`) keeps its own
@@ -197,7 +206,8 @@ pub fn map<'a>(
     if let Some(id) = d.header("Nats-Msg-Id").filter(|v| is_valid_value(v)) {
         add("nats-msg-id", id.into());
     }
-    if format == RequestFormat::Cloudevents {
+    if format != RequestFormat::Raw {
+        // Structured mode's attributes are binary mode's, moved into the body.
         cloudevent(d, pass, &mut out);
     }
     out

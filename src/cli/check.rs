@@ -132,13 +132,18 @@ fn routes(source: &SourceSettings) -> String {
             .iter()
             .map(|(n, v)| format!(" and {n}: {v}"))
             .collect();
+        let when = r
+            .when
+            .as_ref()
+            .map(|w| format!(" when {}", w.source()))
+            .unwrap_or_default();
         let to = match &r.to {
             To::Skip(skip) => format!("{} without a request", skip.name()),
             // A user:password in the URL is never printed.
             To::Target(target) => format!("POST {}", crate::config::redact(target.url.as_str())),
         };
         out.push_str(&format!(
-            "\n  route {}: {subjects}{headers} -> {to}",
+            "\n  route {}: {subjects}{headers}{when} -> {to}",
             r.name
         ));
     }

@@ -43,8 +43,12 @@ pub struct HttpConfig {
     pub retry_statuses: Vec<String>,
     /// Statuses that terminate (dead-lettered first when a DLQ is set).
     pub term_statuses: Vec<String>,
-    /// `"raw"` or `"cloudevents"` (binary content mode).
+    /// `"raw"`, `"cloudevents"` (binary content mode) or `"cloudevents-structured"`.
     pub format: RequestFormat,
+    /// A message whose `Content-Type` is `application/cloudevents+json` goes to the
+    /// app as its data, its attributes as `ce-*` headers (binary mode); a malformed
+    /// envelope is dead-lettered as `malformed_cloudevent`.
+    pub unwrap_cloudevents: bool,
     /// A CA bundle that verifies an `https://` app (the system's roots otherwise).
     pub tls_ca_file: String,
     /// The client certificate presented to an `https://` app that asks for one
@@ -129,6 +133,7 @@ impl Default for HttpConfig {
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             format: RequestFormat::Raw,
+            unwrap_cloudevents: false,
             unix_socket: String::new(),
             version: HttpVersion::Http1,
             max_concurrent_streams: 0,
@@ -194,6 +199,18 @@ impl Config {
             p.add(
                 "http.signing.previous_secret_file",
                 "is signed with beside http.signing.secret_file: set that too",
+            );
+        }
+        if h.unwrap_cloudevents && h.format == RequestFormat::CloudeventsStructured {
+            p.add(
+                "http.unwrap_cloudevents",
+                "with http.format = \"cloudevents-structured\" each event would be wrapped again: use \"raw\" or \"cloudevents\"",
+            );
+        }
+        if h.unwrap_cloudevents && self.delivery.batch_size > 1 {
+            p.add(
+                "http.unwrap_cloudevents",
+                "is not supported with delivery.batch_size > 1 yet (a batch carries each payload as it came)",
             );
         }
         let retry = StatusSet::parse(&h.retry_statuses);
@@ -388,6 +405,45 @@ mod tests {
             Err(e) => (e.problems().iter())
                 .map(|p| (p.key.clone(), p.to_string()))
                 .collect(),
+        }
+    }
+
+    #[test]
+    fn cloudevents_keys_table() {
+        let url = "url = \"http://app/m\"\n";
+        let cases: &[(&str, Option<(&str, &str)>)] = &[
+            ("format = \"cloudevents-structured\"\n", None),
+            (
+                "unwrap_cloudevents = true\nformat = \"cloudevents\"\n",
+                None,
+            ),
+            (
+                "unwrap_cloudevents = true\nformat = \"cloudevents-structured\"\n",
+                Some(("http.unwrap_cloudevents", "wrapped again")),
+            ),
+            (
+                "unwrap_cloudevents = true\n[delivery]\nbatch_size = 10\n",
+                Some(("http.unwrap_cloudevents", "batch_size")),
+            ),
+        ];
+        for (extra, want) in cases {
+            let got = problems(&format!("{url}{extra}"));
+            match want {
+                None => assert!(got.is_empty(), "{extra}: {got:?}"),
+                Some((key, says)) => assert!(
+                    got.iter().any(|(k, p)| k == key && p.contains(says)),
+                    "{extra}: {got:?}"
+                ),
+            }
+        }
+        // A service source takes neither.
+        let service = "[source]\nkind = \"service\"\nservice = \"s\"\nendpoints = [{ name = \"a\", subject = \"a\" }]\n[http]\nurl = \"http://app/m\"\n";
+        for (extra, key) in [
+            ("format = \"cloudevents-structured\"\n", "http.format"),
+            ("unwrap_cloudevents = true\n", "http.unwrap_cloudevents"),
+        ] {
+            let e = Config::from_toml(&[&format!("{service}{extra}")]).unwrap_err();
+            assert!(e.problems().iter().any(|p| p.key == key), "{e}");
         }
     }
 

@@ -20,6 +20,9 @@ pub struct RouteConfig {
     pub subjects: Vec<String>,
     /// Header equality: every header listed must have the value given.
     pub headers: BTreeMap<String, String>,
+    /// A CEL expression over `subject`, `headers` and `body` that must be true;
+    /// empty: none.
+    pub when: String,
     /// Replaces the path of the source's `http.url`.
     pub path: String,
     /// A URL of its own instead of the source's.
@@ -66,11 +69,16 @@ fn route_problems(r: &RouteConfig, c: &Config) -> Vec<String> {
         )),
         _ => {}
     }
-    if r.subjects.is_empty() && r.headers.is_empty() {
+    if r.subjects.is_empty() && r.headers.is_empty() && r.when.is_empty() {
         p.push(
-            "an empty match (no subjects, no headers) would take every message: a message no route matches goes to http.url"
+            "an empty match (no subjects, headers or when) would take every message: a message no route matches goes to http.url"
                 .to_string(),
         );
+    }
+    if !r.when.is_empty()
+        && let Err(e) = crate::route::When::compile(&r.when)
+    {
+        p.push(format!("when: {e}"));
     }
     for s in &r.subjects {
         if let Err(e) = crate::subject::validate_filter(s) {

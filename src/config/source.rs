@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Config, Problems, RouteConfig};
+use crate::app::headers::RequestFormat;
 use crate::subject;
 
 /// `weight`'s bound: a share of the budget is `weight / Σ weights`.
@@ -332,6 +333,18 @@ impl Config {
             p.add(
                 "delivery.batch_size",
                 "is 1 for source.kind = \"service\": each request gets its own reply",
+            );
+        }
+        if self.http.format == RequestFormat::CloudeventsStructured {
+            p.add(
+                "http.format",
+                "\"cloudevents-structured\" is not for source.kind = \"service\": a request goes as it came (\"cloudevents\" adds binary mode's headers)",
+            );
+        }
+        if self.http.unwrap_cloudevents {
+            p.add(
+                "http.unwrap_cloudevents",
+                "is not for source.kind = \"service\": a request goes as it came",
             );
         }
         if self.delivery.max_age_ms > 0 {

@@ -80,6 +80,7 @@ pub(super) fn live_of(source: &SourceSettings, app: &SourceApp) -> Result<Source
                 .map(|r| r.try_map(forward))
                 .collect::<Result<_, _>>()?,
             max_age: stream.max_age,
+            unwrap_cloudevents: stream.unwrap_cloudevents,
         })),
         KindSettings::Service(service) => SourceLive::Service(Arc::new(Served {
             endpoints: service

@@ -36,7 +36,7 @@ use crate::ops::traces::{AppTarget, SourceTrace, TraceSettings};
 use crate::outputs::Rules;
 use crate::pace::PaceSettings;
 use crate::policy::{Policy, StatusSet};
-use crate::route::{Route, To};
+use crate::route::{Route, To, When};
 use crate::service::wait::WaitBound;
 use crate::service::{ServiceEndpoint, ServiceSpec};
 use crate::source::settings::{
@@ -281,6 +281,7 @@ fn stream_settings(
         .filter(|o| o.rules.enabled()),
         idempotency: idempotency(c),
         max_age: (d.max_age_ms > 0).then(|| Duration::from_millis(d.max_age_ms)),
+        unwrap_cloudevents: c.http.unwrap_cloudevents,
         routes: routes(v, target, at, p)?,
     })
 }
@@ -324,10 +325,26 @@ fn routes(
             },
             subjects: r.subjects.clone(),
             headers: r.headers.clone().into_iter().collect(),
+            when: when(p, &at.at(&format!("routes[{i}]")), &r.when)?,
             to,
         });
     }
     Some(out)
+}
+
+/// A route's `when`, compiled (empty: none); `None` when it does not compile (a
+/// problem at `key`; `Config::problems` has refused it already).
+fn when(p: &mut Vec<Problem>, key: &str, source: &str) -> Option<Option<When>> {
+    if source.is_empty() {
+        return Some(None);
+    }
+    match When::compile(source) {
+        Ok(w) => Some(Some(w)),
+        Err(e) => {
+            p.push(Problem::new(key, format!("when: {e}")));
+            None
+        }
+    }
 }
 
 /// Where a stream source gets its messages: the durable's topology, or the group

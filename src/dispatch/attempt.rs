@@ -17,7 +17,7 @@ use crate::admission::{Reach, Sample};
 use crate::app::headers::TraceHeaders;
 use crate::app::{self, batch::Answer};
 use crate::dead_letter::{self, DeadLetter, Shed};
-use crate::message::Delivery;
+use crate::message::{Delivery, Invalid};
 use crate::ops::metrics::{ExpiredBy, SettleLabel};
 use crate::ops::telemetry::chain;
 use crate::ops::traces::Active;
@@ -61,19 +61,18 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
         // One attempt runs under one config: a reload meanwhile applies to the next.
         let live = self.live();
         let mut sample = None;
-        // Where it goes: the first route it matches (to its target, or its action),
-        // else the source's target.
-        let (route, to) = match crate::route::pick(&live.routes, &d.app_subject, &d.message.headers)
-        {
-            Some((_, r)) => (Some(r.name.as_str()), r.to.as_ref()),
-            None => (None, To::Target(&live.forwarder)),
-        };
+        let (route, to) = destination(&live, d);
+        // With `http.unwrap_cloudevents`, a structured CloudEvent goes as its data
+        // (a malformed one is invalid).
+        let unwrapped =
+            unwrap_cloudevent(d, live.unwrap_cloudevents && matches!(to, To::Target(_)));
+        let invalid = d.invalid().or_else(|| unwrapped.as_ref().err().cloned());
         let expires = d.expires_at();
         let seen = match to {
             To::Skip(_) => Seen::Fresh,
             To::Target(_) => self.seen_before(d).await,
         };
-        let (outcome, status, http_ms, failure, published) = match (d.invalid(), to) {
+        let (outcome, status, http_ms, failure, published) = match (invalid, to) {
             (Some(why), _) => {
                 self.metrics.invalid(&why);
                 (Outcome::Invalid(why), None, None, None, None)
@@ -98,7 +97,9 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
                 if let Some(name) = route {
                     self.metrics.routed(name, "app");
                 }
-                let f = self.request(forwarder, d, attempt, trace, &seen).await;
+                let offered = unwrapped.as_ref().ok().and_then(Option::as_ref);
+                let f =
+                    (self.request(forwarder, offered.unwrap_or(d), attempt, trace, &seen)).await;
                 sample = Some(Sample::of(&f, attempt));
                 let status = match f.class {
                     HttpClass::Status(s) => Some(s),
@@ -806,6 +807,29 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
             }
         }
         confirmed
+    }
+}
+
+/// Where `d` goes: the first route it matches (its name, and its target or
+/// action), else the source's target.
+fn destination<'a, F>(live: &'a Live<F>, d: &Delivery) -> (Option<&'a str>, To<&'a F>) {
+    let (subject, headers) = (&d.app_subject, &d.message.headers);
+    match crate::route::pick(&live.routes, subject, headers, &d.message.payload) {
+        Some((_, r)) => (Some(r.name.as_str()), r.to.as_ref()),
+        None => (None, To::Target(&live.forwarder)),
+    }
+}
+
+/// `d` as the app is to get it with `http.unwrap_cloudevents` (`on`): its
+/// structured CloudEvent's data and attributes (`None`: not one, or off: it goes as
+/// it is).
+fn unwrap_cloudevent(d: &Delivery, on: bool) -> Result<Option<Delivery>, Invalid> {
+    if !on {
+        return Ok(None);
+    }
+    match crate::app::cloudevent::unwrapped(&d.message) {
+        Ok(m) => Ok(m.map(|m| d.with_message(m))),
+        Err(why) => Err(Invalid::MalformedCloudevent(why.to_string())),
     }
 }
 

@@ -170,6 +170,9 @@ pub struct Live<F> {
     /// `delivery.max_age_ms`: older when about to be sent, it is dead-lettered as
     /// `too_old` (`None`: no limit).
     pub max_age: Option<Duration>,
+    /// `http.unwrap_cloudevents`: a structured CloudEvent goes to the app as its data,
+    /// its attributes as `ce-*` headers (a malformed one is dead-lettered).
+    pub unwrap_cloudevents: bool,
 }
 
 /// The loop's state besides the book and the gate.

@@ -762,6 +762,7 @@ fn rig_with(knobs: Knobs, script: Script, batch_script: Option<BatchScript>) -> 
         confirmed_acks: false,
         routes: skip_routes(&knobs.routes),
         max_age: knobs.max_age,
+        unwrap_cloudevents: false,
     };
     let (live_tx, live) = watch::channel(Arc::new(live));
     let marker_keys: Markings = Arc::default();
@@ -938,6 +939,7 @@ impl Rig {
             confirmed_acks: old.confirmed_acks,
             routes: Vec::new(),
             max_age: old.max_age,
+            unwrap_cloudevents: old.unwrap_cloudevents,
         };
         change(&mut live);
         self.live.send_replace(Arc::new(live));
@@ -2594,6 +2596,7 @@ async fn a_skip_route_settles_without_a_request_and_counts_per_route() {
         name: name.into(),
         subjects: vec![subject.into()],
         headers: Vec::new(),
+        when: None,
         to: To::Skip(skip),
     };
     let r = rig(

@@ -2,7 +2,7 @@
 //!
 //! Builds exactly one POST per attempt from an offered message
 //! ([`Offered`]: a JetStream delivery or a plain message;
-//! body = payload unchanged, headers from `crate::app::headers`), sends it through a keep-alive pool with
+//! body = payload unchanged, or its structured CloudEvent, headers from `crate::app::headers`), sends it through a keep-alive pool with
 //! `http.timeout_ms`, and turns the answer into a policy [`Outcome`]. The response
 //! body is read (bounded) and discarded, so the connection goes back to the pool; it
 //! is never logged. A 2xx answer of type `application/vnd.jetrelay.publish+json` is
@@ -168,13 +168,19 @@ impl Forwarder {
     /// Offers one message to the app, once.
     pub async fn forward(&self, offer: Offer<'_>) -> Forwarded {
         let d = offer.offered;
-        let mapped = crate::app::headers::map(
+        let mut mapped = crate::app::headers::map(
             d,
             offer.attempt,
             &self.target.pass,
             self.target.format,
             offer.trace,
         );
+        let body = match self.target.format {
+            RequestFormat::CloudeventsStructured => {
+                Bytes::from(crate::app::cloudevent::structured(d, &mut mapped))
+            }
+            RequestFormat::Raw | RequestFormat::Cloudevents => d.message().payload.clone(),
+        };
         let mut headers = HeaderMap::with_capacity(mapped.headers.len() + 4);
         let mut skipped = mapped.skipped_invalid;
         for (name, value) in &mapped.headers {
@@ -201,14 +207,7 @@ impl Forwarder {
         let publish = self.target.limits.publish_answer();
         let signed = self.signs().then(|| crate::app::headers::event_id(d));
         let (mut f, body, _) = self
-            .post(
-                headers,
-                d.message().payload.clone(),
-                MAX_BODY_DRAIN,
-                publish,
-                false,
-                signed,
-            )
+            .post(headers, body, MAX_BODY_DRAIN, publish, false, signed)
             .await;
         f.skipped_headers = skipped;
         f.trace_dropped = mapped.trace_dropped;

@@ -135,6 +135,8 @@ pub struct StreamSettings {
     pub idempotency: Option<Idempotency>,
     /// `delivery.max_age_ms` (`None`: no limit).
     pub max_age: Option<Duration>,
+    /// `http.unwrap_cloudevents`.
+    pub unwrap_cloudevents: bool,
 }
 
 /// Processed-once markers: where, for how long, keyed how.

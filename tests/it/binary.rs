@@ -666,6 +666,7 @@ fn check_offline_validates_the_config_and_its_files_without_nats() {
          [sources.orders]\nstream = \"O\"\nkind = \"durable\"\ndurable = \"d\"\n\
          [[sources.orders.routes]]\nname = \"made\"\nsubjects = [\"o.*.created\"]\nheaders = { Tier = \"gold\" }\npath = \"/created\"\n\
          [[sources.orders.routes]]\nsubjects = [\"o.*.viewed\"]\naction = \"ack\"\n\
+         [[sources.orders.routes]]\nwhen = 'body.type == \"ping\"'\naction = \"ack\"\n\
          [sources.pay]\nstream = \"P\"\nkind = \"elastic\"\ngroup = \"g\"\nmember = \"m1\"\n";
     let (code, out, err) = check(&write_config(&dir, two), &[]);
     assert_eq!(code, Some(0), "{out}{err}");
@@ -674,12 +675,30 @@ fn check_offline_validates_the_config_and_its_files_without_nats() {
             "config: ok (2 sources)\n\
              source orders: source.kind = durable, stream O\n  \
              route made: o.*.created and Tier: gold -> POST http://***@127.0.0.1:1/created\n  \
-             route 1: o.*.viewed -> ack without a request\n\
+             route 1: o.*.viewed -> ack without a request\n  \
+             route 2: any subject when body.type == \"ping\" -> ack without a request\n\
              source pay: source.kind = elastic, stream P, group g, member m1\n"
         ),
         "{out}"
     );
     assert!(!out.contains("s3cret"), "{out}");
+    // A `when` that does not compile: 64, naming the route (either form).
+    let broken = two.replace("when = 'body.type == \"ping\"'", "when = 'body.type =='");
+    let (code, out, err) = check(&write_config(&dir, &broken), &[]);
+    assert_eq!(code, Some(64), "{out}{err}");
+    assert!(
+        err.contains("sources.orders.routes[2]: when: does not compile: 1:13: Syntax error"),
+        "{err}"
+    );
+    let single = "[nats]\nservers = [\"nats://127.0.0.1:1\"]\n[http]\nurl = \"http://127.0.0.1:1/x\"\n\
+         [source]\nstream = \"O\"\nkind = \"durable\"\ndurable = \"d\"\n\
+         [[source.routes]]\nwhen = 'subject.nope('\npath = \"/x\"\n";
+    let (code, out, err) = check(&write_config(&dir, single), &[]);
+    assert_eq!(code, Some(64), "{out}{err}");
+    assert!(
+        err.contains("source.routes[0]: when: does not compile"),
+        "{err}"
+    );
     // A key only the process has, in a source's table (file or environment): 64,
     // naming it and where it belongs, never "ok" for a key nothing reads.
     let grace = two.replace(

@@ -656,3 +656,122 @@ async fn cloudevents_format_sends_binary_mode_events_and_keeps_an_events_own_att
     assert_eq!(own.header("ce-source"), Some("/warehouse"));
     relay.stop().await.unwrap();
 }
+
+/// `http.format = "cloudevents-structured"`: each body is a JSON CloudEvent with
+/// binary mode's attributes, the payload as `data` when it is JSON, else as
+/// `data_base64`; batches aside, every request is `application/cloudevents+json`.
+#[tokio::test]
+async fn cloudevents_structured_format_sends_json_events_with_data_or_data_base64() {
+    let app = MockApp::ok().await;
+    let env = Env::start(&["ces.>"]).await;
+    let relay = env
+        .relay(&app, "[http]\nformat = \"cloudevents-structured\"\n")
+        .await;
+    publish_with(
+        &env.js,
+        "ces.json",
+        r#"{"order": 7}"#,
+        &[("Nats-Msg-Id", "o-7")],
+    )
+    .await;
+    publish_with(
+        &env.js,
+        "ces.text",
+        "ping",
+        &[("Content-Type", "text/plain")],
+    )
+    .await;
+    app.wait_for("both", T, |r| r.len() == 2).await;
+    let event = |s: &str| {
+        let r = (app.requests().into_iter())
+            .find(|r| r.header("nats-subject") == Some(s))
+            .unwrap();
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/cloudevents+json")
+        );
+        assert_eq!(r.header("ce-id"), None, "structured: no binary headers");
+        serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()
+    };
+    let json = event("ces.json");
+    assert_eq!(json["specversion"], "1.0");
+    assert_eq!(json["id"], "o-7");
+    assert_eq!(json["source"], format!("/jetstream/{}", env.stream));
+    assert_eq!(json["type"], "io.nats.jetstream.message");
+    assert_eq!(json["subject"], "ces.json");
+    assert!(json["time"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(json["datacontenttype"], "application/json");
+    assert_eq!(json["data"], serde_json::json!({"order": 7}));
+    let text = event("ces.text");
+    assert_eq!(text["id"], format!("{}:2", env.stream));
+    assert_eq!(text["datacontenttype"], "text/plain");
+    assert_eq!(text["data_base64"], "cGluZw==");
+    assert!(text.get("data").is_none());
+    relay.stop().await.unwrap();
+}
+
+/// `http.unwrap_cloudevents`: a structured CloudEvent (a Dapr publisher's, one with
+/// `data_base64`) reaches the app as its data with its attributes as `ce-*` headers;
+/// a message of another type goes as it came; an envelope that is not a valid
+/// CloudEvent is dead-lettered as `malformed_cloudevent`, never sent.
+#[tokio::test]
+async fn unwrap_cloudevents_sends_the_data_with_ce_headers_and_dead_letters_a_malformed_envelope() {
+    let app = MockApp::ok().await;
+    let env = Env::start(&["ceu.>"]).await;
+    let dlq_stream = unique("DLQ");
+    create_stream(&env.js, &dlq_stream, &[&format!("dlq.{}", env.stream)]).await;
+    let extra = format!(
+        "[http]\nunwrap_cloudevents = true\nformat = \"cloudevents\"\n[dlq]\nsubject = \"dlq.{}\"\n",
+        env.stream
+    );
+    let relay = env.relay(&app, &extra).await;
+    let ce = [("Content-Type", "application/cloudevents+json")];
+    let dapr = r#"{"data":{"orderId":7},"datacontenttype":"application/json","id":"5929aaac","pubsubname":"orderpubsub","source":"checkout","specversion":"1.0","time":"2026-12-06T17:00:00Z","topic":"orders","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"","type":"com.dapr.event.sent"}"#;
+    publish_with(&env.js, "ceu.dapr", dapr, &ce).await;
+    let bin = r#"{"specversion":"1.0","id":"b1","source":"/cam","type":"frame","datacontenttype":"image/png","data_base64":"iVBORw=="}"#;
+    publish_with(&env.js, "ceu.bin", bin, &ce).await;
+    publish_with(&env.js, "ceu.bad", r#"{"specversion":"1.0","id":"x"}"#, &ce).await;
+    publish_with(&env.js, "ceu.plain", r#"{"specversion":"1.0"}"#, &[]).await;
+    eventually("all settled", Duration::from_secs(20), || {
+        consumer_drained(&env.js, &env.stream, &env.durable)
+    })
+    .await;
+    let sent = |s: &str| (app.requests().into_iter()).find(|r| r.header("nats-subject") == Some(s));
+    let d = sent("ceu.dapr").unwrap();
+    assert_eq!(&d.body[..], br#"{"orderId":7}"#);
+    assert_eq!(d.header("content-type"), Some("application/json"));
+    for (n, v) in [
+        ("ce-specversion", "1.0"),
+        ("ce-id", "5929aaac"),
+        ("ce-source", "checkout"),
+        ("ce-type", "com.dapr.event.sent"),
+        ("ce-topic", "orders"),
+        ("ce-pubsubname", "orderpubsub"),
+        ("ce-time", "2026-12-06T17:00:00Z"),
+    ] {
+        assert_eq!(d.header(n), Some(v), "{n}");
+    }
+    let b = sent("ceu.bin").unwrap();
+    assert_eq!(&b.body[..], b"\x89PNG");
+    assert_eq!(b.header("content-type"), Some("image/png"));
+    assert_eq!(b.header("ce-id"), Some("b1"));
+    let p = sent("ceu.plain").unwrap();
+    assert_eq!(&p.body[..], br#"{"specversion":"1.0"}"#, "not unwrapped");
+    assert!(sent("ceu.bad").is_none(), "never sent");
+    assert_eq!(app.requests().len(), 3);
+    let mut dlq = env.js.get_stream(&dlq_stream).await.unwrap();
+    assert_eq!(dlq.info().await.unwrap().state.messages, 1);
+    let letter = dlq.get_raw_message(1).await.unwrap();
+    let reason = letter.headers.get("Jetrelay-Dlq-Reason").unwrap().as_str();
+    assert!(
+        reason.starts_with("jetrelay: malformed_cloudevent: source is missing"),
+        "{reason}"
+    );
+    assert_eq!(
+        relay
+            .metric("jetrelay_invalid_messages_total{reason=\"malformed_cloudevent\"}")
+            .await,
+        1.0
+    );
+    relay.stop().await.unwrap();
+}

@@ -319,6 +319,7 @@ async fn instance(
         confirmed_acks: false,
         routes: Vec::new(),
         max_age: None,
+        unwrap_cloudevents: false,
     };
     let (_live_tx, live) = tokio::sync::watch::channel(std::sync::Arc::new(live));
     let dispatch = Dispatch {

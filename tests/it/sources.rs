@@ -269,6 +269,87 @@ async fn routes_send_to_their_target_or_settle_by_their_action_first_match_first
     relay.stop().await.unwrap();
 }
 
+/// `when` (CEL over the subject, the headers' first values and the JSON body) is one
+/// more condition of a route, with its subjects and headers: a message whose body
+/// is not JSON, or whose expression fails (a missing field), is no match.
+#[tokio::test]
+async fn a_when_route_decides_on_the_json_body_and_headers_before_the_app() {
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let stream = unique("W");
+    create_stream(&js, &stream, &["o.>"]).await;
+    let main_app = MockApp::start(|_, _| Reply::status(200)).await;
+    let created = MockApp::start(|_, _| Reply::status(200)).await;
+    let relay = Relay::ready(sources_config(
+        &nats,
+        &main_app,
+        &format!(
+            r#"
+            [sources.orders]
+            stream = "{stream}"
+            kind = "durable"
+            durable = "orders"
+            [[sources.orders.routes]]
+            name = "created"
+            subjects = ["o.>"]
+            when = 'body.type == "order.created" && headers["Tenant"] != "test"'
+            url = "{}"
+            [[sources.orders.routes]]
+            name = "ping"
+            when = 'body.type == "ping" || body.items.exists(i, i.sku == "noise")'
+            action = "ack"
+            "#,
+            created.url()
+        ),
+    ))
+    .await;
+    let order = r#"{"type": "order.created", "items": [{"sku": "a"}]}"#;
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: &[Case<'_>] = &[
+        ("o.1", order, &[("Tenant", "prod")]),
+        ("o.2", order, &[("Tenant", "test")]),
+        ("o.3", r#"{"type": "ping"}"#, &[]),
+        ("o.4", r#"{"type": "x", "items": [{"sku": "noise"}]}"#, &[]),
+        ("o.5", "order.created, but not JSON", &[]),
+        ("o.6", r#"{"kind": "no type field"}"#, &[]),
+        ("o.7", order, &[]),
+    ];
+    for (subject, body, headers) in cases {
+        publish_with(&js, subject, body, headers).await;
+    }
+    eventually("every message settled", T, || async {
+        consumer_drained(&js, &stream, "orders").await
+    })
+    .await;
+    let subjects = |app: &MockApp| -> Vec<String> {
+        let mut s: Vec<String> = (app.requests().iter())
+            .map(|r| r.header("nats-subject").unwrap_or_default().to_string())
+            .collect();
+        s.sort();
+        s
+    };
+    // o.7 has no Tenant: `headers["Tenant"]` fails, so no match.
+    assert_eq!(subjects(&created), ["o.1"]);
+    assert_eq!(subjects(&main_app), ["o.2", "o.5", "o.6", "o.7"]);
+    for (series, n) in [
+        (
+            "jetrelay_routed_total{route=\"created\",source=\"orders\",target=\"app\"}",
+            1.0,
+        ),
+        (
+            "jetrelay_routed_total{route=\"ping\",source=\"orders\",target=\"skip\"}",
+            2.0,
+        ),
+        (
+            "jetrelay_messages_settled_total{action=\"ack\",source=\"orders\"}",
+            7.0,
+        ),
+    ] {
+        assert_eq!(relay.metric(series).await, n, "{series}");
+    }
+    relay.stop().await.unwrap();
+}
+
 #[test]
 fn a_broken_route_is_refused_at_load_naming_it() {
     let text = r#"

@@ -19,13 +19,18 @@
 //!    against the fast source alone: the fast source's throughput over a stream of
 //!    `--stall-messages` (a drain of several timeouts), and the ratio. No `[budget]`:
 //!    each source has its own `max_in_flight`.
+//! 4. `--only=when`: a source whose one route has a `when` over the body (CEL,
+//!    `body.type == "order.created" && body.total > 10`, true for every message: each
+//!    is parsed, evaluated and POSTed to the sink through the route) against the same
+//!    source without routes, on a stream of `--messages` 1 KiB JSON bodies: msg/s
+//!    (first arrival at the sink to drained) and jetrelay's CPU per message.
 //!
 //! Each arm runs `--rounds` times, interleaved, on fresh durables; medians. Prints a
 //! markdown report and writes it to `<out>/sources-<unix-seconds>.md`. Never fails on
 //! timing.
 //!
 //!   sources --nats-server=PATH --relay=PATH --bare=PATH [--out=DIR] [--messages=20000]
-//!           [--streams=8] [--budget=64] [--rounds=1] [--only=fleet,skip,stall]
+//!           [--streams=8] [--budget=64] [--rounds=1] [--only=fleet,skip,stall,when]
 //!           [--stall-timeout-ms=2000]
 //!           [--stall-sleep-ms=10000] [--stall-messages=100000]
 
@@ -36,8 +41,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use jetrelay_bench::{
-    Args, CpuWindow, Delivery, Env, Error, IN_FLIGHT, KEYS, Running, Sink, fill, free_port,
-    machine, median, peak_rss_kib, save_report, spawn_relay, start_line_ready, stop, wait_for,
+    Args, CpuWindow, Delivery, Env, Error, IN_FLIGHT, KEYS, Msg, Running, Sink, fill, fill_msgs,
+    free_port, machine, median, peak_rss_kib, save_report, spawn_relay, start_line_ready, stop,
+    wait_for,
 };
 use tokio::process::Command;
 
@@ -560,6 +566,101 @@ async fn skip(env: &Env, bare: &Path, n: u64, rounds: usize) -> Result<String, E
     ))
 }
 
+/// Part 4's `when`: true for every message of the stream.
+const WHEN: &str = r#"body.type == "order.created" && body.total > 10"#;
+
+/// A 1 KiB JSON order (`type`, `total`, items, padding), the `i`-th.
+fn order(i: u64) -> bytes::Bytes {
+    let items: Vec<String> = (0..8)
+        .map(|k| format!(r#"{{"sku": "sku-{i}-{k}", "qty": {k}, "price": 12.5}}"#))
+        .collect();
+    let head = format!(
+        r#"{{"type": "order.created", "id": {i}, "tenant": "t{}", "total": {}, "items": [{}], "note": ""#,
+        i % 7,
+        100 + i % 50,
+        items.join(", ")
+    );
+    let pad = 1024usize.saturating_sub(head.len() + 2);
+    format!("{head}{}\"}}", "x".repeat(pad)).into()
+}
+
+/// Part 4, one arm: msg/s and jetrelay's CPU microseconds per message.
+async fn when_arm(
+    env: &Env,
+    sink: &Sink,
+    n: u64,
+    with_when: bool,
+    durable: &str,
+) -> Result<(f64, f64), Error> {
+    sink.reset();
+    let extra = if with_when {
+        format!("[[sources.when.routes]]\nwhen = '{WHEN}'\npath = \"/sink\"\n")
+    } else {
+        String::new()
+    };
+    let src = SourceText {
+        name: "when".into(),
+        stream: "WHEN".into(),
+        durable: durable.into(),
+        extra,
+    };
+    let relays = start_all(env, &[config(env, &sink.url(), &[src])], durable).await?;
+    let pids: Vec<u32> = relays.iter().filter_map(|r| r.child.id()).collect();
+    let cpu = CpuWindow::start(env.ticks, &pids);
+    wait_for("the sink", Duration::from_secs(600), || sink.count() >= n).await?;
+    drained(
+        env,
+        &[("WHEN".into(), durable.into())],
+        Duration::from_secs(120),
+    )
+    .await?;
+    let end = Instant::now();
+    let first = sink.first().ok_or("no arrival")?;
+    let used = cpu.finish();
+    stop_all(relays).await;
+    let rate = n as f64 / end.duration_since(first).as_secs_f64().max(1e-6);
+    Ok((rate, used.per_pid.iter().sum::<f64>() / n as f64 * 1e6))
+}
+
+async fn when(env: &Env, n: u64, rounds: usize) -> Result<String, Error> {
+    env.js
+        .create_stream(jetstream::stream::Config {
+            name: "WHEN".into(),
+            subjects: vec!["when.>".into()],
+            allow_batch_publish: true,
+            ..Default::default()
+        })
+        .await?;
+    fill_msgs(&env.js, n, |i| Msg {
+        subject: format!("when.k{}", i % KEYS),
+        headers: None,
+        payload: order(i),
+    })
+    .await?;
+    let sink = Sink::start().await?;
+    let (mut plain, mut routed) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for round in 0..rounds {
+        for (with_when, into) in [(false, &mut plain), (true, &mut routed)] {
+            let (rate, us) =
+                when_arm(env, &sink, n, with_when, &format!("when{round}{with_when}")).await?;
+            eprintln!(
+                "when round {round} with_when={with_when}: {rate:.0} msg/s, {us:.1} µs CPU/msg"
+            );
+            into.0.push(rate);
+            into.1.push(us);
+        }
+    }
+    let (pr, pc) = (median(&mut plain.0), median(&mut plain.1));
+    let (wr, wc) = (median(&mut routed.0), median(&mut routed.1));
+    Ok(format!(
+        "## 4. A route's `when` on a 1 KiB JSON body against no routes\n\nOne stream of {n} messages of 1 KiB of JSON; each arm drains it on a fresh durable, {IN_FLIGHT} in flight, every message POSTed to the sink. msg/s: {n} over the time from the first arrival until nothing is pending or unacked; CPU: jetrelay's user + system time over the drain, per message.\n\n| arm | msg/s | jetrelay CPU µs/msg |\n|---|---|---|\n\
+         | no routes | {pr:.0} | {pc:.1} |\n\
+         | one route, `when = '{WHEN}'` (true for each) | {wr:.0} | {wc:.1} |\n\nWith `when` ÷ without: {:.2}× (target ≥ 0.9×); CPU {:+.1} µs a message.\n\n",
+        wr / pr.max(1e-9),
+        wc - pc,
+    ))
+}
+
 async fn stall(env: &Env, args: &Args, rounds: usize) -> Result<String, Error> {
     // Long enough a drain that the stalled source's requests time out and are retried
     // several times meanwhile.
@@ -621,6 +722,9 @@ async fn main() -> Result<(), Error> {
     }
     if part("stall") {
         md.push_str(&stall(&env, &args, rounds).await?);
+    }
+    if part("when") {
+        md.push_str(&when(&env, n, rounds).await?);
     }
     let busy = (jetrelay_bench::machine_busy_seconds(env.ticks) - load0)
         / started.elapsed().as_secs_f64().max(1e-6);

@@ -68,7 +68,7 @@ pub(super) struct MessageCollectors {
     ack_failures: IntCounter,
     retries_in_place: IntCounter,
     progress_sent: IntCounter,
-    invalid: [IntCounter; 4],
+    invalid: [IntCounter; 5],
     age: [Histogram; 3],
 }
 
