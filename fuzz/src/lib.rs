@@ -270,14 +270,40 @@ pub fn trace_context(data: &[u8]) {
 
 // === config ===
 
-/// The config file and the `JETRELAY_` environment, read as `jetrelay run` reads
-/// them (`Config::load`, then `Settings::from_config`), in a figment `Jail` (its
-/// own directory and environment). The bytes up to the first NUL are the file;
-/// after it, `KEY=VALUE` lines (each key given the prefix `JETRELAY_`).
+/// The config file and the environment, `JETRELAY_` and OpenTelemetry's `OTEL_*`
+/// variables, read as `jetrelay run` reads them (`Config::load`, then
+/// `Settings::from_config`), in a figment `Jail` (its own directory and
+/// environment). The bytes up to the first NUL are the file; after it, `KEY=VALUE`
+/// lines (a key given the prefix `JETRELAY_` unless it starts with `OTEL_`). An
+/// error says something, and never the values of the OTLP headers (tokens).
 pub fn config(data: &[u8]) {
     let read = config_read(data);
     if let Some(Err(shown)) = read {
         assert!(!shown.is_empty(), "an error that says nothing");
+        let at = data.iter().position(|b| *b == 0);
+        let file = String::from_utf8_lossy(at.map_or(data, |at| &data[..at]));
+        let vars = env_vars(at.map_or(&[][..], |at| &data[at + 1..]));
+        // A token-like value (12 or more letters and digits, a digit among them) that
+        // the input says nowhere else: an error that shows it showed the header.
+        let token_like = |v: &str| {
+            v.len() >= 12
+                && v.bytes().all(|b| b.is_ascii_alphanumeric())
+                && v.bytes().any(|b| b.is_ascii_digit())
+                && !file.contains(v)
+                && !vars.iter().any(|(k, _)| k.contains(v))
+        };
+        for (k, v) in &vars {
+            if !k.starts_with("OTEL_") || !k.ends_with("_HEADERS") {
+                continue;
+            }
+            for (_, value) in v.split(',').filter_map(|p| p.split_once('=')) {
+                let value = value.trim();
+                assert!(
+                    !token_like(value) || !shown.contains(value),
+                    "{k}'s value shown: {shown}"
+                );
+            }
+        }
     }
 }
 
@@ -297,7 +323,12 @@ pub fn config_read(data: &[u8]) -> Option<Result<(), String>> {
         let path = jail.directory().join("jetrelay.toml");
         std::fs::write(&path, file).map_err(|e| e.to_string())?;
         for (k, v) in &vars {
-            jail.set_env(format!("JETRELAY_{k}"), v);
+            // OpenTelemetry's own variables as they are named; the rest as ours.
+            if k.starts_with("OTEL_") {
+                jail.set_env(k, v);
+            } else {
+                jail.set_env(format!("JETRELAY_{k}"), v);
+            }
         }
         shown = Some(
             Config::load(Some(&path))
