@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use jetrelay::group::model::GroupConfig;
@@ -250,8 +250,24 @@ async fn a_group_member_with_a_hot_standby_rides_out_a_rolling_restart_of_the_cl
         "{:?}",
         said.lock().unwrap()
     );
-    // One of the two is served again, the other stands by.
+    // One of the two is served again, the other stands by. An instance learns it holds
+    // the pin from a message's Nats-Pin-Id (ADR-42): when the last restart moved the
+    // consumer's leader after the last message, the new leader pins a pull nobody
+    // hears of until something is delivered, so a message now and then tells it.
+    let nudged = std::sync::Mutex::new(Instant::now() - Duration::from_secs(1));
     eventually("one instance pinned", T, || async {
+        let due = {
+            let mut at = nudged.lock().unwrap();
+            let due = at.elapsed() >= Duration::from_secs(1);
+            if due {
+                *at = Instant::now();
+            }
+            due
+        };
+        if due {
+            // A nudge that is not stored is sent again a second later.
+            js.publish("o.nudge", "nudge".into()).await.ok();
+        }
         i1.health.status().pinned != i2.health.status().pinned
     })
     .await;
