@@ -128,12 +128,11 @@ impl Config {
                 1_000_000,
             ),
         ]);
-        if d.min_in_flight > d.max_in_flight {
-            p.add(
-                "delivery.min_in_flight",
-                "must be at most delivery.max_in_flight",
-            );
-        }
+        p.at_most(
+            ("delivery.min_in_flight", wide(d.min_in_flight)),
+            ("delivery.max_in_flight", wide(d.max_in_flight)),
+            "",
+        );
         if d.rate_limit_burst > 0 && d.rate_limit_per_s == 0 {
             p.add(
                 "delivery.rate_limit_burst",
@@ -206,10 +205,11 @@ impl Config {
             "no retry comes sooner than that",
         );
         p.at_least(("delivery.retry_max_ms", d.retry_max_ms), initial, "");
-        if d.batch_size > 1 && d.batch_max_bytes > d.max_buffered_bytes {
-            p.add(
-                "delivery.batch_max_bytes",
-                "must be at most delivery.max_buffered_bytes (a batch is made of held messages)",
+        if d.batch_size > 1 {
+            p.at_most(
+                ("delivery.batch_max_bytes", d.batch_max_bytes),
+                ("delivery.max_buffered_bytes", d.max_buffered_bytes),
+                "a batch is made of held messages",
             );
         }
         if d.ordering == Some(Ordering::Partition) && self.source.kind == Some(SourceKind::Durable)

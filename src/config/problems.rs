@@ -120,19 +120,31 @@ impl Problems {
 
     /// `key` (at `value`) at least `floor_key` (at `floor`): "must be at least
     /// `floor_key`", then `why` when it is not empty.
-    pub(super) fn at_least(
+    pub(super) fn at_least(&mut self, key: (&str, u64), floor: (&str, u64), why: &str) {
+        self.bounded(key, floor, std::cmp::Ordering::Less, "at least", why);
+    }
+
+    /// `key` (at `value`) at most `ceiling_key` (at `ceiling`): "must be at most
+    /// `ceiling_key`", then `why` when it is not empty.
+    pub(super) fn at_most(&mut self, key: (&str, u64), ceiling: (&str, u64), why: &str) {
+        self.bounded(key, ceiling, std::cmp::Ordering::Greater, "at most", why);
+    }
+
+    fn bounded(
         &mut self,
         (key, value): (&str, u64),
-        (floor_key, floor): (&str, u64),
+        (bound_key, bound): (&str, u64),
+        wrong: std::cmp::Ordering,
+        rule: &str,
         why: &str,
     ) {
-        if value < floor {
+        if value.cmp(&bound) == wrong {
             let why = if why.is_empty() {
                 String::new()
             } else {
                 format!(" ({why})")
             };
-            self.add(key, format!("must be at least {floor_key}{why}"));
+            self.add(key, format!("must be {rule} {bound_key}{why}"));
         }
     }
 }
@@ -341,6 +353,31 @@ mod tests {
         }
         assert_eq!(edits("ab", "ba"), 1);
         assert_eq!(edits("", "abc"), 3);
+    }
+
+    #[test]
+    fn an_ordered_pair_says_which_way_and_why_only_when_out_of_order() {
+        let said = |check: fn(&mut Problems)| {
+            let mut p = Problems::default();
+            check(&mut p);
+            p.0.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            said(|p| p.at_most(("a", 3), ("b", 2), "why")),
+            ["a: must be at most b (why)"]
+        );
+        assert_eq!(
+            said(|p| p.at_least(("a", 1), ("b", 2), "")),
+            ["a: must be at least b"]
+        );
+        for equal_or_in_order in [
+            said(|p| p.at_most(("a", 2), ("b", 2), "")),
+            said(|p| p.at_most(("a", 1), ("b", 2), "")),
+            said(|p| p.at_least(("a", 2), ("b", 2), "")),
+            said(|p| p.at_least(("a", 3), ("b", 2), "")),
+        ] {
+            assert!(equal_or_in_order.is_empty(), "{equal_or_in_order:?}");
+        }
     }
 
     #[test]

@@ -117,10 +117,14 @@ impl Config {
                         30 * DAY,
                     ),
                 ]);
-                if m.max_age_ms > 0 && m.duplicate_window_ms > m.max_age_ms {
-                    p.add(
-                        "topology.managed_stream.duplicate_window_ms",
-                        "must be at most max_age_ms (the server refuses a longer window)",
+                if m.max_age_ms > 0 {
+                    p.at_most(
+                        (
+                            "topology.managed_stream.duplicate_window_ms",
+                            m.duplicate_window_ms,
+                        ),
+                        ("max_age_ms", m.max_age_ms),
+                        "the server refuses a longer window",
                     );
                 }
             }

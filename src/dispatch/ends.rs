@@ -241,17 +241,14 @@ impl<F: Forward, P: Publish, M: Markers> Dispatch<F, P, M> {
     }
 
     /// [`Dispatch::release`], waiting for the server to have taken it, and every
-    /// release sent before it: `false` when that cannot be known (no answer in time).
-    pub(super) async fn release_confirmed<T: Settle>(&self, settler: &T, delay: Duration) -> bool {
+    /// release sent before it; when that cannot be known (no answer in time) it says
+    /// what the handover risks.
+    pub(super) async fn release_confirmed<T: Settle>(&self, settler: &T, delay: Duration) {
         match settler.nak_confirmed(delay).await {
-            Ok(()) => {
-                self.metrics.released(1);
-                true
-            }
+            Ok(()) => self.metrics.released(1),
             Err(e) => {
                 tracing::warn!(error = %e, "a handover's last release was not confirmed: the next instance may get a key's later messages first");
                 self.metrics.settle_failed(1);
-                false
             }
         }
     }

@@ -197,35 +197,21 @@ async fn a_source_that_cannot_run_never_stops_another_and_ready_says_which() {
 
 #[tokio::test]
 async fn routes_send_to_their_target_or_settle_by_their_action_first_match_first() {
-    let nats = NatsServer::start().await;
-    let (_, js) = client(&nats).await;
-    let stream = unique("R");
-    create_stream(&js, &stream, &["o.>"]).await;
-    let main_app = MockApp::start(|_, _| Reply::status(200)).await;
-    let created = MockApp::start(|_, _| Reply::status(200)).await;
-    let relay = Relay::ready(sources_config(
-        &nats,
-        &main_app,
-        &format!(
-            r#"
-            [sources.orders]
-            stream = "{stream}"
-            kind = "durable"
-            durable = "orders"
-            [[sources.orders.routes]]
-            name = "created"
-            subjects = ["o.*.created"]
-            url = "{}"
-            [[sources.orders.routes]]
-            subjects = ["o.noise.>", "o.*.created"]
-            action = "ack"
-            "#,
-            created.url()
-        ),
-    ))
+    let r = Routed::start(
+        r#"
+        [[sources.orders.routes]]
+        name = "created"
+        subjects = ["o.*.created"]
+        url = "{created}"
+        [[sources.orders.routes]]
+        subjects = ["o.noise.>", "o.*.created"]
+        action = "ack"
+        "#,
+    )
     .await;
+    let (js, main_app, created) = (&r.js, &r.main, &r.created);
     publish_each(
-        &js,
+        js,
         &[
             ("o.1.created", "c1"),
             ("o.noise.x", "n1"),
@@ -237,19 +223,16 @@ async fn routes_send_to_their_target_or_settle_by_their_action_first_match_first
     .await;
     created.wait_for("2 created", T, |r| r.len() == 2).await;
     main_app.wait_for("1 updated", T, |r| r.len() == 1).await;
-    eventually("every message settled", T, || async {
-        consumer_drained(&js, &stream, "orders").await
-    })
-    .await;
+    r.settled().await;
     let bodies = |app: &MockApp| -> Vec<String> {
         app.requests()
             .iter()
             .map(|r| String::from_utf8_lossy(&r.body).to_string())
             .collect()
     };
-    assert_eq!(bodies(&created), ["c1", "c2"], "the first match wins");
-    assert_eq!(bodies(&main_app), ["u1"], "no route: the source's url");
-    for (series, n) in [
+    assert_eq!(bodies(created), ["c1", "c2"], "the first match wins");
+    assert_eq!(bodies(main_app), ["u1"], "no route: the source's url");
+    r.counted(&[
         (
             "jetrelay_routed_total{route=\"created\",source=\"orders\",target=\"app\"}",
             2.0,
@@ -263,10 +246,8 @@ async fn routes_send_to_their_target_or_settle_by_their_action_first_match_first
             5.0,
         ),
         ("jetrelay_http_requests_total{source=\"orders\"}", 3.0),
-    ] {
-        assert_eq!(relay.metric(series).await, n, "{series}");
-    }
-    relay.stop().await.unwrap();
+    ])
+    .await;
 }
 
 /// `when` (CEL over the subject, the headers' first values and the JSON body) is one
@@ -274,34 +255,19 @@ async fn routes_send_to_their_target_or_settle_by_their_action_first_match_first
 /// is not JSON, or whose expression fails (a missing field), is no match.
 #[tokio::test]
 async fn a_when_route_decides_on_the_json_body_and_headers_before_the_app() {
-    let nats = NatsServer::start().await;
-    let (_, js) = client(&nats).await;
-    let stream = unique("W");
-    create_stream(&js, &stream, &["o.>"]).await;
-    let main_app = MockApp::start(|_, _| Reply::status(200)).await;
-    let created = MockApp::start(|_, _| Reply::status(200)).await;
-    let relay = Relay::ready(sources_config(
-        &nats,
-        &main_app,
-        &format!(
-            r#"
-            [sources.orders]
-            stream = "{stream}"
-            kind = "durable"
-            durable = "orders"
-            [[sources.orders.routes]]
-            name = "created"
-            subjects = ["o.>"]
-            when = 'body.type == "order.created" && headers["Tenant"] != "test"'
-            url = "{}"
-            [[sources.orders.routes]]
-            name = "ping"
-            when = 'body.type == "ping" || body.items.exists(i, i.sku == "noise")'
-            action = "ack"
-            "#,
-            created.url()
-        ),
-    ))
+    let r = Routed::start(
+        r#"
+        [[sources.orders.routes]]
+        name = "created"
+        subjects = ["o.>"]
+        when = 'body.type == "order.created" && headers["Tenant"] != "test"'
+        url = "{created}"
+        [[sources.orders.routes]]
+        name = "ping"
+        when = 'body.type == "ping" || body.items.exists(i, i.sku == "noise")'
+        action = "ack"
+        "#,
+    )
     .await;
     let order = r#"{"type": "order.created", "items": [{"sku": "a"}]}"#;
     type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
@@ -315,12 +281,9 @@ async fn a_when_route_decides_on_the_json_body_and_headers_before_the_app() {
         ("o.7", order, &[]),
     ];
     for (subject, body, headers) in cases {
-        publish_with(&js, subject, body, headers).await;
+        publish_with(&r.js, subject, body, headers).await;
     }
-    eventually("every message settled", T, || async {
-        consumer_drained(&js, &stream, "orders").await
-    })
-    .await;
+    r.settled().await;
     let subjects = |app: &MockApp| -> Vec<String> {
         let mut s: Vec<String> = (app.requests().iter())
             .map(|r| r.header("nats-subject").unwrap_or_default().to_string())
@@ -329,9 +292,9 @@ async fn a_when_route_decides_on_the_json_body_and_headers_before_the_app() {
         s
     };
     // o.7 has no Tenant: `headers["Tenant"]` fails, so no match.
-    assert_eq!(subjects(&created), ["o.1"]);
-    assert_eq!(subjects(&main_app), ["o.2", "o.5", "o.6", "o.7"]);
-    for (series, n) in [
+    assert_eq!(subjects(&r.created), ["o.1"]);
+    assert_eq!(subjects(&r.main), ["o.2", "o.5", "o.6", "o.7"]);
+    r.counted(&[
         (
             "jetrelay_routed_total{route=\"created\",source=\"orders\",target=\"app\"}",
             1.0,
@@ -344,10 +307,58 @@ async fn a_when_route_decides_on_the_json_body_and_headers_before_the_app() {
             "jetrelay_messages_settled_total{action=\"ack\",source=\"orders\"}",
             7.0,
         ),
-    ] {
-        assert_eq!(relay.metric(series).await, n, "{series}");
+    ])
+    .await;
+}
+
+/// A durable source `orders` on a stream of `o.>`, its app `main`, with `routes` (the
+/// tables of `sources.orders.routes`; `{created}` is a second app's URL).
+struct Routed {
+    _nats: NatsServer,
+    js: async_nats::jetstream::Context,
+    stream: String,
+    main: MockApp,
+    created: MockApp,
+    relay: Relay,
+}
+
+impl Routed {
+    async fn start(routes: &str) -> Self {
+        let nats = NatsServer::start().await;
+        let (_, js) = client(&nats).await;
+        let stream = unique("R");
+        create_stream(&js, &stream, &["o.>"]).await;
+        let main = MockApp::start(|_, _| Reply::status(200)).await;
+        let created = MockApp::start(|_, _| Reply::status(200)).await;
+        let tables = format!(
+            "[sources.orders]\nstream = \"{stream}\"\nkind = \"durable\"\ndurable = \"orders\"\n{}",
+            routes.replace("{created}", &created.url())
+        );
+        let relay = Relay::ready(sources_config(&nats, &main, &tables)).await;
+        Self {
+            _nats: nats,
+            js,
+            stream,
+            main,
+            created,
+            relay,
+        }
     }
-    relay.stop().await.unwrap();
+
+    async fn settled(&self) {
+        eventually("every message settled", T, || async {
+            consumer_drained(&self.js, &self.stream, "orders").await
+        })
+        .await;
+    }
+
+    /// Each series at its count; then the relay stops.
+    async fn counted(self, series: &[(&str, f64)]) {
+        for &(series, n) in series {
+            assert_eq!(self.relay.metric(series).await, n, "{series}");
+        }
+        self.relay.stop().await.unwrap();
+    }
 }
 
 #[test]
