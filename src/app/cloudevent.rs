@@ -66,6 +66,15 @@ pub fn structured(d: Offered<'_>, mapped: &mut Mapped<'_>) -> Vec<u8> {
         }
         false
     });
+    // The envelope is the JSON format of CloudEvents 1.0, whatever version a
+    // publisher's own `ce-*` headers are (0.3's `schemaurl` is 1.0's `dataschema`;
+    // its `datacontentencoding` is what `data_base64` says): an envelope claiming
+    // another version would be refused by its readers, jetrelay's unwrapping too.
+    attributes.insert("specversion".into(), "1.0".into());
+    if let Some(schema) = attributes.remove("schemaurl") {
+        attributes.entry("dataschema").or_insert(schema);
+    }
+    attributes.remove("datacontentencoding");
     let data_type = given
         .map(str::to_string)
         .or_else(|| json.then(|| "application/json".to_string()));
@@ -405,6 +414,21 @@ mod tests {
         assert_eq!(e["source"], "/jetstream/ORDERS");
         assert_eq!(e["data"], serde_json::json!([1, 2]));
         assert_eq!(e["datacontenttype"], "application/vnd.x+json");
+        // A CloudEvents 0.3 event in binary mode becomes a 1.0 envelope, which its
+        // readers (jetrelay's unwrapping too) take.
+        let (e, _) = envelope(
+            &[
+                ("ce-specversion", "0.3"),
+                ("ce-id", "evt-3"),
+                ("ce-schemaurl", "https://example.com/s"),
+                ("ce-datacontentencoding", "base64"),
+            ],
+            b"{}",
+        );
+        assert_eq!(e["specversion"], "1.0");
+        assert_eq!(e["dataschema"], "https://example.com/s");
+        assert!(e.get("schemaurl").is_none() && e.get("datacontentencoding").is_none());
+        assert!(unwrap(serde_json::to_vec(&e).unwrap().as_slice()).is_ok());
     }
 
     fn h<'a>(u: &'a Unwrapped, name: &str) -> Option<&'a str> {
