@@ -1,6 +1,6 @@
 //! A route's `when`: a CEL expression (the `cel` crate, named only here) over
-//! `subject` (a string), `headers` (a map of each header's first value, names as
-//! sent) and `body` (the payload as JSON when it is JSON, else `null`). Compiled
+//! `subject` (a string), `headers` (a map of each header's first value, under its
+//! name as sent and in lower case) and `body` (the payload as JSON when it is JSON, else `null`). Compiled
 //! once, when the config loads ([`When::compile`]); evaluated per message
 //! ([`When::holds`] on a message's [`Vars`]): anything but `true` (an evaluation
 //! error such as a missing field or `null.type`, or a value that is not a bool) is
@@ -274,9 +274,18 @@ impl<'a> Vars<'a> {
             let mut first: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> =
                 HashMap::with_capacity(self.headers.len());
             for (n, v) in self.headers {
+                let value = || Box::new(CelString::from(v.as_str())) as Box<dyn Val + 'a>;
                 first
                     .entry(CelMapKey::from(n.as_str()))
-                    .or_insert_with(|| Box::new(CelString::from(v.as_str())));
+                    .or_insert_with(value);
+                // In lower case too: header names are matched in any case elsewhere
+                // (a route's `headers`, `header:NAME` ordering), so `headers["tenant"]`
+                // finds a `Tenant` header.
+                if n.bytes().any(|b| b.is_ascii_uppercase()) {
+                    first
+                        .entry(CelMapKey::from(n.to_ascii_lowercase()))
+                        .or_insert_with(value);
+                }
             }
             ctx.add_variable_as_val("headers", Box::new(CelMap::from(first)));
             self.with_headers = true;
@@ -450,6 +459,11 @@ mod tests {
                 true,
             ),
             (r#"headers["Tenant"] == "prod""#, true),
+            (
+                r#"headers["tenant"] == "prod" && headers["x-ver"] == "2""#,
+                true,
+            ),
+            (r#"headers["TENANT"] == "prod""#, false),
             (r#"headers["Tenant"] == "second""#, false),
             ("body.n == 1", true),
             ("body.n == 1.0", true),
