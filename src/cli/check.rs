@@ -191,8 +191,39 @@ async fn app_lines(settings: &Settings, online: bool) -> Report {
             };
             report.lines.push(format!("app (h2c){of}: {line}"));
         }
+        if online {
+            oauth2_line(source, &of, &mut report).await;
+        }
     }
     report
+}
+
+/// `[http.oauth2]`, when set: whether its token endpoint gives a token. One that
+/// refuses the client (or answers no token) is not ok: `run` would hold every
+/// message. One that cannot be reached is a warning, as an app's missing socket is.
+async fn oauth2_line(source: &SourceSettings, of: &str, report: &mut Report) {
+    use crate::http::oauth2::TokenError;
+    // Built as `offline` built it already: it cannot fail here.
+    let Ok(client) = crate::http::app::AppClient::new(&source.client) else {
+        return;
+    };
+    let Some(asked) = client.try_token(std::time::Duration::from_secs(5)).await else {
+        return;
+    };
+    let line = match asked {
+        Ok(()) => "a token was fetched".to_string(),
+        Err(e @ TokenError::Unreachable) => {
+            format!(
+                "warning: {} (run holds the messages until it answers)",
+                e.kind()
+            )
+        }
+        Err(e) => {
+            report.ok = false;
+            format!("error: {}: run would hold every message", e.kind())
+        }
+    };
+    report.lines.push(format!("app oauth2{of}: {line}"));
 }
 
 /// Whether `path` is there, a socket and (`connect`) accepts a connection, as a line.

@@ -18,7 +18,7 @@ use crate::http::client::ClientError;
 use crate::http::credentials::{CredentialFiles, Credentials};
 use crate::http::h1::H1;
 use crate::http::h2::H2c;
-use crate::http::oauth2::{self, OAuth2Settings, TokenSource};
+use crate::http::oauth2::{self, OAuth2Settings, TokenError, TokenSource};
 use crate::http::signing::{Signer, SigningFiles};
 use crate::tls::{ClientCert, ClientCertFiles};
 
@@ -277,6 +277,16 @@ impl AppClient {
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         self.send(method, url, headers, body, left).await
+    }
+
+    /// Asks `[http.oauth2]`'s token endpoint for a token once, within `timeout`
+    /// (`jetrelay check`): `None` without `[http.oauth2]`. The token is not shown.
+    pub async fn try_token(&self, timeout: Duration) -> Option<Result<(), TokenError>> {
+        let tokens = self.oauth2.as_ref()?;
+        Some(match tokio::time::timeout(timeout, tokens.token()).await {
+            Ok(got) => got.map(drop),
+            Err(_) => Err(TokenError::Unreachable),
+        })
     }
 
     /// Fetches `[http.oauth2]`'s token now, when set, so that the first request

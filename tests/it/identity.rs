@@ -810,3 +810,51 @@ async fn a_failing_token_endpoint_holds_messages_as_the_app_unreachable_saying_w
     assert_eq!(relay.settled("term").await, 0.0, "no attempt spent");
     relay.stop().await.unwrap();
 }
+
+/// `jetrelay check` asks the token endpoint once: a token fetched is a line; a client
+/// it refuses is not ok (run would hold every message); one not there is a warning.
+/// The token and the secret are never shown.
+#[tokio::test]
+async fn check_asks_the_token_endpoint_and_says_what_run_would_meet() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = write(dir.path(), "client-secret", "s3cret-1\n");
+    let endpoint = TokenEndpoint::start("relay", "s3cret-1").await;
+    let app = MockApp::ok().await;
+    let env = Env::start(&["ock.>"]).await;
+    let extra = |url: &str| {
+        format!(
+            "[http.oauth2]\ntoken_url = \"{url}\"\nclient_id = \"relay\"\nclient_secret_file = \"{}\"\n",
+            secret.display()
+        )
+    };
+    let check = |url: String| {
+        let config = env.config(&app, &extra(&url));
+        async move {
+            let report = jetrelay::cli::check::check(&config).await.unwrap();
+            let line = (report.lines.iter())
+                .find(|l| l.starts_with("app oauth2: "))
+                .unwrap_or_else(|| panic!("no oauth2 line in {:?}", report.lines))
+                .clone();
+            let all = report.lines.join("\n");
+            assert!(!all.contains("tok-") && !all.contains("s3cret"), "{all}");
+            (report.ok, line)
+        }
+    };
+    let (ok, line) = check(endpoint.url.clone()).await;
+    assert!(ok, "{line}");
+    assert_eq!(line, "app oauth2: a token was fetched");
+    assert_eq!(endpoint.issued().len(), 1);
+    endpoint.set_secret("s3cret-2");
+    let (ok, line) = check(endpoint.url.clone()).await;
+    assert!(!ok, "{line}");
+    assert!(
+        line.contains("error: oauth2 token endpoint refused the client"),
+        "{line}"
+    );
+    let (ok, line) = check(format!("http://127.0.0.1:{}/token", free_port())).await;
+    assert!(ok, "{line}");
+    assert!(
+        line.contains("warning: oauth2 token endpoint unreachable"),
+        "{line}"
+    );
+}
