@@ -91,8 +91,8 @@ struct PullRequest<'a> {
 }
 
 /// The pull engine of one consumer. Owned by one task; [`Puller::next`] is
-/// cancel-safe (state changes only after an await completes, and a pull is recorded
-/// before it is sent).
+/// cancel-safe: state changes only after an await completes (a pull is recorded,
+/// and a wake taken, once its request is sent; a dropped send sent nothing).
 #[derive(Debug)]
 pub struct Puller {
     client: Client,
@@ -358,7 +358,8 @@ impl Puller {
         }
         // A wake (after a pause on the server) needs one new pull to arrive there,
         // whatever is outstanding: one message more than the room, at most.
-        let mut wake = std::mem::take(&mut self.wake);
+        // Taken back only once that pull is sent (a cancelled send sent nothing).
+        let mut wake = self.wake;
         // A standby (a pinned consumer's instance without the pin) keeps one pull
         // open: the server gives the pin to one request, and requests without its id
         // are never served, so a second one would only sit there; worse, while it is
@@ -400,7 +401,6 @@ impl Puller {
                         self.keep_alive_wake = Some(at);
                         return;
                     }
-                    self.keep_alive_sent = Some(now);
                     (1, KEEP_ALIVE_BYTES, true)
                 }
                 NextPull::Pull { batch, max_bytes } => (batch, max_bytes, false),
@@ -410,14 +410,6 @@ impl Puller {
             }
             self.next_id += 1;
             let id = self.next_id;
-            // Recorded before sending: a cancelled send leaves a pull that expires.
-            self.pulls.push_back(Pull {
-                id,
-                remaining: batch,
-                bytes_left: max_bytes,
-                deadline: now + self.cfg.timing.expires + self.cfg.timing.heartbeat,
-                keep_alive,
-            });
             let body = PullRequest {
                 batch,
                 max_bytes,
@@ -436,10 +428,25 @@ impl Puller {
                 .await
             {
                 tracing::warn!(error = %e, "cannot send a pull request");
-                self.pulls.retain(|p| p.id != id);
                 return;
             }
+            // Recorded once sent, never before: `next` is cancelled (a `select!`
+            // another branch wins, batch delivery's `now_or_never`) while the send
+            // waits for room in the client's queue, and a cancelled send sent
+            // nothing. A pull recorded before it took the room of one the server
+            // never got: no pull went out until the missed heartbeat, seconds
+            // later. The messages it brings are counted against it: they are read
+            // by this task, after this returns.
+            self.wake = false;
+            self.pulls.push_back(Pull {
+                id,
+                remaining: batch,
+                bytes_left: max_bytes,
+                deadline: now + self.cfg.timing.expires + self.cfg.timing.heartbeat,
+                keep_alive,
+            });
             if keep_alive {
+                self.keep_alive_sent = Some(now);
                 return;
             }
         }

@@ -420,3 +420,76 @@ async fn a_confirmed_nak_is_answered_and_the_released_come_back_in_order() {
     }
     assert_eq!(again, [(1, 2), (2, 2)]);
 }
+
+/// `next` is cancelled while its pull request waits for room in the client's queue
+/// (the dispatcher's `select!`, batch delivery's `now_or_never`): the pull was never
+/// sent, so it takes no room, and the next `next` pulls at once. It used to be
+/// recorded before it was sent: it took all the room, and nothing was pulled until
+/// the heartbeat it never got was missed (here 10.5 s; batch delivery in
+/// `bench/markers` stalled seconds at a time).
+#[tokio::test]
+async fn a_pull_whose_send_is_cancelled_takes_no_room() {
+    use futures::FutureExt as _;
+    let nats = NatsServer::start().await;
+    let (_, js) = client(&nats).await;
+    let stream = unique("C");
+    create_stream(&js, &stream, &["c.>"]).await;
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .create_consumer(pull::Config {
+            durable_name: Some("c".into()),
+            ack_policy: AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    publish(&js, "c.a", 10).await;
+    let n = connect(&nats).await;
+    // Connected as the puller sees it: else it sends nothing yet.
+    n.state()
+        .wait_for(|s| s.connected)
+        .await
+        .expect("the connection's state");
+    let mut p = n
+        .puller(PullerConfig {
+            stream: stream.clone(),
+            consumer: "c".into(),
+            group: None,
+            limits: Limits {
+                max_batch: 10,
+                max_buffered: 10,
+                max_bytes: 1 << 20,
+            },
+            timing: PullTiming {
+                expires: Duration::from_secs(30),
+                heartbeat: Duration::from_secs(5),
+            },
+            confirmed_acks: false,
+            partitioned: false,
+            origin_stream: None,
+        })
+        .await
+        .unwrap();
+    // This task's cooperative budget spent on a channel of its own: every send that
+    // polls it now is pending, the pull request's too, as with a full queue.
+    let (tx, _rx) = tokio::sync::mpsc::channel::<()>(10_000);
+    let mut spent = false;
+    for _ in 0..10_000 {
+        if tx.send(()).now_or_never().is_none() {
+            spent = true;
+            break;
+        }
+    }
+    assert!(spent, "the budget was never spent");
+    assert!(
+        p.next(count(0)).now_or_never().is_none(),
+        "the pull's send was pending"
+    );
+    assert_eq!(p.requested().messages, 0, "an unsent pull takes no room");
+    let taken = tokio::time::timeout(Duration::from_secs(3), take_messages(&mut p, 0, 10)).await;
+    assert!(
+        taken.is_ok(),
+        "pulled again at once, not after the missed heartbeat"
+    );
+}
