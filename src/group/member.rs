@@ -691,9 +691,15 @@ impl Source for GroupSource {
                         // Deleted underneath us (another instance, an admin, the
                         // reaper): never a zombie (B15).
                         tracing::warn!(reason = %reason, member = %self.s.member, "the member consumer went away");
-                        if self.drop_puller().await {
+                        // The pin goes with the consumer: said before anything is
+                        // awaited, because the dispatcher may drop this poll while the
+                        // pull inbox closes (a request finishing wins its select), and
+                        // a pin never unsaid stays on `/ready` beside the instance
+                        // that is pinned next.
+                        if self.puller.as_ref().is_some_and(Puller::pinned) {
                             self.pending.push_back(PullEvent::Pinned(false));
                         }
+                        self.drop_puller().await;
                         if self.s.flavour == Flavour::Static && !self.ended {
                             self.join_or_log().await;
                         } else if !self.ended && !self.stopped && !self.quiescing {
