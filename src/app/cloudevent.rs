@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use base64::Engine as _;
 use serde_json::value::RawValue;
 
-use super::headers::{Mapped, STRUCTURED_CLOUDEVENT, is_valid_value};
+use super::headers::{Mapped, STRUCTURED_CLOUDEVENT, ce_name, is_valid_value};
 use crate::message::{Message, Offered};
 
 /// The most attributes an envelope read back may have (each becomes a header).
@@ -104,12 +104,6 @@ pub fn structured(d: Offered<'_>, mapped: &mut Mapped<'_>) -> Vec<u8> {
         out.push(b'}');
     }
     out
-}
-
-/// A `ce-*` header's attribute name (what follows `ce-`).
-fn ce_name(name: &str) -> Option<&str> {
-    (name.len() > 3 && name.is_char_boundary(3) && name[..3].eq_ignore_ascii_case("ce-"))
-        .then(|| &name[3..])
 }
 
 /// Why an envelope is not a valid CloudEvent (the dead letter's reason says it).

@@ -230,6 +230,12 @@ pub fn event_id(d: Offered<'_>) -> String {
     }
 }
 
+/// A `ce-*` header's attribute name (what follows `ce-`, in any case).
+pub fn ce_name(name: &str) -> Option<&str> {
+    (name.len() > 3 && name.is_char_boundary(3) && name[..3].eq_ignore_ascii_case("ce-"))
+        .then(|| &name[3..])
+}
+
 /// The `ce-*` headers of a CloudEvent in binary content mode. A message that is a
 /// CloudEvent already (its `ce-specversion` passes `http.pass_headers`) keeps the
 /// `ce-*` headers of its own that pass; what it lacks of `ce-id`, `ce-source` and
@@ -237,8 +243,7 @@ pub fn event_id(d: Offered<'_>) -> String {
 /// Its `ce-source` is the publisher's claim, not checked. Any other message's `ce-*`
 /// headers are replaced by jetrelay's.
 fn cloudevent<'a>(d: Offered<'a>, pass: &Pass, out: &mut Mapped<'a>) {
-    let is_ce =
-        |n: &str| n.len() > 3 && n.is_char_boundary(3) && n[..3].eq_ignore_ascii_case("ce-");
+    let is_ce = |n: &str| ce_name(n).is_some();
     let admitted = |n: &str| pass.admits(&n.to_ascii_lowercase());
     let own = d
         .message()

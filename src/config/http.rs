@@ -408,6 +408,18 @@ mod tests {
         }
     }
 
+    /// `[http]` `http` has no problem (`None`), or one under `key` that says `says`.
+    fn expect_problems(http: &str, want: Option<(&str, &str)>) {
+        let got = problems(http);
+        match want {
+            None => assert!(got.is_empty(), "{http}: {got:?}"),
+            Some((key, says)) => assert!(
+                got.iter().any(|(k, m)| k == key && m.contains(says)),
+                "{http}: {got:?}"
+            ),
+        }
+    }
+
     #[test]
     fn cloudevents_keys_table() {
         let url = "url = \"http://app/m\"\n";
@@ -427,14 +439,7 @@ mod tests {
             ),
         ];
         for (extra, want) in cases {
-            let got = problems(&format!("{url}{extra}"));
-            match want {
-                None => assert!(got.is_empty(), "{extra}: {got:?}"),
-                Some((key, says)) => assert!(
-                    got.iter().any(|(k, p)| k == key && p.contains(says)),
-                    "{extra}: {got:?}"
-                ),
-            }
+            expect_problems(&format!("{url}{extra}"), *want);
         }
         // A service source takes neither.
         let service = "[source]\nkind = \"service\"\nservice = \"s\"\nendpoints = [{ name = \"a\", subject = \"a\" }]\n[http]\nurl = \"http://app/m\"\n";
@@ -508,14 +513,7 @@ mod tests {
             ),
         ];
         for (http, want) in cases {
-            let got = problems(http);
-            match want {
-                None => assert!(got.is_empty(), "{http}: {got:?}"),
-                Some((key, says)) => assert!(
-                    got.iter().any(|(k, m)| k == key && m.contains(says)),
-                    "{http}: {got:?}"
-                ),
-            }
+            expect_problems(http, *want);
         }
         let got = problems(&format!(
             "url = \"http://app/m\"\nunix_socket = \"{long}\"\n"
