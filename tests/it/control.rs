@@ -813,8 +813,15 @@ async fn a_group_pause_holds_for_a_member_that_auto_joins_while_it_holds() {
         consumer_info(&js, &consumer_stream, "b").await.is_some()
     })
     .await;
-    let b_paused = consumer_info(&js, &consumer_stream, "b").await.unwrap();
-    assert!(b_paused.paused, "b's consumer is paused from its start");
+    // Paused before its first pull: created, then paused (restore_pause) before b
+    // pulls, so the consumer can be seen for a moment before its pause; that nothing
+    // was delivered is what the app's requests below show.
+    eventually("b's consumer paused", Duration::from_secs(5), || async {
+        consumer_info(&js, &consumer_stream, "b")
+            .await
+            .is_some_and(|i| i.paused)
+    })
+    .await;
     wait_state(&rb, "paused").await;
     nothing_more(&app, Duration::from_secs(3)).await;
     assert!(app.requests().is_empty(), "nothing while paused");
